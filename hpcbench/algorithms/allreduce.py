@@ -1,0 +1,43 @@
+"""allreduce: synchronous data-parallel SGD; one flat gradient all-reduced over the workers per step."""
+from __future__ import annotations
+
+import numpy as np
+
+from hpcbench.algorithms import decentral
+from hpcbench.algorithms.api import Algorithm, Context, Layout, Program, register
+from hpcbench.algorithms.ops import Allreduce, Compute, Publish
+from hpcbench.algorithms.rules import sgd_step
+
+
+@register
+class AllReduceSgd(Algorithm):
+    name = "allreduce"
+    summary = "synchronous SGD: all-reduce the flat gradient over the workers, identical replicas"
+    family = "decentralized"
+    asynchronous = False
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.frame = decentral.model_frame(ctx.size)
+
+    def layout(self) -> Layout:
+        return decentral.layout(self.ctx.params)
+
+    def server(self) -> Program:
+        return decentral.coordinate(self.ctx)
+
+    def worker(self, rank: int) -> Program:
+        ctx = self.ctx
+        theta = ctx.params.copy()
+        buf = np.zeros_like(theta) if ctx.momentum else None
+        scale = np.float32(1.0 / ctx.workers)
+        for step in range(ctx.steps):
+            result = yield Compute(theta)
+            d_p = (yield Allreduce(result.grad)) * scale
+            if ctx.weight_decay:
+                d_p += np.float32(ctx.weight_decay) * theta
+            sgd_step(theta, d_p, buf, ctx.schedule.at(step * ctx.workers * ctx.batch_size), ctx.momentum,
+                     ctx.nesterov)
+            yield Publish("model", self.frame.pack(samples=(step + 1) * ctx.batch_size, updates=step + 1,
+                                                   weight=1.0, x=theta))
+        yield from decentral.finish(ctx.steps * ctx.batch_size)

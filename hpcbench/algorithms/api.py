@@ -1,0 +1,131 @@
+"""What an algorithm is: options, a window/channel layout, and server and worker programs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generator, Literal, Mapping
+
+import numpy as np
+
+from hpcbench.algorithms.ops import Op
+from hpcbench.algorithms.schedule import Schedule
+from hpcbench.errors import UsageError
+from hpcbench.registry import Registry
+
+Program = Generator[Op, Any, None]
+Role = Literal["server", "workers"]
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """An RMA window on rank 0 (``server``) or on every worker (``workers``).
+
+    Owners write ``initial`` (zeros when None) before any program starts, so no program can
+    read a window that was never published.
+    """
+
+    owner: Role
+    nbytes: int
+    initial: np.ndarray | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class ChannelSpec:
+    """Point-to-point messages of exactly ``nbytes`` from ``sender`` role to ``to`` role.
+
+    Receives from rank 0, and rank 0's receives from every worker, are pre-posted before the run
+    starts; receives between workers are posted on first use.
+    """
+
+    sender: Role
+    to: Role
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    windows: Mapping[str, WindowSpec] = field(default_factory=dict)
+    channels: Mapping[str, ChannelSpec] = field(default_factory=dict)
+    tables: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # Record table → columns
+
+
+@dataclass(frozen=True)
+class Context:
+    """The run as an algorithm sees it: sizes, budget, hyper-parameters, its own options."""
+
+    workers: int
+    params: np.ndarray  # initial flat float32 parameters, identical on every rank
+    batch_size: int
+    steps: int  # per worker; the sample budget is steps × workers × batch_size
+    train_size: int
+    schedule: Schedule
+    momentum: float
+    nesterov: bool
+    weight_decay: float
+    eval_every: int  # samples between evaluations of the global model
+    seed: int
+    options: Any
+    poll_s: float = 0.02  # how often rank 0 looks at decentralized workers' progress
+
+    @property
+    def budget(self) -> int:
+        return self.steps * self.workers * self.batch_size
+
+    @property
+    def worker_ranks(self) -> tuple[int, ...]:
+        return tuple(range(1, self.workers + 1))
+
+    @property
+    def size(self) -> int:
+        return int(self.params.size)
+
+    def rng(self, rank: int) -> np.random.Generator:
+        """Each rank's own random stream, derived from the run seed (never the global RNG)."""
+        return np.random.default_rng([self.seed, 0xA160, rank])
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    pass
+
+
+class Algorithm:
+    """Base class: subclasses set the class attributes and write ``server`` and ``worker``."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    family: ClassVar[str]  # "parameter-server" or "decentralized"
+    Options: ClassVar[type] = NoOptions
+    min_workers: ClassVar[int] = 1
+    asynchronous: ClassVar[bool] = True  # asynchronous methods warm the learning rate up by default
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.opts = ctx.options
+
+    @classmethod
+    def check(cls, cfg: Any, workers: int) -> None:
+        """Refuse, in one line, a configuration or world this algorithm cannot run."""
+        if workers < cls.min_workers:
+            need = cls.min_workers + 1
+            raise UsageError(f"{cls.name} needs at least {cls.min_workers} worker(s) besides rank 0: "
+                             f"launch {need} or more ranks (got {workers + 1})")
+
+    def layout(self) -> Layout:
+        raise NotImplementedError
+
+    def server(self) -> Program:
+        raise NotImplementedError
+
+    def worker(self, rank: int) -> Program:
+        raise NotImplementedError
+
+    def state_bytes(self) -> int:
+        """Memory the server keeps for this algorithm beyond one copy of the parameters."""
+        return 0
+
+
+ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")
+
+
+def register(cls: type[Algorithm]) -> type[Algorithm]:
+    return ALGORITHMS.register(cls.name)(cls)

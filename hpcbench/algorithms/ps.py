@@ -1,0 +1,161 @@
+"""Parameter-server algorithms on rank 0: asgd, sa-asgd, ga-asgd, dana, dana-ga.
+
+Rank 0 publishes (version, parameters, version) in its window; a worker reads it one-sidedly,
+computes a gradient, sends (version used, gradient) into the server's pre-posted receives and waits
+for the acknowledgement that its gradient was applied and published, so its next read sees at
+least its own update (the papers' parameter-server model: one worker is exactly sequential SGD).
+The server applies gradients in arrival order until the sample budget is spent, then answers
+every worker's next gradient with "stop".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hpcbench.algorithms.api import Algorithm, ChannelSpec, Context, Layout, Program, WindowSpec, register
+from hpcbench.algorithms.frames import Frame
+from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Publish, Read, Record, Recv, Send
+from hpcbench.algorithms.rules import ServerRule, VersionRing
+from hpcbench.errors import RuntimeFailure, UsageError
+
+UPDATE_COLUMNS = ("worker", "version_used", "version_applied", "staleness", "penalty_mean", "gap_mean")
+TOO_STALE_COLUMNS = ("worker", "version_used", "version_now")
+ACK = Frame(stop=(np.int64, 1))
+
+
+class ParameterServer(Algorithm):
+    family = "parameter-server"
+    penalty = "none"
+    per_worker_momentum = False
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        d = ctx.size
+        self.params_frame = Frame(version=(np.int64, 1), params=(np.float32, d), check=(np.int64, 1))
+        self.grad_frame = Frame(version=(np.int64, 1), grad=(np.float32, d))
+        self.rule = ServerRule(ctx.params, ctx.workers, ctx.momentum, ctx.nesterov, ctx.weight_decay,
+                               self.penalty, self.per_worker_momentum,
+                               getattr(self.opts, "beta", 0.999), getattr(self.opts, "eps", 1e-8))
+        self.ring = None
+        if self.penalty == "gap":
+            capacity = self.opts.history or 2 * ctx.workers + 4
+            self.ring = VersionRing(capacity, d)
+
+    @classmethod
+    def check(cls, cfg: Any, workers: int) -> None:
+        super().check(cfg, workers)
+        if cls.per_worker_momentum and cfg.nesterov:
+            raise UsageError(f"{cls.name} already publishes a look-ahead; --set nesterov=true is not available")
+
+    def layout(self) -> Layout:
+        first = self.params_frame.pack(version=0, params=self.rule.published(self.ctx.schedule.at(0)), check=0)
+        return Layout(
+            windows={"params": WindowSpec("server", self.params_frame.nbytes, first)},
+            channels={"grad": ChannelSpec("workers", "server", self.grad_frame.nbytes),
+                      "ack": ChannelSpec("server", "workers", ACK.nbytes)},
+            tables={"updates": UPDATE_COLUMNS, "too_stale": TOO_STALE_COLUMNS},
+        )
+
+    def state_bytes(self) -> int:
+        return self.rule.state_bytes() + (self.ring.nbytes if self.ring is not None else 0)
+
+    def worker(self, rank: int) -> Program:
+        frame = self.params_frame
+        while True:
+            [raw] = yield Read("params", (SERVER,))
+            version = frame.scalar(raw, "version")
+            if version != frame.scalar(raw, "check"):
+                raise RuntimeFailure(f"rank {rank} read a torn parameter window "
+                                     f"(header version {version}, trailer {frame.scalar(raw, 'check')})")
+            result = yield Compute(frame.view(raw, "params"))
+            yield Send("grad", SERVER, self.grad_frame.pack(version=version, grad=result.grad))
+            _, ack = yield Recv("ack", SERVER)
+            if ACK.scalar(ack, "stop"):
+                return
+
+    def server(self) -> Program:
+        ctx, rule, ring = self.ctx, self.rule, self.ring
+        batch, target = ctx.batch_size, ctx.steps * ctx.workers
+        version = applied = stopped = 0
+        published = rule.published(ctx.schedule.at(0))  # version 0 is the window's initial content
+        if ring is not None:
+            ring.put(0, published)
+        yield Evaluate(rule.theta, 0, 0)
+        next_eval = ctx.eval_every
+        while stopped < ctx.workers:
+            src, msg = yield Recv("grad")
+            if applied >= target:
+                yield Send("ack", src, ACK.pack(stop=1))
+                stopped += 1
+                continue
+            used = self.grad_frame.scalar(msg, "version")
+            delta = None
+            if ring is not None:
+                old = ring.get(used)
+                if old is None:
+                    yield Record("too_stale", (src, used, version))
+                    yield Send("ack", src, ACK.pack(stop=0))
+                    continue
+                delta = published - old
+            lr = ctx.schedule.at(applied * batch)
+            staleness = version - used
+            penalty, gap = rule.apply(self.grad_frame.view(msg, "grad"), src - 1, staleness, delta, lr)
+            applied += 1
+            version += 1
+            published = rule.published(ctx.schedule.at(applied * batch))
+            yield Publish("params", self.params_frame.pack(version=version, params=published, check=version))
+            if ring is not None:
+                ring.put(version, published)
+            yield Record("updates", (src, used, version, staleness, penalty, gap))
+            done = applied >= target
+            yield Send("ack", src, ACK.pack(stop=int(done)))
+            stopped += done
+            if applied * batch >= next_eval or done:
+                yield Evaluate(rule.theta, applied * batch, applied)
+                next_eval = (applied * batch // ctx.eval_every + 1) * ctx.eval_every
+
+
+@dataclass(frozen=True)
+class GapOptions:
+    beta: float = 0.999  # decay of the running second moment of the step direction
+    eps: float = 1e-8
+    history: int = 0  # published versions kept for exact Δ; 0 = 2·workers + 4
+
+
+@register
+class Asgd(ParameterServer):
+    name = "asgd"
+    summary = "asynchronous parameter server (Downpour, one fetch and one push per step)"
+
+
+@register
+class StalenessAware(ParameterServer):
+    name = "sa-asgd"
+    summary = "asgd with each step divided by its staleness (Zhang et al. 2016)"
+    penalty = "staleness"
+
+
+@register
+class GapAware(ParameterServer):
+    name = "ga-asgd"
+    summary = "asgd with the Gap-Aware penalty G = 1 + |Δ|/C per element (Barkai et al. 2020)"
+    penalty = "gap"
+    Options = GapOptions
+
+
+@register
+class Dana(ParameterServer):
+    name = "dana"
+    summary = "per-worker server momentum with a published look-ahead (Hakimi et al. 2019)"
+    per_worker_momentum = True
+
+
+@register
+class DanaGapAware(ParameterServer):
+    name = "dana-ga"
+    summary = "dana with the Gap-Aware penalty measured against the look-ahead used"
+    per_worker_momentum = True
+    penalty = "gap"
+    Options = GapOptions

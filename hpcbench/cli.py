@@ -1,0 +1,133 @@
+"""Command line: parsing and dispatch only. Heavy imports happen inside the commands that need them."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable, NoReturn, Sequence
+
+from hpcbench import __version__
+from hpcbench.errors import UsageError
+from hpcbench.runtime.launch import env_rank
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as one line (printed by rank 0 only)."""
+
+    def error(self, message: str) -> NoReturn:
+        if env_rank() == 0:
+            print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--algo", help="algorithm (see `hpcbench list`)")
+    p.add_argument("--model", help="mlp | cnn | resnet20 (default mlp)")
+    p.add_argument("--dataset", help="synthetic | digits | cifar10 (default digits)")
+    p.add_argument("--data-dir", help="directory of the cifar10 python pickle batches")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--steps", type=int, help="steps per worker (default 100)")
+    budget.add_argument("--epochs", type=float, help="passes over the training set, over all workers")
+    p.add_argument("--batch-size", type=int, help="samples per worker step (default 32)")
+    p.add_argument("--lr", type=float, help="learning rate of the single-worker recipe (default 0.05)")
+    p.add_argument("--momentum", type=float, help="momentum (default 0)")
+    p.add_argument("--seed", type=int, help="seed for model init, shards and algorithm randomness (default 0)")
+    p.add_argument("--stragglers", help="FRACTION:FACTOR, e.g. 0.25:3 slows a quarter of the workers 3x")
+    p.add_argument("--config", help="TOML file of options; [ALGO] tables hold algorithm options")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any option, e.g. --set weight_decay=1e-4 --set ga-asgd.beta=0.99")
+    p.add_argument("--out", help="result file (default results/<algo>-<dataset>-...-<time>.h5)")
+
+
+FLAG_KEYS = ("algo", "model", "dataset", "data_dir", "steps", "epochs", "batch_size", "lr", "momentum", "seed",
+             "stragglers", "out")
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    from hpcbench.algorithms import ALGORITHMS
+    from hpcbench.config import load_toml, make_config, merge_sources
+
+    toml = load_toml(args.config) if args.config else {}
+    flags = {k: getattr(args, k) for k in FLAG_KEYS}
+    run, options = merge_sources(toml, flags, args.set, ALGORITHMS.names())
+    return make_config(run, options)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from hpcbench.runtime import plan
+    from hpcbench.runtime.session import run_mpi
+
+    cfg = config_from_args(args)
+    algo = plan.validate(cfg)
+    return run_mpi(cfg, algo)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from hpcbench.report.tables import load, report_text
+
+    print(report_text(load(args.paths), args.format, args.target))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from hpcbench.listing import listing
+
+    print(listing())
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from hpcbench.listing import environment
+
+    print(environment())
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from hpcbench.runtime.study import demo
+
+    return demo(args.out_dir, args.ranks, args.steps, args.timeout)
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="hpcbench", description="Benchmark distributed SGD algorithms under MPI.")
+    parser.add_argument("--version", action="version", version=f"hpcbench {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    p = sub.add_parser("run", help="one run under MPI: mpiexec -n N python -m mpi4py -m hpcbench run --algo A")
+    add_run_options(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("report", help="tables from result files or directories")
+    p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")
+    p.add_argument("--format", default="text", help="text | md | csv | latex (default text)")
+    p.add_argument("--target", type=float, default=0.9, help="accuracy for time-to-target (default 0.9)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("list", help="algorithms, models, datasets and options with defaults")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("info", help="environment: MPI library, mpi4py, torch, CUDA, Slurm, host")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("demo", help="every algorithm at two world sizes on this machine, then the report")
+    p.add_argument("--ranks", default="3,5", help="world sizes, comma-separated (default 3,5)")
+    p.add_argument("--steps", type=int, default=0, help="steps per worker (default: one sample budget)")
+    p.add_argument("--out-dir", default="results/demo", help="where the result files go")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per run")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return handler(args)
+    except UsageError as exc:
+        if env_rank() == 0:
+            print(f"hpcbench: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,244 @@
+"""The only module that imports mpi4py: RMA windows, message channels, collectives and clocks.
+
+Every blocking wait here is a polling loop with a deadline: it keeps calling into MPI (so
+passive-target operations aimed at this rank progress), backs off to short sleeps when idle (so
+oversubscribed ranks leave the cores to those computing) and fails with a clear message on timeout.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any, Callable, TypeVar
+
+import numpy as np
+from mpi4py import MPI
+from mpi4py.util import dtlib, pkl5
+
+from hpcbench.errors import RuntimeFailure
+
+T = TypeVar("T")
+CLOCK_TAG = 32_000
+SPIN_TRIES = 32
+MAX_SLEEP_S = 0.0005
+
+
+def wait_for(test: Callable[[], T | None], timeout: float, what: str, fail: bool = True) -> T | None:
+    """Call ``test`` until it returns non-None; after ``timeout`` seconds fail or return None."""
+    result = test()
+    if result is not None or timeout == 0:
+        return result
+    start = time.monotonic()
+    tries, pause = 0, 0.00002
+    while True:
+        result = test()
+        if result is not None:
+            return result
+        tries += 1
+        if tries > SPIN_TRIES:
+            time.sleep(pause)
+            pause = min(pause * 2, MAX_SLEEP_S)
+        if time.monotonic() - start > timeout:
+            if fail:
+                raise RuntimeFailure(f"timed out after {timeout:g} s waiting for {what}")
+            return None
+
+
+class Window:
+    """An RMA window of ``nbytes`` bytes on this rank (0 on ranks that only access others')."""
+
+    def __init__(self, comm: MPI.Intracomm, nbytes: int) -> None:
+        self.win = MPI.Win.Allocate(nbytes, 1, comm=comm)
+        self.rank = comm.rank
+        self.local = np.frombuffer(self.win.tomemory(), dtype=np.uint8) if nbytes else np.empty(0, np.uint8)
+
+    def publish(self, data: np.ndarray) -> None:
+        # An exclusive lock on our own window waits out every reader's shared lock: no torn reads.
+        self.win.Lock(self.rank, MPI.LOCK_EXCLUSIVE)
+        self.local[:data.nbytes] = data.view(np.uint8)
+        self.win.Unlock(self.rank)
+
+    def drain(self) -> np.ndarray:
+        self.win.Lock(self.rank, MPI.LOCK_EXCLUSIVE)
+        out = self.local.copy()
+        self.local[:] = 0
+        self.win.Unlock(self.rank)
+        return out
+
+    def read(self, ranks: tuple[int, ...], nbytes: int) -> list[np.ndarray]:
+        bufs = [np.empty(nbytes, dtype=np.uint8) for _ in ranks]
+        if len(ranks) == 1:
+            self.win.Lock(ranks[0], MPI.LOCK_SHARED)
+            self.win.Get([bufs[0], MPI.BYTE], ranks[0], target=(0, nbytes, MPI.BYTE))
+            self.win.Unlock(ranks[0])
+        else:
+            self.win.Lock_all()
+            for rank, buf in zip(ranks, bufs):
+                self.win.Get([buf, MPI.BYTE], rank, target=(0, nbytes, MPI.BYTE))
+            self.win.Unlock_all()
+        return bufs
+
+    def accumulate(self, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> None:
+        self.win.Lock(rank, MPI.LOCK_SHARED)
+        for offset, array in parts:
+            dtype = dtlib.from_numpy_dtype(array.dtype)
+            self.win.Accumulate([array, dtype], rank, target=(offset, array.size, dtype), op=MPI.SUM)
+        self.win.Unlock(rank)
+
+    def free(self) -> None:
+        self.win.Free()
+
+
+class Channel:
+    """Fixed-size messages under one tag, received into persistent pre-posted requests."""
+
+    def __init__(self, comm: MPI.Intracomm, tag: int, nbytes: int, sources: tuple[int, ...]) -> None:
+        self.comm, self.tag, self.nbytes = comm, tag, nbytes
+        self.sources: list[int] = []
+        self.bufs: list[np.ndarray] = []
+        self.reqs: list[MPI.Prequest] = []
+        for src in sources:
+            self._post(src)
+
+    def _post(self, src: int) -> int:
+        buf = np.empty(self.nbytes, dtype=np.uint8)
+        req = self.comm.Recv_init([buf, MPI.BYTE], src, self.tag)
+        req.Start()
+        self.sources.append(src)
+        self.bufs.append(buf)
+        self.reqs.append(req)
+        return len(self.reqs) - 1
+
+    def _take(self, i: int) -> tuple[int, np.ndarray]:
+        data = self.bufs[i].copy()
+        self.reqs[i].Start()
+        return self.sources[i], data
+
+    def poll_any(self) -> tuple[int, np.ndarray] | None:
+        i, done = MPI.Request.Testany(self.reqs)
+        return self._take(i) if done and i != MPI.UNDEFINED else None
+
+    def poll_from(self, src: int) -> tuple[int, np.ndarray] | None:
+        i = self.sources.index(src) if src in self.sources else self._post(src)
+        return self._take(i) if self.reqs[i].Test() else None
+
+    def close(self) -> None:
+        for req in self.reqs:
+            req.Cancel()
+            req.Wait()
+            req.Free()
+
+
+class MpiComm:
+    """COMM_WORLD (rank 0 = server/coordinator) and the workers-only communicator."""
+
+    def __init__(self) -> None:
+        self.world = MPI.COMM_WORLD
+        self.rank = self.world.rank
+        self.size = self.world.size
+        self.workers = self.world.Split(0 if self.rank == 0 else 1, self.rank)
+        self.host = socket.gethostname()
+        self.windows: dict[str, Window] = {}
+        self.window_sizes: dict[str, int] = {}
+        self.channels: dict[str, Channel] = {}
+        self._sends: list[tuple[MPI.Request, np.ndarray]] = []
+
+    # --- set-up -------------------------------------------------------------------------------
+    def open_window(self, name: str, nbytes: int, owned: bool) -> None:
+        """Collective: a window of ``nbytes`` on the ranks that own it, empty on the others."""
+        self.windows[name] = Window(self.world, nbytes if owned else 0)
+        self.window_sizes[name] = nbytes
+
+    def open_channel(self, name: str, nbytes: int, sources: tuple[int, ...]) -> None:
+        self.channels[name] = Channel(self.world, len(self.channels) + 1, nbytes, sources)
+
+    def close(self, timeout: float) -> None:
+        wait_for(lambda: True if MPI.Request.Testall([r for r, _ in self._sends]) else None,
+                 timeout, "outstanding sends to complete")
+        self._sends.clear()
+        for channel in self.channels.values():
+            channel.close()
+        self.barrier(self.world, timeout)
+        for window in self.windows.values():
+            window.free()
+        self.windows.clear()
+        self.channels.clear()
+
+    # --- point to point -----------------------------------------------------------------------
+    def send(self, channel: str, dest: int, data: np.ndarray) -> None:
+        buf = np.ascontiguousarray(data).view(np.uint8).copy()
+        self._sends.append((self.world.Isend([buf, MPI.BYTE], dest, self.channels[channel].tag), buf))
+        if len(self._sends) > 16:
+            self._sends = [(r, b) for r, b in self._sends if not r.Test()]
+
+    def recv(self, channel: str, src: int, timeout: float) -> tuple[int, np.ndarray] | None:
+        ch = self.channels[channel]
+        poll = ch.poll_any if src < 0 else (lambda: ch.poll_from(src))
+        who = "any rank" if src < 0 else f"rank {src}"
+        return wait_for(poll, timeout, f"a {channel!r} message from {who}", fail=False)
+
+    # --- collectives --------------------------------------------------------------------------
+    def allreduce(self, data: np.ndarray, timeout: float) -> np.ndarray:
+        out = np.empty_like(data)
+        req = self.workers.Iallreduce(data, out, op=MPI.SUM)
+        wait_for(lambda: True if req.Test() else None, timeout, "the workers' all-reduce")
+        return out
+
+    def barrier(self, comm: MPI.Intracomm, timeout: float) -> None:
+        req = comm.Ibarrier()
+        wait_for(lambda: True if req.Test() else None, timeout, "a barrier")
+
+    def worker_barrier(self, timeout: float) -> None:
+        self.barrier(self.workers, timeout)
+
+    def world_barrier(self, timeout: float) -> None:
+        self.barrier(self.world, timeout)
+
+    def allgather(self, obj: Any) -> list[Any]:
+        return self.world.allgather(obj)
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        return pkl5.Intracomm(self.world).gather(obj, root=0)
+
+    def bcast(self, obj: Any) -> Any:
+        return self.world.bcast(obj, root=0)
+
+    # --- clocks and placement -----------------------------------------------------------------
+    @staticmethod
+    def wtime() -> float:
+        return MPI.Wtime()
+
+    def clock_offsets(self, rounds: int = 8) -> np.ndarray | None:
+        """On rank 0: each rank's clock minus rank 0's, from the ping-pong with the shortest round trip."""
+        ping = np.zeros(1, dtype=np.float64)
+        if self.rank != 0:
+            for _ in range(rounds):
+                self.world.Recv(ping, 0, CLOCK_TAG)
+                ping[0] = MPI.Wtime()
+                self.world.Send(ping, 0, CLOCK_TAG)
+            return None
+        offsets = np.zeros(self.size)
+        for rank in range(1, self.size):
+            best = np.inf
+            for _ in range(rounds):
+                t0 = MPI.Wtime()
+                self.world.Send(ping, rank, CLOCK_TAG)
+                self.world.Recv(ping, rank, CLOCK_TAG)
+                t1 = MPI.Wtime()
+                if t1 - t0 < best:
+                    best = t1 - t0
+                    offsets[rank] = ping[0] - (t0 + t1) / 2
+        return offsets
+
+    def node_local(self) -> tuple[int, int]:
+        """(rank among the ranks on this node, number of ranks on this node)."""
+        local = self.world.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        placement = (local.rank, local.size)
+        local.Free()
+        return placement
+
+    def abort(self, code: int) -> None:
+        self.world.Abort(code)
+
+    def finalize(self) -> None:
+        self.workers.Free()
+        MPI.Finalize()

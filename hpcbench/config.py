@@ -1,0 +1,203 @@
+"""Run configuration: defaults ← TOML file ← command-line flags ← ``--set key=value``, validated."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from hpcbench.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run; identical for ``run`` (real MPI) and ``simulate``."""
+
+    algo: str = ""
+    model: str = "mlp"
+    dataset: str = "digits"
+    data_dir: str = ""
+    steps: int | None = None  # steps per worker; unset = from epochs, else 100
+    epochs: float | None = None  # passes over the training set, counted in samples over all workers
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    warmup_epochs: float = -1.0  # -1 = the algorithm's default (5 for asynchronous ones)
+    lr_decay_epochs: tuple[float, ...] = ()
+    lr_decay_factor: float = 0.1
+    seed: int = 0
+    evals: int = 20  # evaluations of the global model spread over the sample budget
+    eval_samples: int = 2000  # held-out samples per evaluation (at most)
+    target_accuracy: float = 0.9
+    stragglers: str = ""  # "FRACTION:FACTOR": that fraction of workers computes FACTOR× slower
+    timeout_s: float = 120.0  # longest any blocking wait may last before the run fails
+    threads: int = 0  # torch threads per rank; 0 = share this node's cores among its ranks
+    gpu_aware_mpi: bool = False
+    out: str = ""
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def with_updates(self, **changes: Any) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["lr_decay_epochs"] = list(self.lr_decay_epochs)
+        d["options"] = {k: dict(v) for k, v in self.options.items()}
+        return d
+
+
+RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name != "options")
+
+
+def parse_straggler_spec(spec: str) -> tuple[float, float]:
+    """``"0.1:3"`` → (0.1, 3.0): a fraction of workers in [0, 1] slowed by a factor ≥ 1."""
+    try:
+        fraction_text, factor_text = spec.split(":")
+        fraction, factor = float(fraction_text), float(factor_text)
+    except ValueError:
+        raise UsageError(f"stragglers {spec!r} is not FRACTION:FACTOR (for example 0.1:3)") from None
+    if not 0.0 <= fraction <= 1.0 or factor < 1.0:
+        raise UsageError(f"stragglers {spec!r}: need 0 <= FRACTION <= 1 and FACTOR >= 1")
+    return fraction, factor
+
+
+def check_value(owner: str, name: str, value: Any, hint: Any) -> Any:
+    """Coerce a TOML/CLI value to a dataclass field's type, or raise one clear line."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return check_value(owner, name, value, inner)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        (item_hint, _ellipsis) = typing.get_args(hint)
+        return tuple(check_value(owner, name, v, item_hint) for v in value)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    else:
+        return value
+    raise UsageError(f"{owner}{name} = {value!r} is not a {hint.__name__}")
+
+
+def build_options(cls: type, values: Mapping[str, Any], owner: str) -> Any:
+    """Instantiate an options dataclass from a mapping, refusing unknown keys."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    typed = {}
+    for key, value in values.items():
+        if key not in names:
+            valid = ", ".join(f"{owner}{n}" for n in names) or "(none)"
+            raise UsageError(f"unknown option '{owner}{key}'; valid: {valid}")
+        typed[key] = check_value(owner, key, value, hints[key])
+    return cls(**typed)
+
+
+def parse_set_value(text: str) -> Any:
+    """A ``--set`` value is a TOML literal (``0.1``, ``true``, ``[30, 60]``); anything else is a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def load_toml(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"config file {path!r} does not exist")
+    try:
+        return tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"config file {path!r} is not valid TOML: {exc}") from None
+
+
+def merge_sources(
+    toml: Mapping[str, Any], flags: Mapping[str, Any], sets: list[str], option_tables: list[str]
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Merge the sources into (run keys, per-algorithm option tables), later sources winning."""
+    run: dict[str, Any] = {}
+    options: dict[str, dict[str, Any]] = {}
+
+    def put(key: str, value: Any, where: str) -> None:
+        if key in option_tables:
+            if not isinstance(value, dict):
+                raise UsageError(f"{where}: [{key}] must be a table of options")
+            options.setdefault(key, {}).update(value)
+        elif key in RUN_KEYS:
+            run[key] = value
+        else:
+            valid = ", ".join(list(RUN_KEYS) + [f"{t}.*" for t in option_tables])
+            raise UsageError(f"{where}: unknown key {key!r}; valid: {valid}")
+
+    for key, value in toml.items():
+        put(key.replace("-", "_") if key not in option_tables else key, value, "config file")
+    for key, value in flags.items():
+        if value is not None:
+            run[key] = value
+    for item in sets:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set {item!r} is not key=value")
+        table, dot, sub = key.partition(".")
+        value = parse_set_value(text)
+        if dot:
+            put(table, {sub.replace("-", "_"): value}, "--set")
+        else:
+            put(key.replace("-", "_"), value, "--set")
+    return run, options
+
+
+def make_config(run: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]]) -> RunConfig:
+    cfg = build_options(RunConfig, run, "")
+    return dataclasses.replace(cfg, options={k: dict(v) for k, v in options.items()})
+
+
+def validate_numbers(cfg: RunConfig) -> None:
+    """Impossible sizes and values, each named with what would be valid."""
+    if cfg.steps is not None and cfg.steps <= 0:
+        raise UsageError(f"steps must be a positive integer, got {cfg.steps}")
+    if cfg.epochs is not None and cfg.epochs <= 0:
+        raise UsageError(f"epochs must be positive, got {cfg.epochs}")
+    if cfg.steps is not None and cfg.epochs is not None:
+        raise UsageError("give either steps or epochs, not both")
+    if cfg.batch_size <= 0:
+        raise UsageError(f"batch size must be a positive integer, got {cfg.batch_size}")
+    if cfg.lr < 0:
+        raise UsageError(f"lr must be >= 0, got {cfg.lr}")
+    if not 0.0 <= cfg.momentum < 1.0:
+        raise UsageError(f"momentum must be in [0, 1), got {cfg.momentum}")
+    if cfg.weight_decay < 0:
+        raise UsageError(f"weight decay must be >= 0, got {cfg.weight_decay}")
+    if cfg.evals < 1:
+        raise UsageError(f"evals must be >= 1, got {cfg.evals}")
+    if cfg.eval_samples < 1:
+        raise UsageError(f"eval samples must be >= 1, got {cfg.eval_samples}")
+    if not 0.0 < cfg.target_accuracy <= 1.0:
+        raise UsageError(f"target accuracy must be in (0, 1], got {cfg.target_accuracy}")
+    if cfg.timeout_s <= 0:
+        raise UsageError(f"timeout must be > 0 seconds, got {cfg.timeout_s}")
+    if cfg.threads < 0:
+        raise UsageError(f"threads must be >= 0, got {cfg.threads}")
+    if not 0.0 < cfg.lr_decay_factor <= 1.0:
+        raise UsageError(f"lr decay factor must be in (0, 1], got {cfg.lr_decay_factor}")
+    if cfg.stragglers:
+        parse_straggler_spec(cfg.stragglers)

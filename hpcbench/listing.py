@@ -1,0 +1,88 @@
+"""``hpcbench list`` (what can be run, with defaults) and ``hpcbench info`` (this environment)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import socket
+from importlib import metadata
+
+from tabulate import tabulate
+
+from hpcbench import __version__
+from hpcbench.algorithms import ALGORITHMS
+from hpcbench.config import RunConfig
+from hpcbench.workload.datasets import DATASET_HELP
+from hpcbench.workload.models import MODEL_HELP
+
+
+def _default(f: dataclasses.Field) -> object:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory()  # type: ignore[misc]
+
+
+def listing() -> str:
+    algos = [[name, cls.family, cls.min_workers + 1, cls.summary] for name, cls in ALGORITHMS.items()]
+    options = []
+    for name, cls in ALGORITHMS.items():
+        for f in dataclasses.fields(cls.Options):
+            options.append([f"{name}.{f.name}", repr(_default(f))])
+    run_options = [[f.name, repr(_default(f))] for f in dataclasses.fields(RunConfig) if f.name != "options"]
+    parts = [
+        "Algorithms",
+        tabulate(algos, headers=["name", "family", "min ranks", "what it does"]),
+        "Algorithm options (--set NAME.OPTION=VALUE, or a [NAME] table in --config)",
+        tabulate(options, headers=["option", "default"]) if options else "(none)",
+        "Models",
+        tabulate(sorted(MODEL_HELP.items()), headers=["name", "what it is"]),
+        "Datasets",
+        tabulate(sorted(DATASET_HELP.items()), headers=["name", "what it is"]),
+        "Run options (flags, --set KEY=VALUE, or top-level keys in --config)",
+        tabulate(run_options, headers=["key", "default"]),
+    ]
+    return "\n\n".join(parts)
+
+
+def environment() -> str:
+    import torch
+
+    from hpcbench.runtime.launch import mpiexec_path
+    from hpcbench.runtime.placement import cpu_count
+    from hpcbench.runtime.provenance import SLURM_IDS, git_state, progress_mode
+
+    rows = [
+        ["hpcbench", __version__],
+        ["python", f"{platform.python_version()} ({platform.platform()})"],
+        ["host", f"{socket.gethostname()}, {cpu_count()} usable cores"],
+        ["torch", torch.__version__],
+    ]
+    if torch.cuda.is_available():
+        names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        rows.append(["cuda", f"{torch.version.cuda}: {torch.cuda.device_count()} device(s): {names}"])
+    else:
+        rows.append(["cuda", "not available (workers train on the CPU)"])
+    try:
+        from hpcbench.comm.probe import mpi_library
+
+        lib = mpi_library()
+        rows += [["mpi4py", lib["mpi4py_version"]], ["mpi vendor", lib["mpi_vendor"]],
+                 ["mpi library", lib["mpi_library_version"].splitlines()[0]],
+                 ["mpi standard", lib["mpi_standard"]]]
+    except Exception as exc:  # an MPI that cannot load is exactly what info must report
+        rows.append(["mpi", f"cannot load: {exc}"])
+    try:
+        rows.append(["mpiexec", mpiexec_path()])
+    except Exception as exc:
+        rows.append(["mpiexec", str(exc)])
+    rows.append(["rma progress", progress_mode()])
+    for pkg in ("h5py", "numpy", "tabulate"):
+        try:
+            rows.append([pkg, metadata.version(pkg)])
+        except metadata.PackageNotFoundError:
+            rows.append([pkg, "not installed"])
+    commit, dirty = git_state()
+    rows.append(["git", f"{commit}{' (dirty)' if dirty else ''}"])
+    slurm = {k: os.environ[k] for k in SLURM_IDS if k in os.environ}
+    rows.append(["slurm", ", ".join(f"{k}={v}" for k, v in slurm.items()) or "not inside a Slurm job"])
+    return tabulate(rows, tablefmt="plain")

@@ -1,0 +1,128 @@
+"""Write and read result files (the only module that imports h5py).
+
+A file is written under a temporary name with status "running", marked "ok" last, then renamed:
+a crash leaves only the ``.partial`` file, never one that reads as complete.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from hpcbench.errors import UsageError
+from hpcbench.results.schema import ROOT_ATTRS, SCHEMA_VERSION, RunRecord
+
+STRING = h5py.string_dtype()
+
+
+def _attr(value: Any) -> Any:
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value)
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return str(value)  # plain str: h5py refuses subclasses such as torch's TorchVersion
+    return value
+
+
+def _columns(group: h5py.Group, columns: dict[str, np.ndarray]) -> None:
+    for name, values in columns.items():
+        values = np.asarray(values)
+        big = values.size > 4096
+        group.create_dataset(name, data=values, chunks=True if big else None,
+                             compression="gzip" if big else None, compression_opts=1 if big else None)
+
+
+def write_run(path: str | os.PathLike, rec: RunRecord) -> Path:
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    partial = final.with_name(final.name + ".partial")
+    try:
+        with h5py.File(partial, "w") as f:
+            for key, value in rec.attrs.items():
+                f.attrs[key] = _attr(value)
+            f.attrs["schema_version"] = SCHEMA_VERSION
+            f.attrs["status"] = "running"
+            prov = f.create_group("provenance")
+            for key, value in rec.provenance.items():
+                prov.attrs[key] = _attr(value)
+            for key, values in rec.per_rank.items():
+                prov.create_dataset(key, data=np.asarray(values, dtype=object), dtype=STRING)
+            tl = f.create_group("timeline")
+            tl.attrs["clock"] = "seconds since the run started, on rank 0's MPI_Wtime (virtual time in sim mode)"
+            tl.attrs["phases"] = json.dumps(list(rec.phases))
+            columns = dict(rec.timeline)
+            phase_type = h5py.enum_dtype({p: i for i, p in enumerate(rec.phases)}, basetype="u1")
+            _columns(tl, {k: v for k, v in columns.items() if k != "phase"})
+            tl.create_dataset("phase", data=columns["phase"].astype(np.uint8), dtype=phase_type,
+                              chunks=True if columns["phase"].size > 4096 else None)
+            tl.create_dataset("clock_offset_s", data=rec.clock_offsets)
+            _columns(f.create_group("evals"), rec.evals)
+            server = f.create_group("server")
+            for name, table in rec.tables.items():
+                _columns(server.create_group(name), table)
+            summary = f.create_group("summary")
+            for key, value in rec.summary.items():
+                summary.attrs[key] = _attr(value)
+            model = f.create_group("model")
+            model.create_dataset("final_params", data=rec.final_params)
+            model.attrs["parameters"] = int(rec.final_params.size)
+            if rec.simulation:
+                sim = f.create_group("simulation")
+                for key, value in rec.simulation.items():
+                    sim.attrs[key] = _attr(value)
+            f.attrs["status"] = "ok"
+        os.replace(partial, final)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return final
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _read_columns(group: h5py.Group) -> dict[str, np.ndarray]:
+    return {name: group[name][()] for name in group}
+
+
+def read_run(path: str | os.PathLike) -> RunRecord:
+    try:
+        f = h5py.File(path, "r")
+    except (OSError, FileNotFoundError) as exc:
+        raise UsageError(f"cannot read result file {str(path)!r}: {exc}") from None
+    with f:
+        attrs = {k: _plain(v) for k, v in f.attrs.items()}
+        missing = [k for k in ROOT_ATTRS if k not in attrs]
+        if missing:
+            raise UsageError(f"{path} is not an hpcbench result file (missing {', '.join(missing)})")
+        if int(attrs["schema_version"]) > SCHEMA_VERSION:
+            raise UsageError(f"{path} has schema {attrs['schema_version']}; this hpcbench reads up to "
+                             f"{SCHEMA_VERSION}: upgrade hpcbench")
+        attrs["config"] = json.loads(attrs["config"])
+        prov = f["provenance"]
+        tl = f["timeline"]
+        timeline = {name: tl[name][()] for name in tl if name != "clock_offset_s"}
+        return RunRecord(
+            attrs=attrs,
+            provenance={k: _plain(v) for k, v in prov.attrs.items()},
+            per_rank={k: [_plain(x) for x in prov[k][()]] for k in prov},
+            timeline=timeline,
+            phases=tuple(json.loads(tl.attrs["phases"])),
+            clock_offsets=tl["clock_offset_s"][()],
+            evals=_read_columns(f["evals"]),
+            tables={name: _read_columns(f["server"][name]) for name in f["server"]},
+            summary={k: _plain(v) for k, v in f["summary"].attrs.items()},
+            final_params=f["model"]["final_params"][()],
+            simulation={k: _plain(v) for k, v in f["simulation"].attrs.items()} if "simulation" in f else {},
+            path=str(path),
+        )

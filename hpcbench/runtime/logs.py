@@ -1,0 +1,55 @@
+"""Rank 0's logs during a run: evaluations of the global model and the algorithm's tables."""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+
+from hpcbench.algorithms.ops import Evaluate, Record
+from hpcbench.results.schema import EVAL_COLUMNS
+
+
+class RunLogs:
+    """Evaluations are snapshots during the run, scored after it: measuring never slows the run."""
+
+    def __init__(self, tables: Mapping[str, tuple[str, ...]]) -> None:
+        self.snapshots: list[tuple[float, Evaluate]] = []
+        self.evals: list[tuple[float, ...]] = []
+        self.table_columns = {name: ("t",) + tuple(cols) for name, cols in tables.items()}
+        self.tables: dict[str, list[tuple[float, ...]]] = {name: [] for name in tables}
+
+    def snapshot(self, t: float, op: Evaluate) -> None:
+        self.snapshots.append((t, Evaluate(op.params.copy(), op.samples, op.updates, op.consensus)))
+
+    def score(self, evaluate: Callable[[np.ndarray], tuple[float, float]]) -> None:
+        """Evaluate every snapshot, in order, with ``evaluate(params) -> (loss, accuracy)``."""
+        for t, op in self.snapshots:
+            loss, accuracy = evaluate(op.params)
+            self.evals.append((t, op.samples, op.updates, loss, accuracy, op.consensus))
+
+    @property
+    def last_params(self) -> np.ndarray | None:
+        return self.snapshots[-1][1].params if self.snapshots else None
+
+    def record(self, t: float, op: Record) -> None:
+        self.tables[op.table].append((t,) + tuple(op.values))
+
+    def eval_columns(self, shift: float = 0.0) -> dict[str, np.ndarray]:
+        cols = {name: np.array([row[i] for row in self.evals], dtype=np.float64)
+                for i, name in enumerate(EVAL_COLUMNS)}
+        cols["t"] = cols["t"] + shift
+        for name in ("samples", "updates"):
+            cols[name] = cols[name].astype(np.int64)
+        return cols
+
+    def table_columns_of(self, name: str, shift: float = 0.0) -> dict[str, np.ndarray]:
+        rows = self.tables[name]
+        cols = {c: np.array([r[i] for r in rows], dtype=np.float64) for i, c in enumerate(self.table_columns[name])}
+        cols["t"] = cols["t"] + shift
+        for c in cols:
+            if c in ("worker", "version_used", "version_applied", "staleness", "version_now"):
+                cols[c] = cols[c].astype(np.int64)
+        return cols
+
+    def all_tables(self, shift: float = 0.0) -> dict[str, dict[str, np.ndarray]]:
+        return {name: self.table_columns_of(name, shift) for name in self.tables}

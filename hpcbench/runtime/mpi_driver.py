@@ -1,0 +1,129 @@
+"""Carries out one rank's program with real MPI, timing every operation into the rank's timeline."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from hpcbench.algorithms.api import Program
+from hpcbench.algorithms.ops import (Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, Gradient, Publish,
+                                     Read, Record, Recv, Send)
+from hpcbench.errors import RuntimeFailure
+from hpcbench.runtime.logs import RunLogs
+from hpcbench.telemetry.timeline import Timeline
+from hpcbench.workload.sharding import BatchStream
+from hpcbench.workload.trainer import Trainer
+
+
+class MpiDriver:
+    """Runs a program to its end. ``comm`` is an ``hpcbench.comm.mpi.MpiComm``.
+
+    Steps: a worker's step k starts with its k-th ``Compute``; rank 0's step counts its ``Record``
+    and ``Evaluate`` operations. Time between operations is the program's own math: "apply" on
+    rank 0, "update" on workers.
+    """
+
+    def __init__(self, comm: Any, timeline: Timeline, timeout: float, trainer: Trainer | None = None,
+                 stream: BatchStream | None = None, slow_factor: float = 1.0, logs: RunLogs | None = None) -> None:
+        self.comm = comm
+        self.timeline = timeline
+        self.timeout = timeout
+        self.trainer = trainer
+        self.stream = stream
+        self.slow_factor = slow_factor
+        self.logs = logs
+        self.step = 0
+        self.clock = comm.wtime
+        self.handlers: dict[type, Callable[[Any], Any]] = {
+            Compute: self.compute, Publish: self.publish, Read: self.read, Accumulate: self.accumulate,
+            Drain: self.drain, Send: self.send, Recv: self.recv, Allreduce: self.allreduce,
+            Barrier: self.barrier, Evaluate: self.evaluate, Record: self.record,
+        }
+
+    def run(self, program: Program) -> float:
+        """Run to completion; returns the local time the program ended."""
+        own_math = "apply" if self.comm.rank == 0 else "update"
+        result = None
+        resumed = self.clock()
+        while True:
+            try:
+                op = program.send(result)
+            except StopIteration:
+                end = self.clock()
+                self.timeline.add(self.step, own_math, resumed, end)
+                return end
+            now = self.clock()
+            if type(op) is not Record:
+                self.timeline.add(self.step, own_math, resumed, now)
+                result = self.handlers[type(op)](op)
+                resumed = self.clock()
+            else:
+                result = self.record(op)
+
+    def _timed(self, phase: str, nbytes: int, fn: Callable[[], Any]) -> Any:
+        t0 = self.clock()
+        out = fn()
+        self.timeline.add(self.step, phase, t0, self.clock(), nbytes)
+        return out
+
+    def compute(self, op: Compute) -> Gradient:
+        assert self.trainer is not None and self.stream is not None
+        self.step += 1
+        t0 = self.clock()
+        indices = self.stream.next()
+        x, y = self.trainer.batch(indices)
+        t1 = self.clock()
+        grad, loss = self.trainer.gradient(op.params, x, y)
+        if self.slow_factor > 1.0:
+            # An injected straggler: stretch this compute to slow_factor times its real length.
+            time.sleep((self.clock() - t1) * (self.slow_factor - 1.0))
+        t2 = self.clock()
+        self.timeline.add(self.step, "data", t0, t1)
+        self.timeline.add(self.step, "compute", t1, t2)
+        return Gradient(grad, loss, len(indices))
+
+    def publish(self, op: Publish) -> None:
+        self._timed("communicate", op.data.nbytes, lambda: self.comm.windows[op.window].publish(op.data))
+
+    def read(self, op: Read) -> list:
+        window = self.comm.windows[op.window]
+        nbytes = op.nbytes if op.nbytes >= 0 else self.comm.window_sizes[op.window]
+        return self._timed("communicate", nbytes * len(op.ranks), lambda: window.read(op.ranks, nbytes))
+
+    def accumulate(self, op: Accumulate) -> None:
+        nbytes = sum(a.nbytes for _, a in op.parts)
+        self._timed("communicate", nbytes, lambda: self.comm.windows[op.window].accumulate(op.rank, op.parts))
+
+    def drain(self, op: Drain) -> Any:
+        window = self.comm.windows[op.window]
+        return self._timed("communicate", window.local.nbytes, window.drain)
+
+    def send(self, op: Send) -> None:
+        self._timed("communicate", op.data.nbytes, lambda: self.comm.send(op.channel, op.dest, op.data))
+
+    def recv(self, op: Recv) -> Any:
+        timeout = self.timeout if op.timeout is None else op.timeout
+        t0 = self.clock()
+        got = self.comm.recv(op.channel, op.src, timeout)
+        if got is None and op.timeout is None:
+            who = "any rank" if op.src < 0 else f"rank {op.src}"
+            raise RuntimeFailure(f"timed out after {timeout:g} s waiting for a {op.channel!r} message from {who}")
+        self.timeline.add(self.step, "wait", t0, self.clock(), got[1].nbytes if got is not None else 0)
+        return got
+
+    def allreduce(self, op: Allreduce) -> Any:
+        return self._timed("communicate", op.data.nbytes, lambda: self.comm.allreduce(op.data, self.timeout))
+
+    def barrier(self, op: Barrier) -> None:
+        self._timed("wait", 0, lambda: self.comm.worker_barrier(self.timeout))
+
+    def evaluate(self, op: Evaluate) -> None:
+        assert self.logs is not None
+        self.step += 1
+        t0 = self.clock()
+        self.logs.snapshot(t0, op)
+        self.timeline.add(self.step, "eval", t0, self.clock(), op.params.nbytes)
+
+    def record(self, op: Record) -> None:
+        assert self.logs is not None
+        self.step += 1
+        self.logs.record(self.clock(), op)

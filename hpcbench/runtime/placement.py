@@ -1,0 +1,37 @@
+"""Where a rank computes: its torch device (one GPU per node-local worker) and its thread count."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def thread_count(requested: int, ranks_on_node: int) -> int:
+    """--threads, else SLURM_CPUS_PER_TASK, else OMP_NUM_THREADS, else this node's cores shared out."""
+    if requested:
+        return requested
+    for var in ("SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"):
+        value = os.environ.get(var, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return max(1, cpu_count() // max(1, ranks_on_node))
+
+
+def worker_slot(rank: int, local_rank: int, on_rank0_node: bool) -> int:
+    """Index of this worker among the workers on its node (rank 0 does not count)."""
+    return local_rank - 1 if on_rank0_node and rank != 0 else local_rank
+
+
+def choose_device(rank: int, local_rank: int, on_rank0_node: bool) -> str:
+    if not torch.cuda.is_available():
+        return "cpu"
+    if rank == 0:
+        return "cuda:0"
+    return f"cuda:{worker_slot(rank, local_rank, on_rank0_node) % torch.cuda.device_count()}"

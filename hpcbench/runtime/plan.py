@@ -1,0 +1,76 @@
+"""From a validated config to what an algorithm sees: budget, schedule, options, context."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from hpcbench.algorithms import ALGORITHMS, Algorithm, Context
+from hpcbench.algorithms.schedule import Schedule
+from hpcbench.config import RunConfig, build_options, parse_straggler_spec, validate_numbers
+from hpcbench.errors import UsageError
+from hpcbench.workload.datasets import DATASETS
+from hpcbench.workload.models import MODELS
+
+DEFAULT_STEPS = 100
+ASYNC_WARMUP_EPOCHS = 5.0
+
+
+def validate(cfg: RunConfig) -> type[Algorithm]:
+    """Every check that needs no MPI and no data: names, option tables, numbers."""
+    if not cfg.algo:
+        raise UsageError(f"choose an algorithm with --algo; valid: {', '.join(ALGORITHMS.names())}")
+    algo = ALGORITHMS.get(cfg.algo)
+    MODELS.get(cfg.model)
+    DATASETS.get(cfg.dataset)
+    for table, values in cfg.options.items():
+        build_options(ALGORITHMS.get(table).Options, values, f"{table}.")
+    validate_numbers(cfg)
+    return algo
+
+
+def options_for(cfg: RunConfig, algo: type[Algorithm]) -> Any:
+    return build_options(algo.Options, cfg.options.get(algo.name, {}), f"{algo.name}.")
+
+
+def steps_per_worker(cfg: RunConfig, workers: int, train_size: int) -> int:
+    """Each worker's equal share of the sample budget, in batches."""
+    if cfg.steps is not None:
+        return cfg.steps
+    if cfg.epochs is not None:
+        return max(1, math.ceil(cfg.epochs * train_size / (workers * cfg.batch_size)))
+    return DEFAULT_STEPS
+
+
+def warmup_epochs(cfg: RunConfig, algo: type[Algorithm]) -> float:
+    if cfg.warmup_epochs >= 0:
+        return cfg.warmup_epochs
+    return ASYNC_WARMUP_EPOCHS if algo.asynchronous else 0.0
+
+
+def make_context(cfg: RunConfig, algo: type[Algorithm], workers: int, params: np.ndarray,
+                 train_size: int) -> Context:
+    steps = steps_per_worker(cfg, workers, train_size)
+    budget = steps * workers * cfg.batch_size
+    schedule = Schedule(cfg.lr, workers, train_size, warmup_epochs(cfg, algo), tuple(cfg.lr_decay_epochs),
+                        cfg.lr_decay_factor)
+    return Context(
+        workers=workers, params=params, batch_size=cfg.batch_size, steps=steps, train_size=train_size,
+        schedule=schedule, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay,
+        eval_every=max(1, budget // cfg.evals), seed=cfg.seed, options=options_for(cfg, algo),
+    )
+
+
+def straggler_ranks(cfg: RunConfig, workers: int) -> set[int]:
+    """The worker ranks slowed by ``--stragglers``: a seeded choice of round(fraction·n) of them."""
+    if not cfg.stragglers:
+        return set()
+    fraction, _ = parse_straggler_spec(cfg.stragglers)
+    count = round(fraction * workers)
+    chosen = np.random.default_rng([cfg.seed, 0x57A6]).permutation(workers)[:count]
+    return {int(i) + 1 for i in chosen}
+
+
+def straggler_factor(cfg: RunConfig) -> float:
+    return parse_straggler_spec(cfg.stragglers)[1] if cfg.stragglers else 1.0

@@ -1,0 +1,81 @@
+"""Assemble a run's result record on rank 0 (shared by the MPI driver and the simulator)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import hpcbench
+from hpcbench.algorithms import Algorithm, Context
+from hpcbench.config import RunConfig
+from hpcbench.results.schema import RunRecord
+from hpcbench.runtime.logs import RunLogs
+from hpcbench.telemetry.summary import summarize
+from hpcbench.telemetry.timeline import COLUMNS, PHASES, concat
+
+
+def default_out(cfg: RunConfig, workers: int, mode: str = "mpi") -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    stem = f"results/{cfg.algo}-{cfg.dataset}-{cfg.model}-{mode}-w{workers}-s{cfg.seed}-{stamp}"
+    path, n = Path(stem + ".h5"), 1
+    while path.exists():
+        n += 1
+        path = Path(f"{stem}-{n}.h5")
+    return str(path)
+
+
+def resolved_config(cfg: RunConfig, algo: Algorithm, ctx: Context) -> dict[str, Any]:
+    out = cfg.to_dict()
+    out["options"] = {algo.name: {k: getattr(ctx.options, k) for k in vars(ctx.options)}}
+    out.update(steps_per_worker=ctx.steps, budget_samples=ctx.budget, eval_every=ctx.eval_every,
+               warmup_epochs=ctx.schedule.warmup_epochs, parameters=ctx.size, train_size=ctx.train_size)
+    return out
+
+
+def build_record(cfg: RunConfig, algo: Algorithm, ctx: Context, mode: str, world_size: int,
+                 parts: list[dict[str, Any]], offsets: np.ndarray, origin: float, logs: RunLogs,
+                 provenance: dict[str, Any], simulation: dict[str, Any] | None = None) -> RunRecord:
+    """``parts``: one dict per rank with its timeline columns and start/end on its own clock."""
+    parts = sorted(parts, key=lambda p: p["rank"])
+    shifted = []
+    for p in parts:
+        shift = -float(offsets[p["rank"]]) - origin
+        cols = dict(p["timeline"])
+        cols["t_start"] = cols["t_start"] + shift
+        cols["t_end"] = cols["t_end"] + shift
+        shifted.append(cols)
+    timeline = concat(shifted) if shifted else {c: np.zeros(0) for c in COLUMNS}
+    wall = max(p["end"] - float(offsets[p["rank"]]) for p in parts) - origin
+    evals = logs.eval_columns(-origin)
+    tables = logs.all_tables(-origin)
+    summary = summarize(timeline, evals, tables.get("updates", {}), ctx.workers, wall, cfg.target_accuracy)
+    summary["server_state_bytes"] = algo.state_bytes()
+    summary["too_stale"] = len(logs.tables.get("too_stale", []))
+    final = logs.last_params if logs.last_params is not None else ctx.params
+    attrs = {
+        "hpcbench_version": hpcbench.__version__,
+        "mode": mode,
+        "algorithm": algo.name,
+        "world_size": world_size,
+        "workers": ctx.workers,
+        "model": cfg.model,
+        "dataset": cfg.dataset,
+        "seed": cfg.seed,
+        "status": "ok",
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "config": resolved_config(cfg, algo, ctx),
+    }
+    per_rank = {"hostnames": [p["host"] for p in parts], "devices": [p["device"] for p in parts],
+                "threads": [str(p["threads"]) for p in parts]}
+    return RunRecord(attrs=attrs, provenance=provenance, per_rank=per_rank, timeline=timeline, phases=PHASES,
+                     clock_offsets=np.asarray(offsets, dtype=np.float64), evals=evals, tables=tables,
+                     summary=summary, final_params=np.asarray(final, dtype=np.float32),
+                     simulation=simulation or {})
+
+
+def result_line(rec: RunRecord, path: str) -> str:
+    s = rec.summary
+    return (f"{rec.algorithm} ({rec.mode}, {rec.workers} workers): {s['samples']} samples in {s['wall_s']:.1f} s "
+            f"= {s['samples_per_s']:.0f} samples/s, final accuracy {s['final_accuracy']:.3f} -> {path}")

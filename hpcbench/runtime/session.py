@@ -1,0 +1,143 @@
+"""``hpcbench run``: one benchmark run under real MPI, from set-up to the result file on rank 0."""
+from __future__ import annotations
+
+import sys
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import torch
+
+from hpcbench.algorithms import Algorithm
+from hpcbench.algorithms.api import Layout
+from hpcbench.config import RunConfig
+from hpcbench.errors import HpcbenchError, UsageError
+from hpcbench.results.schema import RunRecord
+from hpcbench.results.store import write_run
+from hpcbench.runtime import plan
+from hpcbench.runtime.logs import RunLogs
+from hpcbench.runtime.mpi_driver import MpiDriver
+from hpcbench.runtime.placement import choose_device, thread_count
+from hpcbench.runtime.provenance import software
+from hpcbench.runtime.record import build_record, default_out, result_line
+from hpcbench.telemetry.timeline import Timeline
+from hpcbench.workload.datasets import load_dataset
+from hpcbench.workload.sharding import BatchStream, shard_indices
+from hpcbench.workload.trainer import Trainer
+
+
+@dataclass
+class Prepared:
+    algo: Algorithm
+    layout: Layout
+    trainer: Trainer
+    stream: BatchStream | None
+    device: str
+    threads: int
+
+
+def prepare(cfg: RunConfig, algo_cls: type[Algorithm], rank: int, workers: int, local: tuple[int, int],
+            on_rank0_node: bool) -> Prepared:
+    """Everything a rank sets up alone; may raise UsageError (agreed on by all ranks afterwards)."""
+    algo_cls.check(cfg, workers)
+    threads = thread_count(cfg.threads, local[1])
+    torch.set_num_threads(threads)
+    device = choose_device(rank, local[0], on_rank0_node)
+    data = load_dataset(cfg.dataset, cfg.data_dir)
+    if workers > len(data.y_train):
+        raise UsageError(f"{workers} workers but only {len(data.y_train)} training samples in {cfg.dataset}")
+    trainer = Trainer(cfg.model, data, cfg.seed, device)
+    ctx = plan.make_context(cfg, algo_cls, workers, trainer.initial, len(data.y_train))
+    algo = algo_cls(ctx)
+    stream = None
+    if rank > 0:
+        shard = shard_indices(len(data.y_train), workers, rank - 1, cfg.seed)
+        stream = BatchStream(shard, cfg.batch_size, cfg.seed, rank)
+    return Prepared(algo, algo.layout(), trainer, stream, device, threads)
+
+
+def open_layout(comm: Any, layout: Layout, workers: int) -> None:
+    """Collective, in name order so every rank creates the same windows and tags."""
+    for name in sorted(layout.windows):
+        spec = layout.windows[name]
+        owned = (spec.owner == "server") == (comm.rank == 0)
+        comm.open_window(name, spec.nbytes, owned)
+        if owned and spec.initial is not None:
+            comm.windows[name].publish(spec.initial)
+    for name in sorted(layout.channels):
+        spec = layout.channels[name]
+        sources: tuple[int, ...] = ()
+        if spec.to == "server" and comm.rank == 0:
+            sources = tuple(range(1, workers + 1))
+        elif spec.sender == "server" and comm.rank != 0:
+            sources = (0,)
+        comm.open_channel(name, spec.nbytes, sources)
+
+
+def agree(comm: Any, error: str | None) -> tuple[int, str, str] | None:
+    """Collective: the first rank's set-up error, if any rank had one."""
+    errors = comm.allgather(None if error is None else (comm.rank, comm.host, error))
+    return next((e for e in errors if e is not None), None)
+
+
+def run_mpi(cfg: RunConfig, algo_cls: type[Algorithm]) -> int:
+    from hpcbench.comm.mpi import MpiComm
+
+    comm = MpiComm()
+    try:
+        return execute(cfg, algo_cls, comm)
+    except HpcbenchError as exc:
+        print(f"hpcbench: error: rank {comm.rank} on {comm.host}: {exc}", file=sys.stderr, flush=True)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+    comm.abort(1)
+    return 1
+
+
+def execute(cfg: RunConfig, algo_cls: type[Algorithm], comm: Any) -> int:
+    from hpcbench.comm.probe import mpi_library
+
+    rank, workers = comm.rank, comm.size - 1
+    local = comm.node_local()
+    hosts = comm.allgather(comm.host)
+    prepared, error = None, None
+    try:
+        prepared = prepare(cfg, algo_cls, rank, workers, local, hosts[rank] == hosts[0])
+    except UsageError as exc:
+        error = str(exc)
+    failure = agree(comm, error)
+    if failure is not None:
+        if rank == 0:
+            who, host, message = failure
+            where = "" if who == 0 else f"rank {who} on {host}: "
+            print(f"hpcbench: error: {where}{message}", file=sys.stderr, flush=True)
+        comm.finalize()
+        return 2
+    assert prepared is not None
+    algo, ctx = prepared.algo, prepared.algo.ctx
+    open_layout(comm, prepared.layout, workers)
+    offsets = comm.clock_offsets()
+    timeline = Timeline(rank)
+    logs = RunLogs(prepared.layout.tables) if rank == 0 else None
+    slow = plan.straggler_factor(cfg) if rank in plan.straggler_ranks(cfg, workers) else 1.0
+    driver = MpiDriver(comm, timeline, cfg.timeout_s, prepared.trainer, prepared.stream, slow, logs)
+    program = algo.server() if rank == 0 else algo.worker(rank)
+    comm.world_barrier(cfg.timeout_s)
+    start = comm.wtime()
+    end = driver.run(program)
+    comm.close(cfg.timeout_s)
+    parts = comm.gather({"rank": rank, "host": comm.host, "device": prepared.device, "start": start, "end": end,
+                         "threads": prepared.threads, "timeline": timeline.columns()})
+    if rank == 0:
+        assert logs is not None and offsets is not None and parts is not None
+        logs.score(lambda params: prepared.trainer.evaluate(params, cfg.eval_samples))
+        provenance = {**software(), **mpi_library()}
+        record = build_record(cfg, algo, ctx, mode="mpi", world_size=comm.size, parts=parts, offsets=offsets,
+                              origin=start, logs=logs, provenance=provenance)
+        path = write_run(cfg.out or default_out(cfg, workers), record)
+        print(result_line(record, str(path)), flush=True)
+    comm.finalize()
+    return 0

@@ -1,0 +1,82 @@
+"""Local studies: one ``mpiexec`` per (algorithm, world size, repeat) on this machine, then the report."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from hpcbench.errors import UsageError
+
+# The demo: every algorithm on the real digits data, small enough for 2 cores in a few minutes.
+DEMO_ARGS = ("--dataset", "digits", "--model", "mlp", "--epochs", "4", "--batch-size", "32", "--lr", "0.05",
+             "--set", "warmup_epochs=1", "--set", "evals=8")
+
+
+def parse_ranks(text: str) -> list[int]:
+    try:
+        ranks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--ranks {text!r} is not a comma-separated list of integers") from None
+    if not ranks:
+        raise UsageError("--ranks is empty: give world sizes such as 3,5")
+    if any(r < 2 for r in ranks):
+        raise UsageError(f"--ranks {text!r}: every world size must be >= 2 (rank 0 plus workers)")
+    return ranks
+
+
+def run_local(algos: Sequence[str], ranks: Sequence[int], run_args: Sequence[str], out_dir: str,
+              timeout: float, repeats: int = 1) -> tuple[list[Path], list[str]]:
+    """Run each point in turn; returns (result files, failure descriptions)."""
+    from hpcbench.algorithms import ALGORITHMS
+    from hpcbench.runtime.launch import run_ranks
+
+    points = [(a, r, k) for a in algos for r in ranks for k in range(repeats)]
+    done: list[Path] = []
+    failures: list[str] = []
+    for i, (algo, world, repeat) in enumerate(points, 1):
+        cls = ALGORITHMS.get(algo)
+        label = f"{algo} on {world} ranks" + (f", repeat {repeat + 1}" if repeats > 1 else "")
+        if world - 1 < cls.min_workers:
+            print(f"[{i}/{len(points)}] {label}: skipped ({algo} needs {cls.min_workers + 1}+ ranks)", flush=True)
+            continue
+        suffix = f"-r{repeat + 1}" if repeats > 1 else ""
+        out = Path(out_dir) / f"{algo}-w{world - 1}{suffix}.h5"
+        args = ["run", "--algo", algo, *run_args, "--out", str(out)]
+        if repeats > 1:
+            args += ["--set", f"seed={repeat}"]
+        t0 = time.monotonic()
+        try:
+            proc = run_ranks(world, args, timeout, capture=True)
+            ok = proc.returncode == 0
+            why = (proc.stderr.strip().splitlines() or ["exit code %d" % proc.returncode])[-1]
+        except subprocess.TimeoutExpired:
+            ok, why = False, f"killed after {timeout:g} s"
+        elapsed = time.monotonic() - t0
+        if ok:
+            done.append(out)
+            print(f"[{i}/{len(points)}] {label}: {proc.stdout.strip().splitlines()[-1]} ({elapsed:.0f} s)", flush=True)
+        else:
+            failures.append(f"{label}: {why}")
+            print(f"[{i}/{len(points)}] {label}: FAILED: {why}", file=sys.stderr, flush=True)
+    return done, failures
+
+
+def demo(out_dir: str, ranks_text: str, steps: int, timeout: float) -> int:
+    from hpcbench.algorithms import ALGORITHMS
+    from hpcbench.report.tables import load, report_text
+
+    ranks = parse_ranks(ranks_text)
+    run_args = list(DEMO_ARGS)
+    if steps:
+        i = run_args.index("--epochs")
+        run_args[i:i + 2] = ["--steps", str(steps)]
+    t0 = time.monotonic()
+    files, failures = run_local(ALGORITHMS.names(), ranks, run_args, out_dir, timeout)
+    print(f"\n{len(files)} runs in {time.monotonic() - t0:.0f} s; result files in {out_dir}/\n")
+    if files:
+        print(report_text(load([str(f) for f in files])))
+    for failure in failures:
+        print(f"FAILED: {failure}", file=sys.stderr)
+    return 1 if failures else 0

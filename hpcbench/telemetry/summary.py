@@ -1,0 +1,70 @@
+"""Run summary arithmetic from the timeline, evaluations and server log (pure functions)."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from hpcbench.telemetry.timeline import PHASE_CODE
+
+WORKER_PHASES = ("data", "compute", "communicate", "wait", "update")
+
+
+def time_to_target(t: np.ndarray, accuracy: np.ndarray, target: float) -> float:
+    """First evaluation time at which accuracy reached ``target``; NaN if never."""
+    hits = np.flatnonzero(accuracy >= target)
+    return float(t[hits[0]]) if hits.size else float("nan")
+
+
+def phase_fractions(tl: Mapping[str, np.ndarray], workers: np.ndarray) -> dict[str, float]:
+    """Share of the workers' busy time spent in each phase (busy = first to last timed operation)."""
+    mask = np.isin(tl["rank"], workers)
+    if not mask.any():
+        return {f"{p}_fraction": float("nan") for p in WORKER_PHASES}
+    ranks, phase = tl["rank"][mask], tl["phase"][mask]
+    t0, t1 = tl["t_start"][mask], tl["t_end"][mask]
+    busy = sum(float(t1[ranks == r].max() - t0[ranks == r].min()) for r in np.unique(ranks))
+    return {f"{p}_fraction": float((t1 - t0)[phase == PHASE_CODE[p]].sum() / busy) if busy > 0 else float("nan")
+            for p in WORKER_PHASES}
+
+
+def median_step(tl: Mapping[str, np.ndarray], workers: np.ndarray) -> float:
+    """Median time between the starts of consecutive batches on the same worker."""
+    gaps = []
+    for r in workers:
+        starts = np.sort(tl["t_start"][(tl["rank"] == r) & (tl["phase"] == PHASE_CODE["data"])])
+        gaps.append(np.diff(starts))
+    gaps_all = np.concatenate(gaps) if gaps else np.zeros(0)
+    return float(np.median(gaps_all)) if gaps_all.size else float("nan")
+
+
+def percentiles(values: np.ndarray, name: str) -> dict[str, float]:
+    v = values[np.isfinite(values)] if values.size else values
+    if not v.size:
+        return {f"{name}_mean": float("nan"), f"{name}_p50": float("nan"), f"{name}_p99": float("nan")}
+    return {f"{name}_mean": float(v.mean()), f"{name}_p50": float(np.percentile(v, 50)),
+            f"{name}_p99": float(np.percentile(v, 99))}
+
+
+def summarize(tl: Mapping[str, np.ndarray], evals: Mapping[str, np.ndarray], updates: Mapping[str, np.ndarray],
+              workers: int, wall_s: float, target: float) -> dict[str, float]:
+    worker_ranks = np.arange(1, workers + 1)
+    samples = int(evals["samples"][-1]) if len(evals["samples"]) else 0
+    out: dict[str, float] = {
+        "wall_s": wall_s,
+        "samples": samples,
+        "samples_per_s": samples / wall_s if wall_s > 0 else float("nan"),
+        "updates": int(evals["updates"][-1]) if len(evals["updates"]) else 0,
+        "final_loss": float(evals["loss"][-1]) if len(evals["loss"]) else float("nan"),
+        "final_accuracy": float(evals["accuracy"][-1]) if len(evals["accuracy"]) else float("nan"),
+        "best_accuracy": float(np.max(evals["accuracy"])) if len(evals["accuracy"]) else float("nan"),
+        "target_accuracy": target,
+        "time_to_target_s": time_to_target(evals["t"], evals["accuracy"], target),
+        "median_step_s": median_step(tl, worker_ranks),
+        "eval_s": float(((tl["t_end"] - tl["t_start"])[(tl["rank"] == 0) & (tl["phase"] == PHASE_CODE["eval"])]).sum()),
+        "final_consensus": float(evals["consensus"][-1]) if len(evals["consensus"]) else float("nan"),
+    }
+    out.update(phase_fractions(tl, worker_ranks))
+    for column, name in (("staleness", "staleness"), ("penalty_mean", "penalty"), ("gap_mean", "gap")):
+        out.update(percentiles(np.asarray(updates.get(column, np.zeros(0)), dtype=np.float64), name))
+    return out

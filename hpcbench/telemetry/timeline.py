@@ -1,0 +1,43 @@
+"""Per-rank timelines: one row per timed operation (step, phase, start, end, bytes)."""
+from __future__ import annotations
+
+import numpy as np
+
+# data: batch assembly · compute: forward/backward (and injected straggler delay) · communicate:
+# one-sided and point-to-point transfers, collectives · wait: blocked on a message or barrier ·
+# apply: rank 0's update math · update: a worker's own update math · eval: rank 0 snapshotting
+# the global model (it is scored after the run).
+PHASES = ("data", "compute", "communicate", "wait", "apply", "update", "eval")
+PHASE_CODE = {name: i for i, name in enumerate(PHASES)}
+COLUMNS = ("rank", "step", "phase", "t_start", "t_end", "nbytes")
+
+
+class Timeline:
+    """Rows appended during a run on one rank, in that rank's own clock."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.rows: list[tuple[int, int, float, float, int]] = []
+
+    def add(self, step: int, phase: str, t_start: float, t_end: float, nbytes: int = 0) -> None:
+        self.rows.append((step, PHASE_CODE[phase], t_start, t_end, nbytes))
+
+    def columns(self, shift: float = 0.0) -> dict[str, np.ndarray]:
+        """The rows as columns, times moved by ``shift`` (onto rank 0's clock and run origin)."""
+        if self.rows:
+            step, phase, t0, t1, nbytes = (np.asarray(c) for c in zip(*self.rows))
+        else:
+            step = phase = nbytes = np.zeros(0, np.int64)
+            t0 = t1 = np.zeros(0)
+        return {
+            "rank": np.full(len(self.rows), self.rank, dtype=np.int32),
+            "step": step.astype(np.int64),
+            "phase": phase.astype(np.uint8),
+            "t_start": t0.astype(np.float64) + shift,
+            "t_end": t1.astype(np.float64) + shift,
+            "nbytes": nbytes.astype(np.int64),
+        }
+
+
+def concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}

@@ -1,0 +1,1 @@
+"""Models, datasets, shards and the flat-parameter trainer."""

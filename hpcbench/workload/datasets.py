@@ -1,0 +1,140 @@
+"""Datasets held in memory: synthetic (from code), digits (shipped by scikit-learn), cifar10 (local files).
+
+Nothing is downloaded: digits is read from scikit-learn's installed package data, CIFAR-10 from a
+directory the user gives in the standard python pickle format.
+"""
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from hpcbench.errors import UsageError
+from hpcbench.registry import Registry
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Train and test split as numpy arrays, N×C×H×W images and int64 labels."""
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    classes: int
+    mean: tuple[float, ...]  # per-channel normalisation applied to each batch
+    std: tuple[float, ...]
+    scale: float  # raw value that maps to 1.0 (255 for uint8 images)
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return tuple(self.x_train.shape[1:])  # type: ignore[return-value]
+
+    def normalise(self, x: np.ndarray) -> np.ndarray:
+        """Raw stored values of a batch → float32 network input."""
+        shape = (1, -1, 1, 1)
+        mean = np.asarray(self.mean, np.float32).reshape(shape)
+        std = np.asarray(self.std, np.float32).reshape(shape)
+        return (x.astype(np.float32) / self.scale - mean) / std
+
+
+Loader = Callable[[str], Dataset]
+DATASETS: Registry[Loader] = Registry("dataset")
+DATASET_HELP: dict[str, str] = {}
+
+
+def describe(name: str, text: str) -> Callable[[Loader], Loader]:
+    def add(fn: Loader) -> Loader:
+        DATASET_HELP[name] = text
+        return DATASETS.register(name)(fn)
+
+    return add
+
+
+def split(x: np.ndarray, y: np.ndarray, test: int, seed: int) -> tuple[np.ndarray, ...]:
+    order = np.random.default_rng(seed).permutation(len(y))
+    te, tr = order[:test], order[test:]
+    return x[tr], y[tr], x[te], y[te]
+
+
+@describe("synthetic", "10 classes of 3x32x32 noisy smooth patterns, 4096 train / 1024 test, made from code")
+def load_synthetic(data_dir: str) -> Dataset:
+    # Fixed data seed: runs with different --seed see the same data, as with a real dataset.
+    rng = np.random.default_rng(20201909)
+    classes, n_train, n_test, shape = 10, 4096, 1024, (3, 32, 32)
+    coarse = rng.normal(size=(classes, shape[0], 8, 8)).astype(np.float32)
+    templates = coarse.repeat(4, axis=2).repeat(4, axis=3)
+    n = n_train + n_test
+    y = rng.integers(0, classes, size=n)
+    x = templates[y] * 0.5 + rng.normal(size=(n,) + shape).astype(np.float32)
+    return Dataset("synthetic", x[:n_train], y[:n_train].astype(np.int64), x[n_train:],
+                   y[n_train:].astype(np.int64), classes, (0.0,) * 3, (1.0,) * 3, 1.0)
+
+
+def digits_file() -> Path | None:
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
+    return path if path.is_file() else None
+
+
+@describe("digits", "scikit-learn's 1,797 8x8 handwritten digits, 1437 train / 360 test")
+def load_digits(data_dir: str) -> Dataset:
+    path = digits_file()
+    if path is not None:
+        # Reading scikit-learn's shipped file directly avoids a 2 s import on every rank.
+        with gzip.open(path, "rt") as fh:
+            raw = np.loadtxt(fh, delimiter=",", dtype=np.float32)
+        x, y = raw[:, :-1], raw[:, -1].astype(np.int64)
+    else:
+        try:
+            from sklearn.datasets import load_digits as sk_load
+        except ImportError:
+            raise UsageError("dataset 'digits' needs scikit-learn: pip install scikit-learn") from None
+        bunch = sk_load()
+        x, y = bunch.data.astype(np.float32), bunch.target.astype(np.int64)
+    x = x.reshape(-1, 1, 8, 8)
+    x_tr, y_tr, x_te, y_te = split(x, y, test=360, seed=0)
+    return Dataset("digits", x_tr, y_tr, x_te, y_te, 10, (0.3,), (0.4,), 16.0)
+
+
+CIFAR_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+
+
+def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    with open(path, "rb") as fh:
+        try:
+            batch = pickle.load(fh, encoding="bytes")
+            data, labels = batch[b"data"], batch[b"labels"]
+        except Exception:
+            raise UsageError(f"{path} is not a CIFAR-10 python pickle batch") from None
+    x = np.asarray(data, dtype=np.uint8).reshape(-1, 3, 32, 32)
+    return x, np.asarray(labels, dtype=np.int64)
+
+
+@describe("cifar10", "CIFAR-10 from --data-dir (python pickle format: data_batch_1..5, test_batch)")
+def load_cifar10(data_dir: str) -> Dataset:
+    if not data_dir:
+        raise UsageError("dataset 'cifar10' needs --data-dir DIR holding data_batch_1..5 and test_batch")
+    root = Path(data_dir)
+    missing = [f for f in CIFAR_FILES if not (root / f).is_file()]
+    if missing:
+        raise UsageError(f"cifar10 data dir {data_dir!r} lacks {', '.join(missing)} "
+                         "(expected the python version of CIFAR-10: data_batch_1..5, test_batch)")
+    parts = [read_cifar_batch(root / f) for f in CIFAR_FILES[:-1]]
+    x_te, y_te = read_cifar_batch(root / "test_batch")
+    x_tr = np.concatenate([p[0] for p in parts])
+    y_tr = np.concatenate([p[1] for p in parts])
+    return Dataset("cifar10", x_tr, y_tr, x_te, y_te, 10,
+                   (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), 255.0)
+
+
+def load_dataset(name: str, data_dir: str = "") -> Dataset:
+    return DATASETS.get(name)(data_dir)

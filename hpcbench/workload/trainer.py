@@ -1,0 +1,105 @@
+"""Gradients and evaluation of a model addressed as one flat float32 parameter vector.
+
+Algorithms see only flat numpy vectors on the host; the trainer moves them to the device (through
+pinned buffers on CUDA), runs forward/backward, and hands the flat gradient back on the host.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from hpcbench.workload.datasets import Dataset
+from hpcbench.workload.models import build_model
+
+EVAL_CHUNK = 500
+BN_RECALIBRATION_SAMPLES = 512
+
+
+class Trainer:
+    """A model whose parameters are views into one flat tensor, plus its data."""
+
+    def __init__(self, model_name: str, data: Dataset, seed: int, device: str = "cpu") -> None:
+        self.data = data
+        self.device = torch.device(device)
+        self.model = build_model(model_name, data.input_shape, data.classes, seed).to(self.device)
+        params = list(self.model.parameters())
+        self.size = sum(p.numel() for p in params)
+        self.flat = torch.zeros(self.size, dtype=torch.float32, device=self.device)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            self.flat[offset:offset + n].copy_(p.data.view(-1))
+            p.data = self.flat[offset:offset + n].view_as(p)
+            offset += n
+        self._params = params
+        self.initial = self.flat.cpu().numpy().copy()
+        self.has_batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules())
+        pin = self.device.type == "cuda"
+        self._host_grad = torch.empty(self.size, dtype=torch.float32, pin_memory=pin)
+        self._host_params = torch.empty(self.size, dtype=torch.float32, pin_memory=pin)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * 4
+
+    def load(self, params: np.ndarray) -> None:
+        """Copy a flat host vector into the model (host → device through a pinned buffer)."""
+        self._host_params.numpy()[:] = params
+        self.flat.copy_(self._host_params, non_blocking=True)
+
+    def batch(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.from_numpy(self.data.normalise(self.data.x_train[indices]))
+        y = torch.from_numpy(self.data.y_train[indices])
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def gradient(self, params: np.ndarray, x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, float]:
+        """Mean cross-entropy gradient at ``params`` on one batch, as a new host float32 vector."""
+        self.load(params)
+        self.model.train()
+        for p in self._params:
+            p.grad = None
+        loss = F.cross_entropy(self.model(x), y)
+        loss.backward()
+        offset = 0
+        host = self._host_grad
+        for p in self._params:
+            n = p.numel()
+            host[offset:offset + n].copy_(p.grad.view(-1), non_blocking=True)
+            offset += n
+        if self.device.type == "cuda":
+            # The copies above are asynchronous; MPI must not read the buffer before they land.
+            torch.cuda.current_stream(self.device).synchronize()
+        return host.numpy().copy(), float(loss.detach())
+
+    @torch.no_grad()
+    def recalibrate_batchnorm(self) -> None:
+        """BatchNorm statistics are not parameters; rebuild them for the evaluated parameters."""
+        for m in self.model.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.reset_running_stats()
+                m.momentum = None  # cumulative average over the recalibration batches
+        order = np.random.default_rng(0).permutation(len(self.data.y_train))[:BN_RECALIBRATION_SAMPLES]
+        self.model.train()
+        for start in range(0, len(order), 128):
+            x, _ = self.batch(order[start:start + 128])
+            self.model(x)
+
+    @torch.no_grad()
+    def evaluate(self, params: np.ndarray, limit: int) -> tuple[float, float]:
+        """(mean loss, accuracy) of ``params`` on the first ``limit`` held-out samples."""
+        self.load(params)
+        if self.has_batchnorm:
+            self.recalibrate_batchnorm()
+        self.model.eval()
+        n = min(limit, len(self.data.y_test))
+        loss_sum, correct = 0.0, 0
+        for start in range(0, n, EVAL_CHUNK):
+            stop = min(start + EVAL_CHUNK, n)
+            x = torch.from_numpy(self.data.normalise(self.data.x_test[start:stop])).to(self.device)
+            y = torch.from_numpy(self.data.y_test[start:stop]).to(self.device)
+            out = self.model(x)
+            loss_sum += float(F.cross_entropy(out, y, reduction="sum"))
+            correct += int((out.argmax(1) == y).sum())
+        return loss_sum / n, correct / n

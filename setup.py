@@ -1,0 +1,34 @@
+"""Packaging for hpcbench (distributed as hpcbench-mpi; PyPI's "hpcbench" is an unrelated project)."""
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "hpcbench" / "__init__.py").read_text()).group(1)
+
+setup(
+    name="hpcbench-mpi",
+    version=VERSION,
+    description="MPI benchmarking suite for distributed training algorithms",
+    long_description=(HERE / "README.md").read_text(),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.10",
+    packages=find_packages(include=["hpcbench", "hpcbench.*"]),
+    install_requires=[
+        "mpi4py>=3.1",
+        "torch>=2.1",
+        "numpy>=1.23",
+        "h5py>=3.8",
+        "tabulate>=0.9",
+        "scikit-learn>=1.2",
+        "tomli>=2.0; python_version < '3.11'",
+    ],
+    extras_require={
+        "mpich": ["mpich"],
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "mpich", "matplotlib>=3.6", "simpy>=4.0"],
+        "plot": ["matplotlib>=3.6"],
+    },
+    entry_points={"console_scripts": ["hpcbench = hpcbench.cli:main"]},
+)

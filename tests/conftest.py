@@ -1,0 +1,53 @@
+"""Shared fixtures: launching hpcbench under mpiexec with a hard timeout, and small result files."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcbench.runtime.launch import launch_env, mpi_command, mpiexec_path
+
+MPI_TIMEOUT_S = 150
+
+
+def have_mpiexec() -> bool:
+    try:
+        mpiexec_path()
+        return True
+    except Exception:
+        return False
+
+
+requires_mpi = pytest.mark.skipif(not have_mpiexec(), reason="no mpiexec: pip install -e '.[test]' installs mpich")
+
+
+def mpirun(ranks: int, *args: str, timeout: float = MPI_TIMEOUT_S, module: str | None = None,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``hpcbench ARGS`` (or ``python -m mpi4py MODULE ARGS``) on ``ranks`` ranks; never hangs."""
+    if module is None:
+        cmd = mpi_command(ranks, list(args))
+    else:
+        cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", module, *args]
+    full_env = launch_env(ranks)
+    full_env.update(env or {})
+    try:
+        return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"mpiexec -n {ranks} {' '.join(args)} did not finish in {timeout} s "
+                    f"(stdout: {exc.stdout!r}, stderr: {exc.stderr!r})")
+
+
+def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+@pytest.fixture(scope="session")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("runs")
+
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -1,0 +1,116 @@
+"""Configuration sources, precedence and validation messages."""
+import pytest
+
+from hpcbench.algorithms import ALGORITHMS
+from hpcbench.config import load_toml, make_config, merge_sources, parse_set_value, parse_straggler_spec
+from hpcbench.errors import UsageError
+from hpcbench.runtime import plan
+
+TABLES = ALGORITHMS.names()
+
+
+def config(toml=None, flags=None, sets=()):
+    run, options = merge_sources(toml or {}, flags or {}, list(sets), TABLES)
+    return make_config(run, options)
+
+
+def test_precedence_toml_then_flags_then_set():
+    cfg = config({"lr": 0.1, "batch_size": 16, "model": "cnn"}, {"lr": 0.2, "model": None}, ["lr=0.3"])
+    assert cfg.lr == 0.3 and cfg.batch_size == 16 and cfg.model == "cnn"
+
+
+def test_set_parses_toml_literals_and_bare_strings():
+    assert parse_set_value("0.5") == 0.5
+    assert parse_set_value("true") is True
+    assert parse_set_value("[30, 60]") == [30, 60]
+    assert parse_set_value("cnn") == "cnn"
+    cfg = config(sets=["lr_decay_epochs=[30, 60]", "model=resnet20", "nesterov=true"])
+    assert cfg.lr_decay_epochs == (30.0, 60.0) and cfg.model == "resnet20" and cfg.nesterov is True
+
+
+def test_algorithm_option_tables_from_toml_and_set():
+    cfg = config({"ga-asgd": {"beta": 0.99}}, sets=["ga-asgd.history=50"])
+    assert cfg.options == {"ga-asgd": {"beta": 0.99, "history": 50}}
+    opts = plan.options_for(cfg.with_updates(algo="ga-asgd"), ALGORITHMS.get("ga-asgd"))
+    assert opts.beta == 0.99 and opts.history == 50 and opts.eps == 1e-8
+
+
+def test_unknown_key_names_the_valid_ones():
+    with pytest.raises(UsageError, match=r"unknown key 'bogus'; valid: algo, model, .*ga-asgd\.\*"):
+        config(sets=["bogus=1"])
+
+
+def test_unknown_algorithm_option_names_the_valid_ones():
+    cfg = config(sets=["ga-asgd.gamma=1"], flags={"algo": "ga-asgd"})
+    with pytest.raises(UsageError, match=r"unknown option 'ga-asgd.gamma'; valid: ga-asgd.beta, ga-asgd.eps"):
+        plan.validate(cfg)
+
+
+def test_wrong_types_are_refused():
+    with pytest.raises(UsageError, match="batch_size = 'many' is not a int"):
+        config(sets=["batch_size=many"])
+    with pytest.raises(UsageError, match="lr = True is not a float"):
+        config(sets=["lr=true"])
+
+
+def test_set_without_equals_sign():
+    with pytest.raises(UsageError, match="--set 'lr' is not key=value"):
+        config(sets=["lr"])
+
+
+def test_malformed_toml_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("lr = = 3\n")
+    with pytest.raises(UsageError, match="is not valid TOML"):
+        load_toml(str(bad))
+    with pytest.raises(UsageError, match="does not exist"):
+        load_toml(str(tmp_path / "missing.toml"))
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["steps=0"], "steps must be a positive integer, got 0"),
+    (["steps=-3"], "steps must be a positive integer, got -3"),
+    (["batch_size=0"], "batch size must be a positive integer, got 0"),
+    (["epochs=0"], "epochs must be positive"),
+    (["momentum=1.0"], r"momentum must be in \[0, 1\)"),
+    (["steps=5", "epochs=2"], "either steps or epochs"),
+    (["stragglers=half"], "is not FRACTION:FACTOR"),
+    (["stragglers=0.5:0.5"], "FACTOR >= 1"),
+])
+def test_impossible_values(sets, message):
+    cfg = config(flags={"algo": "asgd"}, sets=sets)
+    with pytest.raises(UsageError, match=message):
+        plan.validate(cfg)
+
+
+@pytest.mark.parametrize("key, value, kind", [("algo", "nope", "algorithm"), ("model", "vgg", "model"),
+                                              ("dataset", "imagenet", "dataset")])
+def test_unknown_names_list_valid_choices(key, value, kind):
+    cfg = config(flags={"algo": "asgd", key: value})
+    with pytest.raises(UsageError, match=f"unknown {kind} '{value}'; valid: "):
+        plan.validate(cfg)
+
+
+def test_missing_algorithm_lists_choices():
+    with pytest.raises(UsageError, match="choose an algorithm with --algo; valid: allreduce, asgd"):
+        plan.validate(config())
+
+
+def test_straggler_spec():
+    assert parse_straggler_spec("0.25:3") == (0.25, 3.0)
+
+
+def test_budget_and_warmup_defaults():
+    asgd, allreduce = ALGORITHMS.get("asgd"), ALGORITHMS.get("allreduce")
+    cfg = config(flags={"algo": "asgd"})
+    assert plan.steps_per_worker(cfg, 4, 1000) == plan.DEFAULT_STEPS
+    assert plan.steps_per_worker(cfg.with_updates(epochs=2.0), 4, 1000) == 16  # ceil(2000 / 128)
+    assert plan.warmup_epochs(cfg, asgd) == 5.0 and plan.warmup_epochs(cfg, allreduce) == 0.0
+    assert plan.warmup_epochs(cfg.with_updates(warmup_epochs=1.0), asgd) == 1.0
+
+
+def test_straggler_choice_is_seeded_and_sized():
+    cfg = config(flags={"algo": "asgd", "stragglers": "0.25:3"})
+    chosen = plan.straggler_ranks(cfg, 8)
+    assert len(chosen) == 2 and chosen <= set(range(1, 9))
+    assert chosen == plan.straggler_ranks(cfg, 8)

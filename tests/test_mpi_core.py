@@ -1,0 +1,117 @@
+"""Real mpiexec runs of allreduce and asgd, checked against naive references and read back."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import mpirun, ok, requires_mpi
+from hpcbench.results.schema import (EVAL_COLUMNS, PROVENANCE_ATTRS, PROVENANCE_PER_RANK, ROOT_ATTRS,
+                                     SUMMARY_ATTRS, TIMELINE_COLUMNS, UPDATE_COLUMNS)
+from hpcbench.results.store import read_run
+from reference import union_batch_sgd
+
+pytestmark = [requires_mpi, pytest.mark.timeout(600)]
+
+COMMON = ("--dataset", "digits", "--model", "mlp", "--batch-size", "16", "--lr", "0.05", "--momentum", "0.9",
+          "--set", "weight_decay=0.001", "--set", "evals=4")
+
+
+@pytest.fixture(scope="module")
+def runs(run_dir):
+    """Run each configuration once for the whole module."""
+    out = {}
+    for name, ranks, args in [
+        ("allreduce-3", 3, ("--algo", "allreduce", "--steps", "12", *COMMON)),
+        ("allreduce-5", 5, ("--algo", "allreduce", "--steps", "12", *COMMON)),
+        ("asgd-2", 2, ("--algo", "asgd", "--steps", "25", *COMMON)),
+        # compute-heavy steps, so oversubscribed workers really overlap
+        ("asgd-3", 3, ("--algo", "asgd", "--dataset", "synthetic", "--model", "cnn", "--steps", "15")),
+        ("asgd-5", 5, ("--algo", "asgd", "--dataset", "synthetic", "--model", "cnn", "--steps", "15")),
+    ]:
+        path = run_dir / f"{name}.h5"
+        proc = ok(mpirun(ranks, "run", *args, "--out", str(path)))
+        assert str(path) in proc.stdout
+        out[name] = read_run(path)
+    return out
+
+
+@pytest.mark.parametrize("name, workers", [("allreduce-3", 2), ("allreduce-5", 4)])
+def test_allreduce_replicas_identical_and_equal_to_union_batch_sgd(runs, name, workers):
+    rec = runs[name]
+    assert rec.evals["consensus"][-1] == 0.0  # every replica bit-identical to the average
+    expected = union_batch_sgd("mlp", "digits", workers, steps=12, batch=16, lr=0.05, momentum=0.9, wd=0.001, seed=0)
+    np.testing.assert_allclose(rec.final_params, expected, rtol=1e-4, atol=2e-5)
+    assert rec.evals["samples"][-1] == 12 * workers * 16
+
+
+def test_asgd_with_one_worker_is_sequential_sgd(runs):
+    rec = runs["asgd-2"]
+    expected = union_batch_sgd("mlp", "digits", 1, steps=25, batch=16, lr=0.05, momentum=0.9, wd=0.001, seed=0)
+    np.testing.assert_allclose(rec.final_params, expected, rtol=1e-5, atol=1e-6)
+    assert (rec.tables["updates"]["staleness"] == 0).all()
+
+
+@pytest.mark.parametrize("name, workers", [("asgd-3", 2), ("asgd-5", 4)])
+def test_asgd_staleness_settles_near_n_minus_1(runs, name, workers):
+    up = runs[name].tables["updates"]
+    steady = up["staleness"][2 * workers:]  # after the first round, as workers fall into step
+    assert 0.7 * (workers - 1) <= steady.mean() <= 1.3 * (workers - 1), steady.mean()
+    # each worker's next read sees at least its own previous update
+    for w in range(1, workers + 1):
+        mine = up["worker"] == w
+        assert (up["version_used"][mine][1:] >= up["version_applied"][mine][:-1]).all()
+    assert (up["version_applied"] == np.arange(1, len(up["t"]) + 1)).all()  # arrival order, one at a time
+    assert len(up["t"]) == 15 * workers
+
+
+@pytest.mark.parametrize("name", ["allreduce-5", "asgd-5"])
+def test_result_file_has_every_required_field(runs, name):
+    rec = runs[name]
+    for key in ROOT_ATTRS:
+        assert key in rec.attrs, key
+    assert rec.attrs["status"] == "ok" and rec.attrs["mode"] == "mpi"
+    assert rec.attrs["world_size"] == 5 and rec.attrs["workers"] == 4
+    assert rec.attrs["config"]["algo"] == rec.algorithm
+    for key in PROVENANCE_ATTRS:
+        assert key in rec.provenance, key
+    assert "MPICH" in rec.provenance["mpi_library_version"]
+    for key in PROVENANCE_PER_RANK:
+        assert len(rec.per_rank[key]) == 5
+    for col in TIMELINE_COLUMNS:
+        assert col in rec.timeline
+    tl = rec.timeline
+    assert set(np.unique(tl["rank"])) == set(range(5)) and (tl["t_end"] >= tl["t_start"]).all()
+    assert len(rec.clock_offsets) == 5 and rec.clock_offsets[0] == 0.0
+    for col in EVAL_COLUMNS:
+        assert col in rec.evals
+    assert (np.diff(rec.evals["samples"]) >= 0).all() and rec.evals["samples"][0] == 0
+    for key in SUMMARY_ATTRS:
+        assert key in rec.summary, key
+    assert rec.summary["samples_per_s"] > 0 and 0 < rec.summary["compute_fraction"] < 1
+    if rec.algorithm == "asgd":
+        for col in UPDATE_COLUMNS:
+            assert col in rec.tables["updates"]
+        assert rec.summary["staleness_p99"] >= rec.summary["staleness_p50"] >= 0
+    assert rec.final_params.shape == (rec.attrs["config"]["parameters"],)
+
+
+def test_no_partial_file_left_behind(run_dir, runs):
+    assert not list(run_dir.glob("*.partial"))
+
+
+def test_report_lists_every_run_and_the_scaling_view(runs, run_dir):
+    from hpcbench.cli import main
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["report", str(run_dir), "--format", "md"]) == 0
+    text = buf.getvalue()
+    assert text.count("| allreduce ") == 4 and text.count("| asgd ") == 6  # 2+3 runs, each in both tables
+    assert "speedup" in text and "efficiency" in text and "staleness" in text
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["report", str(run_dir / "asgd-5.h5"), "--format", "csv"]) == 0
+    header = buf.getvalue().splitlines()[0]
+    assert header.startswith("algorithm,mode,workers,samples/s")

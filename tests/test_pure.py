@@ -1,0 +1,84 @@
+"""Frames, the learning-rate schedule, momentum SGD against torch, summary and report arithmetic."""
+import numpy as np
+import pytest
+import torch
+
+from hpcbench.algorithms.frames import Frame
+from hpcbench.algorithms.rules import sgd_step
+from hpcbench.algorithms.schedule import Schedule
+from hpcbench.report.metrics import scaling, speedup_efficiency, spread
+from hpcbench.report.metrics import RunRow
+from hpcbench.telemetry.summary import median_step, phase_fractions, time_to_target
+from hpcbench.telemetry.timeline import PHASE_CODE, Timeline, concat
+
+
+def test_frame_fields_are_aligned_typed_views():
+    f = Frame(version=(np.int64, 1), x=(np.float32, 3), w=(np.float64, 1))
+    assert f.offset("x") == 8 and f.offset("w") == 24 and f.nbytes == 32
+    buf = f.pack(version=7, x=[1, 2, 3], w=0.5)
+    assert f.scalar(buf, "version") == 7 and f.scalar(buf, "w") == 0.5
+    f.view(buf, "x")[1] = 9
+    assert list(f.view(buf, "x")) == [1, 9, 3]
+
+
+def test_schedule_warms_up_from_lr_over_n_then_decays():
+    s = Schedule(lr=0.4, workers=4, train_size=100, warmup_epochs=2, decay_epochs=(5, 8), decay_factor=0.1)
+    assert s.at(0) == pytest.approx(0.1)
+    assert s.at(100) == pytest.approx(0.25)  # halfway through warm-up
+    assert s.at(200) == pytest.approx(0.4)
+    assert s.at(500) == pytest.approx(0.04) and s.at(800) == pytest.approx(0.004)
+    assert Schedule(0.4, 1, 100, 2).at(0) == pytest.approx(0.4)  # one worker: nothing to warm up
+
+
+@pytest.mark.parametrize("momentum, nesterov, wd", [(0.0, False, 0.0), (0.9, False, 1e-2), (0.9, True, 1e-3)])
+def test_sgd_step_matches_torch_optim_sgd(momentum, nesterov, wd):
+    rng = np.random.default_rng(0)
+    theta = rng.normal(size=50).astype(np.float32)
+    p = torch.nn.Parameter(torch.from_numpy(theta.copy()))
+    opt = torch.optim.SGD([p], lr=0.1, momentum=momentum, nesterov=nesterov, weight_decay=wd)
+    buf = np.zeros_like(theta) if momentum else None
+    for _ in range(6):
+        g = rng.normal(size=50).astype(np.float32)
+        p.grad = torch.from_numpy(g.copy())
+        opt.step()
+        sgd_step(theta, g + np.float32(wd) * theta, buf, 0.1, momentum, nesterov)
+    np.testing.assert_allclose(theta, p.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_time_to_target():
+    t = np.array([0.0, 1.0, 2.0, 3.0])
+    acc = np.array([0.1, 0.85, 0.92, 0.95])
+    assert time_to_target(t, acc, 0.9) == 2.0
+    assert np.isnan(time_to_target(t, acc, 0.99))
+
+
+def test_phase_fractions_and_median_step_by_hand():
+    tl = Timeline(1)
+    for k in range(3):  # each 10 s step: 1 s data, 6 s compute, 3 s communicate
+        t = 10.0 * k
+        tl.add(k + 1, "data", t, t + 1)
+        tl.add(k + 1, "compute", t + 1, t + 7)
+        tl.add(k + 1, "communicate", t + 7, t + 10)
+    cols = concat([tl.columns(), Timeline(0).columns()])
+    fr = phase_fractions(cols, np.array([1]))
+    assert fr["data_fraction"] == pytest.approx(0.1) and fr["compute_fraction"] == pytest.approx(0.6)
+    assert fr["communicate_fraction"] == pytest.approx(0.3) and fr["wait_fraction"] == 0.0
+    assert median_step(cols, np.array([1])) == pytest.approx(10.0)
+    assert cols["phase"][0] == PHASE_CODE["data"]
+
+
+def test_speedup_and_efficiency_by_hand():
+    assert speedup_efficiency(2, 100.0, 8, 300.0) == pytest.approx((3.0, 0.75))
+    assert spread([1.0, 3.0, 2.0]) == (2.0, 1.0)
+
+
+def row(algo, workers, rate):
+    nan = float("nan")
+    return RunRow(algo, "mpi", workers, rate, nan, nan, nan, nan, 0.9, 1.0, nan, nan, nan, nan, "")
+
+
+def test_scaling_groups_repeats_against_the_smallest_size():
+    points = scaling([row("a", 2, 100.0), row("a", 2, 120.0), row("a", 4, 150.0), row("a", 8, 220.0)])
+    by_n = {p.workers: p for p in points}
+    assert by_n[2].repeats == 2 and by_n[2].samples_per_s == 110.0 and by_n[2].samples_per_s_spread == 10.0
+    assert by_n[4].speedup == pytest.approx(150 / 110) and by_n[8].efficiency == pytest.approx(220 / 110 / 4)

@@ -1,0 +1,53 @@
+"""Result files: round trip, and no file that reads as complete after a failed write."""
+import numpy as np
+import pytest
+
+from hpcbench.errors import UsageError
+from hpcbench.results.schema import RunRecord, SCHEMA_VERSION
+from hpcbench.results.store import read_run, write_run
+from hpcbench.telemetry.timeline import PHASES, Timeline
+
+
+def record(**overrides) -> RunRecord:
+    tl = Timeline(1)
+    tl.add(1, "compute", 0.0, 0.5)
+    fields = dict(
+        attrs={"hpcbench_version": "0", "mode": "mpi", "algorithm": "asgd", "world_size": 2, "workers": 1,
+               "model": "mlp", "dataset": "digits", "seed": 0, "status": "ok", "created_utc": "now",
+               "config": {"algo": "asgd", "lr": 0.1}},
+        provenance={"mpi_library_version": "MPICH", "git_dirty": False},
+        per_rank={"hostnames": ["a", "b"], "devices": ["cpu", "cpu"]},
+        timeline=tl.columns(), phases=PHASES, clock_offsets=np.zeros(2),
+        evals={"t": np.array([0.0, 1.0]), "samples": np.array([0, 32]), "updates": np.array([0, 1]),
+               "loss": np.array([2.3, 1.0]), "accuracy": np.array([0.1, 0.5]), "consensus": np.full(2, np.nan)},
+        tables={"updates": {"t": np.array([0.5]), "worker": np.array([1]), "staleness": np.array([0])}},
+        summary={"wall_s": 1.0, "samples_per_s": 32.0}, final_params=np.arange(5, dtype=np.float32),
+    )
+    fields.update(overrides)
+    return RunRecord(**fields)
+
+
+def test_round_trip(tmp_path):
+    path = write_run(tmp_path / "sub" / "r.h5", record())
+    back = read_run(path)
+    assert back.attrs["schema_version"] == SCHEMA_VERSION and back.attrs["status"] == "ok"
+    assert back.attrs["config"] == {"algo": "asgd", "lr": 0.1}
+    assert back.per_rank["hostnames"] == ["a", "b"]
+    assert back.phases == PHASES and back.timeline["phase"][0] == PHASES.index("compute")
+    assert back.tables["updates"]["staleness"].tolist() == [0]
+    assert back.summary["samples_per_s"] == 32.0 and back.final_params.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_failed_write_leaves_no_file(tmp_path):
+    target = tmp_path / "r.h5"
+    bad = record(summary={"wall_s": object()})  # h5py cannot store this: the write fails midway
+    with pytest.raises(TypeError):
+        write_run(target, bad)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_reading_something_else_is_a_clear_error(tmp_path):
+    junk = tmp_path / "junk.h5"
+    junk.write_bytes(b"not hdf5")
+    with pytest.raises(UsageError, match="cannot read result file"):
+        read_run(junk)

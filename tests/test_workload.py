@@ -1,0 +1,109 @@
+"""Datasets, shards, models and the flat-parameter trainer."""
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from hpcbench.errors import UsageError
+from hpcbench.workload.datasets import CIFAR_FILES, load_dataset
+from hpcbench.workload.models import MODELS, build_model
+from hpcbench.workload.sharding import BatchStream, shard_indices
+from hpcbench.workload.trainer import Trainer
+
+
+def write_tiny_cifar(root, per_batch=20):
+    rng = np.random.default_rng(0)
+    root.mkdir(parents=True, exist_ok=True)
+    for name in CIFAR_FILES:
+        data = rng.integers(0, 256, size=(per_batch, 3072), dtype=np.uint8)
+        labels = [int(x) for x in rng.integers(0, 10, size=per_batch)]
+        with open(root / name, "wb") as fh:
+            pickle.dump({b"data": data, b"labels": labels}, fh)
+    return root
+
+
+def test_digits_is_the_real_dataset_split_disjointly():
+    d = load_dataset("digits")
+    assert d.x_train.shape == (1437, 1, 8, 8) and d.x_test.shape == (360, 1, 8, 8)
+    assert set(np.unique(d.y_train)) == set(range(10))
+    assert d.x_train.max() == 16.0
+    rows = {r.tobytes() for r in d.x_train}
+    # digits has a few duplicate images; the split must not duplicate samples beyond those.
+    assert len(rows) > 1400
+
+
+def test_synthetic_is_deterministic_and_learnable_shape():
+    a, b = load_dataset("synthetic"), load_dataset("synthetic")
+    assert np.array_equal(a.x_train, b.x_train) and a.input_shape == (3, 32, 32)
+
+
+def test_cifar_reads_the_python_pickle_format(tmp_path):
+    d = load_dataset("cifar10", str(write_tiny_cifar(tmp_path / "c")))
+    assert d.x_train.shape == (100, 3, 32, 32) and d.x_train.dtype == np.uint8 and len(d.y_test) == 20
+    x = d.normalise(d.x_train[:4])
+    assert x.dtype == np.float32 and abs(float(x.mean())) < 1.0
+
+
+def test_cifar_missing_dir_names_what_is_expected(tmp_path):
+    with pytest.raises(UsageError, match="needs --data-dir"):
+        load_dataset("cifar10", "")
+    with pytest.raises(UsageError, match=r"lacks data_batch_1, .*test_batch \(expected the python version"):
+        load_dataset("cifar10", str(tmp_path))
+
+
+def test_shards_are_disjoint_and_cover_the_data():
+    shards = [shard_indices(103, 4, i, seed=7) for i in range(4)]
+    joined = np.concatenate(shards)
+    assert len(joined) == 103 and len(set(joined.tolist())) == 103
+
+
+def test_batch_stream_counts_exactly_and_reshuffles_each_pass():
+    shard = np.arange(10)
+    s = BatchStream(shard, 4, seed=1, index=0)
+    batches = [s.next() for _ in range(5)]  # 20 samples = exactly two passes
+    first, second = np.concatenate(batches)[:10], np.concatenate(batches)[10:]
+    assert sorted(first) == list(range(10)) and sorted(second) == list(range(10))
+    assert not np.array_equal(first, second)
+    again = BatchStream(shard, 4, seed=1, index=0)
+    assert all(np.array_equal(b, again.next()) for b in batches)
+
+
+@pytest.mark.parametrize("name", MODELS.names())
+def test_models_build_for_every_input_shape(name):
+    for shape in ((1, 8, 8), (3, 32, 32)):
+        model = build_model(name, shape, 10, seed=0)
+        assert model(torch.zeros(2, *shape)).shape == (2, 10)
+
+
+def test_same_seed_same_initial_parameters():
+    a = Trainer("cnn", load_dataset("digits"), seed=3)
+    b = Trainer("cnn", load_dataset("digits"), seed=3)
+    c = Trainer("cnn", load_dataset("digits"), seed=4)
+    assert np.array_equal(a.initial, b.initial) and not np.array_equal(a.initial, c.initial)
+
+
+def test_flat_gradient_matches_autograd_on_a_fresh_model():
+    data = load_dataset("digits")
+    trainer = Trainer("mlp", data, seed=0)
+    params = trainer.initial + np.float32(0.01)
+    idx = np.arange(16)
+    grad, loss = trainer.gradient(params, *trainer.batch(idx))
+    ref = build_model("mlp", data.input_shape, 10, seed=0)
+    torch.nn.utils.vector_to_parameters(torch.from_numpy(params), ref.parameters())
+    x = torch.from_numpy(data.normalise(data.x_train[idx]))
+    out = torch.nn.functional.cross_entropy(ref(x), torch.from_numpy(data.y_train[idx]))
+    out.backward()
+    expected = torch.nn.utils.parameters_to_vector([p.grad for p in ref.parameters()]).numpy()
+    np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-7)
+    assert loss == pytest.approx(float(out.detach()), rel=1e-6)
+    assert grad.dtype == np.float32 and grad.shape == (trainer.size,)
+
+
+def test_evaluate_reports_loss_and_accuracy_and_recalibrates_batchnorm(tmp_path):
+    data = load_dataset("cifar10", str(write_tiny_cifar(tmp_path / "c")))
+    trainer = Trainer("resnet20", data, seed=0)
+    loss, acc = trainer.evaluate(trainer.initial, limit=20)
+    assert np.isfinite(loss) and 0.0 <= acc <= 1.0
+    bn = next(m for m in trainer.model.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    assert int(bn.num_batches_tracked) > 0  # statistics were rebuilt for these parameters
