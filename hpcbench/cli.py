@@ -42,23 +42,47 @@ FLAG_KEYS = ("algo", "model", "dataset", "data_dir", "steps", "epochs", "batch_s
              "stragglers", "out")
 
 
-def config_from_args(args: argparse.Namespace) -> Any:
+def configs_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(RunConfig, SimConfig): defaults ← TOML ← flags ← --set, the [sim] table for the simulator."""
     from hpcbench.algorithms import ALGORITHMS
-    from hpcbench.config import load_toml, make_config, merge_sources
+    from hpcbench.config import build_options, load_toml, make_config, merge_sources
+    from hpcbench.runtime.sim.models import SimConfig, parse_compute, parse_network, parse_pauses
 
     toml = load_toml(args.config) if args.config else {}
     flags = {k: getattr(args, k) for k in FLAG_KEYS}
-    run, options = merge_sources(toml, flags, args.set, ALGORITHMS.names())
-    return make_config(run, options)
+    run, options = merge_sources(toml, flags, args.set, ALGORITHMS.names() + ["sim"])
+    sim_values = options.pop("sim", {})
+    overridden = {item.partition("=")[0][4:] for item in args.set if item.startswith("sim.")}
+    sim_flags: dict[str, Any] = {}
+    if getattr(args, "workers", None) is not None:
+        sim_flags["workers"] = args.workers
+    if getattr(args, "numerics", None) is not None:
+        sim_flags["numerics"] = args.numerics == "on"
+    for flag, parse in (("compute", parse_compute), ("network", parse_network), ("pauses", parse_pauses)):
+        if getattr(args, flag, None):
+            sim_flags.update(parse(getattr(args, flag)))
+    if getattr(args, "heterogeneity", None) is not None:
+        sim_flags["heterogeneity"] = args.heterogeneity
+    sim_values.update({k: v for k, v in sim_flags.items() if k not in overridden})
+    return make_config(run, options), build_options(SimConfig, sim_values, "sim.")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from hpcbench.runtime import plan
     from hpcbench.runtime.session import run_mpi
 
-    cfg = config_from_args(args)
+    cfg, _ = configs_from_args(args)
     algo = plan.validate(cfg)
     return run_mpi(cfg, algo)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from hpcbench.runtime import plan
+    from hpcbench.runtime.sim.session import simulate
+
+    cfg, sim = configs_from_args(args)
+    algo = plan.validate(cfg)
+    return simulate(cfg, algo, sim)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -96,6 +120,16 @@ def build_parser() -> Parser:
     p = sub.add_parser("run", help="one run under MPI: mpiexec -n N python -m mpi4py -m hpcbench run --algo A")
     add_run_options(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("simulate", help="the same algorithms on a virtual cluster of 1 to 4096 workers")
+    add_run_options(p)
+    p.add_argument("--workers", type=int, help="virtual workers (default 8)")
+    p.add_argument("--numerics", choices=("on", "off"), help="real model math (on, default) or timing only")
+    p.add_argument("--compute", help="gamma:shape=K,mean=SECONDS per batch (default gamma:shape=100,mean=0.05)")
+    p.add_argument("--network", help="alpha=SECONDS,bandwidth=BYTES_PER_S (default alpha=5e-6,bandwidth=1.25e9)")
+    p.add_argument("--heterogeneity", type=float, help="coefficient of variation of per-worker speeds (default 0)")
+    p.add_argument("--pauses", help="PROB:SECONDS transient pauses per step (default none)")
+    p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("report", help="tables from result files or directories")
     p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")

@@ -5,8 +5,7 @@ import numpy as np
 
 from hpcbench.algorithms import decentral
 from hpcbench.algorithms.api import Algorithm, Context, Layout, Program, register
-from hpcbench.algorithms.ops import Allreduce, Compute, Publish
-from hpcbench.algorithms.rules import sgd_step
+from hpcbench.algorithms.ops import Allreduce, Compute
 
 
 @register
@@ -33,11 +32,7 @@ class AllReduceSgd(Algorithm):
         scale = np.float32(1.0 / ctx.workers)
         for step in range(ctx.steps):
             result = yield Compute(theta)
-            d_p = (yield Allreduce(result.grad)) * scale
-            if ctx.weight_decay:
-                d_p += np.float32(ctx.weight_decay) * theta
-            sgd_step(theta, d_p, buf, ctx.schedule.at(step * ctx.workers * ctx.batch_size), ctx.momentum,
-                     ctx.nesterov)
-            yield Publish("model", self.frame.pack(samples=(step + 1) * ctx.batch_size, updates=step + 1,
-                                                   weight=1.0, x=theta))
+            mean = (yield Allreduce(result.grad)) * scale
+            decentral.local_sgd(ctx, theta, mean, theta, buf, step)
+            yield decentral.publish(self.frame, ctx, step + 1, theta)
         yield from decentral.finish(ctx.steps * ctx.batch_size)

@@ -26,6 +26,9 @@ class WindowSpec:
     owner: Role
     nbytes: int
     initial: np.ndarray | None = field(default=None, compare=False)
+    # "publish": the owner overwrites it and others read it; "accumulate": others add into it
+    # (element-wise atomic), so every read of it must exclude the adders.
+    mode: Literal["publish", "accumulate"] = "publish"
 
 
 @dataclass(frozen=True)
@@ -78,9 +81,9 @@ class Context:
     def size(self) -> int:
         return int(self.params.size)
 
-    def rng(self, rank: int) -> np.random.Generator:
-        """Each rank's own random stream, derived from the run seed (never the global RNG)."""
-        return np.random.default_rng([self.seed, 0xA160, rank])
+    def rng(self, rank: int, purpose: int = 0) -> np.random.Generator:
+        """A rank's own random stream for one purpose, derived from the run seed (never the global RNG)."""
+        return np.random.default_rng([self.seed, 0xA160, rank, purpose])
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ class Algorithm:
         self.opts = ctx.options
 
     @classmethod
-    def check(cls, cfg: Any, workers: int) -> None:
+    def check(cls, cfg: Any, options: Any, workers: int) -> None:
         """Refuse, in one line, a configuration or world this algorithm cannot run."""
         if workers < cls.min_workers:
             need = cls.min_workers + 1

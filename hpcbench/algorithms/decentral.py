@@ -13,9 +13,11 @@ import numpy as np
 
 from hpcbench.algorithms.api import ChannelSpec, Context, Layout, WindowSpec
 from hpcbench.algorithms.frames import Frame
-from hpcbench.algorithms.ops import ANY, SERVER, Evaluate, Read, Recv, Send
+from hpcbench.algorithms.ops import ANY, SERVER, Evaluate, Publish, Read, Record, Recv, Send
+from hpcbench.algorithms.rules import momentum_direction
 
 DONE = Frame(samples=(np.int64, 1))
+FINAL_COLUMNS = ("worker", "samples", "updates", "weight", "x_sum")
 HEADER = Frame(samples=(np.int64, 1), updates=(np.int64, 1), weight=(np.float64, 1))
 
 
@@ -29,7 +31,16 @@ def layout(params: np.ndarray, **extra_windows: WindowSpec) -> Layout:
     return Layout(
         windows={"model": WindowSpec("workers", frame.nbytes, initial), **extra_windows},
         channels={"done": ChannelSpec("workers", "server", DONE.nbytes)},
+        tables={"final_models": FINAL_COLUMNS},
     )
+
+
+def starting_point(ctx: Context, rank: int, spread: float) -> np.ndarray:
+    """The shared initial parameters, optionally perturbed per worker (to study consensus)."""
+    x = ctx.params.copy()
+    if spread:
+        x += ctx.rng(rank, purpose=1).normal(0.0, spread, size=x.size).astype(np.float32)
+    return x
 
 
 def average(frame: Frame, raws: list[np.ndarray]) -> tuple[np.ndarray, float]:
@@ -39,11 +50,14 @@ def average(frame: Frame, raws: list[np.ndarray]) -> tuple[np.ndarray, float]:
     return mean.astype(np.float32), float(np.linalg.norm(zs - mean, axis=1).mean())
 
 
-def coordinate(ctx: Context, centre: Frame | None = None) -> Generator:
+Centre = tuple[Frame, int]  # the layout of a "centre" window and the rank that holds it
+
+
+def coordinate(ctx: Context, centre: Centre | None = None) -> Generator:
     """Rank 0: evaluate every ``eval_every`` samples until every worker has said it is done.
 
     The evaluated model is the workers' de-biased average, or with ``centre`` (EASGD) the "x" of
-    rank 0's own "centre" window.
+    the "centre" window on the given rank.
     """
     frame = model_frame(ctx.size)
     ranks = ctx.worker_ranks
@@ -58,18 +72,44 @@ def coordinate(ctx: Context, centre: Frame | None = None) -> Generator:
         if samples >= next_eval:
             yield from evaluate(frame, ranks, centre)
             next_eval = (samples // ctx.eval_every + 1) * ctx.eval_every
-    yield from evaluate(frame, ranks, centre)
+    raws = yield from evaluate(frame, ranks, centre)
+    for rank, raw in zip(ranks, raws):
+        x_sum = float(frame.view(raw, "x").sum(dtype=np.float64))
+        yield Record("final_models", (rank, frame.scalar(raw, "samples"), frame.scalar(raw, "updates"),
+                                      frame.scalar(raw, "weight"), x_sum))
 
 
-def evaluate(frame: Frame, ranks: tuple[int, ...], centre: Frame | None) -> Generator:
+def evaluate(frame: Frame, ranks: tuple[int, ...], centre: Centre | None) -> Generator:
+    """Snapshot the model to evaluate; returns the workers' raw model windows."""
     raws = yield Read("model", ranks)
     params, consensus = average(frame, raws)
     if centre is not None:
-        [raw] = yield Read("centre", (SERVER,))
-        params = centre.view(raw, "x").copy()
+        centre_frame, holder = centre
+        [raw] = yield Read("centre", (holder,))
+        params = centre_frame.view(raw, "x").copy()
     samples = sum(frame.scalar(r, "samples") for r in raws)
     updates = sum(frame.scalar(r, "updates") for r in raws)
     yield Evaluate(params, samples, updates, consensus)
+    return raws
+
+
+def local_sgd(ctx: Context, x: np.ndarray, grad: np.ndarray, at: np.ndarray, buf: np.ndarray | None,
+              step: int, weight: float = 1.0) -> None:
+    """A worker's own momentum-SGD step for a gradient taken at ``at``.
+
+    Push-sum workers keep x = w·z and train the de-biased z = x/w, as the SGP reference
+    implementation does (it un-biases the parameters for the forward pass and the optimizer step):
+    x −= η·w·step is (z − η·step)·w, exact when η = 0. Decentralized workers do not know the
+    global sample count; they estimate it as step × workers × batch for the schedule.
+    """
+    d_p = grad + np.float32(ctx.weight_decay) * at if ctx.weight_decay else grad
+    lr = ctx.schedule.at(step * ctx.workers * ctx.batch_size)
+    x -= np.float32(lr * weight) * momentum_direction(d_p, buf, ctx.momentum, ctx.nesterov)
+
+
+def publish(frame: Frame, ctx: Context, step: int, x: np.ndarray, weight: float = 1.0) -> Publish:
+    """This worker's model after ``step`` local steps, for rank 0 to read."""
+    return Publish("model", frame.pack(samples=step * ctx.batch_size, updates=step, weight=weight, x=x))
 
 
 def finish(samples: int) -> Generator:

@@ -1,6 +1,7 @@
 """Fixed byte layouts for window contents and messages: named, typed fields at 8-byte-aligned offsets."""
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,22 +33,32 @@ class Frame:
             self.fields[name] = Field(name, dt, count, offset)
             offset += -(-dt.itemsize * count // 8) * 8
         self.nbytes = offset
+        # Precomputed, because frames sit on every message's path (the simulator's hot loop).
+        self._slices = {f.name: (f.offset, f.offset + f.nbytes, f.dtype) for f in self.fields.values()}
+        self._scalars = {f.name: (struct.Struct("<" + f.dtype.char), f.offset)
+                         for f in self.fields.values() if f.count == 1}
 
     def new(self) -> np.ndarray:
         return np.zeros(self.nbytes, dtype=np.uint8)
 
     def view(self, buf: np.ndarray, name: str) -> np.ndarray:
-        f = self.fields[name]
-        return buf[f.offset:f.offset + f.nbytes].view(f.dtype)
+        start, stop, dtype = self._slices[name]
+        return buf[start:stop].view(dtype)
 
     def offset(self, name: str) -> int:
         return self.fields[name].offset
 
     def pack(self, **values: object) -> np.ndarray:
-        buf = self.new()
+        buf = np.zeros(self.nbytes, dtype=np.uint8)
         for name, value in values.items():
-            self.view(buf, name)[...] = value
+            if name in self._scalars and not isinstance(value, np.ndarray):
+                fmt, offset = self._scalars[name]
+                fmt.pack_into(buf, offset, value)
+            else:
+                start, stop, dtype = self._slices[name]
+                buf[start:stop].view(dtype)[...] = value
         return buf
 
     def scalar(self, buf: np.ndarray, name: str) -> float | int:
-        return self.view(buf, name)[0].item()
+        fmt, offset = self._scalars[name]
+        return fmt.unpack_from(buf, offset)[0]

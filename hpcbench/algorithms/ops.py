@@ -3,11 +3,13 @@
 A program is a generator: ``result = yield op``. Programs never touch MPI, clocks or global RNGs,
 which is what lets the same code run under ``hpcbench run`` and ``hpcbench simulate``.
 Arrays handed to a driver are copied or consumed before the program resumes, so a program may
-reuse its buffers; arrays handed back are the program's to keep.
+reuse its buffers; arrays handed back are the program's to keep. Operations are immutable
+NamedTuples rather than frozen dataclasses: they are built on every step of every rank, and a
+NamedTuple is several times cheaper to create.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -15,30 +17,26 @@ SERVER = 0  # rank 0: parameter server or coordinator
 ANY = -1  # any sender, in arrival order
 
 
-@dataclass(frozen=True, slots=True)
-class Compute:
+class Compute(NamedTuple):
     """Worker: gradient of the loss on the next local batch, taken at ``params``. → ``Gradient``."""
 
     params: np.ndarray
 
 
-@dataclass(frozen=True, slots=True)
-class Gradient:
+class Gradient(NamedTuple):
     grad: np.ndarray
     loss: float
     samples: int
 
 
-@dataclass(frozen=True, slots=True)
-class Publish:
+class Publish(NamedTuple):
     """Overwrite this rank's own ``window``; readers see the old or the new bytes, never a mix. → None."""
 
     window: str
     data: np.ndarray
 
 
-@dataclass(frozen=True, slots=True)
-class Read:
+class Read(NamedTuple):
     """One-sided read of the first ``nbytes`` (-1: all) of ``window`` on each rank. → list of arrays."""
 
     window: str
@@ -46,8 +44,7 @@ class Read:
     nbytes: int = -1
 
 
-@dataclass(frozen=True, slots=True)
-class Accumulate:
+class Accumulate(NamedTuple):
     """One-sided element-wise atomic add into ``window`` on ``rank``. → None.
 
     ``parts`` are (byte offset, typed array) pairs, so one call can add a float64 weight and a
@@ -59,15 +56,13 @@ class Accumulate:
     parts: tuple[tuple[int, np.ndarray], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Drain:
+class Drain(NamedTuple):
     """Read this rank's own ``window`` and zero it in one atomic step (a mailbox). → array."""
 
     window: str
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
+class Send(NamedTuple):
     """Nonblocking send of ``data`` on ``channel`` to ``dest``. → None."""
 
     channel: str
@@ -75,8 +70,7 @@ class Send:
     data: np.ndarray
 
 
-@dataclass(frozen=True, slots=True)
-class Recv:
+class Recv(NamedTuple):
     """Next message on ``channel`` from ``src`` (``ANY``: arrival order). → (src, array).
 
     With ``timeout`` (seconds of the driver's clock) it returns None when nothing came in time;
@@ -88,20 +82,17 @@ class Recv:
     timeout: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Allreduce:
+class Allreduce(NamedTuple):
     """Workers: element-wise sum of ``data`` over all workers. → array."""
 
     data: np.ndarray
 
 
-@dataclass(frozen=True, slots=True)
-class Barrier:
+class Barrier(NamedTuple):
     """Workers: wait until every worker reaches it. → None."""
 
 
-@dataclass(frozen=True, slots=True)
-class Evaluate:
+class Evaluate(NamedTuple):
     """Rank 0: snapshot ``params`` as the global model now; it is scored on held-out data later. → None."""
 
     params: np.ndarray
@@ -110,8 +101,7 @@ class Evaluate:
     consensus: float = float("nan")
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
     """Append a row to a log table (the driver stamps the time). → None."""
 
     table: str

@@ -44,8 +44,8 @@ class ParameterServer(Algorithm):
             self.ring = VersionRing(capacity, d)
 
     @classmethod
-    def check(cls, cfg: Any, workers: int) -> None:
-        super().check(cfg, workers)
+    def check(cls, cfg: Any, options: Any, workers: int) -> None:
+        super().check(cfg, options, workers)
         if cls.per_worker_momentum and cfg.nesterov:
             raise UsageError(f"{cls.name} already publishes a look-ahead; --set nesterov=true is not available")
 

@@ -8,16 +8,19 @@ from __future__ import annotations
 import numpy as np
 
 
+def momentum_direction(d_p: np.ndarray, buf: np.ndarray | None, momentum: float, nesterov: bool) -> np.ndarray:
+    """PyTorch SGD's step direction (dampening 0), updating the momentum buffer in place."""
+    if buf is not None and momentum:
+        buf *= np.float32(momentum)
+        buf += d_p
+        return d_p + np.float32(momentum) * buf if nesterov else buf
+    return d_p
+
+
 def sgd_step(theta: np.ndarray, d_p: np.ndarray, buf: np.ndarray | None, lr: float,
              momentum: float, nesterov: bool) -> None:
     """PyTorch SGD (dampening 0): ``d_p`` already includes weight decay and any penalty."""
-    if buf is not None and momentum:
-        buf *= momentum
-        buf += d_p
-        step = d_p + momentum * buf if nesterov else buf
-    else:
-        step = d_p
-    theta -= np.float32(lr) * step
+    theta -= np.float32(lr) * momentum_direction(d_p, buf, momentum, nesterov)
 
 
 class SecondMoment:

@@ -46,9 +46,11 @@ def wait_for(test: Callable[[], T | None], timeout: float, what: str, fail: bool
 class Window:
     """An RMA window of ``nbytes`` bytes on this rank (0 on ranks that only access others')."""
 
-    def __init__(self, comm: MPI.Intracomm, nbytes: int) -> None:
+    def __init__(self, comm: MPI.Intracomm, nbytes: int, accumulated: bool = False) -> None:
         self.win = MPI.Win.Allocate(nbytes, 1, comm=comm)
         self.rank = comm.rank
+        # A Get racing an Accumulate is undefined in MPI: reads of accumulated windows lock them exclusively.
+        self.read_lock = MPI.LOCK_EXCLUSIVE if accumulated else MPI.LOCK_SHARED
         self.local = np.frombuffer(self.win.tomemory(), dtype=np.uint8) if nbytes else np.empty(0, np.uint8)
 
     def publish(self, data: np.ndarray) -> None:
@@ -66,15 +68,16 @@ class Window:
 
     def read(self, ranks: tuple[int, ...], nbytes: int) -> list[np.ndarray]:
         bufs = [np.empty(nbytes, dtype=np.uint8) for _ in ranks]
-        if len(ranks) == 1:
-            self.win.Lock(ranks[0], MPI.LOCK_SHARED)
-            self.win.Get([bufs[0], MPI.BYTE], ranks[0], target=(0, nbytes, MPI.BYTE))
-            self.win.Unlock(ranks[0])
-        else:
+        if len(ranks) > 1 and self.read_lock == MPI.LOCK_SHARED:
             self.win.Lock_all()
             for rank, buf in zip(ranks, bufs):
                 self.win.Get([buf, MPI.BYTE], rank, target=(0, nbytes, MPI.BYTE))
             self.win.Unlock_all()
+            return bufs
+        for rank, buf in zip(ranks, bufs):
+            self.win.Lock(rank, self.read_lock)
+            self.win.Get([buf, MPI.BYTE], rank, target=(0, nbytes, MPI.BYTE))
+            self.win.Unlock(rank)
         return bufs
 
     def accumulate(self, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> None:
@@ -143,9 +146,9 @@ class MpiComm:
         self._sends: list[tuple[MPI.Request, np.ndarray]] = []
 
     # --- set-up -------------------------------------------------------------------------------
-    def open_window(self, name: str, nbytes: int, owned: bool) -> None:
+    def open_window(self, name: str, nbytes: int, owned: bool, accumulated: bool = False) -> None:
         """Collective: a window of ``nbytes`` on the ranks that own it, empty on the others."""
-        self.windows[name] = Window(self.world, nbytes if owned else 0)
+        self.windows[name] = Window(self.world, nbytes if owned else 0, accumulated)
         self.window_sizes[name] = nbytes
 
     def open_channel(self, name: str, nbytes: int, sources: tuple[int, ...]) -> None:

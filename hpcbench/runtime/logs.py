@@ -43,12 +43,13 @@ class RunLogs:
         return cols
 
     def table_columns_of(self, name: str, shift: float = 0.0) -> dict[str, np.ndarray]:
+        """Columns of integers come out as int64, all others as float64."""
         rows = self.tables[name]
-        cols = {c: np.array([r[i] for r in rows], dtype=np.float64) for i, c in enumerate(self.table_columns[name])}
-        cols["t"] = cols["t"] + shift
-        for c in cols:
-            if c in ("worker", "version_used", "version_applied", "staleness", "version_now"):
-                cols[c] = cols[c].astype(np.int64)
+        cols = {}
+        for i, c in enumerate(self.table_columns[name]):
+            values = np.asarray([r[i] for r in rows])
+            cols[c] = values.astype(np.int64 if values.dtype.kind in "iu" else np.float64)
+        cols["t"] = cols["t"].astype(np.float64) + shift
         return cols
 
     def all_tables(self, shift: float = 0.0) -> dict[str, dict[str, np.ndarray]]:

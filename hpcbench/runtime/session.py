@@ -22,6 +22,7 @@ from hpcbench.runtime.mpi_driver import MpiDriver
 from hpcbench.runtime.placement import choose_device, thread_count
 from hpcbench.runtime.provenance import software
 from hpcbench.runtime.record import build_record, default_out, result_line
+from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.telemetry.timeline import Timeline
 from hpcbench.workload.datasets import load_dataset
 from hpcbench.workload.sharding import BatchStream, shard_indices
@@ -41,7 +42,7 @@ class Prepared:
 def prepare(cfg: RunConfig, algo_cls: type[Algorithm], rank: int, workers: int, local: tuple[int, int],
             on_rank0_node: bool) -> Prepared:
     """Everything a rank sets up alone; may raise UsageError (agreed on by all ranks afterwards)."""
-    algo_cls.check(cfg, workers)
+    algo_cls.check(cfg, plan.options_for(cfg, algo_cls), workers)
     threads = thread_count(cfg.threads, local[1])
     torch.set_num_threads(threads)
     device = choose_device(rank, local[0], on_rank0_node)
@@ -63,7 +64,7 @@ def open_layout(comm: Any, layout: Layout, workers: int) -> None:
     for name in sorted(layout.windows):
         spec = layout.windows[name]
         owned = (spec.owner == "server") == (comm.rank == 0)
-        comm.open_window(name, spec.nbytes, owned)
+        comm.open_window(name, spec.nbytes, owned, accumulated=spec.mode == "accumulate")
         if owned and spec.initial is not None:
             comm.windows[name].publish(spec.initial)
     for name in sorted(layout.channels):
@@ -126,8 +127,9 @@ def execute(cfg: RunConfig, algo_cls: type[Algorithm], comm: Any) -> int:
     driver = MpiDriver(comm, timeline, cfg.timeout_s, prepared.trainer, prepared.stream, slow, logs)
     program = algo.server() if rank == 0 else algo.worker(rank)
     comm.world_barrier(cfg.timeout_s)
-    start = comm.wtime()
-    end = driver.run(program)
+    with collector_paused():
+        start = comm.wtime()
+        end = driver.run(program)
     comm.close(cfg.timeout_s)
     parts = comm.gather({"rank": rank, "host": comm.host, "device": prepared.device, "start": start, "end": end,
                          "threads": prepared.threads, "timeline": timeline.columns()})

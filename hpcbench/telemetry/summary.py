@@ -16,26 +16,34 @@ def time_to_target(t: np.ndarray, accuracy: np.ndarray, target: float) -> float:
     return float(t[hits[0]]) if hits.size else float("nan")
 
 
+def by_rank(tl: Mapping[str, np.ndarray], workers: np.ndarray) -> dict[str, np.ndarray]:
+    """The workers' rows, sorted by rank then start time (one sort instead of a mask per rank)."""
+    mask = np.isin(tl["rank"], workers)
+    order = np.lexsort((tl["t_start"][mask], tl["rank"][mask]))
+    return {k: v[mask][order] for k, v in tl.items()}
+
+
 def phase_fractions(tl: Mapping[str, np.ndarray], workers: np.ndarray) -> dict[str, float]:
     """Share of the workers' busy time spent in each phase (busy = first to last timed operation)."""
-    mask = np.isin(tl["rank"], workers)
-    if not mask.any():
+    rows = by_rank(tl, workers)
+    if not rows["rank"].size:
         return {f"{p}_fraction": float("nan") for p in WORKER_PHASES}
-    ranks, phase = tl["rank"][mask], tl["phase"][mask]
-    t0, t1 = tl["t_start"][mask], tl["t_end"][mask]
-    busy = sum(float(t1[ranks == r].max() - t0[ranks == r].min()) for r in np.unique(ranks))
-    return {f"{p}_fraction": float((t1 - t0)[phase == PHASE_CODE[p]].sum() / busy) if busy > 0 else float("nan")
+    starts = np.flatnonzero(np.r_[True, rows["rank"][1:] != rows["rank"][:-1]])
+    first = np.minimum.reduceat(rows["t_start"], starts)
+    last = np.maximum.reduceat(rows["t_end"], starts)
+    busy = float((last - first).sum())
+    spent = rows["t_end"] - rows["t_start"]
+    return {f"{p}_fraction": float(spent[rows["phase"] == PHASE_CODE[p]].sum() / busy) if busy > 0 else float("nan")
             for p in WORKER_PHASES}
 
 
 def median_step(tl: Mapping[str, np.ndarray], workers: np.ndarray) -> float:
-    """Median time between the starts of consecutive batches on the same worker."""
-    gaps = []
-    for r in workers:
-        starts = np.sort(tl["t_start"][(tl["rank"] == r) & (tl["phase"] == PHASE_CODE["data"])])
-        gaps.append(np.diff(starts))
-    gaps_all = np.concatenate(gaps) if gaps else np.zeros(0)
-    return float(np.median(gaps_all)) if gaps_all.size else float("nan")
+    """Median time between the starts of consecutive gradient computations on the same worker."""
+    rows = by_rank(tl, workers)
+    compute = rows["phase"] == PHASE_CODE["compute"]
+    ranks, starts = rows["rank"][compute], rows["t_start"][compute]
+    gaps = np.diff(starts)[ranks[1:] == ranks[:-1]]
+    return float(np.median(gaps)) if gaps.size else float("nan")
 
 
 def percentiles(values: np.ndarray, name: str) -> dict[str, float]:

@@ -10,6 +10,8 @@ import numpy as np
 PHASES = ("data", "compute", "communicate", "wait", "apply", "update", "eval")
 PHASE_CODE = {name: i for i, name in enumerate(PHASES)}
 COLUMNS = ("rank", "step", "phase", "t_start", "t_end", "nbytes")
+ROW_DTYPE = np.dtype([("step", np.int64), ("phase", np.uint8), ("t_start", np.float64), ("t_end", np.float64),
+                      ("nbytes", np.int64)])
 
 
 class Timeline:
@@ -24,18 +26,14 @@ class Timeline:
 
     def columns(self, shift: float = 0.0) -> dict[str, np.ndarray]:
         """The rows as columns, times moved by ``shift`` (onto rank 0's clock and run origin)."""
-        if self.rows:
-            step, phase, t0, t1, nbytes = (np.asarray(c) for c in zip(*self.rows))
-        else:
-            step = phase = nbytes = np.zeros(0, np.int64)
-            t0 = t1 = np.zeros(0)
+        table = np.array(self.rows, dtype=ROW_DTYPE)
         return {
             "rank": np.full(len(self.rows), self.rank, dtype=np.int32),
-            "step": step.astype(np.int64),
-            "phase": phase.astype(np.uint8),
-            "t_start": t0.astype(np.float64) + shift,
-            "t_end": t1.astype(np.float64) + shift,
-            "nbytes": nbytes.astype(np.int64),
+            "step": table["step"],
+            "phase": table["phase"],
+            "t_start": table["t_start"] + shift,
+            "t_end": table["t_end"] + shift,
+            "nbytes": table["nbytes"],
         }
 
 

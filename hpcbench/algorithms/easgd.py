@@ -1,0 +1,107 @@
+"""Elastic averaging SGD (Zhang, Choromanska, LeCun 2015): easgd (asynchronous) and easgd-sync.
+
+Workers train locally (momentum gives EAMSGD) and every τ local steps move toward the centre x̃ by
+e = α(x_i − x̃) while the centre moves toward them by the same e. In easgd the centre lives in
+rank 0's window: a worker reads it one-sidedly and pushes +e with an element-wise atomic
+Accumulate, so rank 0 does no work per exchange. In easgd-sync all workers exchange together over
+their communicator: x_i −= α(x_i − x̃) and x̃ += α Σ_i (x_i − x̃), with x̃ replicated on every worker.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hpcbench.algorithms import decentral
+from hpcbench.algorithms.api import Algorithm, Context, Layout, Program, WindowSpec, register
+from hpcbench.algorithms.frames import Frame
+from hpcbench.algorithms.ops import SERVER, Accumulate, Allreduce, Compute, Publish, Read
+from hpcbench.errors import UsageError
+
+
+@dataclass(frozen=True)
+class EasgdOptions:
+    alpha: float = 0.0  # elastic moving rate; 0 = β/n with β = 0.9
+    tau: int = 4  # local steps between exchanges with the centre
+
+
+class ElasticAveraging(Algorithm):
+    family = "decentralized"
+    Options = EasgdOptions
+    centre_owner = "server"
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.frame = decentral.model_frame(ctx.size)
+        self.centre = Frame(x=(np.float32, ctx.size))
+        self.alpha = self.opts.alpha or 0.9 / ctx.workers
+
+    @classmethod
+    def check(cls, cfg: Any, options: Any, workers: int) -> None:
+        super().check(cfg, options, workers)
+        if options.tau < 1:
+            raise UsageError(f"{cls.name}.tau must be >= 1 local steps, got {options.tau}")
+        alpha = options.alpha or 0.9 / max(workers, 1)
+        if not 0.0 < alpha < 1.0:
+            raise UsageError(f"{cls.name}.alpha must be in (0, 1), got {alpha}")
+
+    def layout(self) -> Layout:
+        mode = "accumulate" if self.centre_owner == "server" else "publish"
+        centre = WindowSpec(self.centre_owner, self.centre.nbytes, self.centre.pack(x=self.ctx.params), mode)
+        return decentral.layout(self.ctx.params, centre=centre)
+
+    def server(self) -> Program:
+        holder = SERVER if self.centre_owner == "server" else 1
+        return decentral.coordinate(self.ctx, centre=(self.centre, holder))
+
+    def worker(self, rank: int) -> Program:
+        ctx, tau = self.ctx, self.opts.tau
+        x = ctx.params.copy()
+        replica = ctx.params.copy()  # easgd-sync's copy of the centre; per worker, so kept here
+        buf = np.zeros_like(x) if ctx.momentum else None
+        for step in range(ctx.steps):
+            result = yield Compute(x)
+            decentral.local_sgd(ctx, x, result.grad, x, buf, step)
+            if (step + 1) % tau == 0 or step + 1 == ctx.steps:
+                yield from self.exchange(x, replica)
+            yield decentral.publish(self.frame, ctx, step + 1, x)
+        yield from decentral.finish(ctx.steps * ctx.batch_size)
+
+    def exchange(self, x: np.ndarray, replica: np.ndarray) -> Program:
+        raise NotImplementedError
+
+
+@register
+class Easgd(ElasticAveraging):
+    name = "easgd"
+    summary = "asynchronous elastic averaging: one-sided read of the centre, Accumulate of α(x_i − x̃)"
+
+    def exchange(self, x: np.ndarray, replica: np.ndarray) -> Program:
+        [raw] = yield Read("centre", (SERVER,))
+        elastic = np.float32(self.alpha) * (x - self.centre.view(raw, "x"))
+        x -= elastic
+        yield Accumulate("centre", SERVER, ((self.centre.offset("x"), elastic),))
+
+
+@register
+class EasgdSync(ElasticAveraging):
+    name = "easgd-sync"
+    summary = "synchronous elastic averaging over the workers' communicator, centre replicated"
+    asynchronous = False
+    centre_owner = "workers"
+
+    @classmethod
+    def check(cls, cfg: Any, options: Any, workers: int) -> None:
+        super().check(cfg, options, workers)
+        alpha = options.alpha or 0.9 / max(workers, 1)
+        if workers * alpha >= 1.0:
+            raise UsageError(f"easgd-sync is unstable unless workers × alpha < 1 (got {workers} × {alpha:g})")
+
+    def exchange(self, x: np.ndarray, replica: np.ndarray) -> Program:
+        total = yield Allreduce(x)
+        alpha = np.float32(self.alpha)
+        pull = alpha * (x - replica)
+        replica += alpha * (total - np.float32(self.ctx.workers) * replica)
+        x -= pull
+        yield Publish("centre", self.centre.pack(x=replica))

@@ -1,0 +1,250 @@
+"""Discrete-event execution of every rank's program in virtual time, on one process.
+
+The same algorithm programs as under MPI; each operation costs virtual time from the models:
+compute from the compute model, transfers α + bytes/bandwidth through per-rank links taken in FIFO
+order (so rank 0's link saturates the way a parameter server's does), ring all-reduce cost for
+collectives, and fixed per-message and per-step costs for rank 0's and the workers' own math.
+Events at equal times run in the order they were scheduled, so a run is deterministic.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from typing import Any, Callable
+
+import numpy as np
+
+from hpcbench.algorithms.api import Algorithm, Layout
+from hpcbench.algorithms.ops import (ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, Gradient,
+                                     Publish, Read, Record, Recv, Send)
+from hpcbench.errors import RuntimeFailure
+from hpcbench.runtime.logs import RunLogs
+from hpcbench.runtime.sim.models import ComputeModel, SimConfig, barrier_s, ring_allreduce_s
+from hpcbench.telemetry.gcpause import collector_paused
+from hpcbench.telemetry.timeline import PHASE_CODE, Timeline
+
+BLOCKED = object()  # a handler's answer when the program must wait for an event
+GradientFn = Callable[[int, np.ndarray], tuple[np.ndarray, float, int]]  # (rank, params) → (grad, loss, samples)
+
+
+class Engine:
+    def __init__(self, algo: Algorithm, layout: Layout, cfg: SimConfig, compute: ComputeModel,
+                 gradient: GradientFn, logs: RunLogs, real_size: int) -> None:
+        self.cfg, self.compute_model, self.gradient, self.logs = cfg, compute, gradient, logs
+        n = cfg.workers
+        self.ranks = range(n + 1)
+        self.float_bytes = 4 * algo.ctx.size
+        self.extra_bytes = 4 * (real_size - algo.ctx.size)  # a stand-in vector counts as the real one
+        self.programs = [algo.server()] + [algo.worker(r) for r in range(1, n + 1)]
+        self.timelines = [Timeline(r) for r in self.ranks]
+        self.rows = [t.rows for t in self.timelines]
+        self.steps = [0] * (n + 1)
+        self.end = [0.0] * (n + 1)
+        self.finished = [False] * (n + 1)
+        self.link_free = [0.0] * (n + 1)
+        self.windows: dict[tuple[str, int], np.ndarray] = {}
+        for name, spec in layout.windows.items():
+            owners = (0,) if spec.owner == "server" else tuple(range(1, n + 1))
+            for r in owners:
+                self.windows[(name, r)] = (spec.initial.copy() if spec.initial is not None
+                                           else np.zeros(spec.nbytes, np.uint8))
+        self.inbox: dict[tuple[str, int], deque[tuple[int, np.ndarray]]] = {}
+        self.waiting: dict[int, tuple[str, int, int, float]] = {}  # rank → (channel, src, token, since)
+        self.collective: list[tuple[int, float, np.ndarray | None]] = []
+        self.heap: list[tuple[float, int, Callable[..., None], tuple]] = []
+        self.counter = itertools.count()
+        self.now = 0.0
+        self.events = 0
+        self.handlers: dict[type, Callable[[int, Any], Any]] = {
+            Compute: self.compute, Publish: self.publish, Read: self.read, Accumulate: self.accumulate,
+            Drain: self.drain, Send: self.send, Recv: self.recv, Allreduce: self.allreduce, Barrier: self.barrier,
+            Evaluate: self.evaluate, Record: self.record,
+        }
+
+    # --- the event loop -----------------------------------------------------------------------
+    def at(self, t: float, action: Callable[..., None], *args: Any) -> None:
+        heapq.heappush(self.heap, (t, next(self.counter), action, args))
+
+    def run(self) -> None:
+        for r in self.ranks:
+            self.at(0.0, self.resume, r, None)
+        heap, pop = self.heap, heapq.heappop
+        with collector_paused():
+            while heap:
+                self.now, _, action, args = pop(heap)
+                self.events += 1
+                action(*args)
+        stuck = [r for r in self.ranks if not self.finished[r]]
+        if stuck:
+            what = ", ".join(f"rank {r} on {self.waiting[r][0]!r}" if r in self.waiting else f"rank {r}"
+                             for r in stuck)
+            raise RuntimeFailure(f"simulated run deadlocked at t={self.now:.6f} s: {what} still waiting")
+
+    def resume(self, rank: int, value: Any) -> None:
+        program = self.programs[rank]
+        while True:
+            try:
+                op = program.send(value)
+            except StopIteration:
+                self.finished[rank] = True
+                self.end[rank] = self.now
+                return
+            value = self.handlers[type(op)](rank, op)
+            if value is BLOCKED:
+                return
+
+    def later(self, rank: int, t: float, value: Any) -> object:
+        self.at(t, self.resume, rank, value)
+        return BLOCKED
+
+    def row(self, rank: int, phase: str, t0: float, t1: float, nbytes: int = 0) -> None:
+        self.rows[rank].append((self.steps[rank], PHASE_CODE[phase], t0, t1, nbytes))
+
+    # --- costs --------------------------------------------------------------------------------
+    def modeled(self, nbytes: int) -> int:
+        """Bytes on the wire: each parameter-sized vector in a payload counts at the real model's size."""
+        return nbytes + (nbytes // self.float_bytes) * self.extra_bytes
+
+    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> float:
+        if src == dst:
+            return t
+        start = max(t + self.cfg.alpha_s, self.link_free[src], self.link_free[dst])
+        end = start + self.modeled(nbytes) / self.cfg.bandwidth
+        self.link_free[src] = self.link_free[dst] = end
+        return end
+
+    # --- operations ---------------------------------------------------------------------------
+    def compute(self, rank: int, op: Compute) -> object:
+        self.steps[rank] += 1
+        t = self.now
+        grad, loss, samples = self.gradient(rank, op.params)
+        done = t + self.compute_model.sample(rank)
+        self.row(rank, "compute", t, done)
+        resume = done + self.cfg.update_s
+        if resume > done:
+            self.row(rank, "update", done, resume)
+        return self.later(rank, resume, Gradient(grad, loss, samples))
+
+    # Local operations are instant in virtual time and leave no timeline row; sends keep a
+    # zero-length row because it carries the bytes put on the wire.
+    def publish(self, rank: int, op: Publish) -> None:
+        self.windows[(op.window, rank)][:op.data.nbytes] = op.data.view(np.uint8)
+
+    def read(self, rank: int, op: Read) -> object:
+        t = end = self.now
+        bufs = []
+        for target in op.ranks:
+            window = self.windows[(op.window, target)]
+            nbytes = window.nbytes if op.nbytes < 0 else op.nbytes
+            bufs.append(window[:nbytes].copy())  # a consistent snapshot, taken when the read starts
+            end = self.transfer(target, rank, nbytes, end)
+        self.row(rank, "communicate", t, end, sum(b.nbytes for b in bufs))
+        return bufs if end == t else self.later(rank, end, bufs)
+
+    def accumulate(self, rank: int, op: Accumulate) -> object:
+        parts = tuple((offset, array.copy()) for offset, array in op.parts)
+        end = self.transfer(rank, op.rank, sum(a.nbytes for _, a in parts), self.now)
+        window = self.windows[(op.window, op.rank)]
+
+        def land() -> None:
+            for offset, array in parts:
+                window[offset:offset + array.nbytes].view(array.dtype)[:] += array
+
+        self.at(end, land)
+        self.row(rank, "communicate", self.now, end, sum(a.nbytes for _, a in parts))
+        return self.later(rank, end, None)
+
+    def drain(self, rank: int, op: Drain) -> np.ndarray:
+        window = self.windows[(op.window, rank)]
+        out = window.copy()
+        window[:] = 0
+        return out
+
+    def send(self, rank: int, op: Send) -> None:
+        data = np.ascontiguousarray(op.data).view(np.uint8).copy()
+        arrival = self.transfer(rank, op.dest, data.nbytes, self.now)
+        self.at(arrival, self.deliver, op.channel, op.dest, rank, data)
+        self.row(rank, "communicate", self.now, self.now, data.nbytes)
+
+    def deliver(self, channel: str, dest: int, src: int, data: np.ndarray) -> None:
+        waiting = self.waiting.get(dest)
+        if waiting is not None and waiting[0] == channel and waiting[1] in (ANY, src):
+            del self.waiting[dest]
+            self.row(dest, "wait", waiting[3], self.now, data.nbytes)
+            self.received(dest, src, data, inline=False)
+        else:
+            self.inbox.setdefault((channel, dest), deque()).append((src, data))
+
+    def received(self, rank: int, src: int, data: np.ndarray, inline: bool) -> Any:
+        """Hand a message to its program; rank 0 then spends apply_s on it (its queue is FIFO)."""
+        value = (src, data)
+        if rank == 0 and self.cfg.apply_s > 0:
+            self.row(0, "apply", self.now, self.now + self.cfg.apply_s)
+            return self.later(0, self.now + self.cfg.apply_s, value)
+        if inline:
+            return value
+        self.resume(rank, value)
+        return None
+
+    def recv(self, rank: int, op: Recv) -> object:
+        queue = self.inbox.get((op.channel, rank))
+        if queue:
+            if op.src == ANY:
+                src, data = queue.popleft()  # the server's queue is long and FIFO: O(1) here
+            else:
+                found = next((i for i, (s, _) in enumerate(queue) if s == op.src), None)
+                if found is not None:
+                    src, data = queue[found]
+                    del queue[found]
+            if op.src == ANY or found is not None:
+                return self.received(rank, src, data, inline=True)
+        if op.timeout == 0:
+            return None
+        token = next(self.counter)
+        self.waiting[rank] = (op.channel, op.src, token, self.now)
+        if op.timeout is not None:
+            self.at(self.now + op.timeout, self.expire, rank, token)
+        return BLOCKED
+
+    def expire(self, rank: int, token: int) -> None:
+        waiting = self.waiting.get(rank)
+        if waiting is not None and waiting[2] == token:
+            del self.waiting[rank]
+            self.row(rank, "wait", waiting[3], self.now)
+            self.resume(rank, None)
+
+    def allreduce(self, rank: int, op: Allreduce) -> object:
+        return self.gather(rank, op.data)
+
+    def barrier(self, rank: int, op: Barrier) -> object:
+        return self.gather(rank, None)
+
+    def gather(self, rank: int, data: np.ndarray | None) -> object:
+        """Workers' collectives: all arrive, then all leave together after the collective's cost."""
+        self.collective.append((rank, self.now, data))
+        if len(self.collective) < self.cfg.workers:
+            return BLOCKED
+        arrivals, self.collective = sorted(self.collective, key=lambda c: c[0]), []
+        p = self.cfg.workers
+        if data is None:
+            result, cost, phase = None, barrier_s(p, self.cfg.alpha_s), "wait"
+        else:
+            result = arrivals[0][2].copy()
+            for _, _, part in arrivals[1:]:
+                result += part
+            cost, phase = ring_allreduce_s(self.modeled(data.nbytes), p, self.cfg.alpha_s, self.cfg.bandwidth), "communicate"
+        done = max(t for _, t, _ in arrivals) + cost
+        for r, t, part in arrivals:
+            self.row(r, phase, t, done, 0 if part is None else part.nbytes)
+            self.later(r, done, None if result is None else result.copy())
+        return BLOCKED
+
+    def evaluate(self, rank: int, op: Evaluate) -> None:
+        self.steps[rank] += 1
+        self.logs.snapshot(self.now, op)
+        self.row(rank, "eval", self.now, self.now, op.params.nbytes)
+
+    def record(self, rank: int, op: Record) -> None:
+        self.steps[rank] += 1
+        self.logs.record(self.now, op)

@@ -1,0 +1,129 @@
+"""Cost models of the virtual cluster (pure, seeded): compute times, network transfers, server work."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from hpcbench.errors import UsageError
+
+BLOCK = 256  # compute times drawn per numpy call
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """The virtual cluster. Times in seconds, bandwidth in bytes per second."""
+
+    workers: int = 8
+    numerics: bool = True  # run the real model math; off = timing only, for very large worker counts
+    compute_shape: float = 100.0  # gamma shape of a batch's compute time (100: coefficient of variation 0.1)
+    compute_mean_s: float = 0.05  # mean compute time of one batch on a worker of speed 1
+    heterogeneity: float = 0.0  # coefficient of variation of fixed per-worker speed factors
+    pause_prob: float = 0.0  # chance per step that a worker pauses (a transient straggler)
+    pause_s: float = 0.0  # length of such a pause
+    alpha_s: float = 5e-6  # network latency per message
+    bandwidth: float = 1.25e9  # bytes per second of every rank's link (10 Gb/s)
+    apply_s: float = -1.0  # rank 0's work per received message; -1 = 2 ns per model parameter
+    update_s: float = -1.0  # a worker's own math per step; -1 = 1 ns per model parameter
+
+    def validate(self) -> None:
+        if not 1 <= self.workers <= 4096:
+            raise UsageError(f"--workers must be between 1 and 4096, got {self.workers}")
+        positive = {"compute_shape": self.compute_shape, "compute_mean_s": self.compute_mean_s,
+                    "bandwidth": self.bandwidth}
+        for name, value in positive.items():
+            if not value > 0:
+                raise UsageError(f"simulation {name} must be > 0, got {value}")
+        for name, value in {"heterogeneity": self.heterogeneity, "pause_s": self.pause_s,
+                            "alpha_s": self.alpha_s}.items():
+            if value < 0:
+                raise UsageError(f"simulation {name} must be >= 0, got {value}")
+        if not 0 <= self.pause_prob <= 1:
+            raise UsageError(f"simulation pause_prob must be in [0, 1], got {self.pause_prob}")
+
+
+def parse_keyvals(text: str, what: str, valid: tuple[str, ...]) -> dict[str, float]:
+    """``"shape=100,mean=0.05"`` → {"shape": 100.0, "mean": 0.05}, refusing unknown keys."""
+    out: dict[str, float] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or key not in valid:
+            raise UsageError(f"{what} {item!r}: expected KEY=VALUE with KEY one of {', '.join(valid)}")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise UsageError(f"{what} {item!r}: {value!r} is not a number") from None
+    return out
+
+
+def parse_compute(text: str) -> dict[str, float]:
+    """``--compute gamma:shape=K[,mean=S]``."""
+    kind, _, rest = text.partition(":")
+    if kind != "gamma":
+        raise UsageError(f"--compute {text!r}: the compute model is gamma:shape=K,mean=SECONDS")
+    values = parse_keyvals(rest, "--compute", ("shape", "mean"))
+    return {{"shape": "compute_shape", "mean": "compute_mean_s"}[k]: v for k, v in values.items()}
+
+
+def parse_network(text: str) -> dict[str, float]:
+    """``--network alpha=SECONDS,bandwidth=BYTES_PER_S``."""
+    values = parse_keyvals(text, "--network", ("alpha", "bandwidth"))
+    return {{"alpha": "alpha_s", "bandwidth": "bandwidth"}[k]: v for k, v in values.items()}
+
+
+def parse_pauses(text: str) -> dict[str, float]:
+    """``--pauses PROB:SECONDS``."""
+    try:
+        prob, seconds = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise UsageError(f"--pauses {text!r} is not PROB:SECONDS (for example 0.01:0.5)") from None
+    return {"pause_prob": prob, "pause_s": seconds}
+
+
+class ComputeModel:
+    """Per-worker batch times: gamma(shape, mean × speed factor), straggler slow-down, random pauses."""
+
+    def __init__(self, cfg: SimConfig, seed: int, slow: dict[int, float]) -> None:
+        self.cfg = cfg
+        self.slow = slow
+        base = np.random.default_rng([seed, 0x5EED])
+        if cfg.heterogeneity > 0:
+            sigma = math.sqrt(math.log1p(cfg.heterogeneity**2))
+            self.speed = base.lognormal(-sigma**2 / 2, sigma, size=cfg.workers + 1)  # mean 1
+        else:
+            self.speed = np.ones(cfg.workers + 1)
+        self.rngs = [np.random.default_rng([seed, 0xC0DE, r]) for r in range(cfg.workers + 1)]
+        self.pause_rngs = [np.random.default_rng([seed, 0xFA05, r]) for r in range(cfg.workers + 1)]
+        self.scale = [c * cfg.compute_mean_s / cfg.compute_shape * slow.get(r, 1.0)
+                      for r, c in enumerate(self.speed)]
+        self.draws: list[np.ndarray] = [np.zeros(0)] * (cfg.workers + 1)
+        self.next = [0] * (cfg.workers + 1)
+
+    def mean(self, rank: int) -> float:
+        """Expected batch time of ``rank`` (for tests and reports)."""
+        c = self.cfg
+        return c.compute_mean_s * self.speed[rank] * self.slow.get(rank, 1.0) + c.pause_prob * c.pause_s
+
+    def sample(self, rank: int) -> float:
+        i = self.next[rank]
+        if i == len(self.draws[rank]):
+            # Drawn in blocks from each worker's own stream: the same sequence, far fewer numpy calls.
+            self.draws[rank] = self.rngs[rank].standard_gamma(self.cfg.compute_shape, size=BLOCK)
+            i = 0
+        self.next[rank] = i + 1
+        t = float(self.draws[rank][i]) * self.scale[rank]
+        if self.cfg.pause_prob and self.pause_rngs[rank].random() < self.cfg.pause_prob:
+            t += self.cfg.pause_s
+        return t
+
+
+def ring_allreduce_s(nbytes: float, p: int, alpha: float, bandwidth: float) -> float:
+    """2(p−1)α + 2(p−1)/p · n/BW."""
+    if p <= 1:
+        return 0.0
+    return 2 * (p - 1) * alpha + 2 * (p - 1) / p * nbytes / bandwidth
+
+
+def barrier_s(p: int, alpha: float) -> float:
+    return math.ceil(math.log2(p)) * alpha if p > 1 else 0.0

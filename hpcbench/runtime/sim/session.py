@@ -1,0 +1,96 @@
+"""``hpcbench simulate``: one run of the same algorithm code on a virtual cluster, to a result file."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from hpcbench.algorithms import Algorithm
+from hpcbench.config import RunConfig
+from hpcbench.errors import UsageError
+from hpcbench.results.store import write_run
+from hpcbench.runtime import plan
+from hpcbench.runtime.logs import RunLogs
+from hpcbench.runtime.placement import thread_count
+from hpcbench.runtime.provenance import software
+from hpcbench.runtime.record import build_record, default_out, result_line
+from hpcbench.runtime.sim.engine import Engine, GradientFn
+from hpcbench.runtime.sim.models import ComputeModel, SimConfig
+from hpcbench.workload.datasets import load_dataset
+from hpcbench.workload.sharding import BatchStream, shard_indices
+from hpcbench.workload.trainer import Trainer
+
+STAND_IN_FLOATS = 64  # the parameter vector algorithms see when numerics are off
+
+
+def resolve(sim: SimConfig, parameters: int) -> SimConfig:
+    """Fill in the per-parameter defaults of rank 0's and the workers' own math."""
+    return dataclasses.replace(
+        sim,
+        apply_s=2e-9 * parameters if sim.apply_s < 0 else sim.apply_s,
+        update_s=1e-9 * parameters if sim.update_s < 0 else sim.update_s,
+    )
+
+
+def numerics_gradient(trainer: Trainer, cfg: RunConfig, workers: int) -> GradientFn:
+    """Real gradients: one model shared by all virtual workers, each with its own shard stream."""
+    n_train = len(trainer.data.y_train)
+    streams = {r: BatchStream(shard_indices(n_train, workers, r - 1, cfg.seed), cfg.batch_size, cfg.seed, r)
+               for r in range(1, workers + 1)}
+
+    def gradient(rank: int, params: np.ndarray) -> tuple[np.ndarray, float, int]:
+        indices = streams[rank].next()
+        grad, loss = trainer.gradient(params, *trainer.batch(indices))
+        return grad, loss, len(indices)
+
+    return gradient
+
+
+def timing_gradient(size: int, batch: int) -> GradientFn:
+    def gradient(rank: int, params: np.ndarray) -> tuple[np.ndarray, float, int]:
+        return np.zeros(size, dtype=np.float32), float("nan"), batch
+
+    return gradient
+
+
+def simulate(cfg: RunConfig, algo_cls: type[Algorithm], sim: SimConfig) -> int:
+    sim.validate()
+    n = sim.workers
+    algo_cls.check(cfg, plan.options_for(cfg, algo_cls), n)
+    torch.set_num_threads(thread_count(cfg.threads, 1))
+    data = load_dataset(cfg.dataset, cfg.data_dir)
+    if n > len(data.y_train):
+        raise UsageError(f"{n} workers but only {len(data.y_train)} training samples in {cfg.dataset}")
+    trainer = Trainer(cfg.model, data, cfg.seed)
+    sim = resolve(sim, trainer.size)
+    if sim.numerics:
+        params, gradient = trainer.initial, numerics_gradient(trainer, cfg, n)
+    else:
+        params, gradient = np.zeros(STAND_IN_FLOATS, np.float32), timing_gradient(STAND_IN_FLOATS, cfg.batch_size)
+    ctx = plan.make_context(cfg, algo_cls, n, params, len(data.y_train))
+    algo = algo_cls(ctx)
+    layout = algo.layout()
+    slow = {r: plan.straggler_factor(cfg) for r in plan.straggler_ranks(cfg, n)}
+    logs = RunLogs(layout.tables)
+    engine = Engine(algo, layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, trainer.size)
+    wall0 = time.perf_counter()
+    engine.run()
+    wall = time.perf_counter() - wall0
+    if sim.numerics:
+        logs.score(lambda p: trainer.evaluate(p, cfg.eval_samples))
+    else:
+        logs.score(lambda p: (float("nan"), float("nan")))
+    parts = [{"rank": r, "host": "virtual", "device": "virtual", "start": 0.0, "end": engine.end[r], "threads": 1,
+              "timeline": engine.timelines[r].columns()} for r in range(n + 1)]
+    provenance: dict[str, Any] = {**software(), "mpi_library_version": "none (simulated)", "mpi_vendor": "none",
+                                  "mpi_standard": "none", "mpi4py_version": "none", "sim_wall_s": wall,
+                                  "sim_events": engine.events}
+    simulation = {**dataclasses.asdict(sim), "model_parameters": trainer.size, "algorithm_parameters": ctx.size}
+    record = build_record(cfg, algo, ctx, mode="sim", world_size=n + 1, parts=parts, offsets=np.zeros(n + 1),
+                          origin=0.0, logs=logs, provenance=provenance, simulation=simulation)
+    path = write_run(cfg.out or default_out(cfg, n, "sim"), record)
+    print(result_line(record, str(path)) + f" [{engine.events} events in {wall:.1f} s]", flush=True)
+    return 0
