@@ -112,6 +112,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo(args.out_dir, args.ranks, args.steps, args.timeout)
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from hpcbench.results.store import read_run
+    from hpcbench.runtime.sim.calibrate import describe
+
+    print(describe(read_run(args.path)))
+    return 0
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="hpcbench", description="Benchmark distributed SGD algorithms under MPI.")
     parser.add_argument("--version", action="version", version=f"hpcbench {__version__}")
@@ -130,6 +138,10 @@ def build_parser() -> Parser:
     p.add_argument("--heterogeneity", type=float, help="coefficient of variation of per-worker speeds (default 0)")
     p.add_argument("--pauses", help="PROB:SECONDS transient pauses per step (default none)")
     p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("calibrate", help="fit the simulator's compute and network models to a real run")
+    p.add_argument("path", metavar="REAL.h5")
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("report", help="tables from result files or directories")
     p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")

@@ -5,19 +5,19 @@ import pytest
 from hpcbench.errors import UsageError
 from hpcbench.results.schema import RunRecord, SCHEMA_VERSION
 from hpcbench.results.store import read_run, write_run
-from hpcbench.telemetry.timeline import PHASES, Timeline
+from hpcbench.telemetry.timeline import OPS, PHASES, Timeline
 
 
 def record(**overrides) -> RunRecord:
     tl = Timeline(1)
-    tl.add(1, "compute", 0.0, 0.5)
+    tl.add(1, "compute", 0.0, 0.5, op="Compute")
     fields = dict(
         attrs={"hpcbench_version": "0", "mode": "mpi", "algorithm": "asgd", "world_size": 2, "workers": 1,
                "model": "mlp", "dataset": "digits", "seed": 0, "status": "ok", "created_utc": "now",
                "config": {"algo": "asgd", "lr": 0.1}},
         provenance={"mpi_library_version": "MPICH", "git_dirty": False},
         per_rank={"hostnames": ["a", "b"], "devices": ["cpu", "cpu"]},
-        timeline=tl.columns(), phases=PHASES, clock_offsets=np.zeros(2),
+        timeline=tl.columns(), phases=PHASES, ops=OPS, clock_offsets=np.zeros(2),
         evals={"t": np.array([0.0, 1.0]), "samples": np.array([0, 32]), "updates": np.array([0, 1]),
                "loss": np.array([2.3, 1.0]), "accuracy": np.array([0.1, 0.5]), "consensus": np.full(2, np.nan)},
         tables={"updates": {"t": np.array([0.5]), "worker": np.array([1]), "staleness": np.array([0])}},
@@ -34,6 +34,7 @@ def test_round_trip(tmp_path):
     assert back.attrs["config"] == {"algo": "asgd", "lr": 0.1}
     assert back.per_rank["hostnames"] == ["a", "b"]
     assert back.phases == PHASES and back.timeline["phase"][0] == PHASES.index("compute")
+    assert back.ops == OPS and back.timeline["op"][0] == OPS.index("Compute")
     assert back.tables["updates"]["staleness"].tolist() == [0]
     assert back.summary["samples_per_s"] == 32.0 and back.final_params.tolist() == [0, 1, 2, 3, 4]
 

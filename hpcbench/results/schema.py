@@ -17,7 +17,7 @@ PROVENANCE_ATTRS = ("mpi_library_version", "mpi_vendor", "mpi4py_version", "torc
                     "h5py_version", "python_version", "git_commit", "git_dirty", "slurm_job_id",
                     "progress_mode")
 PROVENANCE_PER_RANK = ("hostnames", "devices")
-TIMELINE_COLUMNS = ("rank", "step", "phase", "t_start", "t_end", "nbytes")
+TIMELINE_COLUMNS = ("rank", "step", "phase", "op", "t_start", "t_end", "nbytes")
 EVAL_COLUMNS = ("t", "samples", "updates", "loss", "accuracy", "consensus")
 UPDATE_COLUMNS = ("t", "worker", "version_used", "version_applied", "staleness", "penalty_mean", "gap_mean")
 SUMMARY_ATTRS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "final_accuracy",
@@ -34,6 +34,7 @@ class RunRecord:
     per_rank: dict[str, list[str]]
     timeline: dict[str, np.ndarray]
     phases: tuple[str, ...]
+    ops: tuple[str, ...]
     clock_offsets: np.ndarray
     evals: dict[str, np.ndarray]
     tables: dict[str, dict[str, np.ndarray]]  # "updates" → /server/updates, others beside it

@@ -55,11 +55,13 @@ def write_run(path: str | os.PathLike, rec: RunRecord) -> Path:
             tl = f.create_group("timeline")
             tl.attrs["clock"] = "seconds since the run started, on rank 0's MPI_Wtime (virtual time in sim mode)"
             tl.attrs["phases"] = json.dumps(list(rec.phases))
+            tl.attrs["ops"] = json.dumps(list(rec.ops))
             columns = dict(rec.timeline)
-            phase_type = h5py.enum_dtype({p: i for i, p in enumerate(rec.phases)}, basetype="u1")
-            _columns(tl, {k: v for k, v in columns.items() if k != "phase"})
-            tl.create_dataset("phase", data=columns["phase"].astype(np.uint8), dtype=phase_type,
-                              chunks=True if columns["phase"].size > 4096 else None)
+            _columns(tl, {k: v for k, v in columns.items() if k not in ("phase", "op")})
+            for name, names in (("phase", rec.phases), ("op", rec.ops)):
+                kind = h5py.enum_dtype({p: i for i, p in enumerate(names)}, basetype="u1")
+                values = columns[name].astype(np.uint8)
+                tl.create_dataset(name, data=values, dtype=kind, chunks=True if values.size > 4096 else None)
             tl.create_dataset("clock_offset_s", data=rec.clock_offsets)
             _columns(f.create_group("evals"), rec.evals)
             server = f.create_group("server")
@@ -118,6 +120,7 @@ def read_run(path: str | os.PathLike) -> RunRecord:
             per_rank={k: [_plain(x) for x in prov[k][()]] for k in prov},
             timeline=timeline,
             phases=tuple(json.loads(tl.attrs["phases"])),
+            ops=tuple(json.loads(tl.attrs["ops"])),
             clock_offsets=tl["clock_offset_s"][()],
             evals=_read_columns(f["evals"]),
             tables={name: _read_columns(f["server"][name]) for name in f["server"]},

@@ -59,10 +59,10 @@ class MpiDriver:
             else:
                 result = self.record(op)
 
-    def _timed(self, phase: str, nbytes: int, fn: Callable[[], Any]) -> Any:
+    def _timed(self, phase: str, nbytes: int, op: Any, fn: Callable[[], Any]) -> Any:
         t0 = self.clock()
         out = fn()
-        self.timeline.add(self.step, phase, t0, self.clock(), nbytes)
+        self.timeline.add(self.step, phase, t0, self.clock(), nbytes, type(op).__name__)
         return out
 
     def compute(self, op: Compute) -> Gradient:
@@ -77,28 +77,28 @@ class MpiDriver:
             # An injected straggler: stretch this compute to slow_factor times its real length.
             time.sleep((self.clock() - t1) * (self.slow_factor - 1.0))
         t2 = self.clock()
-        self.timeline.add(self.step, "data", t0, t1)
-        self.timeline.add(self.step, "compute", t1, t2)
+        self.timeline.add(self.step, "data", t0, t1, op="Compute")
+        self.timeline.add(self.step, "compute", t1, t2, op="Compute")
         return Gradient(grad, loss, len(indices))
 
     def publish(self, op: Publish) -> None:
-        self._timed("communicate", op.data.nbytes, lambda: self.comm.windows[op.window].publish(op.data))
+        self._timed("communicate", op.data.nbytes, op, lambda: self.comm.windows[op.window].publish(op.data))
 
     def read(self, op: Read) -> list:
         window = self.comm.windows[op.window]
         nbytes = op.nbytes if op.nbytes >= 0 else self.comm.window_sizes[op.window]
-        return self._timed("communicate", nbytes * len(op.ranks), lambda: window.read(op.ranks, nbytes))
+        return self._timed("communicate", nbytes * len(op.ranks), op, lambda: window.read(op.ranks, nbytes))
 
     def accumulate(self, op: Accumulate) -> None:
         nbytes = sum(a.nbytes for _, a in op.parts)
-        self._timed("communicate", nbytes, lambda: self.comm.windows[op.window].accumulate(op.rank, op.parts))
+        self._timed("communicate", nbytes, op, lambda: self.comm.windows[op.window].accumulate(op.rank, op.parts))
 
     def drain(self, op: Drain) -> Any:
         window = self.comm.windows[op.window]
-        return self._timed("communicate", window.local.nbytes, window.drain)
+        return self._timed("communicate", window.local.nbytes, op, window.drain)
 
     def send(self, op: Send) -> None:
-        self._timed("communicate", op.data.nbytes, lambda: self.comm.send(op.channel, op.dest, op.data))
+        self._timed("communicate", op.data.nbytes, op, lambda: self.comm.send(op.channel, op.dest, op.data))
 
     def recv(self, op: Recv) -> Any:
         timeout = self.timeout if op.timeout is None else op.timeout
@@ -107,21 +107,21 @@ class MpiDriver:
         if got is None and op.timeout is None:
             who = "any rank" if op.src < 0 else f"rank {op.src}"
             raise RuntimeFailure(f"timed out after {timeout:g} s waiting for a {op.channel!r} message from {who}")
-        self.timeline.add(self.step, "wait", t0, self.clock(), got[1].nbytes if got is not None else 0)
+        self.timeline.add(self.step, "wait", t0, self.clock(), got[1].nbytes if got is not None else 0, "Recv")
         return got
 
     def allreduce(self, op: Allreduce) -> Any:
-        return self._timed("communicate", op.data.nbytes, lambda: self.comm.allreduce(op.data, self.timeout))
+        return self._timed("communicate", op.data.nbytes, op, lambda: self.comm.allreduce(op.data, self.timeout))
 
     def barrier(self, op: Barrier) -> None:
-        self._timed("wait", 0, lambda: self.comm.worker_barrier(self.timeout))
+        self._timed("wait", 0, op, lambda: self.comm.worker_barrier(self.timeout))
 
     def evaluate(self, op: Evaluate) -> None:
         assert self.logs is not None
         self.step += 1
         t0 = self.clock()
         self.logs.snapshot(t0, op)
-        self.timeline.add(self.step, "eval", t0, self.clock(), op.params.nbytes)
+        self.timeline.add(self.step, "eval", t0, self.clock(), op.params.nbytes, "Evaluate")
 
     def record(self, op: Record) -> None:
         assert self.logs is not None

@@ -13,7 +13,7 @@ from hpcbench.config import RunConfig
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.telemetry.summary import summarize
-from hpcbench.telemetry.timeline import COLUMNS, PHASES, concat
+from hpcbench.telemetry.timeline import COLUMNS, OPS, PHASES, concat
 
 
 def default_out(cfg: RunConfig, workers: int, mode: str = "mpi") -> str:
@@ -26,18 +26,23 @@ def default_out(cfg: RunConfig, workers: int, mode: str = "mpi") -> str:
     return str(path)
 
 
-def resolved_config(cfg: RunConfig, algo: Algorithm, ctx: Context) -> dict[str, Any]:
+def resolved_config(cfg: RunConfig, algo: Algorithm, ctx: Context, parameters: int) -> dict[str, Any]:
     out = cfg.to_dict()
     out["options"] = {algo.name: {k: getattr(ctx.options, k) for k in vars(ctx.options)}}
     out.update(steps_per_worker=ctx.steps, budget_samples=ctx.budget, eval_every=ctx.eval_every,
-               warmup_epochs=ctx.schedule.warmup_epochs, parameters=ctx.size, train_size=ctx.train_size)
+               warmup_epochs=ctx.schedule.warmup_epochs, parameters=parameters, train_size=ctx.train_size)
     return out
 
 
 def build_record(cfg: RunConfig, algo: Algorithm, ctx: Context, mode: str, world_size: int,
                  parts: list[dict[str, Any]], offsets: np.ndarray, origin: float, logs: RunLogs,
-                 provenance: dict[str, Any], simulation: dict[str, Any] | None = None) -> RunRecord:
-    """``parts``: one dict per rank with its timeline columns and start/end on its own clock."""
+                 provenance: dict[str, Any], simulation: dict[str, Any] | None = None,
+                 model_parameters: int = 0) -> RunRecord:
+    """``parts``: one dict per rank with its timeline columns and start/end on its own clock.
+
+    ``model_parameters``: the model's size when the algorithms ran on a stand-in (simulation
+    without numerics); by default the size of the parameters the algorithms saw.
+    """
     parts = sorted(parts, key=lambda p: p["rank"])
     shifted = []
     for p in parts:
@@ -65,11 +70,11 @@ def build_record(cfg: RunConfig, algo: Algorithm, ctx: Context, mode: str, world
         "seed": cfg.seed,
         "status": "ok",
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "config": resolved_config(cfg, algo, ctx),
+        "config": resolved_config(cfg, algo, ctx, model_parameters or ctx.size),
     }
     per_rank = {"hostnames": [p["host"] for p in parts], "devices": [p["device"] for p in parts],
                 "threads": [str(p["threads"]) for p in parts]}
-    return RunRecord(attrs=attrs, provenance=provenance, per_rank=per_rank, timeline=timeline, phases=PHASES,
+    return RunRecord(attrs=attrs, provenance=provenance, per_rank=per_rank, timeline=timeline, phases=PHASES, ops=OPS,
                      clock_offsets=np.asarray(offsets, dtype=np.float64), evals=evals, tables=tables,
                      summary=summary, final_params=np.asarray(final, dtype=np.float32),
                      simulation=simulation or {})

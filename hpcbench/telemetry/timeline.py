@@ -9,9 +9,13 @@ import numpy as np
 # the global model (it is scored after the run).
 PHASES = ("data", "compute", "communicate", "wait", "apply", "update", "eval")
 PHASE_CODE = {name: i for i, name in enumerate(PHASES)}
-COLUMNS = ("rank", "step", "phase", "t_start", "t_end", "nbytes")
-ROW_DTYPE = np.dtype([("step", np.int64), ("phase", np.uint8), ("t_start", np.float64), ("t_end", np.float64),
-                      ("nbytes", np.int64)])
+# The operation a row belongs to ("none": the program's own math between operations).
+OPS = ("none", "Compute", "Publish", "Read", "Accumulate", "Drain", "Send", "Recv", "Allreduce", "Barrier",
+       "Evaluate")
+OP_CODE = {name: i for i, name in enumerate(OPS)}
+COLUMNS = ("rank", "step", "phase", "op", "t_start", "t_end", "nbytes")
+ROW_DTYPE = np.dtype([("step", np.int64), ("phase", np.uint8), ("op", np.uint8), ("t_start", np.float64),
+                      ("t_end", np.float64), ("nbytes", np.int64)])
 
 
 class Timeline:
@@ -19,10 +23,10 @@ class Timeline:
 
     def __init__(self, rank: int) -> None:
         self.rank = rank
-        self.rows: list[tuple[int, int, float, float, int]] = []
+        self.rows: list[tuple[int, int, int, float, float, int]] = []
 
-    def add(self, step: int, phase: str, t_start: float, t_end: float, nbytes: int = 0) -> None:
-        self.rows.append((step, PHASE_CODE[phase], t_start, t_end, nbytes))
+    def add(self, step: int, phase: str, t_start: float, t_end: float, nbytes: int = 0, op: str = "none") -> None:
+        self.rows.append((step, PHASE_CODE[phase], OP_CODE[op], t_start, t_end, nbytes))
 
     def columns(self, shift: float = 0.0) -> dict[str, np.ndarray]:
         """The rows as columns, times moved by ``shift`` (onto rank 0's clock and run origin)."""
@@ -31,6 +35,7 @@ class Timeline:
             "rank": np.full(len(self.rows), self.rank, dtype=np.int32),
             "step": table["step"],
             "phase": table["phase"],
+            "op": table["op"],
             "t_start": table["t_start"] + shift,
             "t_end": table["t_end"] + shift,
             "nbytes": table["nbytes"],

@@ -22,7 +22,7 @@ from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.models import ComputeModel, SimConfig, barrier_s, ring_allreduce_s
 from hpcbench.telemetry.gcpause import collector_paused
-from hpcbench.telemetry.timeline import PHASE_CODE, Timeline
+from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE, Timeline
 
 BLOCKED = object()  # a handler's answer when the program must wait for an event
 GradientFn = Callable[[int, np.ndarray], tuple[np.ndarray, float, int]]  # (rank, params) → (grad, loss, samples)
@@ -49,6 +49,9 @@ class Engine:
             for r in owners:
                 self.windows[(name, r)] = (spec.initial.copy() if spec.initial is not None
                                            else np.zeros(spec.nbytes, np.uint8))
+        # Passive-target locking: an owner's exclusive publish or drain waits until the shared-lock
+        # reads and accumulates in flight on that window have finished.
+        self.window_busy: dict[tuple[str, int], float] = {}
         self.inbox: dict[tuple[str, int], deque[tuple[int, np.ndarray]]] = {}
         self.waiting: dict[int, tuple[str, int, int, float]] = {}  # rank → (channel, src, token, since)
         self.collective: list[tuple[int, float, np.ndarray | None]] = []
@@ -98,8 +101,8 @@ class Engine:
         self.at(t, self.resume, rank, value)
         return BLOCKED
 
-    def row(self, rank: int, phase: str, t0: float, t1: float, nbytes: int = 0) -> None:
-        self.rows[rank].append((self.steps[rank], PHASE_CODE[phase], t0, t1, nbytes))
+    def row(self, rank: int, phase: str, t0: float, t1: float, nbytes: int = 0, op: str = "none") -> None:
+        self.rows[rank].append((self.steps[rank], PHASE_CODE[phase], OP_CODE[op], t0, t1, nbytes))
 
     # --- costs --------------------------------------------------------------------------------
     def modeled(self, nbytes: int) -> int:
@@ -120,7 +123,7 @@ class Engine:
         t = self.now
         grad, loss, samples = self.gradient(rank, op.params)
         done = t + self.compute_model.sample(rank)
-        self.row(rank, "compute", t, done)
+        self.row(rank, "compute", t, done, 0, "Compute")
         resume = done + self.cfg.update_s
         if resume > done:
             self.row(rank, "update", done, resume)
@@ -128,8 +131,25 @@ class Engine:
 
     # Local operations are instant in virtual time and leave no timeline row; sends keep a
     # zero-length row because it carries the bytes put on the wire.
-    def publish(self, rank: int, op: Publish) -> None:
-        self.windows[(op.window, rank)][:op.data.nbytes] = op.data.view(np.uint8)
+    def exclusive(self, rank: int, key: tuple[str, int]) -> float:
+        """When the owner gets its exclusive lock: now, or when the last shared holder lets go."""
+        free = self.window_busy.get(key, 0.0)
+        if free > self.now:
+            self.row(rank, "wait", self.now, free, 0, "Publish" if key[0] != "mailbox" else "Drain")
+        return max(free, self.now)
+
+    def publish(self, rank: int, op: Publish) -> object:
+        key = (op.window, rank)
+        data = op.data.view(np.uint8).copy()
+        t = self.exclusive(rank, key)
+        if t == self.now:
+            self.windows[key][:data.nbytes] = data
+            return None
+        self.at(t, self.write, key, data)
+        return self.later(rank, t, None)
+
+    def write(self, key: tuple[str, int], data: np.ndarray) -> None:
+        self.windows[key][:data.nbytes] = data
 
     def read(self, rank: int, op: Read) -> object:
         t = end = self.now
@@ -139,12 +159,14 @@ class Engine:
             nbytes = window.nbytes if op.nbytes < 0 else op.nbytes
             bufs.append(window[:nbytes].copy())  # a consistent snapshot, taken when the read starts
             end = self.transfer(target, rank, nbytes, end)
-        self.row(rank, "communicate", t, end, sum(b.nbytes for b in bufs))
+            self.hold(op.window, target, end)
+        self.row(rank, "communicate", t, end, sum(self.modeled(b.nbytes) for b in bufs), "Read")
         return bufs if end == t else self.later(rank, end, bufs)
 
     def accumulate(self, rank: int, op: Accumulate) -> object:
         parts = tuple((offset, array.copy()) for offset, array in op.parts)
         end = self.transfer(rank, op.rank, sum(a.nbytes for _, a in parts), self.now)
+        self.hold(op.window, op.rank, end)
         window = self.windows[(op.window, op.rank)]
 
         def land() -> None:
@@ -152,26 +174,40 @@ class Engine:
                 window[offset:offset + array.nbytes].view(array.dtype)[:] += array
 
         self.at(end, land)
-        self.row(rank, "communicate", self.now, end, sum(a.nbytes for _, a in parts))
+        self.row(rank, "communicate", self.now, end, self.modeled(sum(a.nbytes for _, a in parts)), "Accumulate")
         return self.later(rank, end, None)
 
-    def drain(self, rank: int, op: Drain) -> np.ndarray:
-        window = self.windows[(op.window, rank)]
+    def drain(self, rank: int, op: Drain) -> object:
+        key = (op.window, rank)
+        t = self.exclusive(rank, key)
+        if t == self.now:
+            return self.take(key)
+        self.at(t, lambda: self.resume(rank, self.take(key)))
+        return BLOCKED
+
+    def take(self, key: tuple[str, int]) -> np.ndarray:
+        window = self.windows[key]
         out = window.copy()
         window[:] = 0
         return out
+
+    def hold(self, window: str, owner: int, until: float) -> None:
+        """A shared lock on ``window`` of ``owner`` until ``until``."""
+        key = (window, owner)
+        if until > self.window_busy.get(key, 0.0):
+            self.window_busy[key] = until
 
     def send(self, rank: int, op: Send) -> None:
         data = np.ascontiguousarray(op.data).view(np.uint8).copy()
         arrival = self.transfer(rank, op.dest, data.nbytes, self.now)
         self.at(arrival, self.deliver, op.channel, op.dest, rank, data)
-        self.row(rank, "communicate", self.now, self.now, data.nbytes)
+        self.row(rank, "communicate", self.now, self.now, self.modeled(data.nbytes), "Send")
 
     def deliver(self, channel: str, dest: int, src: int, data: np.ndarray) -> None:
         waiting = self.waiting.get(dest)
         if waiting is not None and waiting[0] == channel and waiting[1] in (ANY, src):
             del self.waiting[dest]
-            self.row(dest, "wait", waiting[3], self.now, data.nbytes)
+            self.row(dest, "wait", waiting[3], self.now, self.modeled(data.nbytes), "Recv")
             self.received(dest, src, data, inline=False)
         else:
             self.inbox.setdefault((channel, dest), deque()).append((src, data))
@@ -211,7 +247,7 @@ class Engine:
         waiting = self.waiting.get(rank)
         if waiting is not None and waiting[2] == token:
             del self.waiting[rank]
-            self.row(rank, "wait", waiting[3], self.now)
+            self.row(rank, "wait", waiting[3], self.now, 0, "Recv")
             self.resume(rank, None)
 
     def allreduce(self, rank: int, op: Allreduce) -> object:
@@ -228,22 +264,23 @@ class Engine:
         arrivals, self.collective = sorted(self.collective, key=lambda c: c[0]), []
         p = self.cfg.workers
         if data is None:
-            result, cost, phase = None, barrier_s(p, self.cfg.alpha_s), "wait"
+            result, cost, phase, name = None, barrier_s(p, self.cfg.alpha_s), "wait", "Barrier"
         else:
             result = arrivals[0][2].copy()
             for _, _, part in arrivals[1:]:
                 result += part
-            cost, phase = ring_allreduce_s(self.modeled(data.nbytes), p, self.cfg.alpha_s, self.cfg.bandwidth), "communicate"
+            cost = ring_allreduce_s(self.modeled(data.nbytes), p, self.cfg.alpha_s, self.cfg.bandwidth)
+            phase, name = "communicate", "Allreduce"
         done = max(t for _, t, _ in arrivals) + cost
         for r, t, part in arrivals:
-            self.row(r, phase, t, done, 0 if part is None else part.nbytes)
+            self.row(r, phase, t, done, 0 if part is None else self.modeled(part.nbytes), name)
             self.later(r, done, None if result is None else result.copy())
         return BLOCKED
 
     def evaluate(self, rank: int, op: Evaluate) -> None:
         self.steps[rank] += 1
         self.logs.snapshot(self.now, op)
-        self.row(rank, "eval", self.now, self.now, op.params.nbytes)
+        self.row(rank, "eval", self.now, self.now, op.params.nbytes, "Evaluate")
 
     def record(self, rank: int, op: Record) -> None:
         self.steps[rank] += 1

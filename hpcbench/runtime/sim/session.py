@@ -90,7 +90,8 @@ def simulate(cfg: RunConfig, algo_cls: type[Algorithm], sim: SimConfig) -> int:
                                   "sim_events": engine.events}
     simulation = {**dataclasses.asdict(sim), "model_parameters": trainer.size, "algorithm_parameters": ctx.size}
     record = build_record(cfg, algo, ctx, mode="sim", world_size=n + 1, parts=parts, offsets=np.zeros(n + 1),
-                          origin=0.0, logs=logs, provenance=provenance, simulation=simulation)
+                          origin=0.0, logs=logs, provenance=provenance, simulation=simulation,
+                          model_parameters=trainer.size)
     path = write_run(cfg.out or default_out(cfg, n, "sim"), record)
     print(result_line(record, str(path)) + f" [{engine.events} events in {wall:.1f} s]", flush=True)
     return 0

@@ -1,0 +1,138 @@
+"""``hpcbench calibrate REAL.h5``: fit the simulator's cost models to a real run's timeline.
+
+compute: each worker step's data + compute time (injected stragglers excluded), gamma by moments;
+heterogeneity: spread of the workers' mean step times; update: a worker's own math, local
+publishes and send postings per step; apply: rank 0's own math, publishes and sends per message it received;
+network: latency and bandwidth from blocking one-sided transfers (an Isend returns before its
+transfer, so sends are not used), and for collectives the fastest worker's all-reduce in each step
+(the others' include waiting for it).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from hpcbench.algorithms import ALGORITHMS
+from hpcbench.config import RunConfig
+from hpcbench.errors import UsageError
+from hpcbench.results.schema import RunRecord
+from hpcbench.runtime import plan
+from hpcbench.runtime.sim.models import SimConfig, ring_allreduce_s
+
+DEFAULT_ALPHA_S = SimConfig().alpha_s
+MAX_SHAPE = 1e4
+
+
+def per_step_sums(rows: dict[str, np.ndarray], mask: np.ndarray) -> np.ndarray:
+    """Σ duration of the masked rows for each (rank, step)."""
+    keys = rows["rank"][mask].astype(np.int64) * (1 << 40) + rows["step"][mask]
+    _, inverse = np.unique(keys, return_inverse=True)
+    return np.bincount(inverse, weights=(rows["t_end"] - rows["t_start"])[mask])
+
+
+def fit_network(sizes: np.ndarray, durations: np.ndarray) -> tuple[float, float] | None:
+    """(α, bandwidth) from (bytes, seconds) of blocking transfers, median per size, least squares.
+
+    Medians: the slow tail of a read is the owner holding its window, which the simulator models
+    itself (lock contention and the owner's link queue); counting it here would count it twice.
+    """
+    if sizes.size == 0:
+        return None
+    uniq = np.unique(sizes)
+    med = np.array([np.median(durations[sizes == s]) for s in uniq])
+    if uniq.size >= 2:
+        slope, intercept = np.polyfit(uniq.astype(np.float64), med, 1)
+        if slope > 0:
+            return max(float(intercept), 0.0), float(1.0 / slope)
+    biggest = int(np.argmax(uniq))
+    alpha = min(DEFAULT_ALPHA_S, float(med[biggest]) / 2)
+    return alpha, float(uniq[biggest]) / max(float(med[biggest]) - alpha, 1e-12)
+
+
+def calibrate(rec: RunRecord) -> dict[str, Any]:
+    if rec.mode != "mpi":
+        raise UsageError(f"{rec.path} is a {rec.mode} run; calibrate needs a real (mpi) run")
+    cfg = rec.attrs["config"]
+    n = rec.workers
+    tl = rec.timeline
+    phase = {p: i for i, p in enumerate(rec.phases)}
+    op = {o: i for i, o in enumerate(rec.ops)}
+    run = RunConfig(stragglers=cfg.get("stragglers", ""), seed=int(cfg["seed"]))
+    slow = plan.straggler_ranks(run, n)
+    normal = np.array([r for r in range(1, n + 1) if r not in slow])
+    workers = np.isin(tl["rank"], normal)
+
+    step_time = per_step_sums(tl, workers & np.isin(tl["phase"], [phase["data"], phase["compute"]]))
+    mean = float(step_time.mean())
+    var = float(step_time.var())
+    shape = min(mean * mean / var, MAX_SHAPE) if var > 0 else MAX_SHAPE
+    compute = workers & (tl["phase"] == phase["compute"])
+    means = np.array([(tl["t_end"] - tl["t_start"])[compute & (tl["rank"] == r)].mean() for r in normal])
+    heterogeneity = float(means.std() / means.mean()) if len(means) > 1 else 0.0
+
+    # What the simulator charges a sender nothing for: its own math, local publishes, posting sends.
+    own = (tl["phase"] == phase["update"]) | np.isin(tl["op"], [op["Publish"], op["Drain"], op["Send"]])
+    # Means, not medians: throughput is set by the total, tails included (a publish can wait on a reader).
+    update_s = float(per_step_sums(tl, workers & own).mean()) if (workers & own).any() else 0.0
+
+    # Only a parameter server serves workers; a coordinator's own time delays no one.
+    server = (tl["rank"] == 0) & (ALGORITHMS.get(rec.algorithm).family == "parameter-server")
+    received = int((server & (tl["op"] == op["Recv"]) & (tl["nbytes"] > 0)).sum())
+    service = server & ((tl["phase"] == phase["apply"]) | np.isin(tl["op"], [op["Publish"], op["Send"]]))
+    apply_s = float((tl["t_end"] - tl["t_start"])[service].sum() / received) if received else 0.0
+
+    blocking = workers & np.isin(tl["op"], [op["Read"], op["Accumulate"]]) & (tl["nbytes"] > 0)
+    fit = fit_network(tl["nbytes"][blocking], (tl["t_end"] - tl["t_start"])[blocking])
+    alpha, bandwidth = fit if fit is not None else (DEFAULT_ALPHA_S, SimConfig().bandwidth)
+    reduce = np.isin(tl["rank"], np.arange(1, n + 1)) & (tl["op"] == op["Allreduce"])
+    if reduce.any() and n > 1:
+        durations = (tl["t_end"] - tl["t_start"])[reduce]
+        steps = tl["step"][reduce]
+        fastest = np.array([durations[steps == s].min() for s in np.unique(steps)])
+        nbytes = float(np.median(tl["nbytes"][reduce]))
+        per_byte = float(np.median(fastest)) - ring_allreduce_s(0, n, alpha, 1.0)
+        if fit is None:
+            alpha = min(DEFAULT_ALPHA_S, float(np.median(fastest)) / (4 * (n - 1)))
+            per_byte = float(np.median(fastest)) - ring_allreduce_s(0, n, alpha, 1.0)
+        bandwidth = 2 * (n - 1) / n * nbytes / max(per_byte, 1e-12)
+    return {
+        "workers": n, "compute_shape": round(shape, 3), "compute_mean_s": mean, "heterogeneity": heterogeneity,
+        "alpha_s": alpha, "bandwidth": bandwidth, "apply_s": apply_s, "update_s": update_s,
+    }
+
+
+def g(value: float) -> str:
+    return f"{value:.6g}" if not (isinstance(value, float) and math.isnan(value)) else "nan"
+
+
+def simulate_command(rec: RunRecord, sim: dict[str, Any]) -> str:
+    cfg = rec.attrs["config"]
+    parts = [
+        "hpcbench simulate", f"--algo {rec.algorithm}", f"--workers {sim['workers']}",
+        f"--model {cfg['model']}", f"--dataset {cfg['dataset']}", f"--steps {cfg['steps_per_worker']}",
+        f"--batch-size {cfg['batch_size']}", f"--lr {g(cfg['lr'])}", f"--momentum {g(cfg['momentum'])}",
+        f"--seed {cfg['seed']}",
+        f"--compute gamma:shape={g(sim['compute_shape'])},mean={g(sim['compute_mean_s'])}",
+        f"--network alpha={g(sim['alpha_s'])},bandwidth={g(sim['bandwidth'])}",
+        f"--heterogeneity {g(sim['heterogeneity'])}",
+        f"--set sim.apply_s={g(sim['apply_s'])}", f"--set sim.update_s={g(sim['update_s'])}",
+    ]
+    if cfg.get("stragglers"):
+        parts.append(f"--stragglers {cfg['stragglers']}")
+    for table, options in cfg.get("options", {}).items():
+        parts += [f"--set {table}.{k}={v!r}".replace("'", "") for k, v in options.items()]
+    return " \\\n    ".join(parts)
+
+
+def as_toml(sim: dict[str, Any]) -> str:
+    return "[sim]\n" + "\n".join(f"{k} = {g(v) if isinstance(v, float) else v}" for k, v in sim.items())
+
+
+def describe(rec: RunRecord) -> str:
+    sim = calibrate(rec)
+    s = rec.summary
+    head = (f"# calibrated from {rec.path}: {rec.algorithm}, {rec.workers} workers, "
+            f"{g(s['samples_per_s'])} samples/s on {rec.per_rank['hostnames'][0]}")
+    return "\n".join([head, "", simulate_command(rec, sim), "", "# or, in a --config file:", as_toml(sim)])

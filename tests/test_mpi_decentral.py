@@ -1,0 +1,65 @@
+"""Real mpiexec runs of the decentralized algorithms: completeness, conservation, termination."""
+import numpy as np
+import pytest
+
+from conftest import mpirun, ok, requires_mpi
+from hpcbench.results.schema import EVAL_COLUMNS, ROOT_ATTRS, SUMMARY_ATTRS
+from hpcbench.results.store import read_run
+from hpcbench.workload.datasets import load_dataset
+from hpcbench.workload.trainer import Trainer
+
+pytestmark = [requires_mpi, pytest.mark.timeout(600)]
+
+SMALL = ("--dataset", "digits", "--model", "mlp", "--steps", "40", "--lr", "0.1", "--set", "evals=5")
+ALGOS = [("easgd", ()), ("easgd-sync", ()), ("gossip", ()), ("gossip", ("--set", "gossip.variant=push")),
+         ("sgp", ()), ("osgp", ())]
+
+
+@pytest.mark.parametrize("algo, extra", ALGOS, ids=["easgd", "easgd-sync", "gossip-pull", "gossip-push", "sgp",
+                                                    "osgp"])
+def test_runs_learn_and_write_a_complete_file(tmp_path, algo, extra):
+    out = tmp_path / "r.h5"
+    ok(mpirun(5, "run", "--algo", algo, *SMALL, *extra, "--out", str(out)))
+    rec = read_run(out)
+    assert all(k in rec.attrs for k in ROOT_ATTRS) and all(k in rec.summary for k in SUMMARY_ATTRS)
+    assert all(c in rec.evals for c in EVAL_COLUMNS)
+    assert rec.evals["samples"][-1] == 4 * 40 * 32
+    assert rec.evals["accuracy"][-1] > rec.evals["accuracy"][0] + 0.3  # it learned
+    final = rec.tables["final_models"]
+    assert sorted(final["worker"].tolist()) == [1, 2, 3, 4] and (final["samples"] == 40 * 32).all()
+    assert np.isfinite(rec.evals["consensus"][1:]).all()
+
+
+def test_sgp_at_zero_learning_rate_conserves_mass_across_real_messages(tmp_path):
+    out = tmp_path / "sgp.h5"
+    ok(mpirun(5, "run", "--algo", "sgp", "--steps", "25", "--lr", "0", "--out", str(out)))
+    final = read_run(out).tables["final_models"]
+    x0_sum = float(Trainer("mlp", load_dataset("digits"), seed=0).initial.sum(dtype=np.float64))
+    assert final["weight"].sum() == 4.0  # exactly: halves of powers of two
+    assert final["x_sum"].sum() == pytest.approx(4 * x0_sum, rel=1e-5, abs=1e-3)
+
+
+def test_osgp_drives_consensus_toward_zero_from_spread_out_starts(tmp_path):
+    out = tmp_path / "osgp.h5"
+    ok(mpirun(5, "run", "--algo", "osgp", "--steps", "30", "--lr", "0", "--set", "osgp.init_spread=0.05",
+              "--set", "evals=6", "--out", str(out)))
+    rec = read_run(out)
+    start = 0.05 * np.sqrt(rec.attrs["config"]["parameters"] * 3 / 4)  # expected ‖z_i − z̄‖ at the start
+    assert rec.evals["consensus"][-1] < 1e-4 * start
+    assert rec.tables["final_models"]["weight"].sum() == pytest.approx(4.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("algo, extra", [("easgd", ()), ("gossip", ("--set", "gossip.variant=push")),
+                                         ("osgp", ()), ("asgd", ())])
+def test_a_slowed_worker_never_leaves_the_others_waiting(tmp_path, algo, extra):
+    out = tmp_path / "slow.h5"
+    ok(mpirun(5, "run", "--algo", algo, "--steps", "20", "--stragglers", "0.25:4", *extra, "--out", str(out),
+              timeout=120))
+    rec = read_run(out)
+    assert rec.evals["samples"][-1] == 4 * 20 * 32
+    tl = rec.timeline
+    compute = tl["phase"] == rec.phases.index("compute")
+    medians = {r: np.median((tl["t_end"] - tl["t_start"])[compute & (tl["rank"] == r)]) for r in range(1, 5)}
+    slow = max(medians, key=medians.get)
+    others = [m for r, m in medians.items() if r != slow]
+    assert medians[slow] > 2.5 * np.median(others)  # the straggler really was slowed

@@ -1,0 +1,202 @@
+"""The virtual cluster runs the same algorithm code: trajectories, staleness, determinism, timing models."""
+import contextlib
+import io
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import mpirun, ok, requires_mpi
+from hpcbench.cli import main
+from hpcbench.errors import UsageError
+from hpcbench.results.store import read_run
+from hpcbench.runtime.sim.models import ComputeModel, SimConfig, parse_compute, parse_network, ring_allreduce_s
+from reference import union_batch_sgd
+
+COMMON = ["--dataset", "digits", "--model", "mlp", "--batch-size", "16", "--lr", "0.05", "--momentum", "0.9",
+          "--set", "evals=4"]
+
+
+def simulate(*args: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["simulate", *args]) == 0
+    return out.getvalue()
+
+
+@requires_mpi
+@pytest.mark.timeout(300)
+def test_allreduce_follows_the_same_trajectory_as_under_mpiexec(tmp_path):
+    real, sim = tmp_path / "real.h5", tmp_path / "sim.h5"
+    ok(mpirun(5, "run", "--algo", "allreduce", "--steps", "10", *COMMON, "--out", str(real)))
+    simulate("--algo", "allreduce", "--workers", "4", "--steps", "10", *COMMON, "--out", str(sim))
+    a, b = read_run(real), read_run(sim)
+    assert b.mode == "sim" and a.mode == "mpi"
+    np.testing.assert_allclose(b.final_params, a.final_params, rtol=1e-5, atol=1e-6)
+    # Real rank 0 polls progress, so only the final evaluation is at the same point in both.
+    assert a.evals["samples"][-1] == b.evals["samples"][-1] == 10 * 4 * 16
+    assert abs(a.evals["accuracy"][-1] - b.evals["accuracy"][-1]) <= 1 / 360 + 1e-9
+
+
+def test_asgd_with_one_simulated_worker_is_sequential_sgd(tmp_path):
+    out = tmp_path / "a.h5"
+    simulate("--algo", "asgd", "--workers", "1", "--steps", "20", *COMMON, "--out", str(out))
+    expected = union_batch_sgd("mlp", "digits", 1, steps=20, batch=16, lr=0.05, momentum=0.9, wd=0.0, seed=0)
+    np.testing.assert_allclose(read_run(out).final_params, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("workers", [8, 32])
+def test_staleness_settles_at_n_minus_1_with_equal_workers(tmp_path, workers):
+    out = tmp_path / "s.h5"
+    simulate("--algo", "asgd", "--workers", str(workers), "--steps", "30", "--numerics", "off",
+             "--compute", "gamma:shape=1e6,mean=0.05", "--out", str(out))
+    staleness = read_run(out).tables["updates"]["staleness"][3 * workers:]
+    assert staleness.mean() == pytest.approx(workers - 1, rel=0.01)
+
+
+def comparable(value):
+    """Attribute and dataset values as plain, NaN-safe comparable Python objects."""
+    if isinstance(value, np.ndarray):
+        return [comparable(v) for v in value.tolist()] if value.dtype == object else value.tobytes()
+    if isinstance(value, float) and np.isnan(value):
+        return "nan"
+    return value
+
+
+def file_contents(path):
+    """Every dataset and attribute, except wall-clock provenance and where the file was written."""
+    out = {}
+    with h5py.File(path) as f:
+        def visit(name, obj):
+            for k, v in obj.attrs.items():
+                if k not in ("created_utc", "sim_wall_s"):
+                    out[f"{name}@{k}"] = comparable(v)
+            if isinstance(obj, h5py.Dataset):
+                out[name] = comparable(obj[()])
+        f.visititems(visit)
+        for k, v in f.attrs.items():
+            if k == "config":
+                config = json.loads(v)
+                del config["out"]
+                out["/@config"] = config
+            elif k != "created_utc":
+                out[f"/@{k}"] = comparable(v)
+    return out
+
+
+def test_same_seed_same_result_file(tmp_path):
+    args = ["--algo", "ga-asgd", "--workers", "6", "--steps", "15", *COMMON, "--stragglers", "0.34:2",
+            "--pauses", "0.1:0.02", "--heterogeneity", "0.2"]
+    simulate(*args, "--out", str(tmp_path / "a.h5"))
+    simulate(*args, "--out", str(tmp_path / "b.h5"))
+    simulate(*args, "--seed", "1", "--out", str(tmp_path / "c.h5"))
+    a, b, c = (file_contents(tmp_path / f) for f in ("a.h5", "b.h5", "c.h5"))
+    assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), [k for k in a if a[k] != b.get(k)]
+    assert a["model/final_params"] != c["model/final_params"]
+
+
+def test_compute_model_means_and_straggler_factors():
+    cfg = SimConfig(workers=4, compute_shape=100, compute_mean_s=0.2)
+    model = ComputeModel(cfg, seed=0, slow={2: 3.0})
+    draws = {r: np.array([model.sample(r) for _ in range(4000)]) for r in (1, 2)}
+    assert draws[1].mean() == pytest.approx(0.2, rel=0.01)
+    assert draws[2].mean() == pytest.approx(0.6, rel=0.01)
+    assert draws[1].std() / draws[1].mean() == pytest.approx(0.1, rel=0.1)  # shape 100: CV 0.1
+    paused = ComputeModel(SimConfig(workers=1, compute_mean_s=0.2, pause_prob=0.1, pause_s=1.0), 0, {})
+    assert np.mean([paused.sample(1) for _ in range(8000)]) == pytest.approx(0.2 + 0.1, rel=0.03)
+    assert paused.mean(1) == pytest.approx(0.3)
+    spread = ComputeModel(SimConfig(workers=4000, heterogeneity=0.3), 0, {}).speed[1:]
+    assert spread.mean() == pytest.approx(1.0, rel=0.02) and spread.std() == pytest.approx(0.3, rel=0.1)
+
+
+def test_stragglers_shift_simulated_compute_by_their_factor(tmp_path):
+    out = tmp_path / "s.h5"
+    simulate("--algo", "sgp", "--workers", "8", "--steps", "40", "--numerics", "off", "--stragglers", "0.25:3",
+             "--out", str(out))
+    rec = read_run(out)
+    tl = rec.timeline
+    compute = tl["phase"] == rec.phases.index("compute")
+    means = np.array([(tl["t_end"] - tl["t_start"])[compute & (tl["rank"] == r)].mean() for r in range(1, 9)])
+    slow = means > 0.1
+    assert slow.sum() == 2
+    assert means[slow].mean() == pytest.approx(3 * 0.05, rel=0.03)
+    assert means[~slow].mean() == pytest.approx(0.05, rel=0.03)
+
+
+def test_allreduce_cost_follows_the_ring_formula(tmp_path):
+    out = tmp_path / "r.h5"
+    simulate("--algo", "allreduce", "--workers", "8", "--steps", "5", "--numerics", "off",
+             "--compute", "gamma:shape=1e9,mean=0.01", "--network", "alpha=1e-4,bandwidth=1e8", "--out", str(out))
+    rec = read_run(out)
+    tl = rec.timeline
+    comm = (tl["phase"] == rec.phases.index("communicate")) & (tl["rank"] == 1) & (tl["nbytes"] > 1000)
+    durations = (tl["t_end"] - tl["t_start"])[comm]
+    expected = ring_allreduce_s(4 * rec.attrs["config"]["parameters"], 8, 1e-4, 1e8)
+    assert durations.min() == pytest.approx(expected, rel=1e-3)
+    assert rec.simulation["alpha_s"] == 1e-4 and rec.simulation["workers"] == 8
+
+
+def test_report_puts_real_and_simulated_runs_side_by_side(tmp_path):
+    simulate("--algo", "asgd", "--workers", "2", "--steps", "5", "--numerics", "off", "--out",
+             str(tmp_path / "s.h5"))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["report", str(tmp_path)]) == 0
+    assert " sim " in out.getvalue()
+
+
+@pytest.mark.parametrize("parse, text, message", [
+    (parse_compute, "normal:shape=3", "the compute model is gamma"),
+    (parse_compute, "gamma:shape=abc", "'abc' is not a number"),
+    (parse_network, "latency=3", "expected KEY=VALUE with KEY one of alpha, bandwidth"),
+])
+def test_bad_simulator_options(parse, text, message):
+    with pytest.raises(UsageError, match=message):
+        parse(text)
+
+
+def test_bad_worker_count_is_one_line(tmp_path, capsys):
+    assert main(["simulate", "--algo", "asgd", "--workers", "0", "--out", str(tmp_path / "x.h5")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["hpcbench: error: --workers must be between 1 and 4096, got 0"]
+    assert not (tmp_path / "x.h5").exists()
+
+
+def test_network_fit_recovers_latency_and_bandwidth():
+    from hpcbench.runtime.sim.calibrate import fit_network
+
+    sizes = np.repeat([1_000, 100_000, 1_000_000], 50)
+    durations = 2e-5 + sizes / 5e8 + np.random.default_rng(0).normal(0, 1e-7, sizes.size)
+    alpha, bandwidth = fit_network(sizes, durations)
+    assert alpha == pytest.approx(2e-5, rel=0.05) and bandwidth == pytest.approx(5e8, rel=0.01)
+
+
+@requires_mpi
+@pytest.mark.timeout(300)
+def test_calibrate_fits_a_real_run_and_prints_a_runnable_simulation(tmp_path):
+    import shlex
+
+    from hpcbench.runtime.sim.calibrate import calibrate
+
+    real = tmp_path / "real.h5"
+    ok(mpirun(5, "run", "--algo", "asgd", "--steps", "20", "--model", "cnn", "--out", str(real)))
+    rec = read_run(real)
+    fit = calibrate(rec)
+    tl, phases = rec.timeline, rec.phases
+    step = np.isin(tl["phase"], [phases.index("data"), phases.index("compute")]) & (tl["rank"] > 0)
+    per_step = np.bincount(tl["step"][step] * 8 + tl["rank"][step], weights=(tl["t_end"] - tl["t_start"])[step])
+    assert fit["compute_mean_s"] == pytest.approx(per_step[per_step > 0].mean(), rel=1e-6)
+    assert fit["workers"] == 4 and fit["compute_shape"] > 0 and fit["apply_s"] > 0 and fit["bandwidth"] > 0
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["calibrate", str(real)]) == 0
+    text = out.getvalue()
+    assert "[sim]" in text and "compute_mean_s = " in text
+    command = text[text.index("hpcbench simulate"):text.index("\n\n", text.index("hpcbench simulate"))]
+    args = shlex.split(command.replace("\\\n", " "))[2:]  # after "hpcbench simulate"
+    simulate(*args, "--out", str(tmp_path / "sim.h5"))
+    sim = read_run(tmp_path / "sim.h5")
+    assert sim.workers == 4 and sim.evals["samples"][-1] == rec.evals["samples"][-1]
+    with pytest.raises(UsageError, match="is a sim run; calibrate needs a real"):
+        calibrate(sim)
