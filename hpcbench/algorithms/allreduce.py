@@ -35,4 +35,4 @@ class AllReduceSgd(Algorithm):
             mean = (yield Allreduce(result.grad)) * scale
             decentral.local_sgd(ctx, theta, mean, theta, buf, step)
             yield decentral.publish(self.frame, ctx, step + 1, theta)
-        yield from decentral.finish(ctx.steps * ctx.batch_size)
+            yield from decentral.progress(ctx, step + 1)

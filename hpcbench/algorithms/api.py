@@ -67,7 +67,6 @@ class Context:
     eval_every: int  # samples between evaluations of the global model
     seed: int
     options: Any
-    poll_s: float = 0.02  # how often rank 0 looks at decentralized workers' progress
 
     @property
     def budget(self) -> int:

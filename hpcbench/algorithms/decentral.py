@@ -1,9 +1,11 @@
 """Shared parts of the decentralized algorithms: the published worker model and rank 0's coordinator.
 
-Every worker publishes (samples, weight, x) in its own "model" window after each step; rank 0 reads
-those one-sidedly, without stopping anyone, to follow progress and to evaluate the average of the
-de-biased models z_i = x_i / w_i, recording the consensus distance mean ‖z_i − z̄‖ beside it.
-Workers tell rank 0 when they finish on the "done" channel.
+Every worker publishes (samples, weight, x) in its own "model" window after each step and reports
+its progress to rank 0 every few steps with a small nonblocking message (the last report says it
+is done). Rank 0 reads the model windows one-sidedly, without stopping anyone, only when it
+evaluates: the average of the de-biased models z_i = x_i / w_i, with the consensus distance
+mean ‖z_i − z̄‖ beside it. Reports, not reads, carry progress because a one-sided read of a
+computing worker waits until that worker next enters MPI.
 """
 from __future__ import annotations
 
@@ -16,9 +18,8 @@ from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.ops import ANY, SERVER, Evaluate, Publish, Read, Record, Recv, Send
 from hpcbench.algorithms.rules import momentum_direction
 
-DONE = Frame(samples=(np.int64, 1))
+PROGRESS = Frame(samples=(np.int64, 1), done=(np.int64, 1))
 FINAL_COLUMNS = ("worker", "samples", "updates", "weight", "x_sum")
-HEADER = Frame(samples=(np.int64, 1), updates=(np.int64, 1), weight=(np.float64, 1))
 
 
 def model_frame(size: int) -> Frame:
@@ -30,7 +31,7 @@ def layout(params: np.ndarray, **extra_windows: WindowSpec) -> Layout:
     initial = frame.pack(samples=0, updates=0, weight=1.0, x=params)
     return Layout(
         windows={"model": WindowSpec("workers", frame.nbytes, initial), **extra_windows},
-        channels={"done": ChannelSpec("workers", "server", DONE.nbytes)},
+        channels={"progress": ChannelSpec("workers", "server", PROGRESS.nbytes)},
         tables={"final_models": FINAL_COLUMNS},
     )
 
@@ -54,7 +55,7 @@ Centre = tuple[Frame, int]  # the layout of a "centre" window and the rank that 
 
 
 def coordinate(ctx: Context, centre: Centre | None = None) -> Generator:
-    """Rank 0: evaluate every ``eval_every`` samples until every worker has said it is done.
+    """Rank 0: evaluate every ``eval_every`` samples until every worker has reported it is done.
 
     The evaluated model is the workers' de-biased average, or with ``centre`` (EASGD) the "x" of
     the "centre" window on the given rank.
@@ -62,16 +63,17 @@ def coordinate(ctx: Context, centre: Centre | None = None) -> Generator:
     frame = model_frame(ctx.size)
     ranks = ctx.worker_ranks
     yield Evaluate(ctx.params, 0, 0)
-    next_eval, done = ctx.eval_every, 0
+    reported = [0] * (ctx.workers + 1)
+    total, done, next_eval = 0, 0, ctx.eval_every
     while done < ctx.workers:
-        if (yield Recv("done", ANY, timeout=ctx.poll_s)) is not None:
-            done += 1
-            continue
-        headers = yield Read("model", ranks, HEADER.nbytes)
-        samples = sum(HEADER.scalar(h, "samples") for h in headers)
-        if samples >= next_eval:
+        src, raw = yield Recv("progress")
+        samples = PROGRESS.scalar(raw, "samples")
+        total += samples - reported[src]
+        reported[src] = samples
+        done += PROGRESS.scalar(raw, "done")
+        if total >= next_eval and done < ctx.workers:
             yield from evaluate(frame, ranks, centre)
-            next_eval = (samples // ctx.eval_every + 1) * ctx.eval_every
+            next_eval = (total // ctx.eval_every + 1) * ctx.eval_every
     raws = yield from evaluate(frame, ranks, centre)
     for rank, raw in zip(ranks, raws):
         x_sum = float(frame.view(raw, "x").sum(dtype=np.float64))
@@ -112,6 +114,13 @@ def publish(frame: Frame, ctx: Context, step: int, x: np.ndarray, weight: float 
     return Publish("model", frame.pack(samples=step * ctx.batch_size, updates=step, weight=weight, x=x))
 
 
-def finish(samples: int) -> Generator:
-    """A worker's last word to rank 0."""
-    yield Send("done", SERVER, DONE.pack(samples=samples))
+def report_every(ctx: Context) -> int:
+    """Steps between a worker's progress reports: about four per evaluation interval."""
+    return max(1, ctx.eval_every // (4 * ctx.batch_size * ctx.workers))
+
+
+def progress(ctx: Context, step: int) -> Generator:
+    """After ``step`` local steps: tell rank 0, every few steps and at the end."""
+    done = step == ctx.steps
+    if done or step % report_every(ctx) == 0:
+        yield Send("progress", SERVER, PROGRESS.pack(samples=step * ctx.batch_size, done=int(done)))

@@ -66,7 +66,7 @@ class ElasticAveraging(Algorithm):
             if (step + 1) % tau == 0 or step + 1 == ctx.steps:
                 yield from self.exchange(x, replica)
             yield decentral.publish(self.frame, ctx, step + 1, x)
-        yield from decentral.finish(ctx.steps * ctx.batch_size)
+            yield from decentral.progress(ctx, step + 1)
 
     def exchange(self, x: np.ndarray, replica: np.ndarray) -> Program:
         raise NotImplementedError

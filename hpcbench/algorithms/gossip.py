@@ -73,7 +73,7 @@ class Gossip(Algorithm):
             x += self.frame.view(raw, "x")
             x *= np.float32(0.5)
             yield decentral.publish(self.frame, ctx, step + 1, x)
-        yield from decentral.finish(ctx.steps * ctx.batch_size)
+            yield from decentral.progress(ctx, step + 1)
 
     def push(self, rank: int) -> Program:
         ctx, box = self.ctx, self.mailbox
@@ -90,10 +90,12 @@ class Gossip(Algorithm):
             yield Accumulate("mailbox", peer, ((box.offset("w"), np.array([w])), (box.offset("x"), x)))
             w = yield from self.absorb(x, w)
             yield decentral.publish(self.frame, ctx, step + 1, x, w)
+            if step + 1 < ctx.steps:  # the last report waits for the final absorb below
+                yield from decentral.progress(ctx, step + 1)
         yield Barrier()  # every push has landed: the last absorb loses nothing
         w = yield from self.absorb(x, w)
         yield decentral.publish(self.frame, ctx, ctx.steps, x, w)
-        yield from decentral.finish(ctx.steps * ctx.batch_size)
+        yield from decentral.progress(ctx, ctx.steps)
 
     def absorb(self, x: np.ndarray, w: float) -> Program:
         raw = yield Drain("mailbox")

@@ -20,6 +20,8 @@ from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Publish, Read, Re
 from hpcbench.algorithms.rules import ServerRule, VersionRing
 from hpcbench.errors import RuntimeFailure, UsageError
 
+# version_used: the version the worker read; version_applied: the version the gradient was applied
+# onto (staleness = version_applied − version_used); penalty_mean: the divisor actually applied.
 UPDATE_COLUMNS = ("worker", "version_used", "version_applied", "staleness", "penalty_mean", "gap_mean")
 TOO_STALE_COLUMNS = ("worker", "version_used", "version_now")
 ACK = Frame(stop=(np.int64, 1))
@@ -100,7 +102,7 @@ class ParameterServer(Algorithm):
                     continue
                 delta = published - old
             lr = ctx.schedule.at(applied * batch)
-            staleness = version - used
+            onto, staleness = version, version - used  # staleness: updates applied since the worker read
             penalty, gap = rule.apply(self.grad_frame.view(msg, "grad"), src - 1, staleness, delta, lr)
             applied += 1
             version += 1
@@ -108,7 +110,7 @@ class ParameterServer(Algorithm):
             yield Publish("params", self.params_frame.pack(version=version, params=published, check=version))
             if ring is not None:
                 ring.put(version, published)
-            yield Record("updates", (src, used, version, staleness, penalty, gap))
+            yield Record("updates", (src, used, onto, staleness, penalty, gap))
             done = applied >= target
             yield Send("ack", src, ACK.pack(stop=int(done)))
             stopped += done

@@ -78,12 +78,14 @@ class PushSum(Algorithm):
                     w += msg.scalar(got[1], "w")
             pending = still
             yield decentral.publish(self.frame, ctx, k + 1, x, w)
+            if k + 1 < ctx.steps:  # the last report waits for the messages still due below
+                yield from decentral.progress(ctx, k + 1)
         for src in pending:
             _, raw = yield Recv("push", src)
             x += msg.view(raw, "x")
             w += msg.scalar(raw, "w")
         yield decentral.publish(self.frame, ctx, ctx.steps, x, w)
-        yield from decentral.finish(ctx.steps * ctx.batch_size)
+        yield from decentral.progress(ctx, ctx.steps)
 
 
 @register

@@ -18,29 +18,36 @@ from hpcbench.errors import RuntimeFailure
 
 T = TypeVar("T")
 CLOCK_TAG = 32_000
-SPIN_TRIES = 32
-MAX_SLEEP_S = 0.0005
+SPIN_S = 0.002  # with a core to itself, test without sleeping this long (collectives advance only when tested)
+FIRST_SLEEP_S = 0.00005  # then sleep between tests, doubling while nothing happens ...
+MAX_SLEEP_S = 0.0002  # ... up to this: an idle rank costs the computing ones little
 
 
-def wait_for(test: Callable[[], T | None], timeout: float, what: str, fail: bool = True) -> T | None:
-    """Call ``test`` until it returns non-None; after ``timeout`` seconds fail or return None."""
+def wait_for(test: Callable[[], T | None], timeout: float, what: str, fail: bool = True,
+             spin: float = SPIN_S) -> T | None:
+    """Call ``test`` until it returns non-None; after ``timeout`` seconds fail or return None.
+
+    Each test calls into MPI, so operations aimed at this rank progress while it waits. ``spin``:
+    how long to test back to back before sleeping between tests; 0 when ranks outnumber cores,
+    where a spinning rank takes CPU from the ranks that compute.
+    """
     result = test()
     if result is not None or timeout == 0:
         return result
     start = time.monotonic()
-    tries, pause = 0, 0.00002
+    pause = FIRST_SLEEP_S
     while True:
         result = test()
         if result is not None:
             return result
-        tries += 1
-        if tries > SPIN_TRIES:
-            time.sleep(pause)
-            pause = min(pause * 2, MAX_SLEEP_S)
-        if time.monotonic() - start > timeout:
+        waited = time.monotonic() - start
+        if waited > timeout:
             if fail:
                 raise RuntimeFailure(f"timed out after {timeout:g} s waiting for {what}")
             return None
+        if waited > spin:
+            time.sleep(pause)
+            pause = min(2 * pause, MAX_SLEEP_S)
 
 
 class Window:
@@ -140,6 +147,10 @@ class MpiComm:
         self.size = self.world.size
         self.workers = self.world.Split(0 if self.rank == 0 else 1, self.rank)
         self.host = socket.gethostname()
+        local = self.world.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        self.local_rank, self.local_size = local.rank, local.size
+        local.Free()
+        self.spin = SPIN_S  # receives: how long to test back to back before sleeping
         self.windows: dict[str, Window] = {}
         self.window_sizes: dict[str, int] = {}
         self.channels: dict[str, Channel] = {}
@@ -156,7 +167,7 @@ class MpiComm:
 
     def close(self, timeout: float) -> None:
         wait_for(lambda: True if MPI.Request.Testall([r for r, _ in self._sends]) else None,
-                 timeout, "outstanding sends to complete")
+                 timeout, "outstanding sends to complete", spin=self.spin)
         self._sends.clear()
         for channel in self.channels.values():
             channel.close()
@@ -177,18 +188,19 @@ class MpiComm:
         ch = self.channels[channel]
         poll = ch.poll_any if src < 0 else (lambda: ch.poll_from(src))
         who = "any rank" if src < 0 else f"rank {src}"
-        return wait_for(poll, timeout, f"a {channel!r} message from {who}", fail=False)
+        return wait_for(poll, timeout, f"a {channel!r} message from {who}", fail=False, spin=self.spin)
 
     # --- collectives --------------------------------------------------------------------------
     def allreduce(self, data: np.ndarray, timeout: float) -> np.ndarray:
         out = np.empty_like(data)
         req = self.workers.Iallreduce(data, out, op=MPI.SUM)
-        wait_for(lambda: True if req.Test() else None, timeout, "the workers' all-reduce")
+        # Partners of a collective arrive soon and it advances only while tested: keep testing.
+        wait_for(lambda: True if req.Test() else None, timeout, "the workers' all-reduce", spin=timeout)
         return out
 
     def barrier(self, comm: MPI.Intracomm, timeout: float) -> None:
         req = comm.Ibarrier()
-        wait_for(lambda: True if req.Test() else None, timeout, "a barrier")
+        wait_for(lambda: True if req.Test() else None, timeout, "a barrier", spin=timeout)
 
     def worker_barrier(self, timeout: float) -> None:
         self.barrier(self.workers, timeout)
@@ -232,12 +244,13 @@ class MpiComm:
                     offsets[rank] = ping[0] - (t0 + t1) / 2
         return offsets
 
+    def oversubscribed(self, yes: bool) -> None:
+        """More ranks than cores on this node: never spin while waiting for a message."""
+        self.spin = 0.0 if yes else SPIN_S
+
     def node_local(self) -> tuple[int, int]:
         """(rank among the ranks on this node, number of ranks on this node)."""
-        local = self.world.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
-        placement = (local.rank, local.size)
-        local.Free()
-        return placement
+        return self.local_rank, self.local_size
 
     def abort(self, code: int) -> None:
         self.world.Abort(code)

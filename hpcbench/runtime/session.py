@@ -19,7 +19,7 @@ from hpcbench.results.store import write_run
 from hpcbench.runtime import plan
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.mpi_driver import MpiDriver
-from hpcbench.runtime.placement import choose_device, thread_count
+from hpcbench.runtime.placement import choose_device, cpu_count, thread_count
 from hpcbench.runtime.provenance import software
 from hpcbench.runtime.record import build_record, default_out, result_line
 from hpcbench.telemetry.gcpause import collector_paused
@@ -103,6 +103,7 @@ def execute(cfg: RunConfig, algo_cls: type[Algorithm], comm: Any) -> int:
 
     rank, workers = comm.rank, comm.size - 1
     local = comm.node_local()
+    comm.oversubscribed(local[1] > cpu_count())
     hosts = comm.allgather(comm.host)
     prepared, error = None, None
     try:

@@ -1,0 +1,165 @@
+"""Parameter-server update rules against naive re-implementations of ALGORITHMS.md, written out here.
+
+The real server program (ring buffer, Δ, penalties, log) is driven with scripted gradient arrivals
+of mixed staleness; every published vector and log row is compared with the naive reference.
+"""
+import math
+
+import numpy as np
+import pytest
+
+from hpcbench.algorithms import ALGORITHMS
+from hpcbench.algorithms.ops import Evaluate, Publish, Record, Recv, Send
+from hpcbench.algorithms.rules import gap_divisor
+from hpcbench.config import RunConfig
+from hpcbench.runtime import plan
+
+D, WORKERS, LR, BETA, EPS = 6, 3, 0.1, 0.9, 1e-8
+
+
+def drive_server(name, arrivals, momentum=0.0, nesterov=False, wd=0.0, history=0, budget=0):
+    """Run the server program; ``arrivals`` are (worker, staleness, grad). Returns publishes and logs.
+
+    ``budget``: updates to apply (a multiple of WORKERS); by default all the arrivals.
+    """
+    options = {"beta": BETA, "history": history} if name in ("ga-asgd", "dana-ga") else {}
+    steps = (budget or len(arrivals)) // WORKERS
+    cfg = RunConfig(algo=name, steps=steps, lr=LR, momentum=momentum, nesterov=nesterov,
+                    weight_decay=wd, warmup_epochs=0.0, options={name: options})
+    algo_cls = ALGORITHMS.get(name)
+    x0 = np.random.default_rng(0).normal(size=D).astype(np.float32)
+    ctx = plan.make_context(cfg, algo_cls, WORKERS, x0, train_size=10**9)
+    algo = algo_cls(ctx)
+    frame = algo.params_frame
+    published = {0: frame.view(algo.layout().windows["params"].initial, "params").copy()}
+    version, logs, queue = 0, {"updates": [], "too_stale": []}, list(arrivals)
+    queue += [(w, 0, np.zeros(D, np.float32)) for w in range(1, WORKERS + 1)]  # answered with "stop"
+    program, result = algo.server(), None
+    while True:
+        try:
+            op = program.send(result)
+        except StopIteration:
+            return x0, published, logs
+        result = None
+        if isinstance(op, Recv):
+            worker, staleness, grad = queue.pop(0)
+            result = (worker, algo.grad_frame.pack(version=max(version - staleness, 0), grad=grad))
+        elif isinstance(op, Publish):
+            version = frame.scalar(op.data, "version")
+            published[version] = frame.view(op.data, "params").copy()
+        elif isinstance(op, Record):
+            logs[op.table].append(op.values)
+        else:
+            assert isinstance(op, (Send, Evaluate))
+
+
+def naive_server(name, x0, arrivals, momentum=0.0, nesterov=False, wd=0.0):
+    """ALGORITHMS.md, one element at a time, in float64."""
+    theta = x0.astype(np.float64).copy()
+    buf = np.zeros(D)
+    bufs = np.zeros((WORKERS, D))
+    v, k, lr_max = np.zeros(D), 0, 0.0
+    dana = name.startswith("dana")
+    gap = name.endswith("ga") or name == "ga-asgd"
+
+    def publish():
+        return theta - LR * momentum * bufs.sum(axis=0) if dana else theta.copy()
+
+    history, rows = [publish()], []
+    for worker, staleness, grad in arrivals:
+        now = len(history) - 1
+        used = max(now - staleness, 0)
+        tau = now - used
+        lr_max = max(lr_max, LR)
+        penalty = np.ones(D)
+        ratio = np.full(D, np.nan)
+        if name == "sa-asgd":
+            penalty[:] = max(tau, 1)
+        if gap:
+            u = (bufs[worker - 1] if dana else buf) if momentum else grad
+            k += 1
+            for i in range(D):
+                v[i] = BETA * v[i] + (1 - BETA) * u[i] ** 2
+            if v.any():
+                for i in range(D):
+                    c = lr_max * (math.sqrt(v[i] / (1 - BETA**k)) + EPS)
+                    ratio[i] = abs(history[now][i] - history[used][i]) / c
+                    penalty[i] = 1 + ratio[i]
+        step = np.array([(grad[i] + wd * theta[i]) / penalty[i] for i in range(D)])
+        if dana:
+            new = momentum * bufs[worker - 1] + step
+            theta = theta - LR * new
+            bufs[worker - 1] = new
+        else:
+            if momentum:
+                buf = momentum * buf + step
+                step = step + momentum * buf if nesterov else buf
+            theta = theta - LR * step
+        history.append(publish())
+        rows.append((worker, used, now, tau, penalty.mean(), np.nanmean(ratio) if v.any() and gap else np.nan))
+    return history, rows
+
+
+def arrivals(seed=1, count=12):
+    rng = np.random.default_rng(seed)
+    return [(int(rng.integers(1, WORKERS + 1)), int(rng.integers(0, 4)), rng.normal(size=D).astype(np.float32))
+            for _ in range(count)]
+
+
+CASES = [(name, m, nest, wd) for name in ("asgd", "sa-asgd", "ga-asgd", "dana", "dana-ga")
+         for (m, nest, wd) in ((0.0, False, 0.0), (0.9, False, 0.01), (0.9, True, 0.0))
+         if not (name.startswith("dana") and nest)]
+
+
+@pytest.mark.parametrize("name, momentum, nesterov, wd", CASES)
+def test_rule_matches_the_naive_reference(name, momentum, nesterov, wd):
+    arr = arrivals()
+    x0, published, logs = drive_server(name, arr, momentum, nesterov, wd)
+    expected, rows = naive_server(name, x0, arr, momentum, nesterov, wd)
+    assert len(published) == len(expected)
+    for version, vec in enumerate(expected):
+        np.testing.assert_allclose(published[version], vec, rtol=1e-5, atol=1e-6, err_msg=f"version {version}")
+    for got, want in zip(logs["updates"], rows):
+        assert got[:4] == want[:4]  # worker, version used, version applied onto, staleness
+        assert got[4] == pytest.approx(want[4], rel=1e-5)
+        assert (math.isnan(got[5]) and math.isnan(want[5])) or got[5] == pytest.approx(want[5], rel=1e-4)
+    assert all(row[4] >= 1.0 for row in logs["updates"])
+    assert any(row[3] > 0 for row in logs["updates"])  # staleness really was mixed
+
+
+def test_gap_is_one_exactly_where_the_parameters_did_not_move():
+    delta = np.array([0.0, 0.3, 0.0, -0.2], dtype=np.float32)
+    g, ratio = gap_divisor(delta, np.full(4, 0.04, np.float32), lr_max=0.1, eps=1e-8)
+    assert (g[delta == 0] == 1.0).all() and (ratio[delta == 0] == 0.0).all()
+    np.testing.assert_allclose(g[delta != 0], 1 + np.abs(delta[delta != 0]) / (0.1 * (0.2 + 1e-8)), rtol=1e-6)
+
+
+def test_first_update_is_not_penalised():
+    arr = [(2, 0, np.ones(D, np.float32))] + arrivals(count=2)
+    x0, published, logs = drive_server("ga-asgd", arr, momentum=0.9)
+    first = logs["updates"][0]
+    assert first[4] == 1.0 and math.isnan(first[5])  # momentum buffer still zero: v̂ = 0, no penalty
+    np.testing.assert_allclose(published[1], x0 - LR * np.ones(D), rtol=1e-6)
+
+
+def test_dana_publishes_the_look_ahead():
+    arr = arrivals(count=6)
+    x0, published, _ = drive_server("dana", arr, momentum=0.9)
+    expected, _ = naive_server("dana", x0, arr, momentum=0.9)
+    theta = x0.astype(np.float64)
+    bufs = np.zeros((WORKERS, D))
+    for worker, _, grad in arr:
+        bufs[worker - 1] = 0.9 * bufs[worker - 1] + grad
+        theta = theta - LR * bufs[worker - 1]
+    np.testing.assert_allclose(published[len(arr)], theta - LR * 0.9 * bufs.sum(axis=0), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(published[len(arr)], theta)  # the look-ahead differs from θ itself
+
+
+def test_gradients_older_than_the_ring_are_dropped_and_counted():
+    fresh = [(1, 0, np.ones(D, np.float32))] * 5
+    stale = (2, 4, np.full(D, 100.0, np.float32))  # read 4 versions ago; only 2 are kept
+    x0, published, logs = drive_server("ga-asgd", fresh + [stale] + fresh[:4], history=2, budget=9)
+    assert logs["too_stale"] == [(2, 1, 5)]  # worker, version used, version then
+    assert len(logs["updates"]) == 9 and len(published) == 10  # applied: every arrival but the stale one
+    assert all(row[0] == 1 for row in logs["updates"])
+    assert np.abs(published[9]).max() < 50  # and its huge gradient never reached θ
