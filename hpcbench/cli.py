@@ -49,7 +49,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
     from hpcbench.runtime.sim.models import SimConfig, parse_compute, parse_network, parse_pauses
 
     toml = load_toml(args.config) if args.config else {}
-    flags = {k: getattr(args, k) for k in FLAG_KEYS}
+    flags = {k: getattr(args, k, None) for k in FLAG_KEYS}
     run, options = merge_sources(toml, flags, args.set, ALGORITHMS.names() + ["sim"])
     sim_values = options.pop("sim", {})
     overridden = {item.partition("=")[0][4:] for item in args.set if item.startswith("sim.")}
@@ -88,7 +88,30 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from hpcbench.report.tables import load, report_text
 
-    print(report_text(load(args.paths), args.format, args.target))
+    records = load(args.paths)
+    print(report_text(records, args.format, args.target))
+    if args.plot:
+        from hpcbench.report.plots import write_plots
+
+        for name, series in write_plots(records, args.plot, args.target).items():
+            print(f"plot: {args.plot}/{name} ({', '.join(series)})")
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from hpcbench.report.diff import diff_text
+    from hpcbench.report.tables import load
+
+    print(diff_text(load([args.old]), load([args.new]), args.format, args.target))
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from hpcbench.report.trace import write_trace
+    from hpcbench.results.store import read_run
+
+    count = write_trace(read_run(args.path), args.output)
+    print(f"{count} trace events -> {args.output} (open in https://ui.perfetto.dev or chrome://tracing)")
     return 0
 
 
@@ -110,6 +133,48 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from hpcbench.runtime.study import demo
 
     return demo(args.out_dir, args.ranks, args.steps, args.timeout)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from hpcbench.runtime import plan
+    from hpcbench.runtime.study import parse_ranks, run_local
+    from hpcbench.slurm import sweep
+    from hpcbench.slurm.jobs import Resources
+
+    algos = sweep.parse_algos(args.algos)
+    base_args = (["--config", str(Path(args.config).resolve())] if args.config else []) + \
+        [a for item in args.set for a in ("--set", item)]
+    cfg, _ = configs_from_args(args)
+    for a in algos:  # refuse a bad study before writing or submitting anything
+        plan.validate(cfg.with_updates(algo=a))
+    out_dir = Path(args.out_dir).resolve()
+    if args.local:
+        files, failures = run_local(algos, parse_ranks(args.ranks), base_args, str(out_dir), args.timeout,
+                                    args.repeats)
+        if files:
+            from hpcbench.report.tables import load, report_text
+
+            print(report_text(load([str(f) for f in files])))
+        return 1 if failures else 0
+    nodes = sweep.parse_counts(args.nodes, "--nodes", 1)
+    sweep.check_worlds(algos, nodes, args.tasks_per_node)
+    from hpcbench.comm.probe import mpi_library
+    from hpcbench.runtime.selfcheck import srun_mpi_flag
+
+    res = Resources(tasks_per_node=args.tasks_per_node, cpus_per_task=args.cpus_per_task,
+                    gpus_per_task=args.gpus_per_task, time=args.time, partition=args.partition or "",
+                    account=args.account or "", mpi=args.mpi or srun_mpi_flag(mpi_library()["mpi_vendor"]),
+                    setup=tuple(args.setup) if args.setup else sweep.default_setup())
+    points = sweep.plan_points(algos, nodes, args.repeats)
+    scripts, report = sweep.write_study(out_dir, points, res, base_args)
+    print(f"wrote {len(scripts)} run jobs, {report} and {out_dir / 'submit.sh'}")
+    if args.submit:
+        ids, report_id = sweep.submit(scripts, report)
+        print(f"submitted runs: {' '.join(ids)}")
+        print(f"report job: {report_id} (afterok on all runs; writes {out_dir / 'report.md'})")
+    return 0
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -139,6 +204,28 @@ def build_parser() -> Parser:
     p.add_argument("--pauses", help="PROB:SECONDS transient pauses per step (default none)")
     p.set_defaults(func=cmd_simulate)
 
+    p = sub.add_parser("sweep", help="a scaling study: Slurm jobs per scale point and algorithm, or --local")
+    p.add_argument("--algos", required=True, help="algorithms, comma-separated")
+    p.add_argument("--nodes", default="", help="node counts, comma-separated, e.g. 8,16,32,64,128")
+    p.add_argument("--repeats", type=int, default=1, help="runs per point (repeat k uses seed k-1)")
+    p.add_argument("--config", help="TOML file of run options for every job")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="run option for every job")
+    p.add_argument("--out-dir", required=True, help="where job scripts, logs, result files and the report go")
+    p.add_argument("--tasks-per-node", type=int, default=1, help="MPI ranks per node (default 1)")
+    p.add_argument("--cpus-per-task", type=int, default=1, help="cores per rank; sets torch threads (default 1)")
+    p.add_argument("--gpus-per-task", type=int, default=0, help="GPUs per rank, e.g. 1 (default none)")
+    p.add_argument("--time", default="01:00:00", help="time limit per run job (default 01:00:00)")
+    p.add_argument("--partition", help="Slurm partition")
+    p.add_argument("--account", help="Slurm account")
+    p.add_argument("--mpi", choices=("pmi2", "pmix"), help="srun --mpi= plugin (default: from the MPI library)")
+    p.add_argument("--setup", action="append", help="shell line run first in every job (default: activate "
+                   "this virtual environment)")
+    p.add_argument("--submit", action="store_true", help="submit the jobs with sbatch and print their ids")
+    p.add_argument("--local", action="store_true", help="run the study here with mpiexec, one run at a time")
+    p.add_argument("--ranks", default="3,5", help="with --local: world sizes, comma-separated (default 3,5)")
+    p.add_argument("--timeout", type=float, default=600.0, help="with --local: seconds allowed per run")
+    p.set_defaults(func=cmd_sweep)
+
     p = sub.add_parser("calibrate", help="fit the simulator's compute and network models to a real run")
     p.add_argument("path", metavar="REAL.h5")
     p.set_defaults(func=cmd_calibrate)
@@ -147,7 +234,20 @@ def build_parser() -> Parser:
     p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")
     p.add_argument("--format", default="text", help="text | md | csv | latex (default text)")
     p.add_argument("--target", type=float, default=0.9, help="accuracy for time-to-target (default 0.9)")
+    p.add_argument("--plot", metavar="DIR", help="also write PNG plots there (needs matplotlib)")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("diff", help="per-cell changes between two studies and the configuration that differs")
+    p.add_argument("old", metavar="OLD", help="result file or directory")
+    p.add_argument("new", metavar="NEW", help="result file or directory")
+    p.add_argument("--format", default="text", help="text | md | csv | latex (default text)")
+    p.add_argument("--target", type=float, default=0.9, help="accuracy for time-to-target (default 0.9)")
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("trace", help="export a run's timeline as Chrome-trace JSON for Perfetto")
+    p.add_argument("path", metavar="FILE.h5")
+    p.add_argument("-o", "--output", required=True, help="trace file to write, e.g. trace.json")
+    p.set_defaults(func=cmd_trace)
 
     p = sub.add_parser("list", help="algorithms, models, datasets and options with defaults")
     p.set_defaults(func=cmd_list)

@@ -42,7 +42,6 @@ class RunConfig:
     stragglers: str = ""  # "FRACTION:FACTOR": that fraction of workers computes FACTOR× slower
     timeout_s: float = 120.0  # longest any blocking wait may last before the run fails
     threads: int = 0  # torch threads per rank; 0 = share this node's cores among its ranks
-    gpu_aware_mpi: bool = False
     out: str = ""
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 

@@ -30,6 +30,6 @@ def union_batch_sgd(model: str, dataset: str, workers: int, steps: int, batch: i
     ss = streams(len(data.y_train), workers, batch, seed)
     for _ in range(steps):
         union = np.concatenate([s.next() for s in ss])
-        grad, _ = trainer.gradient(theta, *trainer.batch(union))
+        grad, _, _ = trainer.gradient(theta, *trainer.batch(union))
         theta, buf = naive_sgd(theta, grad, buf, np.float32(lr), np.float32(momentum), np.float32(wd))
     return theta

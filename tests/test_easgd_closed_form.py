@@ -21,7 +21,7 @@ def run_quadratic(name: str, workers: int, x0: np.ndarray) -> np.ndarray:
     layout = algo.layout()
     sim = SimConfig(workers=workers, apply_s=0.0, update_s=0.0)
     logs = RunLogs(layout.tables)
-    engine = Engine(algo, layout, sim, ComputeModel(sim, 0, {}), lambda r, p: (np.float32(H) * p, 0.0, 1),
+    engine = Engine(algo, layout, sim, ComputeModel(sim, 0, {}), lambda r, p: (np.float32(H) * p, 0.0, 1, 0),
                     logs, x0.size)
     engine.run()
     return logs.last_params

@@ -115,4 +115,4 @@ def test_report_lists_every_run_and_the_scaling_view(runs, run_dir):
     with contextlib.redirect_stdout(buf):
         assert main(["report", str(run_dir / "asgd-5.h5"), "--format", "csv"]) == 0
     header = buf.getvalue().splitlines()[0]
-    assert header.startswith("algorithm,mode,workers,samples/s")
+    assert header.startswith("algorithm,mode,nodes,workers,samples/s")

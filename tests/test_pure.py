@@ -74,7 +74,7 @@ def test_speedup_and_efficiency_by_hand():
 
 def row(algo, workers, rate):
     nan = float("nan")
-    return RunRow(algo, "mpi", workers, rate, nan, nan, nan, nan, 0.9, 1.0, nan, nan, nan, nan, "")
+    return RunRow(algo, "mpi", workers, 1, rate, nan, nan, nan, nan, 0.9, 1.0, nan, nan, nan, nan, "")
 
 
 def test_scaling_groups_repeats_against_the_smallest_size():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.algorithms.ops import Evaluate, Publish, Record, Recv, Send
+from hpcbench.algorithms.ops import Evaluate, Progress, Publish, Record, Recv, Send
 from hpcbench.algorithms.rules import gap_divisor
 from hpcbench.config import RunConfig
 from hpcbench.runtime import plan
@@ -50,7 +50,7 @@ def drive_server(name, arrivals, momentum=0.0, nesterov=False, wd=0.0, history=0
         elif isinstance(op, Record):
             logs[op.table].append(op.values)
         else:
-            assert isinstance(op, (Send, Evaluate))
+            assert isinstance(op, (Send, Evaluate, Progress))
 
 
 def naive_server(name, x0, arrivals, momentum=0.0, nesterov=False, wd=0.0):

@@ -88,7 +88,7 @@ def test_flat_gradient_matches_autograd_on_a_fresh_model():
     trainer = Trainer("mlp", data, seed=0)
     params = trainer.initial + np.float32(0.01)
     idx = np.arange(16)
-    grad, loss = trainer.gradient(params, *trainer.batch(idx))
+    grad, loss, correct = trainer.gradient(params, *trainer.batch(idx))
     ref = build_model("mlp", data.input_shape, 10, seed=0)
     torch.nn.utils.vector_to_parameters(torch.from_numpy(params), ref.parameters())
     x = torch.from_numpy(data.normalise(data.x_train[idx]))
@@ -98,6 +98,7 @@ def test_flat_gradient_matches_autograd_on_a_fresh_model():
     np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-7)
     assert loss == pytest.approx(float(out.detach()), rel=1e-6)
     assert grad.dtype == np.float32 and grad.shape == (trainer.size,)
+    assert correct == int((ref(x).argmax(1) == torch.from_numpy(data.y_train[idx])).sum())
 
 
 def test_evaluate_reports_loss_and_accuracy_and_recalibrates_batchnorm(tmp_path):

@@ -28,11 +28,13 @@ class AllReduceSgd(Algorithm):
     def worker(self, rank: int) -> Program:
         ctx = self.ctx
         theta = ctx.params.copy()
+        reporter = decentral.Reporter(ctx)
         buf = np.zeros_like(theta) if ctx.momentum else None
         scale = np.float32(1.0 / ctx.workers)
         for step in range(ctx.steps):
             result = yield Compute(theta)
+            reporter.trained(result)
             mean = (yield Allreduce(result.grad)) * scale
             decentral.local_sgd(ctx, theta, mean, theta, buf, step)
             yield decentral.publish(self.frame, ctx, step + 1, theta)
-            yield from decentral.progress(ctx, step + 1)
+            yield from reporter.report(step + 1)

@@ -15,10 +15,13 @@ import numpy as np
 
 from hpcbench.algorithms.api import ChannelSpec, Context, Layout, WindowSpec
 from hpcbench.algorithms.frames import Frame
-from hpcbench.algorithms.ops import ANY, SERVER, Evaluate, Publish, Read, Record, Recv, Send
+from hpcbench.algorithms.meter import TrainingMeter
+from hpcbench.algorithms.ops import SERVER, Evaluate, Gradient, Publish, Read, Record, Recv, Send
 from hpcbench.algorithms.rules import momentum_direction
 
-PROGRESS = Frame(samples=(np.int64, 1), done=(np.int64, 1))
+# samples: done so far; loss_sum, correct, seen: training loss and right answers since the last report
+PROGRESS = Frame(samples=(np.int64, 1), done=(np.int64, 1), loss_sum=(np.float64, 1), correct=(np.int64, 1),
+                 seen=(np.int64, 1))
 FINAL_COLUMNS = ("worker", "samples", "updates", "weight", "x_sum")
 
 
@@ -65,12 +68,15 @@ def coordinate(ctx: Context, centre: Centre | None = None) -> Generator:
     yield Evaluate(ctx.params, 0, 0)
     reported = [0] * (ctx.workers + 1)
     total, done, next_eval = 0, 0, ctx.eval_every
+    meter = TrainingMeter()
     while done < ctx.workers:
         src, raw = yield Recv("progress")
         samples = PROGRESS.scalar(raw, "samples")
         total += samples - reported[src]
         reported[src] = samples
         done += PROGRESS.scalar(raw, "done")
+        meter.add(PROGRESS.scalar(raw, "loss_sum"), PROGRESS.scalar(raw, "correct"), PROGRESS.scalar(raw, "seen"))
+        yield meter.progress(total)
         if total >= next_eval and done < ctx.workers:
             yield from evaluate(frame, ranks, centre)
             next_eval = (total // ctx.eval_every + 1) * ctx.eval_every
@@ -119,8 +125,24 @@ def report_every(ctx: Context) -> int:
     return max(1, ctx.eval_every // (4 * ctx.batch_size * ctx.workers))
 
 
-def progress(ctx: Context, step: int) -> Generator:
-    """After ``step`` local steps: tell rank 0, every few steps and at the end."""
-    done = step == ctx.steps
-    if done or step % report_every(ctx) == 0:
-        yield Send("progress", SERVER, PROGRESS.pack(samples=step * ctx.batch_size, done=int(done)))
+class Reporter:
+    """A worker's progress reports to rank 0: every few steps, and a last one when it is done."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.every = report_every(ctx)
+        self.loss_sum, self.correct, self.seen = 0.0, 0, 0
+
+    def trained(self, result: Gradient) -> None:
+        self.loss_sum += result.loss * result.samples
+        self.correct += result.correct
+        self.seen += result.samples
+
+    def report(self, step: int) -> Generator:
+        """After ``step`` local steps."""
+        done = step == self.ctx.steps
+        if done or step % self.every == 0:
+            yield Send("progress", SERVER, PROGRESS.pack(samples=step * self.ctx.batch_size, done=int(done),
+                                                         loss_sum=self.loss_sum, correct=self.correct,
+                                                         seen=self.seen))
+            self.loss_sum, self.correct, self.seen = 0.0, 0, 0

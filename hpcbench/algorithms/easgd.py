@@ -59,14 +59,16 @@ class ElasticAveraging(Algorithm):
         ctx, tau = self.ctx, self.opts.tau
         x = ctx.params.copy()
         replica = ctx.params.copy()  # easgd-sync's copy of the centre; per worker, so kept here
+        reporter = decentral.Reporter(ctx)
         buf = np.zeros_like(x) if ctx.momentum else None
         for step in range(ctx.steps):
             result = yield Compute(x)
+            reporter.trained(result)
             decentral.local_sgd(ctx, x, result.grad, x, buf, step)
             if (step + 1) % tau == 0 or step + 1 == ctx.steps:
                 yield from self.exchange(x, replica)
             yield decentral.publish(self.frame, ctx, step + 1, x)
-            yield from decentral.progress(ctx, step + 1)
+            yield from reporter.report(step + 1)
 
     def exchange(self, x: np.ndarray, replica: np.ndarray) -> Program:
         raise NotImplementedError

@@ -64,25 +64,29 @@ class Gossip(Algorithm):
         ctx = self.ctx
         rng = ctx.rng(rank)
         x = decentral.starting_point(ctx, rank, self.opts.init_spread)
+        reporter = decentral.Reporter(ctx)
         buf = np.zeros_like(x) if ctx.momentum else None
         for step in range(ctx.steps):
             result = yield Compute(x)
+            reporter.trained(result)
             decentral.local_sgd(ctx, x, result.grad, x, buf, step)
             peer = random_peer(rank - 1, ctx.workers, rng) + 1
             [raw] = yield Read("model", (peer,))
             x += self.frame.view(raw, "x")
             x *= np.float32(0.5)
             yield decentral.publish(self.frame, ctx, step + 1, x)
-            yield from decentral.progress(ctx, step + 1)
+            yield from reporter.report(step + 1)
 
     def push(self, rank: int) -> Program:
         ctx, box = self.ctx, self.mailbox
         rng = ctx.rng(rank)
         x, w = decentral.starting_point(ctx, rank, self.opts.init_spread), 1.0
+        reporter = decentral.Reporter(ctx)
         buf = np.zeros_like(x) if ctx.momentum else None
         for step in range(ctx.steps):
             z = x / np.float32(w)
             result = yield Compute(z)
+            reporter.trained(result)
             decentral.local_sgd(ctx, x, result.grad, z, buf, step, weight=w)
             x *= np.float32(0.5)
             w *= 0.5
@@ -91,11 +95,11 @@ class Gossip(Algorithm):
             w = yield from self.absorb(x, w)
             yield decentral.publish(self.frame, ctx, step + 1, x, w)
             if step + 1 < ctx.steps:  # the last report waits for the final absorb below
-                yield from decentral.progress(ctx, step + 1)
+                yield from reporter.report(step + 1)
         yield Barrier()  # every push has landed: the last absorb loses nothing
         w = yield from self.absorb(x, w)
         yield decentral.publish(self.frame, ctx, ctx.steps, x, w)
-        yield from decentral.progress(ctx, ctx.steps)
+        yield from reporter.report(ctx.steps)
 
     def absorb(self, x: np.ndarray, w: float) -> Program:
         raw = yield Drain("mailbox")

@@ -25,8 +25,9 @@ class Compute(NamedTuple):
 
 class Gradient(NamedTuple):
     grad: np.ndarray
-    loss: float
+    loss: float  # mean training loss on the batch
     samples: int
+    correct: int  # batch samples the model classified right (training accuracy, for free)
 
 
 class Publish(NamedTuple):
@@ -101,6 +102,14 @@ class Evaluate(NamedTuple):
     consensus: float = float("nan")
 
 
+class Progress(NamedTuple):
+    """Rank 0: how far the run is and how training goes (a driver may show it). → None."""
+
+    samples: int
+    loss: float
+    accuracy: float
+
+
 class Record(NamedTuple):
     """Append a row to a log table (the driver stamps the time). → None."""
 
@@ -108,4 +117,5 @@ class Record(NamedTuple):
     values: tuple[float, ...]
 
 
-Op = Compute | Publish | Read | Accumulate | Drain | Send | Recv | Allreduce | Barrier | Evaluate | Record
+Op = (Compute | Publish | Read | Accumulate | Drain | Send | Recv | Allreduce | Barrier | Evaluate | Progress
+      | Record)

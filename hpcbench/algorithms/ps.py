@@ -16,6 +16,7 @@ import numpy as np
 
 from hpcbench.algorithms.api import Algorithm, ChannelSpec, Context, Layout, Program, WindowSpec, register
 from hpcbench.algorithms.frames import Frame
+from hpcbench.algorithms.meter import TrainingMeter
 from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Publish, Read, Record, Recv, Send
 from hpcbench.algorithms.rules import ServerRule, VersionRing
 from hpcbench.errors import RuntimeFailure, UsageError
@@ -36,7 +37,8 @@ class ParameterServer(Algorithm):
         super().__init__(ctx)
         d = ctx.size
         self.params_frame = Frame(version=(np.int64, 1), params=(np.float32, d), check=(np.int64, 1))
-        self.grad_frame = Frame(version=(np.int64, 1), grad=(np.float32, d))
+        self.grad_frame = Frame(version=(np.int64, 1), loss=(np.float64, 1), correct=(np.int64, 1),
+                                grad=(np.float32, d))
         self.rule = ServerRule(ctx.params, ctx.workers, ctx.momentum, ctx.nesterov, ctx.weight_decay,
                                self.penalty, self.per_worker_momentum,
                                getattr(self.opts, "beta", 0.999), getattr(self.opts, "eps", 1e-8))
@@ -72,7 +74,8 @@ class ParameterServer(Algorithm):
                 raise RuntimeFailure(f"rank {rank} read a torn parameter window "
                                      f"(header version {version}, trailer {frame.scalar(raw, 'check')})")
             result = yield Compute(frame.view(raw, "params"))
-            yield Send("grad", SERVER, self.grad_frame.pack(version=version, grad=result.grad))
+            yield Send("grad", SERVER, self.grad_frame.pack(version=version, loss=result.loss,
+                                                            correct=result.correct, grad=result.grad))
             _, ack = yield Recv("ack", SERVER)
             if ACK.scalar(ack, "stop"):
                 return
@@ -81,6 +84,7 @@ class ParameterServer(Algorithm):
         ctx, rule, ring = self.ctx, self.rule, self.ring
         batch, target = ctx.batch_size, ctx.steps * ctx.workers
         version = applied = stopped = 0
+        meter = TrainingMeter()
         published = rule.published(ctx.schedule.at(0))  # version 0 is the window's initial content
         if ring is not None:
             ring.put(0, published)
@@ -111,6 +115,8 @@ class ParameterServer(Algorithm):
             if ring is not None:
                 ring.put(version, published)
             yield Record("updates", (src, used, onto, staleness, penalty, gap))
+            meter.add(batch * self.grad_frame.scalar(msg, "loss"), self.grad_frame.scalar(msg, "correct"), batch)
+            yield meter.progress(applied * batch)
             done = applied >= target
             yield Send("ack", src, ACK.pack(stop=int(done)))
             stopped += done

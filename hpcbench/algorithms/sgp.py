@@ -59,9 +59,11 @@ class PushSum(Algorithm):
         x, w = decentral.starting_point(ctx, rank, self.opts.init_spread), 1.0
         buf = np.zeros_like(x) if ctx.momentum else None
         pending: list[int] = []  # in-peers whose messages are still due, oldest first
+        reporter = decentral.Reporter(ctx)
         for k in range(ctx.steps):
             z = x / np.float32(w)
             result = yield Compute(z)
+            reporter.trained(result)
             decentral.local_sgd(ctx, x, result.grad, z, buf, k, weight=w)
             x *= np.float32(0.5)
             w *= 0.5
@@ -79,13 +81,13 @@ class PushSum(Algorithm):
             pending = still
             yield decentral.publish(self.frame, ctx, k + 1, x, w)
             if k + 1 < ctx.steps:  # the last report waits for the messages still due below
-                yield from decentral.progress(ctx, k + 1)
+                yield from reporter.report(k + 1)
         for src in pending:
             _, raw = yield Recv("push", src)
             x += msg.view(raw, "x")
             w += msg.scalar(raw, "w")
         yield decentral.publish(self.frame, ctx, ctx.steps, x, w)
-        yield from decentral.progress(ctx, ctx.steps)
+        yield from reporter.report(ctx.steps)
 
 
 @register

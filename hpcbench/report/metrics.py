@@ -19,6 +19,7 @@ class RunRow:
     algorithm: str
     mode: str
     workers: int
+    nodes: int  # distinct hosts the run's ranks were on
     samples_per_s: float
     median_step_s: float
     compute_fraction: float
@@ -41,7 +42,8 @@ def run_row(rec: RunRecord, target: float) -> RunRow:
         return float(value) if value is not None else float("nan")
 
     return RunRow(
-        algorithm=rec.algorithm, mode=rec.mode, workers=rec.workers, samples_per_s=get("samples_per_s"),
+        algorithm=rec.algorithm, mode=rec.mode, workers=rec.workers, nodes=len(set(rec.per_rank["hostnames"])),
+        samples_per_s=get("samples_per_s"),
         median_step_s=get("median_step_s"), compute_fraction=get("compute_fraction"),
         communicate_fraction=get("communicate_fraction"), wait_fraction=get("wait_fraction"),
         final_accuracy=get("final_accuracy"),
@@ -64,6 +66,7 @@ class ScalePoint:
     algorithm: str
     mode: str
     workers: int
+    nodes: int
     repeats: int
     samples_per_s: float
     samples_per_s_spread: float
@@ -96,7 +99,7 @@ def scaling(rows: Iterable[RunRow]) -> list[ScalePoint]:
             rate, rate_spread = spread([r.samples_per_s for r in g])
             speedup, efficiency = speedup_efficiency(sizes[0], base_rate, w, rate)
             points.append(ScalePoint(
-                algorithm, mode, w, len(g), rate, rate_spread, speedup, efficiency,
+                algorithm, mode, w, int(median(r.nodes for r in g)), len(g), rate, rate_spread, speedup, efficiency,
                 spread([r.time_to_target_s for r in g])[0], spread([r.final_accuracy for r in g])[0],
                 spread([r.staleness_mean for r in g])[0]))
     return points

@@ -53,6 +53,7 @@ TEXT: Callable[[Any], str] = str
 RUN_COLUMNS: list[Column] = [
     ("algorithm", lambda r: r.algorithm, TEXT),
     ("mode", lambda r: r.mode, TEXT),
+    ("nodes", lambda r: r.nodes, TEXT),
     ("workers", lambda r: r.workers, TEXT),
     ("samples/s", lambda r: r.samples_per_s, fmt_num(0)),
     ("step ms (median)", lambda r: r.median_step_s, fmt_num(1, 1000)),
@@ -69,6 +70,7 @@ RUN_COLUMNS: list[Column] = [
 SCALE_COLUMNS: list[Column] = [
     ("algorithm", lambda p: p.algorithm, TEXT),
     ("mode", lambda p: p.mode, TEXT),
+    ("nodes", lambda p: p.nodes, TEXT),
     ("workers", lambda p: p.workers, TEXT),
     ("runs", lambda p: p.repeats, TEXT),
     ("samples/s", lambda p: p.samples_per_s, fmt_num(0)),

@@ -114,13 +114,16 @@ def read_run(path: str | os.PathLike) -> RunRecord:
         prov = f["provenance"]
         tl = f["timeline"]
         timeline = {name: tl[name][()] for name in tl if name != "clock_offset_s"}
+        # Columns added after a file was written read as their neutral value ("names may grow").
+        timeline.setdefault("op", np.zeros(len(timeline["rank"]), dtype=np.uint8))
+        ops = tuple(json.loads(tl.attrs["ops"])) if "ops" in tl.attrs else ("none",)
         return RunRecord(
             attrs=attrs,
             provenance={k: _plain(v) for k, v in prov.attrs.items()},
             per_rank={k: [_plain(x) for x in prov[k][()]] for k in prov},
             timeline=timeline,
             phases=tuple(json.loads(tl.attrs["phases"])),
-            ops=tuple(json.loads(tl.attrs["ops"])),
+            ops=ops,
             clock_offsets=tl["clock_offset_s"][()],
             evals=_read_columns(f["evals"]),
             tables={name: _read_columns(f["server"][name]) for name in f["server"]},

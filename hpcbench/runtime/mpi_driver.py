@@ -5,10 +5,11 @@ import time
 from typing import Any, Callable
 
 from hpcbench.algorithms.api import Program
-from hpcbench.algorithms.ops import (Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, Gradient, Publish,
-                                     Read, Record, Recv, Send)
+from hpcbench.algorithms.ops import (Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, Gradient, Progress,
+                                     Publish, Read, Record, Recv, Send)
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime.logs import RunLogs
+from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.telemetry.timeline import Timeline
 from hpcbench.workload.sharding import BatchStream
 from hpcbench.workload.trainer import Trainer
@@ -23,7 +24,8 @@ class MpiDriver:
     """
 
     def __init__(self, comm: Any, timeline: Timeline, timeout: float, trainer: Trainer | None = None,
-                 stream: BatchStream | None = None, slow_factor: float = 1.0, logs: RunLogs | None = None) -> None:
+                 stream: BatchStream | None = None, slow_factor: float = 1.0, logs: RunLogs | None = None,
+                 progress: ProgressLine | None = None) -> None:
         self.comm = comm
         self.timeline = timeline
         self.timeout = timeout
@@ -31,12 +33,13 @@ class MpiDriver:
         self.stream = stream
         self.slow_factor = slow_factor
         self.logs = logs
+        self.progress = progress
         self.step = 0
         self.clock = comm.wtime
         self.handlers: dict[type, Callable[[Any], Any]] = {
             Compute: self.compute, Publish: self.publish, Read: self.read, Accumulate: self.accumulate,
             Drain: self.drain, Send: self.send, Recv: self.recv, Allreduce: self.allreduce,
-            Barrier: self.barrier, Evaluate: self.evaluate, Record: self.record,
+            Barrier: self.barrier, Evaluate: self.evaluate, Record: self.record, Progress: self.show,
         }
 
     def run(self, program: Program) -> float:
@@ -52,12 +55,12 @@ class MpiDriver:
                 self.timeline.add(self.step, own_math, resumed, end)
                 return end
             now = self.clock()
-            if type(op) is not Record:
+            if type(op) not in (Record, Progress):
                 self.timeline.add(self.step, own_math, resumed, now)
                 result = self.handlers[type(op)](op)
                 resumed = self.clock()
             else:
-                result = self.record(op)
+                result = self.handlers[type(op)](op)
 
     def _timed(self, phase: str, nbytes: int, op: Any, fn: Callable[[], Any]) -> Any:
         t0 = self.clock()
@@ -72,14 +75,14 @@ class MpiDriver:
         indices = self.stream.next()
         x, y = self.trainer.batch(indices)
         t1 = self.clock()
-        grad, loss = self.trainer.gradient(op.params, x, y)
+        grad, loss, correct = self.trainer.gradient(op.params, x, y)
         if self.slow_factor > 1.0:
             # An injected straggler: stretch this compute to slow_factor times its real length.
             time.sleep((self.clock() - t1) * (self.slow_factor - 1.0))
         t2 = self.clock()
         self.timeline.add(self.step, "data", t0, t1, op="Compute")
         self.timeline.add(self.step, "compute", t1, t2, op="Compute")
-        return Gradient(grad, loss, len(indices))
+        return Gradient(grad, loss, len(indices), correct)
 
     def publish(self, op: Publish) -> None:
         self._timed("communicate", op.data.nbytes, op, lambda: self.comm.windows[op.window].publish(op.data))
@@ -122,6 +125,10 @@ class MpiDriver:
         t0 = self.clock()
         self.logs.snapshot(t0, op)
         self.timeline.add(self.step, "eval", t0, self.clock(), op.params.nbytes, "Evaluate")
+
+    def show(self, op: Progress) -> None:
+        if self.progress is not None:
+            self.progress.update(*op)
 
     def record(self, op: Record) -> None:
         assert self.logs is not None

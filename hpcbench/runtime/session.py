@@ -1,20 +1,18 @@
 """``hpcbench run``: one benchmark run under real MPI, from set-up to the result file on rank 0."""
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
-import numpy as np
 import torch
 
 from hpcbench.algorithms import Algorithm
 from hpcbench.algorithms.api import Layout
 from hpcbench.config import RunConfig
 from hpcbench.errors import HpcbenchError, UsageError
-from hpcbench.results.schema import RunRecord
 from hpcbench.results.store import write_run
 from hpcbench.runtime import plan
 from hpcbench.runtime.logs import RunLogs
@@ -22,7 +20,9 @@ from hpcbench.runtime.mpi_driver import MpiDriver
 from hpcbench.runtime.placement import choose_device, cpu_count, thread_count
 from hpcbench.runtime.provenance import software
 from hpcbench.runtime.record import build_record, default_out, result_line
+from hpcbench.runtime.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
 from hpcbench.telemetry.gcpause import collector_paused
+from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.telemetry.timeline import Timeline
 from hpcbench.workload.datasets import load_dataset
 from hpcbench.workload.sharding import BatchStream, shard_indices
@@ -83,10 +83,28 @@ def agree(comm: Any, error: str | None) -> tuple[int, str, str] | None:
     return next((e for e in errors if e is not None), None)
 
 
+def warn_placement(comm: Any, hosts: list[str], device: str) -> None:
+    """Collective: rank 0 warns about shared GPUs and oversubscribed nodes (the run goes on)."""
+    reports = comm.allgather((comm.rank, comm.host, device, comm.local_size, cpu_count()))
+    if comm.rank != 0:
+        return
+    nodes = {host: (ranks, cores) for _, host, _, ranks, cores in reports}
+    for warning in shared_gpus([(r, h, d) for r, h, d, _, _ in reports]) + oversubscribed_nodes(nodes):
+        print(f"hpcbench: warning: {warning}", file=sys.stderr, flush=True)
+
+
 def run_mpi(cfg: RunConfig, algo_cls: type[Algorithm]) -> int:
     from hpcbench.comm.mpi import MpiComm
+    from hpcbench.comm.probe import mpi_library
 
     comm = MpiComm()
+    mismatch = slurm_world_mismatch(os.environ, comm.size, mpi_library()["mpi_vendor"])
+    if mismatch is not None:
+        # Every task believes it is rank 0 of 1 here: only Slurm's task 0 says so.
+        if os.environ.get("SLURM_PROCID", "0") == "0":
+            print(f"hpcbench: error: {mismatch}", file=sys.stderr, flush=True)
+        comm.finalize()
+        return 2
     try:
         return execute(cfg, algo_cls, comm)
     except HpcbenchError as exc:
@@ -119,18 +137,22 @@ def execute(cfg: RunConfig, algo_cls: type[Algorithm], comm: Any) -> int:
         comm.finalize()
         return 2
     assert prepared is not None
+    warn_placement(comm, hosts, prepared.device)
     algo, ctx = prepared.algo, prepared.algo.ctx
     open_layout(comm, prepared.layout, workers)
     offsets = comm.clock_offsets()
     timeline = Timeline(rank)
     logs = RunLogs(prepared.layout.tables) if rank == 0 else None
     slow = plan.straggler_factor(cfg) if rank in plan.straggler_ranks(cfg, workers) else 1.0
-    driver = MpiDriver(comm, timeline, cfg.timeout_s, prepared.trainer, prepared.stream, slow, logs)
+    progress = ProgressLine(f"{algo.name}, {workers} workers", ctx.budget) if rank == 0 else None
+    driver = MpiDriver(comm, timeline, cfg.timeout_s, prepared.trainer, prepared.stream, slow, logs, progress)
     program = algo.server() if rank == 0 else algo.worker(rank)
     comm.world_barrier(cfg.timeout_s)
     with collector_paused():
         start = comm.wtime()
         end = driver.run(program)
+    if progress is not None:
+        progress.close()
     comm.close(cfg.timeout_s)
     parts = comm.gather({"rank": rank, "host": comm.host, "device": prepared.device, "start": start, "end": end,
                          "threads": prepared.threads, "timeline": timeline.columns()})

@@ -10,7 +10,7 @@ from typing import Sequence
 from hpcbench.errors import UsageError
 
 # The demo: every algorithm on the real digits data, small enough for 2 cores in a few minutes.
-DEMO_ARGS = ("--dataset", "digits", "--model", "mlp", "--epochs", "4", "--batch-size", "32", "--lr", "0.05",
+DEMO_ARGS = ("--dataset", "digits", "--model", "mlp", "--epochs", "10", "--batch-size", "32", "--lr", "0.05",
              "--set", "warmup_epochs=1", "--set", "evals=8")
 
 

@@ -54,14 +54,16 @@ class Trainer:
         y = torch.from_numpy(self.data.y_train[indices])
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
-    def gradient(self, params: np.ndarray, x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, float]:
-        """Mean cross-entropy gradient at ``params`` on one batch, as a new host float32 vector."""
+    def gradient(self, params: np.ndarray, x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, float, int]:
+        """(mean cross-entropy gradient at ``params`` as a new host float32 vector, loss, correct)."""
         self.load(params)
         self.model.train()
         for p in self._params:
             p.grad = None
-        loss = F.cross_entropy(self.model(x), y)
+        out = self.model(x)
+        loss = F.cross_entropy(out, y)
         loss.backward()
+        correct = int((out.detach().argmax(1) == y).sum())
         offset = 0
         host = self._host_grad
         for p in self._params:
@@ -71,7 +73,7 @@ class Trainer:
         if self.device.type == "cuda":
             # The copies above are asynchronous; MPI must not read the buffer before they land.
             torch.cuda.current_stream(self.device).synchronize()
-        return host.numpy().copy(), float(loss.detach())
+        return host.numpy().copy(), float(loss.detach()), correct
 
     @torch.no_grad()
     def recalibrate_batchnorm(self) -> None:

@@ -17,21 +17,24 @@ import numpy as np
 
 from hpcbench.algorithms.api import Algorithm, Layout
 from hpcbench.algorithms.ops import (ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, Gradient,
-                                     Publish, Read, Record, Recv, Send)
+                                     Progress, Publish, Read, Record, Recv, Send)
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.models import ComputeModel, SimConfig, barrier_s, ring_allreduce_s
 from hpcbench.telemetry.gcpause import collector_paused
+from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE, Timeline
 
 BLOCKED = object()  # a handler's answer when the program must wait for an event
-GradientFn = Callable[[int, np.ndarray], tuple[np.ndarray, float, int]]  # (rank, params) → (grad, loss, samples)
+# (rank, params) → (gradient, loss, samples, correct)
+GradientFn = Callable[[int, np.ndarray], tuple[np.ndarray, float, int, int]]
 
 
 class Engine:
     def __init__(self, algo: Algorithm, layout: Layout, cfg: SimConfig, compute: ComputeModel,
-                 gradient: GradientFn, logs: RunLogs, real_size: int) -> None:
+                 gradient: GradientFn, logs: RunLogs, real_size: int, progress: ProgressLine | None = None) -> None:
         self.cfg, self.compute_model, self.gradient, self.logs = cfg, compute, gradient, logs
+        self.progress = progress
         n = cfg.workers
         self.ranks = range(n + 1)
         self.float_bytes = 4 * algo.ctx.size
@@ -62,7 +65,7 @@ class Engine:
         self.handlers: dict[type, Callable[[int, Any], Any]] = {
             Compute: self.compute, Publish: self.publish, Read: self.read, Accumulate: self.accumulate,
             Drain: self.drain, Send: self.send, Recv: self.recv, Allreduce: self.allreduce, Barrier: self.barrier,
-            Evaluate: self.evaluate, Record: self.record,
+            Evaluate: self.evaluate, Record: self.record, Progress: self.show,
         }
 
     # --- the event loop -----------------------------------------------------------------------
@@ -121,13 +124,13 @@ class Engine:
     def compute(self, rank: int, op: Compute) -> object:
         self.steps[rank] += 1
         t = self.now
-        grad, loss, samples = self.gradient(rank, op.params)
+        grad, loss, samples, correct = self.gradient(rank, op.params)
         done = t + self.compute_model.sample(rank)
         self.row(rank, "compute", t, done, 0, "Compute")
         resume = done + self.cfg.update_s
         if resume > done:
             self.row(rank, "update", done, resume)
-        return self.later(rank, resume, Gradient(grad, loss, samples))
+        return self.later(rank, resume, Gradient(grad, loss, samples, correct))
 
     # Local operations are instant in virtual time and leave no timeline row; sends keep a
     # zero-length row because it carries the bytes put on the wire.
@@ -281,6 +284,10 @@ class Engine:
         self.steps[rank] += 1
         self.logs.snapshot(self.now, op)
         self.row(rank, "eval", self.now, self.now, op.params.nbytes, "Evaluate")
+
+    def show(self, rank: int, op: Progress) -> None:
+        if self.progress is not None:
+            self.progress.update(*op)
 
     def record(self, rank: int, op: Record) -> None:
         self.steps[rank] += 1

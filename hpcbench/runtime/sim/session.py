@@ -19,6 +19,7 @@ from hpcbench.runtime.provenance import software
 from hpcbench.runtime.record import build_record, default_out, result_line
 from hpcbench.runtime.sim.engine import Engine, GradientFn
 from hpcbench.runtime.sim.models import ComputeModel, SimConfig
+from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.workload.datasets import load_dataset
 from hpcbench.workload.sharding import BatchStream, shard_indices
 from hpcbench.workload.trainer import Trainer
@@ -41,17 +42,17 @@ def numerics_gradient(trainer: Trainer, cfg: RunConfig, workers: int) -> Gradien
     streams = {r: BatchStream(shard_indices(n_train, workers, r - 1, cfg.seed), cfg.batch_size, cfg.seed, r)
                for r in range(1, workers + 1)}
 
-    def gradient(rank: int, params: np.ndarray) -> tuple[np.ndarray, float, int]:
+    def gradient(rank: int, params: np.ndarray) -> tuple[np.ndarray, float, int, int]:
         indices = streams[rank].next()
-        grad, loss = trainer.gradient(params, *trainer.batch(indices))
-        return grad, loss, len(indices)
+        grad, loss, correct = trainer.gradient(params, *trainer.batch(indices))
+        return grad, loss, len(indices), correct
 
     return gradient
 
 
 def timing_gradient(size: int, batch: int) -> GradientFn:
-    def gradient(rank: int, params: np.ndarray) -> tuple[np.ndarray, float, int]:
-        return np.zeros(size, dtype=np.float32), float("nan"), batch
+    def gradient(rank: int, params: np.ndarray) -> tuple[np.ndarray, float, int, int]:
+        return np.zeros(size, dtype=np.float32), float("nan"), batch, 0
 
     return gradient
 
@@ -75,9 +76,11 @@ def simulate(cfg: RunConfig, algo_cls: type[Algorithm], sim: SimConfig) -> int:
     layout = algo.layout()
     slow = {r: plan.straggler_factor(cfg) for r in plan.straggler_ranks(cfg, n)}
     logs = RunLogs(layout.tables)
-    engine = Engine(algo, layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, trainer.size)
+    progress = ProgressLine(f"simulating {algo.name}, {n} workers", ctx.budget)
+    engine = Engine(algo, layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, trainer.size, progress)
     wall0 = time.perf_counter()
     engine.run()
+    progress.close()
     wall = time.perf_counter() - wall0
     if sim.numerics:
         logs.score(lambda p: trainer.evaluate(p, cfg.eval_samples))

@@ -1,0 +1,1 @@
+"""Slurm: job-script rendering, studies (sweeps) and their submission."""

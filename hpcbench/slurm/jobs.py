@@ -1,0 +1,82 @@
+"""Slurm batch scripts for studies (pure text rendering; nothing here talks to Slurm)."""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What every run job of a study asks Slurm for, per node and per task."""
+
+    tasks_per_node: int = 1
+    cpus_per_task: int = 1
+    gpus_per_task: int = 0
+    time: str = "01:00:00"
+    partition: str = ""
+    account: str = ""
+    mpi: str = "pmi2"  # srun's PMI plugin: pmi2 for MPICH-family MPIs, pmix for Open MPI
+    setup: tuple[str, ...] = field(default_factory=tuple)  # shell lines run first, e.g. activating a venv
+
+
+def header(name: str, nodes: int, tasks_per_node: int, res: Resources, log: str) -> list[str]:
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={name}",
+        f"#SBATCH --nodes={nodes}",
+        f"#SBATCH --ntasks-per-node={tasks_per_node}",
+        f"#SBATCH --cpus-per-task={res.cpus_per_task}",
+    ]
+    if res.gpus_per_task:
+        lines.append(f"#SBATCH --gpus-per-task={res.gpus_per_task}")
+    lines += [f"#SBATCH --time={res.time}", f"#SBATCH --output={log}"]
+    if res.partition:
+        lines.append(f"#SBATCH --partition={res.partition}")
+    if res.account:
+        lines.append(f"#SBATCH --account={res.account}")
+    return lines
+
+
+def run_job(name: str, nodes: int, res: Resources, run_args: list[str], log: str) -> str:
+    """One hpcbench run on ``nodes`` nodes: rank 0 serves or coordinates, every other task is a worker."""
+    lines = header(name, nodes, res.tasks_per_node, res, log)
+    lines += [
+        "set -euo pipefail",
+        *res.setup,
+        'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"',
+        # One GPU per task: Slurm sets each task's CUDA_VISIBLE_DEVICES, so every worker sees cuda:0.
+        "srun --mpi={} python -m mpi4py -m hpcbench {}".format(res.mpi, " ".join(map(shlex.quote, run_args))),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def report_job(name: str, out_dir: str, res: Resources, log: str) -> str:
+    """Runs after every run job succeeded: the study's tables, and plots when matplotlib is there."""
+    one_task = Resources(time="00:20:00", partition=res.partition, account=res.account, setup=res.setup)
+    d = shlex.quote(out_dir)
+    lines = header(name, 1, 1, one_task, log) + [
+        "set -euo pipefail",
+        *res.setup,
+        f"hpcbench report {d} --format md > {d}/report.md",
+        f"hpcbench report {d} --plot {d}/plots > /dev/null || echo 'plots skipped (pip install matplotlib)'",
+        f"cat {d}/report.md",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def submit_script(run_scripts: list[str], report_script: str) -> str:
+    """Submit every run, then the report with an afterok dependency on all of them."""
+    runs = " ".join(shlex.quote(s) for s in run_scripts)
+    return "\n".join([
+        "#!/bin/bash",
+        "# Submit this study: every run job, then a report job that starts when all of them succeeded.",
+        "set -euo pipefail",
+        "ids=()",
+        f"for job in {runs}; do",
+        '    ids+=("$(sbatch --parsable "$job" | cut -d";" -f1)")',
+        "done",
+        'deps=$(IFS=:; echo "${ids[*]}")',
+        f'report=$(sbatch --parsable --dependency=afterok:"$deps" {shlex.quote(report_script)} | cut -d";" -f1)',
+        'echo "runs: ${ids[*]}"',
+        'echo "report: $report"',
+    ]) + "\n"

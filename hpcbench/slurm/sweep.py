@@ -1,0 +1,111 @@
+"""``hpcbench sweep``: a scaling study as Slurm jobs (one per scale point and algorithm) or locally."""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcbench.errors import UsageError
+from hpcbench.slurm.jobs import Resources, report_job, run_job, submit_script
+
+
+@dataclass(frozen=True)
+class Point:
+    algo: str
+    nodes: int
+    repeat: int  # 1-based; 0 when the study has no repeats
+
+    @property
+    def stem(self) -> str:
+        return f"{self.algo}-n{self.nodes}" + (f"-r{self.repeat}" if self.repeat else "")
+
+
+def parse_counts(text: str, flag: str, minimum: int) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r} is not a comma-separated list of integers") from None
+    if not counts:
+        raise UsageError(f"{flag} is empty: give counts such as 8,16,32")
+    bad = [c for c in counts if c < minimum]
+    if bad:
+        raise UsageError(f"{flag}: every count must be >= {minimum}, got {bad[0]}")
+    return counts
+
+
+def parse_algos(text: str) -> list[str]:
+    from hpcbench.algorithms import ALGORITHMS
+
+    algos = [a.strip() for a in text.split(",") if a.strip()]
+    if not algos:
+        raise UsageError(f"--algos is empty; valid: {', '.join(ALGORITHMS.names())}")
+    for a in algos:
+        ALGORITHMS.get(a)
+    return algos
+
+
+def check_worlds(algos: list[str], nodes: list[int], tasks_per_node: int) -> None:
+    from hpcbench.algorithms import ALGORITHMS
+
+    for a in algos:
+        need = ALGORITHMS.get(a).min_workers + 1
+        small = [n for n in nodes if n * tasks_per_node < need]
+        if small:
+            raise UsageError(f"{a} needs {need}+ ranks but {small[0]} node(s) × {tasks_per_node} task(s) give "
+                             f"{small[0] * tasks_per_node}: raise --tasks-per-node or the node counts")
+
+
+def plan_points(algos: list[str], nodes: list[int], repeats: int) -> list[Point]:
+    reps = range(1, repeats + 1) if repeats > 1 else [0]
+    return [Point(a, n, r) for n in nodes for a in algos for r in reps]
+
+
+def default_setup() -> tuple[str, ...]:
+    """Jobs use this Python environment: activate its virtual environment when there is one."""
+    if sys.prefix != sys.base_prefix:
+        return (f"source {shlex.quote(os.path.join(sys.prefix, 'bin', 'activate'))}",)
+    return ()
+
+
+def run_args(point: Point, base_args: list[str], out: Path) -> list[str]:
+    args = ["run", "--algo", point.algo, *base_args]
+    if point.repeat:
+        args += ["--set", f"seed={point.repeat - 1}"]
+    return args + ["--out", str(out)]
+
+
+def write_study(out_dir: Path, points: list[Point], res: Resources, base_args: list[str]) -> tuple[list[Path], Path]:
+    """Write runs/*.sbatch, report.sbatch and submit.sh; returns (run scripts, report script)."""
+    (out_dir / "runs").mkdir(parents=True, exist_ok=True)
+    (out_dir / "logs").mkdir(exist_ok=True)
+    scripts = []
+    for p in points:
+        script = out_dir / "runs" / f"{p.stem}.sbatch"
+        log = str(out_dir / "logs" / f"{p.stem}-%j.out")
+        script.write_text(run_job(f"hpcbench-{p.stem}", p.nodes, res, run_args(p, base_args, out_dir / f"{p.stem}.h5"),
+                                  log))
+        scripts.append(script)
+    report = out_dir / "report.sbatch"
+    report.write_text(report_job("hpcbench-report", str(out_dir), res, str(out_dir / "logs" / "report-%j.out")))
+    submit = out_dir / "submit.sh"
+    submit.write_text(submit_script([str(s) for s in scripts], str(report)))
+    submit.chmod(0o755)
+    return scripts, report
+
+
+def sbatch(args: list[str]) -> str:
+    if shutil.which("sbatch") is None:
+        raise UsageError("sbatch not found: submit from a Slurm login node, or run the study here with --local")
+    proc = subprocess.run(["sbatch", "--parsable", *args], capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        raise UsageError(f"sbatch {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.stdout.strip().split(";")[0]
+
+
+def submit(scripts: list[Path], report: Path) -> tuple[list[str], str]:
+    ids = [sbatch([str(s)]) for s in scripts]
+    return ids, sbatch([f"--dependency=afterok:{':'.join(ids)}", str(report)])

@@ -1,0 +1,78 @@
+"""A real single-node Slurm on localhost: a two-point sweep submitted with sbatch, and the launcher check.
+
+jobs/slurm/local-cluster.sh installs and starts Slurm (CI runs it first); where Slurm cannot be
+installed or started (no root, no Debian packages) these tests skip and say why.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcbench.results.store import read_run
+
+pytestmark = pytest.mark.timeout(600)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def slurm_up() -> bool:
+    if shutil.which("sinfo") is None:
+        return False
+    out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30)
+    return out.returncode == 0 and re.search(r"idle|mixed|allocated", out.stdout) is not None
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    if not slurm_up():
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            pytest.skip("no running Slurm, and jobs/slurm/local-cluster.sh needs root and apt-get to start one")
+        proc = subprocess.run([str(ROOT / "jobs" / "slurm" / "local-cluster.sh")], capture_output=True, text=True,
+                              timeout=400)
+        if proc.returncode != 0 or not slurm_up():
+            pytest.skip(f"could not install or start a local Slurm: {proc.stderr.strip()[-300:]}")
+
+
+def wait_for_jobs(ids: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        queued = subprocess.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i"], capture_output=True, text=True)
+        if not queued.stdout.strip():
+            return
+        time.sleep(2)
+    pytest.fail(f"Slurm jobs {ids} still queued or running after {timeout} s")
+
+
+def test_a_two_point_sweep_runs_under_sbatch_and_its_report_job_follows(slurm, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "hpcbench", "sweep", "--nodes", "1", "--tasks-per-node", "3",
+         "--algos", "asgd,allreduce", "--set", "steps=15", "--out-dir", str(tmp_path), "--submit"],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    runs = re.search(r"submitted runs: ([\d ]+)", out.stdout).group(1).split()
+    report = re.search(r"report job: (\d+)", out.stdout).group(1)
+    assert len(runs) == 2
+    wait_for_jobs(runs + [report], timeout=400)
+    for algo in ("asgd", "allreduce"):
+        rec = read_run(tmp_path / f"{algo}-n1.h5")
+        assert rec.attrs["status"] == "ok" and rec.workers == 2
+        assert rec.provenance["slurm_job_id"] in runs and rec.provenance["slurm_ntasks"] == "3"
+    report_md = (tmp_path / "report.md").read_text()
+    assert "| asgd " in report_md and "| allreduce " in report_md and "efficiency" in report_md
+    log = next((tmp_path / "logs").glob(f"report-{report}.out")).read_text()
+    assert "| asgd " in log  # the report job itself ran, after both runs
+
+
+def test_srun_with_the_wrong_mpi_plugin_is_caught_and_named(slurm, tmp_path):
+    proc = subprocess.run(
+        ["srun", "--mpi=none", "-n", "2", sys.executable, "-m", "mpi4py", "-m", "hpcbench", "run", "--algo", "asgd",
+         "--out", str(tmp_path / "never.h5")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    errors = [l for l in proc.stderr.splitlines() if l.startswith("hpcbench: error:")]
+    assert len(errors) == 1  # said once, by Slurm's task 0, not by every task
+    assert "Slurm started 2 tasks but MPI sees a world of 1" in errors[0] and "srun --mpi=pmi2" in errors[0]
+    assert not (tmp_path / "never.h5").exists()

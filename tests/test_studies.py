@@ -1,0 +1,186 @@
+"""Studies without Slurm: job scripts line by line, sweeps, self-checks, plots, traces, diffs, progress."""
+import contextlib
+import io
+import json
+
+import numpy as np
+import pytest
+
+from conftest import requires_mpi
+from hpcbench.cli import main
+from hpcbench.results.store import read_run
+from hpcbench.runtime.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch, srun_mpi_flag
+from hpcbench.slurm.jobs import Resources, report_job, run_job, submit_script
+from hpcbench.slurm.sweep import Point, plan_points
+from hpcbench.telemetry.progress import ProgressLine
+
+
+def cli(*args):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_run_job_script_line_by_line():
+    res = Resources(tasks_per_node=4, cpus_per_task=8, gpus_per_task=1, time="02:00:00", partition="gpu",
+                    account="proj", mpi="pmix", setup=("source /opt/venv/bin/activate",))
+    script = run_job("hpcbench-asgd-n16", 16, res, ["run", "--algo", "asgd", "--out", "/s/asgd-n16.h5"], "/s/log-%j")
+    assert script.splitlines() == [
+        "#!/bin/bash",
+        "#SBATCH --job-name=hpcbench-asgd-n16",
+        "#SBATCH --nodes=16",
+        "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --cpus-per-task=8",
+        "#SBATCH --gpus-per-task=1",
+        "#SBATCH --time=02:00:00",
+        "#SBATCH --output=/s/log-%j",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=proj",
+        "set -euo pipefail",
+        "source /opt/venv/bin/activate",
+        'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"',
+        "srun --mpi=pmix python -m mpi4py -m hpcbench run --algo asgd --out /s/asgd-n16.h5",
+    ]
+
+
+def test_cpu_job_has_no_gpu_line_and_defaults_to_pmi2():
+    script = run_job("j", 8, Resources(), ["run", "--algo", "sgp"], "/l")
+    assert "--gpus-per-task" not in script and "--partition" not in script
+    assert "srun --mpi=pmi2 python -m mpi4py -m hpcbench run --algo sgp" in script
+
+
+def test_report_job_and_submission_chain_with_afterok():
+    report = report_job("hpcbench-report", "/s", Resources(partition="p"), "/s/logs/report-%j.out")
+    assert "#SBATCH --nodes=1" in report and "#SBATCH --partition=p" in report
+    assert "hpcbench report /s --format md > /s/report.md" in report
+    submit = submit_script(["/s/runs/a.sbatch", "/s/runs/b.sbatch"], "/s/report.sbatch")
+    assert "for job in /s/runs/a.sbatch /s/runs/b.sbatch; do" in submit
+    assert 'sbatch --parsable --dependency=afterok:"$deps" /s/report.sbatch' in submit
+
+
+def test_study_points_and_files(tmp_path):
+    points = plan_points(["asgd", "sgp"], [8, 16], repeats=2)
+    assert len(points) == 8 and Point("sgp", 16, 2) in points and points[0].stem == "asgd-n8-r1"
+    code, out, _ = cli("sweep", "--nodes", "8,16", "--algos", "asgd,sgp", "--tasks-per-node", "2",
+                       "--out-dir", str(tmp_path), "--set", "steps=50", "--mpi", "pmi2")
+    assert code == 0 and "wrote 4 run jobs" in out
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        "asgd-n16.sbatch", "asgd-n8.sbatch", "sgp-n16.sbatch", "sgp-n8.sbatch"]
+    script = (tmp_path / "runs" / "sgp-n16.sbatch").read_text()
+    assert "#SBATCH --nodes=16" in script and "#SBATCH --ntasks-per-node=2" in script
+    assert f"--set steps=50 --out {tmp_path}/sgp-n16.h5" in script
+    assert (tmp_path / "submit.sh").stat().st_mode & 0o100
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nodes", "8", "--algos", "asgd,nope"], "unknown algorithm 'nope'; valid: allreduce, asgd"),
+    (["--nodes", "", "--algos", "asgd"], "--nodes is empty"),
+    (["--nodes", "8,0", "--algos", "asgd"], "--nodes: every count must be >= 1, got 0"),
+    (["--nodes", "-2", "--algos", "asgd"], "--nodes: every count must be >= 1, got -2"),
+    (["--nodes", "8,x", "--algos", "asgd"], "is not a comma-separated list of integers"),
+    (["--nodes", "1", "--algos", "sgp"], "sgp needs 3+ ranks but 1 node(s) × 1 task(s) give 1"),
+    (["--nodes", "8", "--algos", "asgd", "--set", "lr=-1"], "lr must be >= 0"),
+])
+def test_bad_sweep_input_is_one_clear_line(tmp_path, args, message):
+    code, out, err = cli("sweep", *args, "--out-dir", str(tmp_path / "s"))
+    assert code == 2 and err.strip().splitlines() == [f"hpcbench: error: {err.strip()[17:]}"]
+    assert message in err and not (tmp_path / "s").exists()
+
+
+def test_self_checks_name_their_fixes():
+    env = {"SLURM_NTASKS": "4"}
+    assert "srun --mpi=pmi2" in slurm_world_mismatch(env, 1, "MPICH 5.0.2")
+    assert "srun --mpi=pmix" in slurm_world_mismatch(env, 1, "Open MPI 5.0.11")
+    assert slurm_world_mismatch(env, 4, "MPICH") is None and slurm_world_mismatch({}, 1, "MPICH") is None
+    assert srun_mpi_flag("Intel MPI 2021") == "pmi2"
+    warnings = shared_gpus([(0, "a", "cuda:0"), (1, "a", "cuda:0"), (2, "a", "cuda:0"), (3, "b", "cuda:0"),
+                            (4, "a", "cuda:1")])
+    assert warnings == ["ranks 1, 2 share cuda:0 on a: give each task its own GPU (srun --gpus-per-task=1, or "
+                        "fewer tasks per node); their timings include the sharing"]
+    assert shared_gpus([(1, "a", "cpu"), (2, "a", "cpu")]) == []
+    assert oversubscribed_nodes({"a": (5, 2), "b": (2, 2)})[0].startswith("5 ranks share 2 cores on a")
+    assert len(oversubscribed_nodes({"a": (5, 2), "b": (2, 2)})) == 1
+
+
+def test_progress_line_shows_rate_accuracy_and_eta():
+    out = io.StringIO()
+    line = ProgressLine("asgd, 4 workers", 1000, stream=out, enabled=True)
+    line.last = -10.0
+    line.update(250, 0.5, 0.75)
+    line.close()
+    text = out.getvalue()
+    assert text.startswith("\rasgd, 4 workers: 250/1000 samples (25%), ") and "train acc 0.750" in text
+    assert "ETA" in text and text.endswith("\n")
+    quiet = io.StringIO()
+    ProgressLine("x", 10, stream=quiet).update(5, 0.1, 0.9)
+    assert quiet.getvalue() == ""  # not a terminal: silent
+
+
+@pytest.fixture(scope="module")
+def small_study(tmp_path_factory):
+    """Simulated runs: two algorithms at two sizes, and a second study with another learning rate."""
+    root = tmp_path_factory.mktemp("study")
+    for study, lr in (("old", "0.05"), ("new", "0.1")):
+        for algo in ("asgd", "sgp"):
+            for workers in ("2", "4"):
+                code, _, err = cli("simulate", "--algo", algo, "--workers", workers, "--steps", "20", "--lr", lr,
+                                   "--out", str(root / study / f"{algo}-{workers}.h5"))
+                assert code == 0, err
+    return root
+
+
+def test_plots_are_pngs_with_the_expected_series(small_study, tmp_path):
+    code, out, _ = cli("report", str(small_study / "new"), "--plot", str(tmp_path))
+    assert code == 0
+    for name in ("throughput", "efficiency", "accuracy", "phases"):
+        assert f"plot: {tmp_path}/{name}.png (asgd, sgp)" in out
+        data = (tmp_path / f"{name}.png").read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    from matplotlib.image import imread
+    assert imread(tmp_path / "throughput.png").shape[1] > 800
+
+
+def test_trace_has_one_track_per_rank(small_study, tmp_path):
+    path = tmp_path / "t.json"
+    code, out, _ = cli("trace", str(small_study / "new" / "sgp-4.h5"), "-o", str(path))
+    assert code == 0
+    trace = json.loads(path.read_text())
+    names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert names == {0: "rank 0 (coordinator)", 1: "rank 1 (worker)", 2: "rank 2 (worker)", 3: "rank 3 (worker)",
+                     4: "rank 4 (worker)"}
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["tid"] for e in spans} == {0, 1, 2, 3, 4} and all(e["dur"] >= 0 for e in spans)
+    assert {"Compute", "Send", "Recv"} <= {e["name"] for e in spans}
+    rec = read_run(small_study / "new" / "sgp-4.h5")
+    assert len(spans) == len(rec.timeline["rank"])
+
+
+def test_diff_shows_changed_cells_and_config_keys(small_study):
+    code, out, _ = cli("diff", str(small_study / "old"), str(small_study / "new"))
+    assert code == 0
+    assert out.count(" changed ") == 4 and "->" in out
+    assert "lr " in out and "0.05" in out and "0.1" in out
+    assert "batch_size" not in out  # unchanged keys are not listed
+
+
+def test_report_latex_and_csv_formats(small_study):
+    code, out, _ = cli("report", str(small_study / "new"), "--format", "latex")
+    assert code == 0 and "\\begin{tabular}" in out and "\\toprule" in out
+    code, out, _ = cli("report", str(small_study / "new"), "--format", "csv")
+    assert code == 0 and out.splitlines()[1].startswith("asgd,sim,1,2,")
+    code, _, err = cli("report", str(small_study / "new"), "--format", "html")
+    assert code == 2 and "unknown format 'html'; valid: text, md, latex, csv" in err
+
+
+@requires_mpi
+@pytest.mark.timeout(300)
+def test_local_sweep_runs_each_point_and_prints_the_table(tmp_path):
+    code, out, err = cli("sweep", "--local", "--ranks", "3,4", "--algos", "asgd,allreduce", "--set", "steps=10",
+                         "--out-dir", str(tmp_path))
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.glob("*.h5")) == ["allreduce-w2.h5", "allreduce-w3.h5", "asgd-w2.h5",
+                                                             "asgd-w3.h5"]
+    assert "Scaling" in out and out.count("allreduce ") >= 4
+    scaling = out[out.index("Scaling"):]
+    assert "1.00" in scaling  # speedup of each algorithm's smallest point against itself
