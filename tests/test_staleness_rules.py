@@ -76,7 +76,7 @@ def naive_server(name, x0, arrivals, momentum=0.0, nesterov=False, wd=0.0):
         if name == "sa-asgd":
             penalty[:] = max(tau, 1)
         if gap:
-            u = (bufs[worker - 1] if dana else buf) if momentum else grad
+            u = (momentum * bufs[worker - 1] + grad if dana else buf) if momentum else grad
             k += 1
             for i in range(D):
                 v[i] = BETA * v[i] + (1 - BETA) * u[i] ** 2

@@ -77,7 +77,9 @@ class ServerRule:
 
     penalty: "none" (asgd, dana), "staleness" (sa-asgd: divide by max(τ, 1)) or "gap" (Gap-Aware).
     per_worker_momentum: DANA's buffers v_i and their sum S; the server publishes θ − ηγS.
-    The penalty divides gradient and weight decay and comes before momentum.
+    The penalty divides gradient and weight decay and comes before momentum. Gap-Aware's second
+    moment follows the step direction: g without momentum, the shared buffer before this update
+    with it (as the reference code does), and for DANA the worker's buffer as updated, γ·v_i + g.
     """
 
     def __init__(self, theta: np.ndarray, workers: int, momentum: float, nesterov: bool,
@@ -131,6 +133,11 @@ class ServerRule:
         elif self.penalty == "gap":
             assert self.moment is not None and delta is not None
             direction = self.direction_buffer(worker)
+            if self.per_worker and direction is not None:
+                # DANA keeps one buffer per worker: the stored one is zero at a worker's first push and
+                # n updates old after that, which starves v̂ (gaps of 1000s at the start). Use the buffer
+                # as this gradient updates it, γ·v_i + g, computable before the penalty.
+                direction = np.float32(self.momentum) * direction + grad
             self.moment.update(grad if direction is None else direction)
             # First update (or zero learning rate): v̂ is still zero and G would explode; skip it.
             if self.lr_max > 0 and self.moment.v.any():

@@ -30,7 +30,7 @@ class Timeline:
 
     def columns(self, shift: float = 0.0) -> dict[str, np.ndarray]:
         """The rows as columns, times moved by ``shift`` (onto rank 0's clock and run origin)."""
-        table = np.array(self.rows, dtype=ROW_DTYPE)
+        table = np.fromiter(self.rows, dtype=ROW_DTYPE, count=len(self.rows))
         return {
             "rank": np.full(len(self.rows), self.rank, dtype=np.int32),
             "step": table["step"],

@@ -100,7 +100,16 @@ def calibrate(rec: RunRecord) -> dict[str, Any]:
     return {
         "workers": n, "compute_shape": round(shape, 3), "compute_mean_s": mean, "heterogeneity": heterogeneity,
         "alpha_s": alpha, "bandwidth": bandwidth, "apply_s": apply_s, "update_s": update_s,
+        "progress": progress_of(rec),
     }
+
+
+def progress_of(rec: RunRecord) -> str:
+    """MPICH-family libraries progress one-sided operations only inside MPI calls, unless told otherwise."""
+    vendor = str(rec.provenance.get("mpi_vendor", "")).lower()
+    env = str(rec.provenance.get("environment", ""))
+    mpich = any(v in vendor for v in ("mpich", "mvapich", "intel"))
+    return "polling" if mpich and '"MPICH_ASYNC_PROGRESS": "1"' not in env else "async"
 
 
 def g(value: float) -> str:
@@ -118,6 +127,7 @@ def simulate_command(rec: RunRecord, sim: dict[str, Any]) -> str:
         f"--network alpha={g(sim['alpha_s'])},bandwidth={g(sim['bandwidth'])}",
         f"--heterogeneity {g(sim['heterogeneity'])}",
         f"--set sim.apply_s={g(sim['apply_s'])}", f"--set sim.update_s={g(sim['update_s'])}",
+        f"--set sim.progress={sim['progress']}",
     ]
     if cfg.get("stragglers"):
         parts.append(f"--stragglers {cfg['stragglers']}")
@@ -127,7 +137,10 @@ def simulate_command(rec: RunRecord, sim: dict[str, Any]) -> str:
 
 
 def as_toml(sim: dict[str, Any]) -> str:
-    return "[sim]\n" + "\n".join(f"{k} = {g(v) if isinstance(v, float) else v}" for k, v in sim.items())
+    def value(v: Any) -> str:
+        return g(v) if isinstance(v, float) else (f'"{v}"' if isinstance(v, str) else str(v))
+
+    return "[sim]\n" + "\n".join(f"{k} = {value(v)}" for k, v in sim.items())
 
 
 def describe(rec: RunRecord) -> str:

@@ -46,6 +46,8 @@ class Engine:
         self.end = [0.0] * (n + 1)
         self.finished = [False] * (n + 1)
         self.link_free = [0.0] * (n + 1)
+        self.outside_mpi_until = [0.0] * (n + 1)  # computing or applying: with polling progress, no RMA
+        self.polling = cfg.progress == "polling"
         self.windows: dict[tuple[str, int], np.ndarray] = {}
         for name, spec in layout.windows.items():
             owners = (0,) if spec.owner == "server" else tuple(range(1, n + 1))
@@ -112,9 +114,12 @@ class Engine:
         """Bytes on the wire: each parameter-sized vector in a payload counts at the real model's size."""
         return nbytes + (nbytes // self.float_bytes) * self.extra_bytes
 
-    def transfer(self, src: int, dst: int, nbytes: int, t: float) -> float:
+    def transfer(self, src: int, dst: int, nbytes: int, t: float, target: int = -1) -> float:
+        """When ``nbytes`` from src reach dst; a one-sided ``target`` may first have to enter MPI."""
         if src == dst:
             return t
+        if self.polling and target >= 0:
+            t = max(t, self.outside_mpi_until[target])
         start = max(t + self.cfg.alpha_s, self.link_free[src], self.link_free[dst])
         end = start + self.modeled(nbytes) / self.cfg.bandwidth
         self.link_free[src] = self.link_free[dst] = end
@@ -128,12 +133,13 @@ class Engine:
         done = t + self.compute_model.sample(rank)
         self.row(rank, "compute", t, done, 0, "Compute")
         resume = done + self.cfg.update_s
+        self.outside_mpi_until[rank] = resume
         if resume > done:
             self.row(rank, "update", done, resume)
         return self.later(rank, resume, Gradient(grad, loss, samples, correct))
 
-    # Local operations are instant in virtual time and leave no timeline row; sends keep a
-    # zero-length row because it carries the bytes put on the wire.
+    # Local operations and posting a send are instant in virtual time and leave no timeline row
+    # (the bytes of a message are on its receiver's row).
     def exclusive(self, rank: int, key: tuple[str, int]) -> float:
         """When the owner gets its exclusive lock: now, or when the last shared holder lets go."""
         free = self.window_busy.get(key, 0.0)
@@ -148,11 +154,13 @@ class Engine:
         if t == self.now:
             self.windows[key][:data.nbytes] = data
             return None
-        self.at(t, self.write, key, data)
-        return self.later(rank, t, None)
+        self.at(t, self.write, rank, key, data)
+        return BLOCKED
 
-    def write(self, key: tuple[str, int], data: np.ndarray) -> None:
+    def write(self, rank: int, key: tuple[str, int], data: np.ndarray) -> None:
+        """A publish that waited for its lock: write, then let the owner go on."""
         self.windows[key][:data.nbytes] = data
+        self.resume(rank, None)
 
     def read(self, rank: int, op: Read) -> object:
         t = end = self.now
@@ -161,14 +169,14 @@ class Engine:
             window = self.windows[(op.window, target)]
             nbytes = window.nbytes if op.nbytes < 0 else op.nbytes
             bufs.append(window[:nbytes].copy())  # a consistent snapshot, taken when the read starts
-            end = self.transfer(target, rank, nbytes, end)
+            end = self.transfer(target, rank, nbytes, end, target)
             self.hold(op.window, target, end)
         self.row(rank, "communicate", t, end, sum(self.modeled(b.nbytes) for b in bufs), "Read")
         return bufs if end == t else self.later(rank, end, bufs)
 
     def accumulate(self, rank: int, op: Accumulate) -> object:
         parts = tuple((offset, array.copy()) for offset, array in op.parts)
-        end = self.transfer(rank, op.rank, sum(a.nbytes for _, a in parts), self.now)
+        end = self.transfer(rank, op.rank, sum(a.nbytes for _, a in parts), self.now, op.rank)
         self.hold(op.window, op.rank, end)
         window = self.windows[(op.window, op.rank)]
 
@@ -204,7 +212,6 @@ class Engine:
         data = np.ascontiguousarray(op.data).view(np.uint8).copy()
         arrival = self.transfer(rank, op.dest, data.nbytes, self.now)
         self.at(arrival, self.deliver, op.channel, op.dest, rank, data)
-        self.row(rank, "communicate", self.now, self.now, self.modeled(data.nbytes), "Send")
 
     def deliver(self, channel: str, dest: int, src: int, data: np.ndarray) -> None:
         waiting = self.waiting.get(dest)
@@ -219,6 +226,7 @@ class Engine:
         """Hand a message to its program; rank 0 then spends apply_s on it (its queue is FIFO)."""
         value = (src, data)
         if rank == 0 and self.cfg.apply_s > 0:
+            self.outside_mpi_until[0] = self.now + self.cfg.apply_s
             self.row(0, "apply", self.now, self.now + self.cfg.apply_s)
             return self.later(0, self.now + self.cfg.apply_s, value)
         if inline:

@@ -9,6 +9,7 @@ import numpy as np
 from hpcbench.errors import UsageError
 
 BLOCK = 256  # compute times drawn per numpy call
+PROGRESS_MODES = ("async", "polling")
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,10 @@ class SimConfig:
     bandwidth: float = 1.25e9  # bytes per second of every rank's link (10 Gb/s)
     apply_s: float = -1.0  # rank 0's work per received message; -1 = 2 ns per model parameter
     update_s: float = -1.0  # a worker's own math per step; -1 = 1 ns per model parameter
+    # How one-sided operations progress: "async" (without the target, as RDMA hardware or an
+    # async-progress thread do) or "polling" (only while the target is inside MPI: a read of a
+    # rank that is computing or applying waits for it, as with MPICH's default progress).
+    progress: str = "async"
 
     def validate(self) -> None:
         if not 1 <= self.workers <= 4096:
@@ -41,6 +46,8 @@ class SimConfig:
                 raise UsageError(f"simulation {name} must be >= 0, got {value}")
         if not 0 <= self.pause_prob <= 1:
             raise UsageError(f"simulation pause_prob must be in [0, 1], got {self.pause_prob}")
+        if self.progress not in PROGRESS_MODES:
+            raise UsageError(f"unknown simulation progress {self.progress!r}; valid: {', '.join(PROGRESS_MODES)}")
 
 
 def parse_keyvals(text: str, what: str, valid: tuple[str, ...]) -> dict[str, float]:

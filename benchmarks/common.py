@@ -1,0 +1,32 @@
+"""Shared helpers for the benchmark scripts: run hpcbench under mpiexec or the simulator, read results."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from hpcbench.results.schema import RunRecord
+from hpcbench.results.store import read_run
+from hpcbench.runtime.launch import launch_env, mpi_command
+
+
+def real(world: int, args: list[str], out: Path, timeout: float = 1800) -> RunRecord:
+    """``hpcbench run ARGS`` on ``world`` local ranks."""
+    proc = subprocess.run(mpi_command(world, ["run", *args, "--out", str(out)]), env=launch_env(world),
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise SystemExit(f"run failed: {' '.join(args)}\n{proc.stderr[-2000:]}")
+    return read_run(out)
+
+
+def simulated(workers: int, args: list[str], out: Path, timeout: float = 3600) -> RunRecord:
+    """``hpcbench simulate ARGS`` with ``workers`` virtual workers."""
+    proc = subprocess.run([sys.executable, "-m", "hpcbench", "simulate", "--workers", str(workers), *args,
+                           "--out", str(out)], capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise SystemExit(f"simulate failed: {' '.join(args)}\n{proc.stderr[-2000:]}")
+    return read_run(out)
+
+
+def fmt(value: float, digits: int = 3) -> str:
+    return "-" if value != value else f"{value:.{digits}f}"
