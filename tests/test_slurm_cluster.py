@@ -76,3 +76,18 @@ def test_srun_with_the_wrong_mpi_plugin_is_caught_and_named(slurm, tmp_path):
     assert len(errors) == 1  # said once, by Slurm's task 0, not by every task
     assert "Slurm started 2 tasks but MPI sees a world of 1" in errors[0] and "srun --mpi=pmi2" in errors[0]
     assert not (tmp_path / "never.h5").exists()
+
+
+def test_the_run_script_in_jobs_slurm_runs_one_benchmark(slurm, tmp_path):
+    out = tmp_path / "one.h5"
+    proc = subprocess.run(
+        ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=3", "--cpus-per-task=1", f"--output={tmp_path}/log-%j.out",
+         f"--export=ALL,HPCBENCH_VENV={sys.prefix}", str(ROOT / "jobs" / "slurm" / "run.sbatch"),
+         "--algo", "sgp", "--steps", "10", "--out", str(out)],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip().split(";")[0]
+    wait_for_jobs([job], timeout=300)
+    rec = read_run(out)
+    assert rec.algorithm == "sgp" and rec.workers == 2 and rec.provenance["slurm_job_id"] == job
+    assert rec.per_rank["threads"] == ["1", "1", "1"]  # from SLURM_CPUS_PER_TASK
