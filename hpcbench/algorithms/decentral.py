@@ -89,11 +89,11 @@ def coordinate(ctx: Context, centre: Centre | None = None) -> Generator:
 
 def evaluate(frame: Frame, ranks: tuple[int, ...], centre: Centre | None) -> Generator:
     """Snapshot the model to evaluate; returns the workers' raw model windows."""
-    raws = yield Read("model", ranks)
+    raws = yield Read("model", ranks, observe=True)
     params, consensus = average(frame, raws)
     if centre is not None:
         centre_frame, holder = centre
-        [raw] = yield Read("centre", (holder,))
+        [raw] = yield Read("centre", (holder,), observe=True)
         params = centre_frame.view(raw, "x").copy()
     samples = sum(frame.scalar(r, "samples") for r in raws)
     updates = sum(frame.scalar(r, "updates") for r in raws)

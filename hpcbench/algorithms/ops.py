@@ -38,11 +38,16 @@ class Publish(NamedTuple):
 
 
 class Read(NamedTuple):
-    """One-sided read of the first ``nbytes`` (-1: all) of ``window`` on each rank. → list of arrays."""
+    """One-sided read of the first ``nbytes`` (-1: all) of ``window`` on each rank. → list of arrays.
+
+    ``observe``: the read only measures (rank 0 snapshotting models to evaluate); the simulator
+    charges it no virtual time, so what it predicts is the algorithm, not the measuring.
+    """
 
     window: str
     ranks: tuple[int, ...]
     nbytes: int = -1
+    observe: bool = False
 
 
 class Accumulate(NamedTuple):

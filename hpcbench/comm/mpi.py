@@ -74,13 +74,9 @@ class Window:
         return out
 
     def read(self, ranks: tuple[int, ...], nbytes: int) -> list[np.ndarray]:
+        # One lock per target, one target at a time: each owner is held only while its own bytes
+        # move (Lock_all would keep every owner from publishing until the last transfer ends).
         bufs = [np.empty(nbytes, dtype=np.uint8) for _ in ranks]
-        if len(ranks) > 1 and self.read_lock == MPI.LOCK_SHARED:
-            self.win.Lock_all()
-            for rank, buf in zip(ranks, bufs):
-                self.win.Get([buf, MPI.BYTE], rank, target=(0, nbytes, MPI.BYTE))
-            self.win.Unlock_all()
-            return bufs
         for rank, buf in zip(ranks, bufs):
             self.win.Lock(rank, self.read_lock)
             self.win.Get([buf, MPI.BYTE], rank, target=(0, nbytes, MPI.BYTE))

@@ -31,9 +31,10 @@ def pyplot():
 MARKERS = "osD^v<>ph*X"
 
 
-def style(plt, i: int) -> dict:
-    """A distinct colour, marker and line style per series (more than ten algorithms share a plot)."""
-    return {"color": plt.get_cmap("tab20")(i % 20), "marker": MARKERS[i % len(MARKERS)],
+def style(plt, i: int, count: int) -> dict:
+    """A distinct colour, marker and line style per series (all eleven algorithms may share a plot)."""
+    colours = plt.get_cmap("tab10" if count <= 10 else "tab20")
+    return {"color": colours(i % colours.N), "marker": MARKERS[i % len(MARKERS)],
             "linestyle": ("-", "--", ":")[(i // 10) % 3]}
 
 
@@ -62,9 +63,9 @@ def scaling_plot(plt, points: Sequence[ScalePoint], path: Path, what: str) -> li
         x = [p.workers for p in pts]
         if what == "throughput":
             ax.errorbar(x, [p.samples_per_s for p in pts], yerr=[p.samples_per_s_spread for p in pts], capsize=3,
-                        label=name, **style(plt, i))
+                        label=name, **style(plt, i, len(series)))
         else:
-            ax.plot(x, [100 * p.efficiency for p in pts], label=name, **style(plt, i))
+            ax.plot(x, [100 * p.efficiency for p in pts], label=name, **style(plt, i, len(series)))
     if what == "throughput":
         ax.set_ylabel("samples / s (median over repeats)")
         ax.set_title("Throughput against workers")
@@ -96,8 +97,10 @@ def largest_runs(records: Sequence[RunRecord]) -> dict[str, RunRecord]:
 def accuracy_plot(plt, records: Sequence[RunRecord], path: Path, target: float) -> list[str]:
     fig, ax = plt.subplots(figsize=(10, 5))
     names = []
-    for i, (name, r) in enumerate(sorted(largest_runs(records).items())):
-        ax.plot(r.evals["t"], r.evals["accuracy"], label=f"{name}, {r.workers} workers", markersize=4, **style(plt, i))
+    runs = sorted(largest_runs(records).items())
+    for i, (name, r) in enumerate(runs):
+        ax.plot(r.evals["t"], r.evals["accuracy"], label=f"{name}, {r.workers} workers", markersize=4,
+                **style(plt, i, len(runs)))
         names.append(name)
     ax.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
     ax.set_xlabel("time since start (s)")

@@ -52,7 +52,8 @@ def build_record(cfg: RunConfig, algo: Algorithm, ctx: Context, mode: str, world
         cols["t_end"] = cols["t_end"] + shift
         shifted.append(cols)
     timeline = concat(shifted) if shifted else {c: np.zeros(0) for c in COLUMNS}
-    wall = max(p["end"] - float(offsets[p["rank"]]) for p in parts) - origin
+    # Training time: until the last worker is done (rank 0's final snapshot comes after it).
+    wall = max(p["end"] - float(offsets[p["rank"]]) for p in parts if p["rank"] > 0) - origin
     evals = logs.eval_columns(-origin)
     tables = logs.all_tables(-origin)
     summary = summarize(timeline, evals, tables.get("updates", {}), ctx.workers, wall, cfg.target_accuracy)

@@ -26,6 +26,7 @@ from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE, Timeline
 
 BLOCKED = object()  # a handler's answer when the program must wait for an event
+EAGER_BYTES = 64 * 1024  # smaller messages go out eagerly: they cost time but hold no link
 # (rank, params) → (gradient, loss, samples, correct)
 GradientFn = Callable[[int, np.ndarray], tuple[np.ndarray, float, int, int]]
 
@@ -55,8 +56,8 @@ class Engine:
                 self.windows[(name, r)] = (spec.initial.copy() if spec.initial is not None
                                            else np.zeros(spec.nbytes, np.uint8))
         # Passive-target locking: an owner's exclusive publish or drain waits until the shared-lock
-        # reads and accumulates in flight on that window have finished.
-        self.window_busy: dict[tuple[str, int], float] = {}
+        # read or accumulate in progress on that window, (start, end), has finished.
+        self.window_busy: dict[tuple[str, int], tuple[float, float]] = {}
         self.inbox: dict[tuple[str, int], deque[tuple[int, np.ndarray]]] = {}
         self.waiting: dict[int, tuple[str, int, int, float]] = {}  # rank → (channel, src, token, since)
         self.collective: list[tuple[int, float, np.ndarray | None]] = []
@@ -120,8 +121,11 @@ class Engine:
             return t
         if self.polling and target >= 0:
             t = max(t, self.outside_mpi_until[target])
+        size = self.modeled(nbytes)
+        if size < EAGER_BYTES:
+            return t + self.cfg.alpha_s + size / self.cfg.bandwidth
         start = max(t + self.cfg.alpha_s, self.link_free[src], self.link_free[dst])
-        end = start + self.modeled(nbytes) / self.cfg.bandwidth
+        end = start + size / self.cfg.bandwidth
         self.link_free[src] = self.link_free[dst] = end
         return end
 
@@ -141,11 +145,12 @@ class Engine:
     # Local operations and posting a send are instant in virtual time and leave no timeline row
     # (the bytes of a message are on its receiver's row).
     def exclusive(self, rank: int, key: tuple[str, int]) -> float:
-        """When the owner gets its exclusive lock: now, or when the last shared holder lets go."""
-        free = self.window_busy.get(key, 0.0)
-        if free > self.now:
+        """When the owner gets its exclusive lock: now, or when the shared holder now at work lets go."""
+        start, free = self.window_busy.get(key, (0.0, 0.0))
+        if start <= self.now < free:
             self.row(rank, "wait", self.now, free, 0, "Publish" if key[0] != "mailbox" else "Drain")
-        return max(free, self.now)
+            return free
+        return self.now
 
     def publish(self, rank: int, op: Publish) -> object:
         key = (op.window, rank)
@@ -169,15 +174,18 @@ class Engine:
             window = self.windows[(op.window, target)]
             nbytes = window.nbytes if op.nbytes < 0 else op.nbytes
             bufs.append(window[:nbytes].copy())  # a consistent snapshot, taken when the read starts
+            if op.observe:
+                continue
             end = self.transfer(target, rank, nbytes, end, target)
-            self.hold(op.window, target, end)
+            self.hold(op.window, target, end - self.modeled(nbytes) / self.cfg.bandwidth, end)
         self.row(rank, "communicate", t, end, sum(self.modeled(b.nbytes) for b in bufs), "Read")
         return bufs if end == t else self.later(rank, end, bufs)
 
     def accumulate(self, rank: int, op: Accumulate) -> object:
         parts = tuple((offset, array.copy()) for offset, array in op.parts)
-        end = self.transfer(rank, op.rank, sum(a.nbytes for _, a in parts), self.now, op.rank)
-        self.hold(op.window, op.rank, end)
+        nbytes = sum(a.nbytes for _, a in parts)
+        end = self.transfer(rank, op.rank, nbytes, self.now, op.rank)
+        self.hold(op.window, op.rank, end - self.modeled(nbytes) / self.cfg.bandwidth, end)
         window = self.windows[(op.window, op.rank)]
 
         def land() -> None:
@@ -185,7 +193,7 @@ class Engine:
                 window[offset:offset + array.nbytes].view(array.dtype)[:] += array
 
         self.at(end, land)
-        self.row(rank, "communicate", self.now, end, self.modeled(sum(a.nbytes for _, a in parts)), "Accumulate")
+        self.row(rank, "communicate", self.now, end, self.modeled(nbytes), "Accumulate")
         return self.later(rank, end, None)
 
     def drain(self, rank: int, op: Drain) -> object:
@@ -202,11 +210,11 @@ class Engine:
         window[:] = 0
         return out
 
-    def hold(self, window: str, owner: int, until: float) -> None:
-        """A shared lock on ``window`` of ``owner`` until ``until``."""
+    def hold(self, window: str, owner: int, start: float, end: float) -> None:
+        """A shared lock on ``window`` of ``owner`` from ``start`` (when the transfer may begin) to ``end``."""
         key = (window, owner)
-        if until > self.window_busy.get(key, 0.0):
-            self.window_busy[key] = until
+        if end > self.window_busy.get(key, (0.0, 0.0))[1]:
+            self.window_busy[key] = (start, end)
 
     def send(self, rank: int, op: Send) -> None:
         data = np.ascontiguousarray(op.data).view(np.uint8).copy()

@@ -27,11 +27,16 @@ from hpcbench.workload.trainer import Trainer
 STAND_IN_FLOATS = 64  # the parameter vector algorithms see when numerics are off
 
 
-def resolve(sim: SimConfig, parameters: int) -> SimConfig:
-    """Fill in the per-parameter defaults of rank 0's and the workers' own math."""
+def resolve(sim: SimConfig, parameters: int, serves: bool) -> SimConfig:
+    """Fill in the per-parameter defaults of rank 0's and the workers' own math.
+
+    ``serves``: rank 0 is a parameter server. A coordinator's handling of progress reports delays
+    no one, so it costs nothing.
+    """
+    apply_s = 2e-9 * parameters if sim.apply_s < 0 else sim.apply_s
     return dataclasses.replace(
         sim,
-        apply_s=2e-9 * parameters if sim.apply_s < 0 else sim.apply_s,
+        apply_s=apply_s if serves else 0.0,
         update_s=1e-9 * parameters if sim.update_s < 0 else sim.update_s,
     )
 
@@ -66,7 +71,7 @@ def simulate(cfg: RunConfig, algo_cls: type[Algorithm], sim: SimConfig) -> int:
     if n > len(data.y_train):
         raise UsageError(f"{n} workers but only {len(data.y_train)} training samples in {cfg.dataset}")
     trainer = Trainer(cfg.model, data, cfg.seed)
-    sim = resolve(sim, trainer.size)
+    sim = resolve(sim, trainer.size, algo_cls.family == "parameter-server")
     if sim.numerics:
         params, gradient = trainer.initial, numerics_gradient(trainer, cfg, n)
     else:
