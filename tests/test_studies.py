@@ -3,7 +3,6 @@ import contextlib
 import io
 import json
 
-import numpy as np
 import pytest
 
 from conftest import requires_mpi

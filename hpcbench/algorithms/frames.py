@@ -50,9 +50,10 @@ class Frame:
 
     def pack(self, **values: object) -> np.ndarray:
         buf = np.zeros(self.nbytes, dtype=np.uint8)
+        scalars = self._scalars
         for name, value in values.items():
-            if name in self._scalars and not isinstance(value, np.ndarray):
-                fmt, offset = self._scalars[name]
+            if type(value) is not np.ndarray and name in scalars:
+                fmt, offset = scalars[name]
                 fmt.pack_into(buf, offset, value)
             else:
                 start, stop, dtype = self._slices[name]

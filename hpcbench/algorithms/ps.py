@@ -26,6 +26,8 @@ from hpcbench.errors import RuntimeFailure, UsageError
 UPDATE_COLUMNS = ("worker", "version_used", "version_applied", "staleness", "penalty_mean", "gap_mean")
 TOO_STALE_COLUMNS = ("worker", "version_used", "version_now")
 ACK = Frame(stop=(np.int64, 1))
+GO, STOP = ACK.pack(stop=0), ACK.pack(stop=1)  # sent as they are, never written
+GO.flags.writeable = STOP.flags.writeable = False
 
 
 class ParameterServer(Algorithm):
@@ -93,7 +95,7 @@ class ParameterServer(Algorithm):
         while stopped < ctx.workers:
             src, msg = yield Recv("grad")
             if applied >= target:
-                yield Send("ack", src, ACK.pack(stop=1))
+                yield Send("ack", src, STOP)
                 stopped += 1
                 continue
             used = self.grad_frame.scalar(msg, "version")
@@ -102,7 +104,7 @@ class ParameterServer(Algorithm):
                 old = ring.get(used)
                 if old is None:
                     yield Record("too_stale", (src, used, version))
-                    yield Send("ack", src, ACK.pack(stop=0))
+                    yield Send("ack", src, GO)
                     continue
                 delta = published - old
             lr = ctx.schedule.at(applied * batch)
@@ -118,7 +120,7 @@ class ParameterServer(Algorithm):
             meter.add(batch * self.grad_frame.scalar(msg, "loss"), self.grad_frame.scalar(msg, "correct"), batch)
             yield meter.progress(applied * batch)
             done = applied >= target
-            yield Send("ack", src, ACK.pack(stop=int(done)))
+            yield Send("ack", src, STOP if done else GO)
             stopped += done
             if applied * batch >= next_eval or done:
                 yield Evaluate(rule.theta, applied * batch, applied)

@@ -154,12 +154,12 @@ class Engine:
 
     def publish(self, rank: int, op: Publish) -> object:
         key = (op.window, rank)
-        data = op.data.view(np.uint8).copy()
+        data = op.data.view(np.uint8)
         t = self.exclusive(rank, key)
         if t == self.now:
             self.windows[key][:data.nbytes] = data
             return None
-        self.at(t, self.write, rank, key, data)
+        self.at(t, self.write, rank, key, data.copy())
         return BLOCKED
 
     def write(self, rank: int, key: tuple[str, int], data: np.ndarray) -> None:
