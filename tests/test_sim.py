@@ -1,5 +1,6 @@
 """The virtual cluster runs the same algorithm code: trajectories, staleness, determinism, timing models."""
 import contextlib
+import dataclasses
 import io
 import json
 
@@ -149,7 +150,7 @@ def test_report_puts_real_and_simulated_runs_side_by_side(tmp_path):
 @pytest.mark.parametrize("parse, text, message", [
     (parse_compute, "normal:shape=3", "the compute model is gamma"),
     (parse_compute, "gamma:shape=abc", "'abc' is not a number"),
-    (parse_network, "latency=3", "expected KEY=VALUE with KEY one of alpha, bandwidth"),
+    (parse_network, "latency=3", "expected KEY=VALUE with KEY one of alpha, bandwidth, jitter"),
 ])
 def test_bad_simulator_options(parse, text, message):
     with pytest.raises(UsageError, match=message):
@@ -172,12 +173,41 @@ def test_network_fit_recovers_latency_and_bandwidth():
     assert alpha == pytest.approx(2e-5, rel=0.05) and bandwidth == pytest.approx(5e8, rel=0.01)
 
 
+def test_jitter_adds_its_mean_to_each_transfer(tmp_path):
+    def reads(jitter: str) -> np.ndarray:
+        out = tmp_path / f"j{jitter}.h5"
+        simulate("--algo", "asgd", "--workers", "1", "--steps", "2000", "--numerics", "off",
+                 "--network", f"alpha=1e-4,bandwidth=1e9,jitter={jitter}", "--out", str(out))
+        rec = read_run(out)
+        tl = rec.timeline
+        read = (tl["rank"] == 1) & (tl["op"] == rec.ops.index("Read"))
+        return (tl["t_end"] - tl["t_start"])[read]
+
+    plain, noisy = reads("0"), reads("0.002")
+    assert plain.std() == pytest.approx(0, abs=1e-12)
+    assert noisy.mean() - plain.mean() == pytest.approx(0.002, rel=0.05)
+    assert noisy.std() == pytest.approx(0.002, rel=0.1)  # exponential: standard deviation = mean
+
+
+def test_jitter_fit_recovers_the_jitter_of_a_known_run(tmp_path):
+    from hpcbench.runtime.sim.calibrate import fit_jitter
+
+    out = tmp_path / "known.h5"
+    args = ("--algo", "asgd", "--workers", "4", "--steps", "300", "--numerics", "off",
+            "--compute", "gamma:shape=20,mean=0.01", "--set", "sim.progress=polling")
+    simulate(*args, "--network", "alpha=1e-5,bandwidth=1e8,jitter=0.001", "--out", str(out))
+    known = read_run(out)
+    base = SimConfig(**{k: v for k, v in known.simulation.items() if k in SimConfig.__dataclass_fields__})
+    fitted = fit_jitter(known, dataclasses.replace(base, jitter_s=0.0), np.arange(1, 5))
+    assert fitted == pytest.approx(0.001, rel=0.15)
+
+
 @requires_mpi
 @pytest.mark.timeout(300)
 def test_calibrate_fits_a_real_run_and_prints_a_runnable_simulation(tmp_path):
     import shlex
 
-    from hpcbench.runtime.sim.calibrate import calibrate
+    from hpcbench.runtime.sim.calibrate import as_toml, calibrate
 
     real = tmp_path / "real.h5"
     ok(mpirun(5, "run", "--algo", "asgd", "--steps", "20", "--model", "cnn", "--out", str(real)))
@@ -188,6 +218,7 @@ def test_calibrate_fits_a_real_run_and_prints_a_runnable_simulation(tmp_path):
     per_step = np.bincount(tl["step"][step] * 8 + tl["rank"][step], weights=(tl["t_end"] - tl["t_start"])[step])
     assert fit["compute_mean_s"] == pytest.approx(per_step[per_step > 0].mean(), rel=1e-6)
     assert fit["workers"] == 4 and fit["compute_shape"] > 0 and fit["apply_s"] > 0 and fit["bandwidth"] > 0
+    assert fit["jitter_s"] >= 0 and "jitter_s = " in as_toml(fit)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["calibrate", str(real)]) == 0

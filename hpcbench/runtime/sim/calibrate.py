@@ -5,24 +5,31 @@ heterogeneity: spread of the workers' mean step times; update: a worker's own ma
 publishes and send postings per step; apply: rank 0's own math, publishes and sends per message it received;
 network: latency and bandwidth from blocking one-sided transfers (an Isend returns before its
 transfer, so sends are not used), and for collectives the fastest worker's all-reduce in each step
-(the others' include waiting for it).
+(the others' include waiting for it); jitter: the mean extra delay per transfer that makes the
+simulated workers' blocking communication per step (reads, accumulates, message waits) as long as
+the real one, found by simulating the run without numerics (the network fit takes medians; this
+puts back the slow tail the simulator does not model itself, such as ranks sharing cores).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 import numpy as np
 
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.config import RunConfig
+from hpcbench.config import RUN_KEYS, RunConfig, make_config
 from hpcbench.errors import UsageError
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime import plan
 from hpcbench.runtime.sim.models import SimConfig, ring_allreduce_s
+from hpcbench.runtime.sim.session import simulated_record
 
 DEFAULT_ALPHA_S = SimConfig().alpha_s
 MAX_SHAPE = 1e4
+BLOCKING_OPS = ("Read", "Accumulate", "Recv")
+JITTER_TOLERANCE = 0.03  # relative agreement of blocking time per step that ends the search
 
 
 def per_step_sums(rows: dict[str, np.ndarray], mask: np.ndarray) -> np.ndarray:
@@ -97,11 +104,57 @@ def calibrate(rec: RunRecord) -> dict[str, Any]:
             alpha = min(DEFAULT_ALPHA_S, float(np.median(fastest)) / (4 * (n - 1)))
             per_byte = float(np.median(fastest)) - ring_allreduce_s(0, n, alpha, 1.0)
         bandwidth = 2 * (n - 1) / n * nbytes / max(per_byte, 1e-12)
-    return {
-        "workers": n, "compute_shape": round(shape, 3), "compute_mean_s": mean, "heterogeneity": heterogeneity,
-        "alpha_s": alpha, "bandwidth": bandwidth, "apply_s": apply_s, "update_s": update_s,
-        "progress": progress_of(rec),
-    }
+    fitted = SimConfig(workers=n, numerics=False, compute_shape=round(shape, 3), compute_mean_s=mean,
+                       heterogeneity=heterogeneity, alpha_s=alpha, bandwidth=bandwidth, apply_s=apply_s,
+                       update_s=update_s, progress=progress_of(rec))
+    fitted = dataclasses.replace(fitted, jitter_s=fit_jitter(rec, fitted, normal))
+    out = dataclasses.asdict(fitted)
+    del out["numerics"], out["pause_prob"], out["pause_s"]
+    return out
+
+
+def blocking_rows(rec: RunRecord, ranks: np.ndarray) -> tuple[np.ndarray, int]:
+    """(mask of the reads, accumulates and message waits of the workers ``ranks``, their steps)."""
+    tl = rec.timeline
+    workers = np.isin(tl["rank"], ranks)
+    blocking = workers & np.isin(tl["op"], [rec.ops.index(o) for o in BLOCKING_OPS])
+    return blocking, int((workers & (tl["phase"] == rec.phases.index("compute"))).sum())
+
+
+def blocking_per_step(rec: RunRecord, ranks: np.ndarray) -> float:
+    """Mean seconds per step that the workers ``ranks`` spend in reads, accumulates and message waits."""
+    blocking, steps = blocking_rows(rec, ranks)
+    return float((rec.timeline["t_end"] - rec.timeline["t_start"])[blocking].sum() / max(steps, 1))
+
+
+def run_config_of(rec: RunRecord) -> RunConfig:
+    """The real run's configuration, with its steps per worker."""
+    c = rec.attrs["config"]
+    run = {k: c[k] for k in RUN_KEYS if c.get(k) is not None and k not in ("epochs", "out")}
+    run["steps"] = int(c["steps_per_worker"])
+    return make_config(run, c.get("options", {}))
+
+
+def fit_jitter(rec: RunRecord, sim: SimConfig, ranks: np.ndarray) -> float:
+    """Secant search for the jitter at which simulated blocking time per step matches the real run's."""
+    target = blocking_per_step(rec, ranks)
+    cfg, algo = run_config_of(rec), ALGORITHMS.get(rec.algorithm)
+
+    def simulate(jitter: float) -> RunRecord:
+        return simulated_record(cfg, algo, dataclasses.replace(sim, jitter_s=jitter), show_progress=False)[0]
+
+    first = simulate(0.0)
+    b0 = blocking_per_step(first, ranks)
+    if target <= b0 * (1 + JITTER_TOLERANCE):
+        return 0.0
+    blocking, steps = blocking_rows(first, ranks)
+    j0, j1 = 0.0, (target - b0) / max(blocking.sum() / max(steps, 1), 1.0)  # first guess: all on the transfers
+    for _ in range(4):
+        b1 = blocking_per_step(simulate(j1), ranks)
+        if abs(b1 - target) <= JITTER_TOLERANCE * target or b1 <= b0:
+            break
+        j0, b0, j1 = j1, b1, max(j1 + (target - b1) * (j1 - j0) / (b1 - b0), 0.0)
+    return j1
 
 
 def progress_of(rec: RunRecord) -> str:
@@ -124,7 +177,7 @@ def simulate_command(rec: RunRecord, sim: dict[str, Any]) -> str:
         f"--batch-size {cfg['batch_size']}", f"--lr {g(cfg['lr'])}", f"--momentum {g(cfg['momentum'])}",
         f"--seed {cfg['seed']}",
         f"--compute gamma:shape={g(sim['compute_shape'])},mean={g(sim['compute_mean_s'])}",
-        f"--network alpha={g(sim['alpha_s'])},bandwidth={g(sim['bandwidth'])}",
+        f"--network alpha={g(sim['alpha_s'])},bandwidth={g(sim['bandwidth'])},jitter={g(sim['jitter_s'])}",
         f"--heterogeneity {g(sim['heterogeneity'])}",
         f"--set sim.apply_s={g(sim['apply_s'])}", f"--set sim.update_s={g(sim['update_s'])}",
         f"--set sim.progress={sim['progress']}",

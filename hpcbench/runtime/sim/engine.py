@@ -20,7 +20,7 @@ from hpcbench.algorithms.ops import (ANY, Accumulate, Allreduce, Barrier, Comput
                                      Progress, Publish, Read, Record, Recv, Send)
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime.logs import RunLogs
-from hpcbench.runtime.sim.models import ComputeModel, SimConfig, barrier_s, ring_allreduce_s
+from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig, barrier_s, ring_allreduce_s
 from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE, Timeline
@@ -33,9 +33,10 @@ GradientFn = Callable[[int, np.ndarray], tuple[np.ndarray, float, int, int]]
 
 class Engine:
     def __init__(self, algo: Algorithm, layout: Layout, cfg: SimConfig, compute: ComputeModel,
-                 gradient: GradientFn, logs: RunLogs, real_size: int, progress: ProgressLine | None = None) -> None:
+                 gradient: GradientFn, logs: RunLogs, real_size: int, progress: ProgressLine | None = None,
+                 jitter: Jitter | None = None) -> None:
         self.cfg, self.compute_model, self.gradient, self.logs = cfg, compute, gradient, logs
-        self.progress = progress
+        self.progress, self.jitter = progress, jitter
         n = cfg.workers
         self.ranks = range(n + 1)
         self.float_bytes = 4 * algo.ctx.size
@@ -121,6 +122,8 @@ class Engine:
             return t
         if self.polling and target >= 0:
             t = max(t, self.outside_mpi_until[target])
+        if self.jitter is not None:
+            t += self.jitter.sample()
         size = self.modeled(nbytes)
         if size < EAGER_BYTES:
             return t + self.cfg.alpha_s + size / self.cfg.bandwidth

@@ -25,6 +25,9 @@ class SimConfig:
     pause_s: float = 0.0  # length of such a pause
     alpha_s: float = 5e-6  # network latency per message
     bandwidth: float = 1.25e9  # bytes per second of every rank's link (10 Gb/s)
+    # Mean of an exponentially distributed extra delay on every point-to-point and one-sided
+    # transfer: OS noise and targets slow to respond (ranks sharing cores); calibrate fits it.
+    jitter_s: float = 0.0
     apply_s: float = -1.0  # rank 0's work per received message; -1 = 2 ns per model parameter
     update_s: float = -1.0  # a worker's own math per step; -1 = 1 ns per model parameter
     # How one-sided operations progress: "async" (without the target, as RDMA hardware or an
@@ -41,7 +44,7 @@ class SimConfig:
             if not value > 0:
                 raise UsageError(f"simulation {name} must be > 0, got {value}")
         for name, value in {"heterogeneity": self.heterogeneity, "pause_s": self.pause_s,
-                            "alpha_s": self.alpha_s}.items():
+                            "alpha_s": self.alpha_s, "jitter_s": self.jitter_s}.items():
             if value < 0:
                 raise UsageError(f"simulation {name} must be >= 0, got {value}")
         if not 0 <= self.pause_prob <= 1:
@@ -74,9 +77,9 @@ def parse_compute(text: str) -> dict[str, float]:
 
 
 def parse_network(text: str) -> dict[str, float]:
-    """``--network alpha=SECONDS,bandwidth=BYTES_PER_S``."""
-    values = parse_keyvals(text, "--network", ("alpha", "bandwidth"))
-    return {{"alpha": "alpha_s", "bandwidth": "bandwidth"}[k]: v for k, v in values.items()}
+    """``--network alpha=SECONDS,bandwidth=BYTES_PER_S[,jitter=SECONDS]``."""
+    values = parse_keyvals(text, "--network", ("alpha", "bandwidth", "jitter"))
+    return {{"alpha": "alpha_s", "bandwidth": "bandwidth", "jitter": "jitter_s"}[k]: v for k, v in values.items()}
 
 
 def parse_pauses(text: str) -> dict[str, float]:
@@ -123,6 +126,23 @@ class ComputeModel:
         if self.cfg.pause_prob and self.pause_rngs[rank].random() < self.cfg.pause_prob:
             t += self.cfg.pause_s
         return t
+
+
+class Jitter:
+    """Extra transfer delays: exponential with mean ``jitter_s``, one seeded stream, drawn in blocks."""
+
+    def __init__(self, cfg: SimConfig, seed: int) -> None:
+        self.mean = cfg.jitter_s
+        self.rng = np.random.default_rng([seed, 0x7177])
+        self.draws = np.zeros(0)
+        self.next = 0
+
+    def sample(self) -> float:
+        if self.next == len(self.draws):
+            self.draws = self.rng.exponential(self.mean, size=BLOCK)
+            self.next = 0
+        self.next += 1
+        return float(self.draws[self.next - 1])
 
 
 def ring_allreduce_s(nbytes: float, p: int, alpha: float, bandwidth: float) -> float:

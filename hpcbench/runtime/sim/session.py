@@ -11,6 +11,7 @@ import torch
 from hpcbench.algorithms import Algorithm
 from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
+from hpcbench.results.schema import RunRecord
 from hpcbench.results.store import write_run
 from hpcbench.runtime import plan
 from hpcbench.runtime.logs import RunLogs
@@ -18,7 +19,7 @@ from hpcbench.runtime.placement import thread_count
 from hpcbench.runtime.provenance import software
 from hpcbench.runtime.record import build_record, default_out, result_line
 from hpcbench.runtime.sim.engine import Engine, GradientFn
-from hpcbench.runtime.sim.models import ComputeModel, SimConfig
+from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig
 from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.workload.datasets import load_dataset
 from hpcbench.workload.sharding import BatchStream, shard_indices
@@ -62,7 +63,9 @@ def timing_gradient(size: int, batch: int) -> GradientFn:
     return gradient
 
 
-def simulate(cfg: RunConfig, algo_cls: type[Algorithm], sim: SimConfig) -> int:
+def simulated_record(cfg: RunConfig, algo_cls: type[Algorithm], sim: SimConfig,
+                     show_progress: bool = True) -> tuple[RunRecord, str]:
+    """Run the simulation; → its result record and a note on the engine's work."""
     sim.validate()
     n = sim.workers
     algo_cls.check(cfg, plan.options_for(cfg, algo_cls), n)
@@ -81,11 +84,14 @@ def simulate(cfg: RunConfig, algo_cls: type[Algorithm], sim: SimConfig) -> int:
     layout = algo.layout()
     slow = {r: plan.straggler_factor(cfg) for r in plan.straggler_ranks(cfg, n)}
     logs = RunLogs(layout.tables)
-    progress = ProgressLine(f"simulating {algo.name}, {n} workers", ctx.budget)
-    engine = Engine(algo, layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, trainer.size, progress)
+    progress = ProgressLine(f"simulating {algo.name}, {n} workers", ctx.budget) if show_progress else None
+    jitter = Jitter(sim, cfg.seed) if sim.jitter_s > 0 else None
+    engine = Engine(algo, layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, trainer.size, progress,
+                    jitter)
     wall0 = time.perf_counter()
     engine.run()
-    progress.close()
+    if progress is not None:
+        progress.close()
     wall = time.perf_counter() - wall0
     if sim.numerics:
         logs.score(lambda p: trainer.evaluate(p, cfg.eval_samples))
@@ -100,6 +106,11 @@ def simulate(cfg: RunConfig, algo_cls: type[Algorithm], sim: SimConfig) -> int:
     record = build_record(cfg, algo, ctx, mode="sim", world_size=n + 1, parts=parts, offsets=np.zeros(n + 1),
                           origin=0.0, logs=logs, provenance=provenance, simulation=simulation,
                           model_parameters=trainer.size)
-    path = write_run(cfg.out or default_out(cfg, n, "sim"), record)
-    print(result_line(record, str(path)) + f" [{engine.events} events in {wall:.1f} s]", flush=True)
+    return record, f"{engine.events} events in {wall:.1f} s"
+
+
+def simulate(cfg: RunConfig, algo_cls: type[Algorithm], sim: SimConfig) -> int:
+    record, work = simulated_record(cfg, algo_cls, sim)
+    path = write_run(cfg.out or default_out(cfg, sim.workers, "sim"), record)
+    print(result_line(record, str(path)) + f" [{work}]", flush=True)
     return 0
