@@ -16,7 +16,7 @@ import numpy as np
 from hpcbench.algorithms.api import ChannelSpec, Context, Layout, WindowSpec
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.meter import TrainingMeter
-from hpcbench.algorithms.ops import SERVER, Evaluate, Gradient, Publish, Read, Record, Recv, Send
+from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Gradient, Publish, Read, Record, Recv, Send
 from hpcbench.algorithms.rules import momentum_direction
 
 # samples: done so far; loss_sum, correct, seen: training loss and right answers since the last report
@@ -113,6 +113,16 @@ def local_sgd(ctx: Context, x: np.ndarray, grad: np.ndarray, at: np.ndarray, buf
     d_p = grad + np.float32(ctx.weight_decay) * at if ctx.weight_decay else grad
     lr = ctx.schedule.at(step * ctx.workers * ctx.batch_size)
     x -= np.float32(lr * weight) * momentum_direction(d_p, buf, ctx.momentum, ctx.nesterov)
+
+
+def local_step(ctx: Context, reporter: "Reporter", x: np.ndarray, buf: np.ndarray | None, step: int,
+               weight: float | None = None) -> Generator:
+    """Compute a gradient and take the local step on x; push-sum workers pass their ``weight`` and
+    compute at the de-biased x/w."""
+    at = x if weight is None else x / np.float32(weight)
+    result = yield Compute(at)
+    reporter.trained(result)
+    local_sgd(ctx, x, result.grad, at, buf, step, 1.0 if weight is None else weight)
 
 
 def publish(frame: Frame, ctx: Context, step: int, x: np.ndarray, weight: float = 1.0) -> Publish:

@@ -16,7 +16,7 @@ import numpy as np
 from hpcbench.algorithms import decentral
 from hpcbench.algorithms.api import Algorithm, Context, Layout, Program, WindowSpec, register
 from hpcbench.algorithms.frames import Frame
-from hpcbench.algorithms.ops import SERVER, Accumulate, Allreduce, Compute, Publish, Read
+from hpcbench.algorithms.ops import SERVER, Accumulate, Allreduce, Publish, Read
 from hpcbench.errors import UsageError
 
 
@@ -62,9 +62,7 @@ class ElasticAveraging(Algorithm):
         reporter = decentral.Reporter(ctx)
         buf = np.zeros_like(x) if ctx.momentum else None
         for step in range(ctx.steps):
-            result = yield Compute(x)
-            reporter.trained(result)
-            decentral.local_sgd(ctx, x, result.grad, x, buf, step)
+            yield from decentral.local_step(ctx, reporter, x, buf, step)
             if (step + 1) % tau == 0 or step + 1 == ctx.steps:
                 yield from self.exchange(x, replica)
             yield decentral.publish(self.frame, ctx, step + 1, x)

@@ -16,7 +16,7 @@ import numpy as np
 from hpcbench.algorithms import decentral
 from hpcbench.algorithms.api import Algorithm, Context, Layout, Program, WindowSpec, register
 from hpcbench.algorithms.frames import Frame
-from hpcbench.algorithms.ops import Accumulate, Barrier, Compute, Drain, Read
+from hpcbench.algorithms.ops import Accumulate, Barrier, Drain, Read
 from hpcbench.algorithms.topology import random_peer
 from hpcbench.errors import one_of
 
@@ -67,9 +67,7 @@ class Gossip(Algorithm):
         reporter = decentral.Reporter(ctx)
         buf = np.zeros_like(x) if ctx.momentum else None
         for step in range(ctx.steps):
-            result = yield Compute(x)
-            reporter.trained(result)
-            decentral.local_sgd(ctx, x, result.grad, x, buf, step)
+            yield from decentral.local_step(ctx, reporter, x, buf, step)
             peer = random_peer(rank - 1, ctx.workers, rng) + 1
             [raw] = yield Read("model", (peer,))
             x += self.frame.view(raw, "x")
@@ -84,10 +82,7 @@ class Gossip(Algorithm):
         reporter = decentral.Reporter(ctx)
         buf = np.zeros_like(x) if ctx.momentum else None
         for step in range(ctx.steps):
-            z = x / np.float32(w)
-            result = yield Compute(z)
-            reporter.trained(result)
-            decentral.local_sgd(ctx, x, result.grad, z, buf, step, weight=w)
+            yield from decentral.local_step(ctx, reporter, x, buf, step, weight=w)
             x *= np.float32(0.5)
             w *= 0.5
             peer = random_peer(rank - 1, ctx.workers, rng) + 1

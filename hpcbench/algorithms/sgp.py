@@ -18,7 +18,7 @@ import numpy as np
 from hpcbench.algorithms import decentral
 from hpcbench.algorithms.api import Algorithm, ChannelSpec, Context, Layout, Program, register
 from hpcbench.algorithms.frames import Frame
-from hpcbench.algorithms.ops import Compute, Recv, Send
+from hpcbench.algorithms.ops import Recv, Send
 from hpcbench.algorithms.topology import exponential_in_peer, exponential_out_peer
 from hpcbench.errors import UsageError
 
@@ -61,10 +61,7 @@ class PushSum(Algorithm):
         pending: list[int] = []  # in-peers whose messages are still due, oldest first
         reporter = decentral.Reporter(ctx)
         for k in range(ctx.steps):
-            z = x / np.float32(w)
-            result = yield Compute(z)
-            reporter.trained(result)
-            decentral.local_sgd(ctx, x, result.grad, z, buf, k, weight=w)
+            yield from decentral.local_step(ctx, reporter, x, buf, k, weight=w)
             x *= np.float32(0.5)
             w *= 0.5
             yield Send("push", exponential_out_peer(i, k, n) + 1, msg.pack(w=w, x=x))
