@@ -151,11 +151,12 @@ def fit_jitter(rec: RunRecord, sim: SimConfig, ranks: np.ndarray) -> float:
     j0, j1 = 0.0, (target - b0) / max(blocking.sum() / max(steps, 1), 1.0)  # first guess: all on the transfers
     for _ in range(4):
         b1 = blocking_per_step(simulate(j1), ranks)
-        if b1 <= b0:  # more jitter did not lengthen the waits: keep the last that did
-            return j0
-        if abs(b1 - target) <= JITTER_TOLERANCE * target:
+        if abs(b1 - target) <= JITTER_TOLERANCE * target or j1 == j0:
             break
-        j0, b0, j1 = j1, b1, max(j1 + (target - b1) * (j1 - j0) / (b1 - b0), 0.0)
+        slope = (b1 - b0) / (j1 - j0)
+        if slope <= 0:  # the waits did not follow the jitter: nothing better to aim for
+            break
+        j0, b0, j1 = j1, b1, max(j1 + (target - b1) / slope, 0.0)
     return j1
 
 
