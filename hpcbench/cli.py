@@ -185,6 +185,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def table_options(p: argparse.ArgumentParser) -> None:
+    """The options of commands that print report tables."""
+    p.add_argument("--format", default="text", help="text | md | csv | latex (default text)")
+    p.add_argument("--target", type=float, default=0.9, help="accuracy for time-to-target (default 0.9)")
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="hpcbench", description="Benchmark distributed SGD algorithms under MPI.")
     parser.add_argument("--version", action="version", version=f"hpcbench {__version__}")
@@ -232,16 +238,14 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("report", help="tables from result files or directories")
     p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")
-    p.add_argument("--format", default="text", help="text | md | csv | latex (default text)")
-    p.add_argument("--target", type=float, default=0.9, help="accuracy for time-to-target (default 0.9)")
+    table_options(p)
     p.add_argument("--plot", metavar="DIR", help="also write PNG plots there (needs matplotlib)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("diff", help="per-cell changes between two studies and the configuration that differs")
     p.add_argument("old", metavar="OLD", help="result file or directory")
     p.add_argument("new", metavar="NEW", help="result file or directory")
-    p.add_argument("--format", default="text", help="text | md | csv | latex (default text)")
-    p.add_argument("--target", type=float, default=0.9, help="accuracy for time-to-target (default 0.9)")
+    table_options(p)
     p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("trace", help="export a run's timeline as Chrome-trace JSON for Perfetto")

@@ -148,7 +148,8 @@ def fit_jitter(rec: RunRecord, sim: SimConfig, ranks: np.ndarray) -> float:
     if target <= b0 * (1 + JITTER_TOLERANCE):
         return 0.0
     blocking, steps = blocking_rows(first, ranks)
-    j0, j1 = 0.0, (target - b0) / max(blocking.sum() / max(steps, 1), 1.0)  # first guess: all on the transfers
+    # First guess: the whole shortfall spread over the blocking operations of a step.
+    j0, j1 = 0.0, (target - b0) / max(blocking.sum() / max(steps, 1), 1.0)
     for _ in range(4):
         b1 = blocking_per_step(simulate(j1), ranks)
         if abs(b1 - target) <= JITTER_TOLERANCE * target or j1 == j0:
