@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from hpcbench.errors import UsageError
+from hpcbench.algorithms.schedule import SCALINGS
+from hpcbench.errors import UsageError, one_of
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -32,7 +33,8 @@ class RunConfig:
     momentum: float = 0.0
     nesterov: bool = False
     weight_decay: float = 0.0
-    warmup_epochs: float = -1.0  # -1 = the algorithm's default (5 for asynchronous ones)
+    warmup_epochs: float = 5.0  # linear warm-up from 1/n of the rate, the same for every algorithm
+    lr_scaling: str = "none"  # synchronous methods only: none | linear | sqrt in the number of workers
     lr_decay_epochs: tuple[float, ...] = ()
     lr_decay_factor: float = 0.1
     seed: int = 0
@@ -196,6 +198,10 @@ def validate_numbers(cfg: RunConfig) -> None:
         raise UsageError(f"timeout must be > 0 seconds, got {cfg.timeout_s}")
     if cfg.threads < 0:
         raise UsageError(f"threads must be >= 0, got {cfg.threads}")
+    if cfg.warmup_epochs < 0:
+        raise UsageError(f"warmup epochs must be >= 0, got {cfg.warmup_epochs}")
+    if cfg.lr_scaling not in SCALINGS:
+        raise one_of("lr_scaling", cfg.lr_scaling, SCALINGS)
     if not 0.0 < cfg.lr_decay_factor <= 1.0:
         raise UsageError(f"lr decay factor must be in (0, 1], got {cfg.lr_decay_factor}")
     if cfg.stragglers:

@@ -20,21 +20,20 @@ class AllReduceSgd(Algorithm):
         self.frame = decentral.model_frame(ctx.size)
 
     def layout(self) -> Layout:
-        return decentral.layout(self.ctx.params)
+        return decentral.layout(self.ctx.params, until_budget=False)
 
     def server(self) -> Program:
-        return decentral.coordinate(self.ctx)
+        return decentral.coordinate(self.ctx, until_budget=False)
 
     def worker(self, rank: int) -> Program:
         ctx = self.ctx
         theta = ctx.params.copy()
-        reporter = decentral.Reporter(ctx)
+        reporter = decentral.Reporter(ctx, decentral.Budget(ctx, shared=False))
         buf = np.zeros_like(theta) if ctx.momentum else None
         scale = np.float32(1.0 / ctx.workers)
         for step in range(ctx.steps):
             result = yield Compute(theta)
-            reporter.trained(result)
             mean = (yield Allreduce(result.grad)) * scale
-            decentral.local_sgd(ctx, theta, mean, theta, buf, step)
+            reporter.trained(result, decentral.local_sgd(ctx, theta, mean, theta, buf, step))
             yield decentral.publish(self.frame, ctx, step + 1, theta)
-            yield from reporter.report(step + 1)
+            yield from reporter.report(step + 1, done=step + 1 == ctx.steps)

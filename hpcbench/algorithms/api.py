@@ -98,7 +98,9 @@ class Algorithm:
     family: ClassVar[str]  # "parameter-server" or "decentralized"
     Options: ClassVar[type] = NoOptions
     min_workers: ClassVar[int] = 1
-    asynchronous: ClassVar[bool] = True  # asynchronous methods warm the learning rate up by default
+    # Asynchronous methods run until the global sample budget is spent (fast workers take more steps)
+    # and apply every gradient at the single-worker rate; synchronous ones take equal steps.
+    asynchronous: ClassVar[bool] = True
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

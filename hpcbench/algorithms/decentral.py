@@ -1,47 +1,59 @@
 """Shared parts of the decentralized algorithms: the published worker model and rank 0's coordinator.
 
-Every worker publishes (samples, weight, x) in its own "model" window after each step and reports
-its progress to rank 0 every few steps with a small nonblocking message (the last report says it
-is done). Rank 0 reads the model windows one-sidedly, without stopping anyone, only when it
-evaluates: the average of the de-biased models z_i = x_i / w_i, with the consensus distance
-mean ‖z_i − z̄‖ beside it. Reports, not reads, carry progress because a one-sided read of a
-computing worker waits until that worker next enters MPI.
+Every worker publishes (samples, weight, z) in its own "model" window after each step and reports
+its progress to rank 0 with a small nonblocking message (the last report says it is done). Rank 0
+reads the model windows one-sidedly, without stopping anyone, only when it evaluates: the average
+of the de-biased models z_i, with the consensus distance mean ‖z_i − z̄‖ beside it. Reports, not
+reads, carry progress because a one-sided read of a computing worker waits until that worker next
+enters MPI. Synchronous methods take equal steps; asynchronous ones run until rank 0, adding up the
+reports, announces that the shared sample budget is spent.
 """
 from __future__ import annotations
 
-from typing import Generator
+from typing import Any, Generator
 
 import numpy as np
 
 from hpcbench.algorithms.api import ChannelSpec, Context, Layout, WindowSpec
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.meter import TrainingMeter
-from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Gradient, Publish, Read, Record, Recv, Send
+from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Gradient, Op, Publish, Read, Record, Recv, Send
 from hpcbench.algorithms.rules import momentum_direction
 
-# samples: done so far; loss_sum, correct, seen: training loss and right answers since the last report
+# samples: done so far; loss_sum, correct, seen: training loss and right answers since the last report;
+# lr: the learning rate of the worker's last step
 PROGRESS = Frame(samples=(np.int64, 1), done=(np.int64, 1), loss_sum=(np.float64, 1), correct=(np.int64, 1),
-                 seen=(np.int64, 1))
-FINAL_COLUMNS = ("worker", "samples", "updates", "weight", "x_sum")
+                 seen=(np.int64, 1), lr=(np.float64, 1))
+STOP = Frame(stop=(np.int64, 1)).pack(stop=1)  # rank 0 to every worker: the sample budget is spent
+STOP.flags.writeable = False
+# mass: the worker's share of Σ_i w_i·Σ z_i (push-sum numerator), summed in float64
+FINAL_COLUMNS = ("worker", "samples", "updates", "weight", "mass")
+LR_COLUMNS = ("worker", "samples", "lr")
 
 
 def model_frame(size: int) -> Frame:
-    return Frame(samples=(np.int64, 1), updates=(np.int64, 1), weight=(np.float64, 1), x=(np.float32, size))
+    """A worker's published state: its de-biased model z (float32) and push-sum weight w (float64)."""
+    return Frame(samples=(np.int64, 1), updates=(np.int64, 1), weight=(np.float64, 1), mass=(np.float64, 1),
+                 z=(np.float32, size))
 
 
-def layout(params: np.ndarray, **extra_windows: WindowSpec) -> Layout:
+def layout(params: np.ndarray, until_budget: bool, **extra_windows: WindowSpec) -> Layout:
+    """``until_budget``: workers run until rank 0 announces the sample budget spent (a "stop" channel)."""
     frame = model_frame(params.size)
-    initial = frame.pack(samples=0, updates=0, weight=1.0, x=params)
+    initial = frame.pack(samples=0, updates=0, weight=1.0, mass=params.sum(dtype=np.float64), z=params)
+    channels = {"progress": ChannelSpec("workers", "server", PROGRESS.nbytes)}
+    if until_budget:
+        channels["stop"] = ChannelSpec("server", "workers", STOP.nbytes)
     return Layout(
         windows={"model": WindowSpec("workers", frame.nbytes, initial), **extra_windows},
-        channels={"progress": ChannelSpec("workers", "server", PROGRESS.nbytes)},
-        tables={"final_models": FINAL_COLUMNS},
+        channels=channels,
+        tables={"final_models": FINAL_COLUMNS, "learning_rate": LR_COLUMNS},
     )
 
 
-def starting_point(ctx: Context, rank: int, spread: float) -> np.ndarray:
+def starting_point(ctx: Context, rank: int, spread: float, dtype: type = np.float32) -> np.ndarray:
     """The shared initial parameters, optionally perturbed per worker (to study consensus)."""
-    x = ctx.params.copy()
+    x = ctx.params.astype(dtype)
     if spread:
         x += ctx.rng(rank, purpose=1).normal(0.0, spread, size=x.size).astype(np.float32)
     return x
@@ -49,17 +61,31 @@ def starting_point(ctx: Context, rank: int, spread: float) -> np.ndarray:
 
 def average(frame: Frame, raws: list[np.ndarray]) -> tuple[np.ndarray, float]:
     """(z̄, mean ‖z_i − z̄‖) of the de-biased worker models."""
-    zs = np.stack([frame.view(r, "x") / frame.scalar(r, "weight") for r in raws])
+    zs = np.stack([frame.view(r, "z") for r in raws]).astype(np.float64)
     mean = zs.mean(axis=0)
     return mean.astype(np.float32), float(np.linalg.norm(zs - mean, axis=1).mean())
+
+
+def mix(z: np.ndarray, w: float, z_in: np.ndarray, w_in: float) -> float:
+    """Push-sum's absorb as a weighted average, in place: z ← (w·z + w_in·z_in) / (w + w_in).
+
+    Equal to adding numerators x = w·z, but no numerator is ever formed, so a weight that has
+    halved a thousand times cannot underflow a model into 0/0. Returns the new weight w + w_in.
+    """
+    total = w + w_in
+    if w_in > 0:
+        z += (w_in / total) * (z_in - z)
+    return total
 
 
 Centre = tuple[Frame, int]  # the layout of a "centre" window and the rank that holds it
 
 
-def coordinate(ctx: Context, centre: Centre | None = None) -> Generator:
+def coordinate(ctx: Context, until_budget: bool, centre: Centre | None = None) -> Generator:
     """Rank 0: evaluate every ``eval_every`` samples until every worker has reported it is done.
 
+    ``until_budget``: once the workers' reports add up to the sample budget, tell every worker to
+    stop (asynchronous methods: fast workers are not held to a straggler's share).
     The evaluated model is the workers' de-biased average, or with ``centre`` (EASGD) the "x" of
     the "centre" window on the given rank.
     """
@@ -68,6 +94,7 @@ def coordinate(ctx: Context, centre: Centre | None = None) -> Generator:
     yield Evaluate(ctx.params, 0, 0)
     reported = [0] * (ctx.workers + 1)
     total, done, next_eval = 0, 0, ctx.eval_every
+    announced = not until_budget
     meter = TrainingMeter()
     while done < ctx.workers:
         src, raw = yield Recv("progress")
@@ -75,6 +102,11 @@ def coordinate(ctx: Context, centre: Centre | None = None) -> Generator:
         total += samples - reported[src]
         reported[src] = samples
         done += PROGRESS.scalar(raw, "done")
+        yield Record("learning_rate", (src, samples, PROGRESS.scalar(raw, "lr")))
+        if not announced and total >= ctx.budget:
+            for rank in ranks:
+                yield Send("stop", rank, STOP)
+            announced = True
         meter.add(PROGRESS.scalar(raw, "loss_sum"), PROGRESS.scalar(raw, "correct"), PROGRESS.scalar(raw, "seen"))
         yield meter.progress(total)
         if total >= next_eval and done < ctx.workers:
@@ -82,9 +114,8 @@ def coordinate(ctx: Context, centre: Centre | None = None) -> Generator:
             next_eval = (total // ctx.eval_every + 1) * ctx.eval_every
     raws = yield from evaluate(frame, ranks, centre)
     for rank, raw in zip(ranks, raws):
-        x_sum = float(frame.view(raw, "x").sum(dtype=np.float64))
         yield Record("final_models", (rank, frame.scalar(raw, "samples"), frame.scalar(raw, "updates"),
-                                      frame.scalar(raw, "weight"), x_sum))
+                                      frame.scalar(raw, "weight"), frame.scalar(raw, "mass")))
 
 
 def evaluate(frame: Frame, ranks: tuple[int, ...], centre: Centre | None) -> Generator:
@@ -102,32 +133,30 @@ def evaluate(frame: Frame, ranks: tuple[int, ...], centre: Centre | None) -> Gen
 
 
 def local_sgd(ctx: Context, x: np.ndarray, grad: np.ndarray, at: np.ndarray, buf: np.ndarray | None,
-              step: int, weight: float = 1.0) -> None:
-    """A worker's own momentum-SGD step for a gradient taken at ``at``.
+              step: int) -> float:
+    """A worker's own momentum-SGD step for a gradient taken at ``at``; returns the rate applied.
 
-    Push-sum workers keep x = w·z and train the de-biased z = x/w, as the SGP reference
-    implementation does (it un-biases the parameters for the forward pass and the optimizer step):
-    x −= η·w·step is (z − η·step)·w, exact when η = 0. Decentralized workers do not know the
-    global sample count; they estimate it as step × workers × batch for the schedule.
+    Push-sum workers train their de-biased model z, as the SGP reference implementation does (it
+    un-biases the parameters for the forward pass and the optimizer step). Decentralized workers
+    do not know the global sample count; they estimate it as step × workers × batch for the schedule.
     """
     d_p = grad + np.float32(ctx.weight_decay) * at if ctx.weight_decay else grad
     lr = ctx.schedule.at(step * ctx.workers * ctx.batch_size)
-    x -= np.float32(lr * weight) * momentum_direction(d_p, buf, ctx.momentum, ctx.nesterov)
+    x -= np.float32(lr) * momentum_direction(d_p, buf, ctx.momentum, ctx.nesterov)
+    return lr
 
 
-def local_step(ctx: Context, reporter: "Reporter", x: np.ndarray, buf: np.ndarray | None, step: int,
-               weight: float | None = None) -> Generator:
-    """Compute a gradient and take the local step on x; push-sum workers pass their ``weight`` and
-    compute at the de-biased x/w."""
-    at = x if weight is None else x / np.float32(weight)
+def local_step(ctx: Context, reporter: "Reporter", x: np.ndarray, buf: np.ndarray | None, step: int) -> Generator:
+    """Compute a gradient at x (float32 on the wire, whatever x is kept in) and take the local step."""
+    at = x if x.dtype == np.float32 else x.astype(np.float32)
     result = yield Compute(at)
-    reporter.trained(result)
-    local_sgd(ctx, x, result.grad, at, buf, step, 1.0 if weight is None else weight)
+    reporter.trained(result, local_sgd(ctx, x, result.grad, at, buf, step))
 
 
-def publish(frame: Frame, ctx: Context, step: int, x: np.ndarray, weight: float = 1.0) -> Publish:
+def publish(frame: Frame, ctx: Context, step: int, z: np.ndarray, weight: float = 1.0) -> Publish:
     """This worker's model after ``step`` local steps, for rank 0 to read."""
-    return Publish("model", frame.pack(samples=step * ctx.batch_size, updates=step, weight=weight, x=x))
+    return Publish("model", frame.pack(samples=step * ctx.batch_size, updates=step, weight=weight,
+                                       mass=weight * float(z.sum(dtype=np.float64)), z=z))
 
 
 def report_every(ctx: Context) -> int:
@@ -135,24 +164,39 @@ def report_every(ctx: Context) -> int:
     return max(1, ctx.eval_every // (4 * ctx.batch_size * ctx.workers))
 
 
+class Budget:
+    """When a worker stops: after its equal share of ``ctx.steps`` (synchronous methods), or, with
+    ``shared``, once rank 0 announces that the workers together have spent the sample budget."""
+
+    def __init__(self, ctx: Context, shared: bool) -> None:
+        self.ctx, self.shared = ctx, shared
+
+    def spent(self, step: int) -> Generator[Op, Any, bool]:
+        """After ``step`` local steps: stop now?"""
+        if not self.shared:
+            return step >= self.ctx.steps
+        return (yield Recv("stop", SERVER, timeout=0)) is not None
+
+
 class Reporter:
-    """A worker's progress reports to rank 0: every few steps, and a last one when it is done."""
+    """A worker's progress reports to rank 0: every few steps (every step when rank 0 counts the
+    shared budget from them), and a last one when it is done."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, budget: Budget) -> None:
         self.ctx = ctx
-        self.every = report_every(ctx)
-        self.loss_sum, self.correct, self.seen = 0.0, 0, 0
+        self.every = 1 if budget.shared else report_every(ctx)
+        self.loss_sum, self.correct, self.seen, self.lr = 0.0, 0, 0, float("nan")
 
-    def trained(self, result: Gradient) -> None:
+    def trained(self, result: Gradient, lr: float) -> None:
         self.loss_sum += result.loss * result.samples
         self.correct += result.correct
         self.seen += result.samples
+        self.lr = lr
 
-    def report(self, step: int) -> Generator:
-        """After ``step`` local steps."""
-        done = step == self.ctx.steps
+    def report(self, step: int, done: bool = False) -> Generator:
+        """After ``step`` local steps; ``done``: the last report."""
         if done or step % self.every == 0:
             yield Send("progress", SERVER, PROGRESS.pack(samples=step * self.ctx.batch_size, done=int(done),
                                                          loss_sum=self.loss_sum, correct=self.correct,
-                                                         seen=self.seen))
+                                                         seen=self.seen, lr=self.lr))
             self.loss_sum, self.correct, self.seen = 0.0, 0, 0

@@ -49,24 +49,28 @@ class ElasticAveraging(Algorithm):
     def layout(self) -> Layout:
         mode = "accumulate" if self.centre_owner == "server" else "publish"
         centre = WindowSpec(self.centre_owner, self.centre.nbytes, self.centre.pack(x=self.ctx.params), mode)
-        return decentral.layout(self.ctx.params, centre=centre)
+        return decentral.layout(self.ctx.params, self.asynchronous, centre=centre)
 
     def server(self) -> Program:
         holder = SERVER if self.centre_owner == "server" else 1
-        return decentral.coordinate(self.ctx, centre=(self.centre, holder))
+        return decentral.coordinate(self.ctx, self.asynchronous, centre=(self.centre, holder))
 
     def worker(self, rank: int) -> Program:
         ctx, tau = self.ctx, self.opts.tau
         x = ctx.params.copy()
         replica = ctx.params.copy()  # easgd-sync's copy of the centre; per worker, so kept here
-        reporter = decentral.Reporter(ctx)
+        budget = decentral.Budget(ctx, shared=self.asynchronous)
+        reporter = decentral.Reporter(ctx, budget)
         buf = np.zeros_like(x) if ctx.momentum else None
-        for step in range(ctx.steps):
+        step, stop = 0, False
+        while not stop:
             yield from decentral.local_step(ctx, reporter, x, buf, step)
-            if (step + 1) % tau == 0 or step + 1 == ctx.steps:
+            step += 1
+            stop = yield from budget.spent(step)
+            if step % tau == 0 or stop:  # a last exchange, so the centre holds every worker's work
                 yield from self.exchange(x, replica)
-            yield decentral.publish(self.frame, ctx, step + 1, x)
-            yield from reporter.report(step + 1)
+            yield decentral.publish(self.frame, ctx, step, x)
+            yield from reporter.report(step, done=stop)
 
     def exchange(self, x: np.ndarray, replica: np.ndarray) -> Program:
         raise NotImplementedError

@@ -1,10 +1,12 @@
 """gossip: gossiping SGD (Jin, Yuan, Iandola, Keutzer 2016) with one uniformly random peer per step.
 
 pull: read the peer's published model one-sidedly and average, θ_i ← ½(θ_i + θ_j).
-push: push-sum; add half of (x, w) into the peer's mailbox window with an element-wise atomic
-Accumulate, keep the other half, and absorb one's own mailbox. Mass is conserved exactly: what
-leaves a worker lands in a mailbox, and the last mailbox contents are absorbed after every worker
-has stopped pushing (a barrier), so nothing sent is ever lost.
+push: push-sum; add (w/2, w/2·z) into the peer's mailbox window with an element-wise atomic
+Accumulate, keep (w/2, z), and absorb one's own mailbox as a weighted average. State and mailbox
+are float64, so a straggler that gives weight away for thousands of steps stays finite and Σ w,
+Σ w·z are conserved to float64 rounding: what leaves a worker lands in a mailbox, and the last
+mailbox contents are absorbed after every worker has stopped pushing (a barrier).
+Both run until rank 0 announces that the workers together have spent the sample budget.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ class Gossip(Algorithm):
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.frame = decentral.model_frame(ctx.size)
-        self.mailbox = Frame(w=(np.float64, 1), x=(np.float32, ctx.size))
+        self.mailbox = Frame(w=(np.float64, 1), x=(np.float64, ctx.size))  # Σ w_j and Σ w_j·z_j
 
     @classmethod
     def check(cls, cfg: Any, options: Any, workers: int) -> None:
@@ -50,12 +52,12 @@ class Gossip(Algorithm):
 
     def layout(self) -> Layout:
         if self.opts.variant == "pull":
-            return decentral.layout(self.ctx.params)
+            return decentral.layout(self.ctx.params, until_budget=True)
         mailbox = WindowSpec("workers", self.mailbox.nbytes, None, "accumulate")
-        return decentral.layout(self.ctx.params, mailbox=mailbox)
+        return decentral.layout(self.ctx.params, until_budget=True, mailbox=mailbox)
 
     def server(self) -> Program:
-        return decentral.coordinate(self.ctx)
+        return decentral.coordinate(self.ctx, until_budget=True)
 
     def worker(self, rank: int) -> Program:
         return self.pull(rank) if self.opts.variant == "pull" else self.push(rank)
@@ -64,39 +66,48 @@ class Gossip(Algorithm):
         ctx = self.ctx
         rng = ctx.rng(rank)
         x = decentral.starting_point(ctx, rank, self.opts.init_spread)
-        reporter = decentral.Reporter(ctx)
+        budget = decentral.Budget(ctx, shared=True)
+        reporter = decentral.Reporter(ctx, budget)
         buf = np.zeros_like(x) if ctx.momentum else None
-        for step in range(ctx.steps):
+        step, stop = 0, False
+        while not stop:
             yield from decentral.local_step(ctx, reporter, x, buf, step)
+            step += 1
             peer = random_peer(rank - 1, ctx.workers, rng) + 1
             [raw] = yield Read("model", (peer,))
-            x += self.frame.view(raw, "x")
+            x += self.frame.view(raw, "z")
             x *= np.float32(0.5)
-            yield decentral.publish(self.frame, ctx, step + 1, x)
-            yield from reporter.report(step + 1)
+            stop = yield from budget.spent(step)
+            yield decentral.publish(self.frame, ctx, step, x)
+            yield from reporter.report(step, done=stop)
 
     def push(self, rank: int) -> Program:
         ctx, box = self.ctx, self.mailbox
         rng = ctx.rng(rank)
-        x, w = decentral.starting_point(ctx, rank, self.opts.init_spread), 1.0
-        reporter = decentral.Reporter(ctx)
-        buf = np.zeros_like(x) if ctx.momentum else None
-        for step in range(ctx.steps):
-            yield from decentral.local_step(ctx, reporter, x, buf, step, weight=w)
-            x *= np.float32(0.5)
+        z, w = decentral.starting_point(ctx, rank, self.opts.init_spread, np.float64), 1.0
+        budget = decentral.Budget(ctx, shared=True)
+        reporter = decentral.Reporter(ctx, budget)
+        buf = np.zeros(z.size, np.float32) if ctx.momentum else None
+        step, stop = 0, False
+        while not stop:
+            yield from decentral.local_step(ctx, reporter, z, buf, step)
+            step += 1
             w *= 0.5
             peer = random_peer(rank - 1, ctx.workers, rng) + 1
-            yield Accumulate("mailbox", peer, ((box.offset("w"), np.array([w])), (box.offset("x"), x)))
-            w = yield from self.absorb(x, w)
-            yield decentral.publish(self.frame, ctx, step + 1, x, w)
-            if step + 1 < ctx.steps:  # the last report waits for the final absorb below
-                yield from reporter.report(step + 1)
+            yield Accumulate("mailbox", peer, ((box.offset("w"), np.array([w])), (box.offset("x"), w * z)))
+            w = yield from self.absorb(z, w)
+            stop = yield from budget.spent(step)
+            yield decentral.publish(self.frame, ctx, step, z, w)
+            if not stop:  # the last report waits for the final absorb below
+                yield from reporter.report(step)
         yield Barrier()  # every push has landed: the last absorb loses nothing
-        w = yield from self.absorb(x, w)
-        yield decentral.publish(self.frame, ctx, ctx.steps, x, w)
-        yield from reporter.report(ctx.steps)
+        w = yield from self.absorb(z, w)
+        yield decentral.publish(self.frame, ctx, step, z, w)
+        yield from reporter.report(step, done=True)
 
-    def absorb(self, x: np.ndarray, w: float) -> Program:
+    def absorb(self, z: np.ndarray, w: float) -> Program:
         raw = yield Drain("mailbox")
-        x += self.mailbox.view(raw, "x")
-        return w + self.mailbox.scalar(raw, "w")
+        weight = self.mailbox.scalar(raw, "w")
+        if weight <= 0:
+            return w
+        return decentral.mix(z, w, self.mailbox.view(raw, "x") / weight, weight)

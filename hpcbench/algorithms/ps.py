@@ -5,7 +5,11 @@ computes a gradient, sends (version used, gradient) into the server's pre-posted
 for the acknowledgement that its gradient was applied and published, so its next read sees at
 least its own update (the papers' parameter-server model: one worker is exactly sequential SGD).
 The server applies gradients in arrival order until the sample budget is spent, then answers
-every worker's next gradient with "stop".
+every worker's next gradient with "stop" (such late gradients are logged in ``late``).
+
+Gap-Aware needs Δ = θ_now − θ_used exactly. The server keeps the last ``history`` published vectors;
+for a gradient older than that it answers "echo" and the worker sends back the vector it read (it
+still holds it), so no gradient is ever dropped or given a guessed Δ.
 """
 from __future__ import annotations
 
@@ -22,12 +26,16 @@ from hpcbench.algorithms.rules import ServerRule, VersionRing
 from hpcbench.errors import RuntimeFailure, UsageError
 
 # version_used: the version the worker read; version_applied: the version the gradient was applied
-# onto (staleness = version_applied − version_used); penalty_mean: the divisor actually applied.
-UPDATE_COLUMNS = ("worker", "version_used", "version_applied", "staleness", "penalty_mean", "gap_mean")
-TOO_STALE_COLUMNS = ("worker", "version_used", "version_now")
-ACK = Frame(stop=(np.int64, 1))
-GO, STOP = ACK.pack(stop=0), ACK.pack(stop=1)  # sent as they are, never written
-GO.flags.writeable = STOP.flags.writeable = False
+# onto (staleness = version_applied − version_used); penalty_mean: the divisor actually applied;
+# lr: the learning rate applied; echo_bytes: bytes the worker sent back so that Δ was exact
+# (0: Δ came from the server's ring, or the rule needs none).
+UPDATE_COLUMNS = ("worker", "version_used", "version_applied", "staleness", "penalty_mean", "gap_mean", "lr",
+                  "echo_bytes")
+LATE_COLUMNS = ("worker", "version_used")  # gradients that arrived after the budget was spent
+ACK = Frame(answer=(np.int64, 1))
+ANSWERS = ("go", "stop", "echo")  # echo: "send back the parameters you computed on"
+GO, STOP, ECHO = (ACK.pack(answer=i) for i in range(len(ANSWERS)))  # sent as they are, never written
+GO.flags.writeable = STOP.flags.writeable = ECHO.flags.writeable = False
 
 
 class ParameterServer(Algorithm):
@@ -52,16 +60,21 @@ class ParameterServer(Algorithm):
     @classmethod
     def check(cls, cfg: Any, options: Any, workers: int) -> None:
         super().check(cfg, options, workers)
+        if getattr(options, "history", 0) < 0:
+            raise UsageError(f"{cls.name}.history must be >= 0 versions (0: 2·workers + 4), got {options.history}")
         if cls.per_worker_momentum and cfg.nesterov:
             raise UsageError(f"{cls.name} already publishes a look-ahead; --set nesterov=true is not available")
 
     def layout(self) -> Layout:
         first = self.params_frame.pack(version=0, params=self.rule.published(self.ctx.schedule.at(0)), check=0)
+        channels = {"grad": ChannelSpec("workers", "server", self.grad_frame.nbytes),
+                    "ack": ChannelSpec("server", "workers", ACK.nbytes)}
+        if self.ring is not None:
+            channels["echo"] = ChannelSpec("workers", "server", self.params_frame.nbytes)
         return Layout(
             windows={"params": WindowSpec("server", self.params_frame.nbytes, first)},
-            channels={"grad": ChannelSpec("workers", "server", self.grad_frame.nbytes),
-                      "ack": ChannelSpec("server", "workers", ACK.nbytes)},
-            tables={"updates": UPDATE_COLUMNS, "too_stale": TOO_STALE_COLUMNS},
+            channels=channels,
+            tables={"updates": UPDATE_COLUMNS, "late": LATE_COLUMNS},
         )
 
     def state_bytes(self) -> int:
@@ -79,7 +92,10 @@ class ParameterServer(Algorithm):
             yield Send("grad", SERVER, self.grad_frame.pack(version=version, loss=result.loss,
                                                             correct=result.correct, grad=result.grad))
             _, ack = yield Recv("ack", SERVER)
-            if ACK.scalar(ack, "stop"):
+            if ANSWERS[ACK.scalar(ack, "answer")] == "echo":  # the server no longer holds what we read
+                yield Send("echo", SERVER, raw)
+                _, ack = yield Recv("ack", SERVER)
+            if ANSWERS[ACK.scalar(ack, "answer")] == "stop":
                 return
 
     def server(self) -> Program:
@@ -94,18 +110,18 @@ class ParameterServer(Algorithm):
         next_eval = ctx.eval_every
         while stopped < ctx.workers:
             src, msg = yield Recv("grad")
+            used = self.grad_frame.scalar(msg, "version")
             if applied >= target:
+                yield Record("late", (src, used))
                 yield Send("ack", src, STOP)
                 stopped += 1
                 continue
-            used = self.grad_frame.scalar(msg, "version")
-            delta = None
+            delta, echoed = None, 0
             if ring is not None:
                 old = ring.get(used)
                 if old is None:
-                    yield Record("too_stale", (src, used, version))
-                    yield Send("ack", src, GO)
-                    continue
+                    old = yield from self.echo(src, used)
+                    echoed = self.params_frame.nbytes
                 delta = published - old
             lr = ctx.schedule.at(applied * batch)
             onto, staleness = version, version - used  # staleness: updates applied since the worker read
@@ -116,7 +132,7 @@ class ParameterServer(Algorithm):
             yield Publish("params", self.params_frame.pack(version=version, params=published, check=version))
             if ring is not None:
                 ring.put(version, published)
-            yield Record("updates", (src, used, onto, staleness, penalty, gap))
+            yield Record("updates", (src, used, onto, staleness, penalty, gap, lr, echoed))
             meter.add(batch * self.grad_frame.scalar(msg, "loss"), self.grad_frame.scalar(msg, "correct"), batch)
             yield meter.progress(applied * batch)
             done = applied >= target
@@ -126,12 +142,21 @@ class ParameterServer(Algorithm):
                 yield Evaluate(rule.theta, applied * batch, applied)
                 next_eval = (applied * batch // ctx.eval_every + 1) * ctx.eval_every
 
+    def echo(self, src: int, used: int) -> Program:
+        """The vector ``src`` computed on, from ``src`` itself: the ring no longer holds version ``used``."""
+        yield Send("ack", src, ECHO)
+        _, raw = yield Recv("echo", src)
+        got = self.params_frame.scalar(raw, "version")
+        if got != used:
+            raise RuntimeFailure(f"rank {src} echoed version {got}, but its gradient was computed on {used}")
+        return self.params_frame.view(raw, "params")
+
 
 @dataclass(frozen=True)
 class GapOptions:
     beta: float = 0.999  # decay of the running second moment of the step direction
     eps: float = 1e-8
-    history: int = 0  # published versions kept for exact Δ; 0 = 2·workers + 4
+    history: int = 0  # published versions kept for Δ; 0 = 2·workers + 4 (older ones are echoed by the worker)
 
 
 @register

@@ -50,8 +50,8 @@ def gap_divisor(delta: np.ndarray, v_hat: np.ndarray, lr_max: float, eps: float)
 class VersionRing:
     """The last ``capacity`` published vectors by version, so Δ against any held version is exact.
 
-    A version older than what is held returns None; the server then drops that gradient and counts
-    it (it never guesses a Δ).
+    A version older than what is held returns None; the server then asks the worker for the vector
+    it computed on (it never guesses a Δ and never drops the gradient).
     """
 
     def __init__(self, capacity: int, size: int) -> None:

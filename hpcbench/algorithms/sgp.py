@@ -1,15 +1,19 @@
 """sgp and osgp: Stochastic Gradient Push (Assran, Loizou, Ballas, Rabbat 2019).
 
-Each worker keeps a numerator x_i and a float64 weight w_i and computes gradients on the
-de-biased model z_i = x_i / w_i. Iteration k: a momentum step on x_i, then push-sum over the
-directed exponential graph: send (x_i/2, w_i/2) to the out-peer, keep the other half, and add what
-the in-peer sent. sgp receives iteration k's message before iteration k+1's forward pass; osgp may
-run up to τ iterations ahead of a missing message (τ = 0 is sgp). Every worker runs the same
-number of iterations and receives every message sent to it, so no one waits forever.
+Each worker keeps its de-biased model z_i (float64) and weight w_i (float64) and computes gradients
+on z_i. Iteration k: a momentum step on z_i, then push-sum over the directed exponential graph:
+halve w_i, send (k, w_i, z_i) to the out-peer, and absorb what in-peers sent as weighted averages
+(equal to adding numerators x = w·z, without forming them).
+Bounded delay: before computing at iteration k a worker has absorbed every message sent to it at
+an iteration ≤ k − τ − 1 (sgp: τ = 0, so iteration k−1's message is in before k's forward pass);
+newer ones are absorbed when they happen to be there. sgp takes equal steps; osgp runs until rank 0
+announces that the workers together have spent the sample budget. A worker that stops sends a
+last "stopped at K" message to each of its out-peers and then takes everything still on its way to
+it, up to each in-peer's own last message: every message sent is received, and a worker waiting for
+a message that will never come learns so from that stop message instead of waiting forever.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +23,8 @@ from hpcbench.algorithms import decentral
 from hpcbench.algorithms.api import Algorithm, ChannelSpec, Context, Layout, Program, register
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.ops import Recv, Send
-from hpcbench.algorithms.topology import exponential_in_peer, exponential_out_peer
-from hpcbench.errors import UsageError
+from hpcbench.algorithms.topology import exponential_hops, exponential_in_peer, exponential_out_peer
+from hpcbench.errors import RuntimeFailure, UsageError
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,14 @@ class OsgpOptions:
     init_spread: float = 0.0
 
 
+class Inbox:
+    """Messages due to one worker: (iteration, in-peer) in iteration order, and the in-peers that stopped."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[int, int]] = []
+        self.stopped: dict[int, int] = {}  # in-peer rank → its iteration count when it stopped
+
+
 class PushSum(Algorithm):
     family = "decentralized"
     min_workers = 2
@@ -43,48 +55,77 @@ class PushSum(Algorithm):
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.frame = decentral.model_frame(ctx.size)
-        self.message = Frame(w=(np.float64, 1), x=(np.float32, ctx.size))
+        # last = 1: "I stopped after ``iteration`` iterations" (w = 0, z unused)
+        self.message = Frame(iteration=(np.int64, 1), last=(np.int64, 1), w=(np.float64, 1),
+                             z=(np.float32, ctx.size))
 
     def layout(self) -> Layout:
-        base = decentral.layout(self.ctx.params)
+        base = decentral.layout(self.ctx.params, self.asynchronous)
         push = ChannelSpec("workers", "workers", self.message.nbytes)
-        return dataclasses.replace(base, channels={**base.channels, "push": push})
+        return Layout(base.windows, {**base.channels, "push": push}, base.tables)
 
     def server(self) -> Program:
-        return decentral.coordinate(self.ctx)
+        return decentral.coordinate(self.ctx, self.asynchronous)
 
     def worker(self, rank: int) -> Program:
         ctx, msg, n, i = self.ctx, self.message, self.ctx.workers, rank - 1
-        delay = self.opts.tau if self.delay else 0
-        x, w = decentral.starting_point(ctx, rank, self.opts.init_spread), 1.0
-        buf = np.zeros_like(x) if ctx.momentum else None
-        pending: list[int] = []  # in-peers whose messages are still due, oldest first
-        reporter = decentral.Reporter(ctx)
-        for k in range(ctx.steps):
-            yield from decentral.local_step(ctx, reporter, x, buf, k, weight=w)
-            x *= np.float32(0.5)
+        tau = self.opts.tau if self.delay else 0
+        z, w = decentral.starting_point(ctx, rank, self.opts.init_spread, np.float64), 1.0
+        buf = np.zeros(z.size, np.float32) if ctx.momentum else None
+        inbox = Inbox()
+        budget = decentral.Budget(ctx, shared=self.asynchronous)
+        reporter = decentral.Reporter(ctx, budget)
+        k, stop = 0, False
+        while not stop:
+            w = yield from self.receive(inbox, z, w, due=k - tau - 1)
+            yield from decentral.local_step(ctx, reporter, z, buf, k)
             w *= 0.5
-            yield Send("push", exponential_out_peer(i, k, n) + 1, msg.pack(w=w, x=x))
-            pending.append(exponential_in_peer(i, k, n) + 1)
-            due = len(pending) - delay  # messages of iterations <= k - τ must be in now
-            still: list[int] = []
-            for position, src in enumerate(pending):
-                got = yield Recv("push", src, timeout=None if position < due else 0)
-                if got is None:
-                    still.append(src)
-                else:
-                    x += msg.view(got[1], "x")
-                    w += msg.scalar(got[1], "w")
-            pending = still
-            yield decentral.publish(self.frame, ctx, k + 1, x, w)
-            if k + 1 < ctx.steps:  # the last report waits for the messages still due below
-                yield from reporter.report(k + 1)
-        for src in pending:
-            _, raw = yield Recv("push", src)
-            x += msg.view(raw, "x")
-            w += msg.scalar(raw, "w")
-        yield decentral.publish(self.frame, ctx, ctx.steps, x, w)
-        yield from reporter.report(ctx.steps)
+            yield Send("push", exponential_out_peer(i, k, n) + 1, msg.pack(iteration=k, last=0, w=w, z=z))
+            inbox.pending.append((k, exponential_in_peer(i, k, n) + 1))
+            k += 1
+            w = yield from self.receive(inbox, z, w, due=-1)  # whatever is here already
+            stop = yield from budget.spent(k)
+            yield decentral.publish(self.frame, ctx, k, z, w)
+            if not stop:  # the last report waits for the messages still on their way
+                yield from reporter.report(k)
+        hops = range(exponential_hops(n))
+        for h in hops:
+            yield Send("push", (i + 2**h) % n + 1, msg.pack(iteration=k, last=1, w=0.0))
+        for h in hops:
+            src = (i - 2**h) % n + 1
+            while src not in inbox.stopped:
+                w = yield from self.take(inbox, src, z, w, expected=None, wait=True)
+        yield decentral.publish(self.frame, ctx, k, z, w)
+        yield from reporter.report(k, done=True)
+
+    def receive(self, inbox: Inbox, z: np.ndarray, w: float, due: int) -> Program:
+        """Absorb the pending messages that are here; wait for those sent at an iteration ≤ ``due``."""
+        still = []
+        for m, src in inbox.pending:
+            if src in inbox.stopped:
+                continue  # its stop message came after all it sent: it never sent this one
+            got = yield from self.take(inbox, src, z, w, expected=m, wait=m <= due)
+            if got is None:
+                still.append((m, src))
+            else:
+                w = got
+        inbox.pending = still
+        return w
+
+    def take(self, inbox: Inbox, src: int, z: np.ndarray, w: float, expected: int | None,
+             wait: bool) -> Program:
+        """The next message from ``src``, absorbed; → the new weight, or None if none was there."""
+        got = yield Recv("push", src, timeout=None if wait else 0)
+        if got is None:
+            return None
+        raw, msg = got[1], self.message
+        iteration = msg.scalar(raw, "iteration")
+        if msg.scalar(raw, "last"):
+            inbox.stopped[src] = iteration
+            return w
+        if expected is not None and iteration != expected:
+            raise RuntimeFailure(f"rank {src} sent iteration {iteration} where {expected} was due")
+        return decentral.mix(z, w, msg.view(raw, "z"), msg.scalar(raw, "w"))
 
 
 @register

@@ -7,14 +7,13 @@ from typing import Any
 import numpy as np
 
 from hpcbench.algorithms import ALGORITHMS, Algorithm, Context
-from hpcbench.algorithms.schedule import Schedule
+from hpcbench.algorithms.schedule import Schedule, lr_scale
 from hpcbench.config import RunConfig, build_options, parse_straggler_spec, validate_numbers
 from hpcbench.errors import UsageError
 from hpcbench.workload.datasets import DATASETS
 from hpcbench.workload.models import MODELS
 
 DEFAULT_STEPS = 100
-ASYNC_WARMUP_EPOCHS = 5.0
 
 
 def validate(cfg: RunConfig) -> type[Algorithm]:
@@ -43,22 +42,28 @@ def steps_per_worker(cfg: RunConfig, workers: int, train_size: int) -> int:
     return DEFAULT_STEPS
 
 
-def warmup_epochs(cfg: RunConfig, algo: type[Algorithm]) -> float:
-    if cfg.warmup_epochs >= 0:
-        return cfg.warmup_epochs
-    return ASYNC_WARMUP_EPOCHS if algo.asynchronous else 0.0
+def schedule_for(cfg: RunConfig, algo: type[Algorithm], workers: int, train_size: int) -> Schedule:
+    """The same recipe for every algorithm: a warm-up from 1/n of the rate over ``warmup_epochs``.
+
+    Synchronous methods step once per n gradients (a global batch of n·B), so ``lr_scaling`` may
+    scale their rate with n (Goyal et al.: linear, warmed up from the single-worker rate).
+    Asynchronous methods apply every gradient on its own, at the single-worker rate.
+    """
+    scaling = "none" if algo.asynchronous else cfg.lr_scaling
+    lr = cfg.lr * lr_scale(scaling, workers)
+    return Schedule(lr, lr / workers, train_size, cfg.warmup_epochs, tuple(cfg.lr_decay_epochs),
+                    cfg.lr_decay_factor, scaling)
 
 
 def make_context(cfg: RunConfig, algo: type[Algorithm], workers: int, params: np.ndarray,
                  train_size: int) -> Context:
     steps = steps_per_worker(cfg, workers, train_size)
     budget = steps * workers * cfg.batch_size
-    schedule = Schedule(cfg.lr, workers, train_size, warmup_epochs(cfg, algo), tuple(cfg.lr_decay_epochs),
-                        cfg.lr_decay_factor)
     return Context(
         workers=workers, params=params, batch_size=cfg.batch_size, steps=steps, train_size=train_size,
-        schedule=schedule, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay,
-        eval_every=max(1, budget // cfg.evals), seed=cfg.seed, options=options_for(cfg, algo),
+        schedule=schedule_for(cfg, algo, workers, train_size), momentum=cfg.momentum, nesterov=cfg.nesterov,
+        weight_decay=cfg.weight_decay, eval_every=max(1, budget // cfg.evals), seed=cfg.seed,
+        options=options_for(cfg, algo),
     )
 
 

@@ -12,7 +12,7 @@ from hpcbench.algorithms import Algorithm, Context
 from hpcbench.config import RunConfig
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.logs import RunLogs
-from hpcbench.telemetry.summary import summarize
+from hpcbench.telemetry.summary import dropped_gradients, summarize
 from hpcbench.telemetry.timeline import COLUMNS, OPS, PHASES, concat
 
 
@@ -29,8 +29,12 @@ def default_out(cfg: RunConfig, workers: int, mode: str = "mpi") -> str:
 def resolved_config(cfg: RunConfig, algo: Algorithm, ctx: Context, parameters: int) -> dict[str, Any]:
     out = cfg.to_dict()
     out["options"] = {algo.name: {k: getattr(ctx.options, k) for k in vars(ctx.options)}}
+    sched = ctx.schedule
     out.update(steps_per_worker=ctx.steps, budget_samples=ctx.budget, eval_every=ctx.eval_every,
-               warmup_epochs=ctx.schedule.warmup_epochs, parameters=parameters, train_size=ctx.train_size)
+               parameters=parameters, train_size=ctx.train_size,
+               schedule={"lr": sched.lr, "warmup_from": sched.warmup_from, "warmup_epochs": sched.warmup_epochs,
+                         "scaling": sched.scaling, "decay_epochs": list(sched.decay_epochs),
+                         "decay_factor": sched.decay_factor, "text": sched.describe()})
     return out
 
 
@@ -58,7 +62,15 @@ def build_record(cfg: RunConfig, algo: Algorithm, ctx: Context, mode: str, world
     tables = logs.all_tables(-origin)
     summary = summarize(timeline, evals, tables.get("updates", {}), ctx.workers, wall, cfg.target_accuracy)
     summary["server_state_bytes"] = algo.state_bytes()
-    summary["too_stale"] = len(logs.tables.get("too_stale", []))
+    updates = tables.get("updates")
+    if updates is not None:
+        late = len(tables["late"]["t"])
+        summary["late_gradients"] = late
+        summary["too_stale"] = dropped_gradients(timeline, ctx.workers, len(updates["t"]), late)
+        summary["echoed_updates"] = int((updates["echo_bytes"] > 0).sum())
+        summary["echo_bytes"] = int(updates["echo_bytes"].sum())
+    else:
+        summary["too_stale"] = 0  # decentralized workers apply every gradient they compute themselves
     final = logs.last_params if logs.last_params is not None else ctx.params
     attrs = {
         "hpcbench_version": hpcbench.__version__,
@@ -84,4 +96,5 @@ def build_record(cfg: RunConfig, algo: Algorithm, ctx: Context, mode: str, world
 def result_line(rec: RunRecord, path: str) -> str:
     s = rec.summary
     return (f"{rec.algorithm} ({rec.mode}, {rec.workers} workers): {s['samples']} samples in {s['wall_s']:.1f} s "
-            f"= {s['samples_per_s']:.0f} samples/s, final accuracy {s['final_accuracy']:.3f} -> {path}")
+            f"= {s['samples_per_s']:.0f} samples/s, final accuracy {s['final_accuracy']:.3f} "
+            f"[{rec.attrs['config']['schedule']['text']}] -> {path}")

@@ -46,6 +46,13 @@ def median_step(tl: Mapping[str, np.ndarray], workers: np.ndarray) -> float:
     return float(np.median(gaps)) if gaps.size else float("nan")
 
 
+def dropped_gradients(tl: Mapping[str, np.ndarray], workers: int, applied: int, late: int) -> int:
+    """Gradients the workers computed (their timelines) that the server neither applied nor answered
+    as late (its log): two independent counts that must agree, so any silent drop shows here."""
+    computed = int(((tl["phase"] == PHASE_CODE["compute"]) & (tl["rank"] >= 1) & (tl["rank"] <= workers)).sum())
+    return computed - applied - late
+
+
 def percentiles(values: np.ndarray, name: str) -> dict[str, float]:
     v = values[np.isfinite(values)] if values.size else values
     if not v.size:
