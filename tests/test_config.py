@@ -105,8 +105,9 @@ def test_budget_and_warmup_defaults():
     cfg = config(flags={"algo": "asgd"})
     assert plan.steps_per_worker(cfg, 4, 1000) == plan.DEFAULT_STEPS
     assert plan.steps_per_worker(cfg.with_updates(epochs=2.0), 4, 1000) == 16  # ceil(2000 / 128)
-    assert plan.warmup_epochs(cfg, asgd) == 5.0 and plan.warmup_epochs(cfg, allreduce) == 0.0
-    assert plan.warmup_epochs(cfg.with_updates(warmup_epochs=1.0), asgd) == 1.0
+    assert plan.schedule_for(cfg, asgd, 4, 1000).warmup_epochs == 5.0
+    assert plan.schedule_for(cfg, allreduce, 4, 1000).warmup_epochs == 5.0
+    assert plan.schedule_for(cfg.with_updates(warmup_epochs=1.0), asgd, 4, 1000).warmup_epochs == 1.0
 
 
 def test_straggler_choice_is_seeded_and_sized():

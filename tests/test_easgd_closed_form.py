@@ -1,4 +1,9 @@
-"""EASGD's centre against its closed-form recurrence on a quadratic, running the real programs."""
+"""EASGD's centre against its recurrence on a quadratic, running the real programs in the simulator.
+
+Every worker's gradient is H·x (loss ½H‖x‖²), so the whole trajectory is a recurrence that can be
+written out by hand: synchronous exchanges in lock step, and for asynchronous easgd an event list in
+time order (each worker's step k ends at k × its compute time; reads and accumulates are instant).
+"""
 import numpy as np
 import pytest
 
@@ -10,39 +15,73 @@ from hpcbench.runtime.sim.engine import Engine
 from hpcbench.runtime.sim.models import ComputeModel, SimConfig
 
 H, LR, ALPHA, TAU, STEPS = 0.5, 0.1, 0.2, 3, 12
+X0 = np.array([1.0, -2.0, 0.5], dtype=np.float32)
 
 
-def run_quadratic(name: str, workers: int, x0: np.ndarray) -> np.ndarray:
-    """Every worker's gradient is H·x (loss ½H‖x‖²); returns the centre rank 0 evaluates last."""
-    cfg = RunConfig(algo=name, steps=STEPS, lr=LR, options={name: {"alpha": ALPHA, "tau": TAU}})
+def run_quadratic(name: str, workers: int, slow: dict[int, float]) -> tuple[np.ndarray, dict[int, int]]:
+    """→ (the centre rank 0 evaluates last, local steps per worker)."""
+    cfg = RunConfig(algo=name, steps=STEPS, lr=LR, warmup_epochs=0.0, options={name: {"alpha": ALPHA, "tau": TAU}})
     algo_cls = ALGORITHMS.get(name)
-    ctx = plan.make_context(cfg, algo_cls, workers, x0, train_size=10**9)
+    ctx = plan.make_context(cfg, algo_cls, workers, X0, train_size=10**9)
     algo = algo_cls(ctx)
     layout = algo.layout()
-    sim = SimConfig(workers=workers, apply_s=0.0, update_s=0.0)
+    # Deterministic compute (a gamma this narrow is its mean) and an instant network.
+    sim = SimConfig(workers=workers, apply_s=0.0, update_s=0.0, compute_shape=1e12, compute_mean_s=1.0,
+                    alpha_s=0.0, bandwidth=1e30)
     logs = RunLogs(layout.tables)
-    engine = Engine(algo, layout, sim, ComputeModel(sim, 0, {}), lambda r, p: (np.float32(H) * p, 0.0, 1, 0),
-                    logs, x0.size)
+    engine = Engine(algo, layout, sim, ComputeModel(sim, 0, slow), lambda r, p: (np.float32(H) * p, 0.0, 1, 0),
+                    logs, X0.size)
     engine.run()
-    return logs.last_params
+    steps = {int(row[1]): int(row[3]) for row in logs.tables["final_models"]}  # (t, worker, samples, updates, …)
+    return logs.last_params, steps
 
 
-def recurrence(workers: int, x0: float) -> float:
-    """The closed form, written out: identical workers, local GD steps, an exchange every τ steps."""
+def lock_step(workers: int, x0: float, steps: int) -> float:
+    """Identical workers, local GD steps, an exchange every τ steps and after the last."""
     x, centre = x0, x0
-    for step in range(STEPS):
+    for step in range(steps):
         x -= LR * H * x
-        if (step + 1) % TAU == 0 or step + 1 == STEPS:
+        if (step + 1) % TAU == 0 or step + 1 == steps:
             diff = x - centre
             x -= ALPHA * diff
             centre += workers * ALPHA * diff
     return centre
 
 
-@pytest.mark.parametrize("name, workers", [("easgd", 1), ("easgd-sync", 1), ("easgd-sync", 4)])
-def test_centre_follows_the_closed_form(name, workers):
-    x0 = np.array([1.0, -2.0, 0.5], dtype=np.float32)
-    centre = run_quadratic(name, workers, x0)
-    expected = np.array([recurrence(workers, float(v)) for v in x0])
+def event_driven(speeds: dict[int, float], steps: dict[int, int], x0: np.ndarray) -> np.ndarray:
+    """Asynchronous easgd written out: every worker's step ends at k × its compute time; its exchange
+    (every τ steps and after its last) reads the centre as it is then and adds α(x_i − x̃) to it."""
+    events = sorted((k * speeds[w], w, k) for w in speeds for k in range(1, steps[w] + 1))
+    x = {w: x0.astype(np.float64) for w in speeds}
+    centre = x0.astype(np.float64)
+    for _, w, k in events:
+        x[w] = x[w] - LR * H * x[w]
+        if k % TAU == 0 or k == steps[w]:
+            e = ALPHA * (x[w] - centre)
+            x[w] = x[w] - e
+            centre = centre + e
+    return centre
+
+
+@pytest.mark.parametrize("name, workers", [("easgd-sync", 1), ("easgd-sync", 4)])
+def test_synchronous_centre_follows_the_lock_step_recurrence(name, workers):
+    centre, steps = run_quadratic(name, workers, {})
+    assert set(steps.values()) == {STEPS}
+    expected = np.array([lock_step(workers, float(v), STEPS) for v in X0])
     np.testing.assert_allclose(centre, expected, rtol=1e-5)
-    assert not np.allclose(centre, x0)  # the centre moved
+    assert not np.allclose(centre, X0)  # the centre moved
+
+
+# Speeds chosen so that no two exchanges fall at the same instant (their order would be arbitrary).
+@pytest.mark.parametrize("slow", [{2: 2.7, 3: 1.37}, {1: 1.9, 2: 1.13, 3: 3.3}])
+def test_asynchronous_centre_follows_the_event_driven_recurrence(slow):
+    workers = 3
+    centre, steps = run_quadratic("easgd", workers, slow)
+    speeds = {w: slow.get(w, 1.0) for w in range(1, workers + 1)}
+    expected = event_driven(speeds, steps, X0)
+    np.testing.assert_allclose(centre, expected, rtol=1e-5)
+    # The shared budget: faster workers took more steps, and together exactly the budget.
+    assert sum(steps.values()) == STEPS * workers
+    by_speed = sorted(speeds, key=speeds.get)
+    assert [steps[w] for w in by_speed] == sorted(steps.values(), reverse=True)
+    assert steps[by_speed[0]] > steps[by_speed[-1]] + 3

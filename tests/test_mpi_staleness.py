@@ -15,22 +15,21 @@ ARGS = ("--dataset", "digits", "--model", "mlp", "--steps", "30", "--momentum", 
 @requires_mpi
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("algo", ["sa-asgd", "ga-asgd", "dana", "dana-ga"])
-def test_runs_under_mpi_with_a_consistent_log(tmp_path, algo):
+def test_runs_under_mpi_and_applies_every_gradient(tmp_path, algo):
     out = tmp_path / "r.h5"
-    ok(mpirun(5, "run", "--algo", algo, *ARGS, "--out", str(out)))
+    short_ring = ("--set", f"{algo}.history=2") if algo.endswith("ga") else ()  # real echoes over MPI
+    ok(mpirun(5, "run", "--algo", algo, *ARGS, *short_ring, "--out", str(out)))
     rec = read_run(out)
     up = rec.tables["updates"]
     assert len(up["t"]) == 30 * 4
-    assert (up["staleness"] == up["version_applied"] - up["version_used"]).all() and (up["staleness"] >= 0).all()
-    assert (up["penalty_mean"] >= 1.0).all()
-    if algo == "sa-asgd":
-        assert (up["penalty_mean"] == np.maximum(up["staleness"], 1)).all()
+    # The workers' own timelines and the server's log agree that no gradient went unaccounted for.
+    assert rec.summary["too_stale"] == 0 and rec.summary["late_gradients"] <= 3
     if algo.endswith("ga"):
-        assert np.nanmin(up["gap_mean"]) >= 0 and np.isfinite(up["gap_mean"][5:]).all()
-        assert rec.summary["server_state_bytes"] >= (2 * 4 + 4) * 4 * rec.attrs["config"]["parameters"]
-        assert rec.summary["too_stale"] == 0
-    for key in ("penalty_mean", "penalty_p50", "penalty_p99", "staleness_mean", "gap_p50"):
-        assert key in rec.summary
+        echoed = up["echo_bytes"] > 0
+        assert echoed.any() and (up["staleness"][echoed] >= 2).all() and (up["staleness"][~echoed] <= 1).all()
+        assert rec.summary["echo_bytes"] == up["echo_bytes"].sum() > 0
+    warm = rec.attrs["config"]["schedule"]
+    assert up["lr"][0] == pytest.approx(warm["warmup_from"]) and (np.diff(up["lr"]) >= 0).all()
     assert rec.evals["accuracy"][-1] > 0.5
 
 

@@ -21,13 +21,41 @@ def test_frame_fields_are_aligned_typed_views():
     assert list(f.view(buf, "x")) == [1, 9, 3]
 
 
-def test_schedule_warms_up_from_lr_over_n_then_decays():
-    s = Schedule(lr=0.4, workers=4, train_size=100, warmup_epochs=2, decay_epochs=(5, 8), decay_factor=0.1)
+def test_schedule_warms_up_then_decays():
+    s = Schedule(lr=0.4, warmup_from=0.1, train_size=100, warmup_epochs=2, decay_epochs=(5, 8), decay_factor=0.1)
     assert s.at(0) == pytest.approx(0.1)
     assert s.at(100) == pytest.approx(0.25)  # halfway through warm-up
     assert s.at(200) == pytest.approx(0.4)
     assert s.at(500) == pytest.approx(0.04) and s.at(800) == pytest.approx(0.004)
-    assert Schedule(0.4, 1, 100, 2).at(0) == pytest.approx(0.4)  # one worker: nothing to warm up
+
+
+def recipe(algo, workers, **run):
+    from hpcbench.algorithms import ALGORITHMS
+    from hpcbench.config import RunConfig
+    from hpcbench.runtime.plan import schedule_for
+
+    return schedule_for(RunConfig(algo=algo, lr=0.1, **run), ALGORITHMS.get(algo), workers, train_size=1000)
+
+
+def test_every_algorithm_gets_the_same_recipe_by_default():
+    from hpcbench.algorithms import ALGORITHMS
+
+    schedules = {name: recipe(name, 8) for name in ALGORITHMS.names()}
+    assert len({(s.lr, s.warmup_from, s.warmup_epochs) for s in schedules.values()}) == 1
+    s = schedules["allreduce"]
+    assert (s.lr, s.warmup_from, s.warmup_epochs) == (0.1, pytest.approx(0.1 / 8), 5.0)
+    assert recipe("asgd", 1).at(0) == pytest.approx(0.1)  # one worker: nothing to warm up
+
+
+def test_linear_scaling_follows_goyal_for_synchronous_methods_only():
+    s = recipe("allreduce", 8, lr_scaling="linear", warmup_epochs=2.0)
+    assert s.at(0) == pytest.approx(0.1)  # the single-worker rate ...
+    assert s.at(1000) == pytest.approx(0.1 + (0.8 - 0.1) / 2)  # ... rising linearly ...
+    assert s.at(2000) == pytest.approx(0.8)  # ... to n times it
+    assert recipe("sgp", 4, lr_scaling="sqrt").lr == pytest.approx(0.2)
+    for asynchronous in ("asgd", "ga-asgd", "easgd", "gossip", "osgp"):
+        s = recipe(asynchronous, 8, lr_scaling="linear")
+        assert s.lr == 0.1 and s.scaling == "none"  # every gradient applied at the single-worker rate
 
 
 @pytest.mark.parametrize("momentum, nesterov, wd", [(0.0, False, 0.0), (0.9, False, 1e-2), (0.9, True, 1e-3)])

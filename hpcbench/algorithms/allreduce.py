@@ -23,12 +23,12 @@ class AllReduceSgd(Algorithm):
         return decentral.layout(self.ctx.params, until_budget=False)
 
     def server(self) -> Program:
-        return decentral.coordinate(self.ctx, until_budget=False)
+        return decentral.coordinate(self.ctx)
 
     def worker(self, rank: int) -> Program:
         ctx = self.ctx
         theta = ctx.params.copy()
-        reporter = decentral.Reporter(ctx, decentral.Budget(ctx, shared=False))
+        reporter = decentral.Reporter(ctx)
         buf = np.zeros_like(theta) if ctx.momentum else None
         scale = np.float32(1.0 / ctx.workers)
         for step in range(ctx.steps):

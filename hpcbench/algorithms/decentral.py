@@ -5,8 +5,8 @@ its progress to rank 0 with a small nonblocking message (the last report says it
 reads the model windows one-sidedly, without stopping anyone, only when it evaluates: the average
 of the de-biased models z_i, with the consensus distance mean ‖z_i − z̄‖ beside it. Reports, not
 reads, carry progress because a one-sided read of a computing worker waits until that worker next
-enters MPI. Synchronous methods take equal steps; asynchronous ones run until rank 0, adding up the
-reports, announces that the shared sample budget is spent.
+enters MPI. Synchronous methods take equal steps; asynchronous ones claim each batch from a shared
+budget counter on rank 0, so fast workers are not held to a straggler's share.
 """
 from __future__ import annotations
 
@@ -17,15 +17,14 @@ import numpy as np
 from hpcbench.algorithms.api import ChannelSpec, Context, Layout, WindowSpec
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.meter import TrainingMeter
-from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Gradient, Op, Publish, Read, Record, Recv, Send
+from hpcbench.algorithms.ops import (SERVER, Compute, Evaluate, FetchAdd, Gradient, Op, Publish, Read, Record, Recv,
+                                     Send)
 from hpcbench.algorithms.rules import momentum_direction
 
 # samples: done so far; loss_sum, correct, seen: training loss and right answers since the last report;
 # lr: the learning rate of the worker's last step
 PROGRESS = Frame(samples=(np.int64, 1), done=(np.int64, 1), loss_sum=(np.float64, 1), correct=(np.int64, 1),
                  seen=(np.int64, 1), lr=(np.float64, 1))
-STOP = Frame(stop=(np.int64, 1)).pack(stop=1)  # rank 0 to every worker: the sample budget is spent
-STOP.flags.writeable = False
 # mass: the worker's share of Σ_i w_i·Σ z_i (push-sum numerator), summed in float64
 FINAL_COLUMNS = ("worker", "samples", "updates", "weight", "mass")
 LR_COLUMNS = ("worker", "samples", "lr")
@@ -38,15 +37,15 @@ def model_frame(size: int) -> Frame:
 
 
 def layout(params: np.ndarray, until_budget: bool, **extra_windows: WindowSpec) -> Layout:
-    """``until_budget``: workers run until rank 0 announces the sample budget spent (a "stop" channel)."""
+    """``until_budget``: workers share the sample budget through a counter on rank 0 ("budget")."""
     frame = model_frame(params.size)
     initial = frame.pack(samples=0, updates=0, weight=1.0, mass=params.sum(dtype=np.float64), z=params)
-    channels = {"progress": ChannelSpec("workers", "server", PROGRESS.nbytes)}
+    windows = {"model": WindowSpec("workers", frame.nbytes, initial), **extra_windows}
     if until_budget:
-        channels["stop"] = ChannelSpec("server", "workers", STOP.nbytes)
+        windows["budget"] = WindowSpec("server", 8, None, "accumulate")
     return Layout(
-        windows={"model": WindowSpec("workers", frame.nbytes, initial), **extra_windows},
-        channels=channels,
+        windows=windows,
+        channels={"progress": ChannelSpec("workers", "server", PROGRESS.nbytes)},
         tables={"final_models": FINAL_COLUMNS, "learning_rate": LR_COLUMNS},
     )
 
@@ -81,11 +80,9 @@ def mix(z: np.ndarray, w: float, z_in: np.ndarray, w_in: float) -> float:
 Centre = tuple[Frame, int]  # the layout of a "centre" window and the rank that holds it
 
 
-def coordinate(ctx: Context, until_budget: bool, centre: Centre | None = None) -> Generator:
+def coordinate(ctx: Context, centre: Centre | None = None) -> Generator:
     """Rank 0: evaluate every ``eval_every`` samples until every worker has reported it is done.
 
-    ``until_budget``: once the workers' reports add up to the sample budget, tell every worker to
-    stop (asynchronous methods: fast workers are not held to a straggler's share).
     The evaluated model is the workers' de-biased average, or with ``centre`` (EASGD) the "x" of
     the "centre" window on the given rank.
     """
@@ -94,7 +91,6 @@ def coordinate(ctx: Context, until_budget: bool, centre: Centre | None = None) -
     yield Evaluate(ctx.params, 0, 0)
     reported = [0] * (ctx.workers + 1)
     total, done, next_eval = 0, 0, ctx.eval_every
-    announced = not until_budget
     meter = TrainingMeter()
     while done < ctx.workers:
         src, raw = yield Recv("progress")
@@ -103,10 +99,6 @@ def coordinate(ctx: Context, until_budget: bool, centre: Centre | None = None) -
         reported[src] = samples
         done += PROGRESS.scalar(raw, "done")
         yield Record("learning_rate", (src, samples, PROGRESS.scalar(raw, "lr")))
-        if not announced and total >= ctx.budget:
-            for rank in ranks:
-                yield Send("stop", rank, STOP)
-            announced = True
         meter.add(PROGRESS.scalar(raw, "loss_sum"), PROGRESS.scalar(raw, "correct"), PROGRESS.scalar(raw, "seen"))
         yield meter.progress(total)
         if total >= next_eval and done < ctx.workers:
@@ -165,26 +157,28 @@ def report_every(ctx: Context) -> int:
 
 
 class Budget:
-    """When a worker stops: after its equal share of ``ctx.steps`` (synchronous methods), or, with
-    ``shared``, once rank 0 announces that the workers together have spent the sample budget."""
+    """Whether a worker takes another step: its equal share of ``ctx.steps`` (synchronous methods),
+    or, with ``shared``, a batch claimed from the budget counter on rank 0 with an atomic
+    fetch-and-add: exactly the budget is trained, fast workers take more of it than slow ones, and
+    rank 0 does no work for it."""
 
     def __init__(self, ctx: Context, shared: bool) -> None:
         self.ctx, self.shared = ctx, shared
 
-    def spent(self, step: int) -> Generator[Op, Any, bool]:
-        """After ``step`` local steps: stop now?"""
+    def next_step(self, step: int) -> Generator[Op, Any, bool]:
+        """With ``step`` local steps done: may this worker take one more?"""
         if not self.shared:
-            return step >= self.ctx.steps
-        return (yield Recv("stop", SERVER, timeout=0)) is not None
+            return step < self.ctx.steps
+        claimed_before = yield FetchAdd("budget", SERVER, self.ctx.batch_size)
+        return claimed_before < self.ctx.budget
 
 
 class Reporter:
-    """A worker's progress reports to rank 0: every few steps (every step when rank 0 counts the
-    shared budget from them), and a last one when it is done."""
+    """A worker's progress reports to rank 0: every few steps, and a last one when it is done."""
 
-    def __init__(self, ctx: Context, budget: Budget) -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.every = 1 if budget.shared else report_every(ctx)
+        self.every = report_every(ctx)
         self.loss_sum, self.correct, self.seen, self.lr = 0.0, 0, 0, float("nan")
 
     def trained(self, result: Gradient, lr: float) -> None:

@@ -53,24 +53,27 @@ class ElasticAveraging(Algorithm):
 
     def server(self) -> Program:
         holder = SERVER if self.centre_owner == "server" else 1
-        return decentral.coordinate(self.ctx, self.asynchronous, centre=(self.centre, holder))
+        return decentral.coordinate(self.ctx, centre=(self.centre, holder))
 
     def worker(self, rank: int) -> Program:
         ctx, tau = self.ctx, self.opts.tau
         x = ctx.params.copy()
         replica = ctx.params.copy()  # easgd-sync's copy of the centre; per worker, so kept here
         budget = decentral.Budget(ctx, shared=self.asynchronous)
-        reporter = decentral.Reporter(ctx, budget)
+        reporter = decentral.Reporter(ctx)
         buf = np.zeros_like(x) if ctx.momentum else None
-        step, stop = 0, False
-        while not stop:
+        step = 0
+        while (yield from budget.next_step(step)):
             yield from decentral.local_step(ctx, reporter, x, buf, step)
             step += 1
-            stop = yield from budget.spent(step)
-            if step % tau == 0 or stop:  # a last exchange, so the centre holds every worker's work
+            if step % tau == 0:
                 yield from self.exchange(x, replica)
             yield decentral.publish(self.frame, ctx, step, x)
-            yield from reporter.report(step, done=stop)
+            yield from reporter.report(step)
+        if step % tau:  # a last exchange, so the centre holds all of this worker's work
+            yield from self.exchange(x, replica)
+        yield decentral.publish(self.frame, ctx, step, x)
+        yield from reporter.report(step, done=True)
 
     def exchange(self, x: np.ndarray, replica: np.ndarray) -> Program:
         raise NotImplementedError

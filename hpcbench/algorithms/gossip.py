@@ -6,7 +6,7 @@ Accumulate, keep (w/2, z), and absorb one's own mailbox as a weighted average. S
 are float64, so a straggler that gives weight away for thousands of steps stays finite and Σ w,
 Σ w·z are conserved to float64 rounding: what leaves a worker lands in a mailbox, and the last
 mailbox contents are absorbed after every worker has stopped pushing (a barrier).
-Both run until rank 0 announces that the workers together have spent the sample budget.
+Both claim each batch from the shared sample budget, so fast workers are not held to a straggler's share.
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class Gossip(Algorithm):
         return decentral.layout(self.ctx.params, until_budget=True, mailbox=mailbox)
 
     def server(self) -> Program:
-        return decentral.coordinate(self.ctx, until_budget=True)
+        return decentral.coordinate(self.ctx)
 
     def worker(self, rank: int) -> Program:
         return self.pull(rank) if self.opts.variant == "pull" else self.push(rank)
@@ -67,39 +67,37 @@ class Gossip(Algorithm):
         rng = ctx.rng(rank)
         x = decentral.starting_point(ctx, rank, self.opts.init_spread)
         budget = decentral.Budget(ctx, shared=True)
-        reporter = decentral.Reporter(ctx, budget)
+        reporter = decentral.Reporter(ctx)
         buf = np.zeros_like(x) if ctx.momentum else None
-        step, stop = 0, False
-        while not stop:
+        step = 0
+        while (yield from budget.next_step(step)):
             yield from decentral.local_step(ctx, reporter, x, buf, step)
             step += 1
             peer = random_peer(rank - 1, ctx.workers, rng) + 1
             [raw] = yield Read("model", (peer,))
             x += self.frame.view(raw, "z")
             x *= np.float32(0.5)
-            stop = yield from budget.spent(step)
             yield decentral.publish(self.frame, ctx, step, x)
-            yield from reporter.report(step, done=stop)
+            yield from reporter.report(step)
+        yield from reporter.report(step, done=True)
 
     def push(self, rank: int) -> Program:
         ctx, box = self.ctx, self.mailbox
         rng = ctx.rng(rank)
         z, w = decentral.starting_point(ctx, rank, self.opts.init_spread, np.float64), 1.0
         budget = decentral.Budget(ctx, shared=True)
-        reporter = decentral.Reporter(ctx, budget)
+        reporter = decentral.Reporter(ctx)
         buf = np.zeros(z.size, np.float32) if ctx.momentum else None
-        step, stop = 0, False
-        while not stop:
+        step = 0
+        while (yield from budget.next_step(step)):
             yield from decentral.local_step(ctx, reporter, z, buf, step)
             step += 1
             w *= 0.5
             peer = random_peer(rank - 1, ctx.workers, rng) + 1
             yield Accumulate("mailbox", peer, ((box.offset("w"), np.array([w])), (box.offset("x"), w * z)))
             w = yield from self.absorb(z, w)
-            stop = yield from budget.spent(step)
             yield decentral.publish(self.frame, ctx, step, z, w)
-            if not stop:  # the last report waits for the final absorb below
-                yield from reporter.report(step)
+            yield from reporter.report(step)
         yield Barrier()  # every push has landed: the last absorb loses nothing
         w = yield from self.absorb(z, w)
         yield decentral.publish(self.frame, ctx, step, z, w)

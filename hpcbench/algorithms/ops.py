@@ -62,6 +62,17 @@ class Accumulate(NamedTuple):
     parts: tuple[tuple[int, np.ndarray], ...]
 
 
+class FetchAdd(NamedTuple):
+    """One-sided atomic fetch-and-add of ``value`` to the int64 at the start of ``window`` on ``rank``.
+
+    → the int64 as it was before the add. Atomic across all ranks, with no work by the owner.
+    """
+
+    window: str
+    rank: int
+    value: int
+
+
 class Drain(NamedTuple):
     """Read this rank's own ``window`` and zero it in one atomic step (a mailbox). → array."""
 
@@ -122,5 +133,5 @@ class Record(NamedTuple):
     values: tuple[float, ...]
 
 
-Op = (Compute | Publish | Read | Accumulate | Drain | Send | Recv | Allreduce | Barrier | Evaluate | Progress
-      | Record)
+Op = (Compute | Publish | Read | Accumulate | FetchAdd | Drain | Send | Recv | Allreduce | Barrier | Evaluate
+      | Progress | Record)

@@ -6,8 +6,8 @@ halve w_i, send (k, w_i, z_i) to the out-peer, and absorb what in-peers sent as 
 (equal to adding numerators x = w·z, without forming them).
 Bounded delay: before computing at iteration k a worker has absorbed every message sent to it at
 an iteration ≤ k − τ − 1 (sgp: τ = 0, so iteration k−1's message is in before k's forward pass);
-newer ones are absorbed when they happen to be there. sgp takes equal steps; osgp runs until rank 0
-announces that the workers together have spent the sample budget. A worker that stops sends a
+newer ones are absorbed when they happen to be there. sgp takes equal steps; osgp workers claim each
+batch from the shared sample budget, so fast ones take more of it. A worker that stops sends a
 last "stopped at K" message to each of its out-peers and then takes everything still on its way to
 it, up to each in-peer's own last message: every message sent is received, and a worker waiting for
 a message that will never come learns so from that stop message instead of waiting forever.
@@ -65,7 +65,7 @@ class PushSum(Algorithm):
         return Layout(base.windows, {**base.channels, "push": push}, base.tables)
 
     def server(self) -> Program:
-        return decentral.coordinate(self.ctx, self.asynchronous)
+        return decentral.coordinate(self.ctx)
 
     def worker(self, rank: int) -> Program:
         ctx, msg, n, i = self.ctx, self.message, self.ctx.workers, rank - 1
@@ -74,9 +74,9 @@ class PushSum(Algorithm):
         buf = np.zeros(z.size, np.float32) if ctx.momentum else None
         inbox = Inbox()
         budget = decentral.Budget(ctx, shared=self.asynchronous)
-        reporter = decentral.Reporter(ctx, budget)
-        k, stop = 0, False
-        while not stop:
+        reporter = decentral.Reporter(ctx)
+        k = 0
+        while (yield from budget.next_step(k)):
             w = yield from self.receive(inbox, z, w, due=k - tau - 1)
             yield from decentral.local_step(ctx, reporter, z, buf, k)
             w *= 0.5
@@ -84,10 +84,8 @@ class PushSum(Algorithm):
             inbox.pending.append((k, exponential_in_peer(i, k, n) + 1))
             k += 1
             w = yield from self.receive(inbox, z, w, due=-1)  # whatever is here already
-            stop = yield from budget.spent(k)
             yield decentral.publish(self.frame, ctx, k, z, w)
-            if not stop:  # the last report waits for the messages still on their way
-                yield from reporter.report(k)
+            yield from reporter.report(k)
         hops = range(exponential_hops(n))
         for h in hops:
             yield Send("push", (i + 2**h) % n + 1, msg.pack(iteration=k, last=1, w=0.0))

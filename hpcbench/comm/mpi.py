@@ -90,6 +90,13 @@ class Window:
             self.win.Accumulate([array, dtype], rank, target=(offset, array.size, dtype), op=MPI.SUM)
         self.win.Unlock(rank)
 
+    def fetch_add(self, rank: int, value: int) -> int:
+        add, before = np.array([value], dtype=np.int64), np.zeros(1, dtype=np.int64)
+        self.win.Lock(rank, MPI.LOCK_SHARED)
+        self.win.Fetch_and_op([add, MPI.INT64_T], [before, MPI.INT64_T], rank, 0, op=MPI.SUM)
+        self.win.Unlock(rank)
+        return int(before[0])
+
     def free(self) -> None:
         self.win.Free()
 

@@ -5,8 +5,8 @@ import time
 from typing import Any, Callable
 
 from hpcbench.algorithms.api import Program
-from hpcbench.algorithms.ops import (Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, Gradient, Progress,
-                                     Publish, Read, Record, Recv, Send)
+from hpcbench.algorithms.ops import (Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, FetchAdd, Gradient,
+                                     Progress, Publish, Read, Record, Recv, Send)
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.telemetry.progress import ProgressLine
@@ -38,7 +38,7 @@ class MpiDriver:
         self.clock = comm.wtime
         self.handlers: dict[type, Callable[[Any], Any]] = {
             Compute: self.compute, Publish: self.publish, Read: self.read, Accumulate: self.accumulate,
-            Drain: self.drain, Send: self.send, Recv: self.recv, Allreduce: self.allreduce,
+            FetchAdd: self.fetch_add, Drain: self.drain, Send: self.send, Recv: self.recv, Allreduce: self.allreduce,
             Barrier: self.barrier, Evaluate: self.evaluate, Record: self.record, Progress: self.show,
         }
 
@@ -95,6 +95,10 @@ class MpiDriver:
     def accumulate(self, op: Accumulate) -> None:
         nbytes = sum(a.nbytes for _, a in op.parts)
         self._timed("communicate", nbytes, op, lambda: self.comm.windows[op.window].accumulate(op.rank, op.parts))
+
+    def fetch_add(self, op: FetchAdd) -> int:
+        window = self.comm.windows[op.window]
+        return self._timed("communicate", 8, op, lambda: window.fetch_add(op.rank, op.value))
 
     def drain(self, op: Drain) -> Any:
         window = self.comm.windows[op.window]

@@ -11,7 +11,7 @@ PHASES = ("data", "compute", "communicate", "wait", "apply", "update", "eval")
 PHASE_CODE = {name: i for i, name in enumerate(PHASES)}
 # The operation a row belongs to ("none": the program's own math between operations).
 OPS = ("none", "Compute", "Publish", "Read", "Accumulate", "Drain", "Send", "Recv", "Allreduce", "Barrier",
-       "Evaluate")
+       "Evaluate", "FetchAdd")
 OP_CODE = {name: i for i, name in enumerate(OPS)}
 COLUMNS = ("rank", "step", "phase", "op", "t_start", "t_end", "nbytes")
 ROW_DTYPE = np.dtype([("step", np.int64), ("phase", np.uint8), ("op", np.uint8), ("t_start", np.float64),

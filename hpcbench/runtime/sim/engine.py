@@ -16,8 +16,8 @@ from typing import Any, Callable
 import numpy as np
 
 from hpcbench.algorithms.api import Algorithm, Layout
-from hpcbench.algorithms.ops import (ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, Gradient,
-                                     Progress, Publish, Read, Record, Recv, Send)
+from hpcbench.algorithms.ops import (ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, FetchAdd,
+                                     Gradient, Progress, Publish, Read, Record, Recv, Send)
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig, barrier_s, ring_allreduce_s
@@ -68,7 +68,7 @@ class Engine:
         self.events = 0
         self.handlers: dict[type, Callable[[int, Any], Any]] = {
             Compute: self.compute, Publish: self.publish, Read: self.read, Accumulate: self.accumulate,
-            Drain: self.drain, Send: self.send, Recv: self.recv, Allreduce: self.allreduce, Barrier: self.barrier,
+            FetchAdd: self.fetch_add, Drain: self.drain, Send: self.send, Recv: self.recv, Allreduce: self.allreduce, Barrier: self.barrier,
             Evaluate: self.evaluate, Record: self.record, Progress: self.show,
         }
 
@@ -198,6 +198,22 @@ class Engine:
         self.at(end, land)
         self.row(rank, "communicate", self.now, end, self.modeled(nbytes), "Accumulate")
         return self.later(rank, end, None)
+
+    def fetch_add(self, rank: int, op: FetchAdd) -> object:
+        """The add happens when the request reaches the target; the old value travels back."""
+        arrive = self.transfer(rank, op.rank, 8, self.now, op.rank)
+        counter = self.windows[(op.window, op.rank)][:8].view(np.int64)
+        start = self.now
+
+        def add() -> None:
+            before = int(counter[0])
+            counter[0] += op.value
+            back = self.transfer(op.rank, rank, 8, self.now)
+            self.row(rank, "communicate", start, back, 16, "FetchAdd")
+            self.at(back, self.resume, rank, before)
+
+        self.at(arrive, add)
+        return BLOCKED
 
     def drain(self, rank: int, op: Drain) -> object:
         key = (op.window, rank)

@@ -1,0 +1,140 @@
+"""Push-sum (sgp, osgp, push gossip) through the real programs: bounded delay, finiteness, conservation.
+
+The osgp programs are driven by a hand-written harness whose in-peers are as slow as possible (a
+message is there only when the worker blocks for it), so the worker's waits show exactly which
+messages its bound forces it to absorb. The others run in the simulator and are checked against
+conservation laws and exact averaging, from distinct starting models.
+"""
+import contextlib
+import io
+
+import numpy as np
+import pytest
+
+from hpcbench.algorithms import ALGORITHMS
+from hpcbench.algorithms import decentral
+from hpcbench.algorithms.ops import Compute, FetchAdd, Gradient, Publish, Recv, Send
+from hpcbench.algorithms.topology import exponential_hops, exponential_in_peer
+from hpcbench.cli import main
+from hpcbench.config import RunConfig
+from hpcbench.results.store import read_run
+from hpcbench.runtime import plan
+
+N, ME, STOP_AFTER = 8, 3, 20  # workers, the driven worker's rank, its iterations before the budget runs out
+
+
+def osgp_context(tau: int, algo: str = "osgp"):
+    options = {"tau": tau} if algo == "osgp" else {}
+    cfg = RunConfig(algo=algo, steps=STOP_AFTER, lr=0.0, warmup_epochs=0.0, options={algo: options})
+    algo_cls = ALGORITHMS.get(algo)
+    return algo_cls(plan.make_context(cfg, algo_cls, N, np.zeros(4, np.float32), train_size=10**6))
+
+
+def drive_with_slow_in_peers(tau: int, algo: str = "osgp"):
+    """Run worker ME; → (messages absorbed before each compute, all absorbed, stop messages sent)."""
+    program_owner = osgp_context(tau, algo)
+    msg = program_owner.message
+    i = ME - 1
+    # Every in-peer sends to us at each iteration m whose in-peer it is, and stops after STOP_AFTER.
+    queued = {}
+    for m in range(STOP_AFTER):
+        queued.setdefault(exponential_in_peer(i, m, N) + 1, []).append(m)
+    absorbed, before_compute, markers = [], [], []
+    program, result, computes = program_owner.worker(ME), None, 0
+    while True:
+        try:
+            op = program.send(result)
+        except StopIteration:
+            return before_compute, absorbed, markers
+        result = None
+        if isinstance(op, Compute):
+            before_compute.append(set(absorbed))
+            computes += 1
+            result = Gradient(np.zeros(4, np.float32), 0.0, 1, 0)
+        elif isinstance(op, FetchAdd):  # the shared budget runs out after STOP_AFTER of our steps
+            result = 0 if computes < STOP_AFTER else program_owner.ctx.budget
+        elif isinstance(op, Recv):
+            assert op.channel == "push"
+            if op.timeout == 0:
+                continue  # slow in-peers: nothing is ever there before the worker waits for it
+            if queued.get(op.src):
+                m = queued[op.src].pop(0)
+                absorbed.append(m)
+                result = (op.src, msg.pack(iteration=m, last=0, w=0.5, z=np.ones(4, np.float32)))
+            else:
+                result = (op.src, msg.pack(iteration=STOP_AFTER, last=1, w=0.0))
+        elif isinstance(op, Send) and op.channel == "push" and msg.scalar(op.data, "last"):
+            markers.append(op.dest)
+        else:
+            assert isinstance(op, (Send, Publish))
+
+
+@pytest.mark.parametrize("tau", [0, 1, 2, 3])
+def test_osgp_absorbs_every_message_older_than_tau_before_computing_and_no_newer_one(tau):
+    before_compute, absorbed, markers = drive_with_slow_in_peers(tau)
+    assert len(before_compute) == STOP_AFTER
+    for k, have in enumerate(before_compute):
+        assert have == set(range(max(0, k - tau))), f"iteration {k}"  # exactly the messages sent at <= k-tau-1
+    assert sorted(absorbed) == list(range(STOP_AFTER))  # every message sent to it, each once
+    assert sorted(markers) == sorted((ME - 1 + 2**h) % N + 1 for h in range(exponential_hops(N)))
+
+
+def test_sgp_is_osgp_with_tau_zero():
+    assert drive_with_slow_in_peers(0, "sgp")[0] == drive_with_slow_in_peers(0, "osgp")[0]
+
+
+def test_mix_survives_a_weight_that_underflows():
+    z, w = np.array([1.5, -2.0]), 1.0
+    for _ in range(3000):  # gives half away every step and receives nothing: w becomes exactly 0
+        w *= 0.5
+    assert w == 0.0 and np.isfinite(z).all()
+    w = decentral.mix(z, w, np.array([3.0, 4.0]), 0.25)  # then receives: takes the sender's model
+    np.testing.assert_array_equal(z, [3.0, 4.0])
+    assert w == 0.25
+    w = decentral.mix(z, w, np.array([1.0, 0.0]), 0.75)  # a weighted average, weights 1:3
+    np.testing.assert_allclose(z, [1.5, 1.0]) and w == 1.0
+
+
+def simulate(*args: str):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["simulate", *args]) == 0
+    return read_run(args[args.index("--out") + 1])
+
+
+def start_mass(algo: str, workers: int, spread: float) -> float:
+    """Σ_i Σ z_i(0) of the workers' distinct starting models (weights start at 1)."""
+    from hpcbench.workload.datasets import load_dataset
+    from hpcbench.workload.trainer import Trainer
+
+    cfg = RunConfig(algo=algo)
+    algo_cls = ALGORITHMS.get(algo)
+    ctx = plan.make_context(cfg, algo_cls, workers, Trainer("mlp", load_dataset("digits"), 0).initial, 1437)
+    return sum(float(decentral.starting_point(ctx, r, spread, np.float64).sum()) for r in range(1, workers + 1))
+
+
+@pytest.mark.parametrize("steps, stragglers", [(300, "0.2:4"), (2000, "0.2:4")])
+def test_push_gossip_with_a_straggler_stays_finite_and_conserves_mass(tmp_path, steps, stragglers):
+    rec = simulate("--algo", "gossip", "--set", "gossip.variant=push", "--set", "gossip.init_spread=0.05",
+                   "--workers", "5", "--steps", str(steps), "--lr", "0", "--stragglers", stragglers,
+                   "--numerics", "on", "--set", "evals=4", "--out", str(tmp_path / "push.h5"))
+    final = rec.tables["final_models"]
+    assert np.isfinite(rec.final_params).all() and np.isfinite(rec.evals["consensus"][1:]).all()
+    assert np.isfinite(final["mass"]).all() and (final["weight"] > 0).all()
+    assert final["weight"].sum() == pytest.approx(5.0, rel=1e-12)
+    assert final["mass"].sum() == pytest.approx(start_mass("gossip", 5, 0.05), rel=1e-12)
+    assert final["samples"].min() < final["samples"].max() / 2  # the straggler really was slower
+
+
+@pytest.mark.parametrize("workers", [4, 8])
+def test_sgp_averages_distinct_models_exactly_in_log2_n_rounds(tmp_path, workers):
+    rounds = int(np.log2(workers))
+    rec = simulate("--algo", "sgp", "--set", "sgp.init_spread=0.1", "--workers", str(workers),
+                   "--steps", str(rounds), "--lr", "0", "--set", "evals=1", "--out", str(tmp_path / "sgp.h5"))
+    assert rec.evals["consensus"][-1] < 1e-6  # every worker holds the same model ...
+    spread_start = 0.1 * np.sqrt(rec.final_params.size)
+    assert rec.evals["consensus"][-1] < 1e-5 * spread_start
+    mass = start_mass("sgp", workers, 0.1)
+    final = rec.tables["final_models"]
+    assert (final["weight"] == 1.0).all()  # ... with all weight back where it started
+    assert float(rec.final_params.sum(dtype=np.float64)) == pytest.approx(mass / workers, rel=1e-6)  # the mean
