@@ -16,6 +16,12 @@ from hpcbench.workload.datasets import DATASET_HELP
 from hpcbench.workload.models import MODEL_HELP
 
 
+RECIPE = ("lr is the single-worker rate. Asynchronous algorithms apply every gradient at lr; synchronous ones\n"
+          "(allreduce, easgd-sync, sgp) scale it by lr_scaling: none (lr), linear (n·lr, as Goyal et al.) or sqrt\n"
+          "(√n·lr). Every algorithm warms up linearly from 1/n of its rate over warmup_epochs, then decays by\n"
+          "lr_decay_factor at lr_decay_epochs. The run line and the result file record what was applied.")
+
+
 def _default(f: dataclasses.Field) -> object:
     if f.default is not dataclasses.MISSING:
         return f.default
@@ -40,6 +46,8 @@ def listing() -> str:
         tabulate(sorted(DATASET_HELP.items()), headers=["name", "what it is"]),
         "Run options (flags, --set KEY=VALUE, or top-level keys in --config)",
         tabulate(run_options, headers=["key", "default"]),
+        "Learning-rate recipe (the same for every algorithm)",
+        RECIPE,
     ]
     return "\n\n".join(parts)
 

@@ -13,7 +13,7 @@ from reference import union_batch_sgd
 pytestmark = [requires_mpi, pytest.mark.timeout(600)]
 
 COMMON = ("--dataset", "digits", "--model", "mlp", "--batch-size", "16", "--lr", "0.05", "--momentum", "0.9",
-          "--set", "weight_decay=0.001", "--set", "evals=4")
+          "--set", "weight_decay=0.001", "--set", "evals=4", "--set", "warmup_epochs=0")
 
 
 @pytest.fixture(scope="module")

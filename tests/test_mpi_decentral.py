@@ -32,8 +32,8 @@ def test_runs_learn_and_write_a_complete_file(tmp_path, algo, extra):
     final = rec.tables["final_models"]
     assert sorted(final["worker"].tolist()) == [1, 2, 3, 4]
     assert rec.evals["samples"][-1] == final["samples"].sum()
-    if ALGORITHMS.get(algo).asynchronous:  # the shared budget, overshot by at most a few in-flight steps
-        assert BUDGET <= final["samples"].sum() <= BUDGET + 3 * 4 * 32
+    if ALGORITHMS.get(algo).asynchronous:  # the shared budget, claimed batch by batch
+        assert final["samples"].sum() == BUDGET
     else:
         assert (final["samples"] == 40 * 32).all()
     assert np.isfinite(rec.evals["consensus"][1:]).all()
@@ -71,7 +71,7 @@ def test_a_slowed_worker_never_leaves_the_others_waiting(tmp_path, algo, extra):
     ok(mpirun(5, "run", "--algo", algo, "--steps", "20", "--stragglers", "0.25:4", *extra, "--out", str(out),
               timeout=120))
     rec = read_run(out)
-    assert 4 * 20 * 32 <= rec.evals["samples"][-1] <= 4 * 20 * 32 + 3 * 4 * 32  # the shared budget
+    assert rec.evals["samples"][-1] == 4 * 20 * 32  # the shared budget, exactly
     samples = rec.tables["final_models"]["samples"] if algo != "asgd" else None
     tl = rec.timeline
     compute = tl["phase"] == rec.phases.index("compute")
@@ -79,5 +79,5 @@ def test_a_slowed_worker_never_leaves_the_others_waiting(tmp_path, algo, extra):
     slow = max(medians, key=medians.get)
     others = [m for r, m in medians.items() if r != slow]
     assert medians[slow] > 2.5 * np.median(others)  # the straggler really was slowed
-    if samples is not None:  # and the others did not wait for it: they took more steps
-        assert samples[slow - 1] < 0.6 * np.median(np.delete(samples, slow - 1))
+    if samples is not None and algo != "osgp":  # the others did not wait for it: they took more steps
+        assert samples[slow - 1] < np.delete(samples, slow - 1).min()

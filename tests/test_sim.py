@@ -40,6 +40,19 @@ def test_allreduce_follows_the_same_trajectory_as_under_mpiexec(tmp_path):
     assert abs(a.evals["accuracy"][-1] - b.evals["accuracy"][-1]) <= 1 / 360 + 1e-9
 
 
+@pytest.mark.parametrize("scaling, factor", [("linear", 4.0), ("sqrt", 2.0)])
+def test_allreduce_with_a_scaled_rate_is_union_batch_sgd_at_that_rate(tmp_path, scaling, factor):
+    out = tmp_path / "a.h5"
+    simulate("--algo", "allreduce", "--workers", "4", "--steps", "10", *COMMON, "--set", "warmup_epochs=0",
+             "--set", f"lr_scaling={scaling}", "--out", str(out))
+    rec = read_run(out)
+    expected = union_batch_sgd("mlp", "digits", 4, steps=10, batch=16, lr=0.05 * factor, momentum=0.9, wd=0.0,
+                               seed=0)
+    np.testing.assert_allclose(rec.final_params, expected, rtol=1e-4, atol=2e-5)
+    assert rec.attrs["config"]["schedule"]["lr"] == pytest.approx(0.05 * factor)
+    assert rec.tables["learning_rate"]["lr"] == pytest.approx(0.05 * factor)  # the rate the workers applied
+
+
 def test_asgd_with_one_simulated_worker_is_sequential_sgd(tmp_path):
     out = tmp_path / "a.h5"
     simulate("--algo", "asgd", "--workers", "1", "--steps", "20", *COMMON, "--out", str(out))

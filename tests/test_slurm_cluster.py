@@ -1,7 +1,8 @@
 """A real single-node Slurm on localhost: a two-point sweep submitted with sbatch, and the launcher check.
 
-jobs/slurm/local-cluster.sh installs and starts Slurm (CI runs it first); where Slurm cannot be
-installed or started (no root, no Debian packages) these tests skip and say why.
+Opt-in: they use a Slurm that is already up (and leave it alone), or, with HPCBENCH_TEST_SLURM=1
+(CI sets it), start one with jobs/slurm/local-cluster.sh (root, Debian packages) and stop the
+daemons they started when they are done. Otherwise they skip and say how to enable them.
 """
 import os
 import re
@@ -26,15 +27,26 @@ def slurm_up() -> bool:
     return out.returncode == 0 and re.search(r"idle|mixed|allocated", out.stdout) is not None
 
 
+LOCAL_CLUSTER = ROOT / "jobs" / "slurm" / "local-cluster.sh"
+
+
 @pytest.fixture(scope="module")
 def slurm():
-    if not slurm_up():
-        if os.geteuid() != 0 or shutil.which("apt-get") is None:
-            pytest.skip("no running Slurm, and jobs/slurm/local-cluster.sh needs root and apt-get to start one")
-        proc = subprocess.run([str(ROOT / "jobs" / "slurm" / "local-cluster.sh")], capture_output=True, text=True,
-                              timeout=400)
+    if slurm_up():
+        yield  # somebody else's Slurm: used as it is, and left running
+        return
+    if os.environ.get("HPCBENCH_TEST_SLURM") != "1":
+        pytest.skip("no Slurm is running; set HPCBENCH_TEST_SLURM=1 to let the tests install and start a local "
+                    "one with jobs/slurm/local-cluster.sh (root, apt-get) and stop it afterwards")
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip("no running Slurm, and jobs/slurm/local-cluster.sh needs root and apt-get to start one")
+    proc = subprocess.run([str(LOCAL_CLUSTER)], capture_output=True, text=True, timeout=400)
+    try:
         if proc.returncode != 0 or not slurm_up():
             pytest.skip(f"could not install or start a local Slurm: {proc.stderr.strip()[-300:]}")
+        yield
+    finally:  # what the tests started, they stop (by the daemons' process ids)
+        subprocess.run([str(LOCAL_CLUSTER), "stop"], capture_output=True, text=True, timeout=60)
 
 
 def wait_for_jobs(ids: list[str], timeout: float) -> None:
@@ -91,3 +103,13 @@ def test_the_run_script_in_jobs_slurm_runs_one_benchmark(slurm, tmp_path):
     rec = read_run(out)
     assert rec.algorithm == "sgp" and rec.workers == 2 and rec.provenance["slurm_job_id"] == job
     assert rec.per_rank["threads"] == ["1", "1", "1"]  # from SLURM_CPUS_PER_TASK
+
+
+def test_the_local_cluster_script_starts_nothing_twice(slurm):
+    pids = [Path(p) for p in ("/run/slurmctld.pid", "/run/slurmd.pid", "/run/munge/munged.pid")]
+    if not all(p.exists() for p in pids):
+        pytest.skip("this Slurm was not started by jobs/slurm/local-cluster.sh")
+    before = [p.read_text() for p in pids]
+    proc = subprocess.run([str(LOCAL_CLUSTER)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "already running; nothing to do" in proc.stdout
+    assert [p.read_text() for p in pids] == before and "installing" not in proc.stdout

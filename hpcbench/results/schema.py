@@ -9,7 +9,9 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+# 2: /server/updates gained lr and echo_bytes; /server/too_stale became /server/late (gradients after
+#    the budget); final_models' x_sum became mass (Σ w·z); /server/learning_rate; config.schedule.
+SCHEMA_VERSION = 2
 
 ROOT_ATTRS = ("schema_version", "hpcbench_version", "mode", "algorithm", "world_size", "workers", "model",
               "dataset", "seed", "status", "created_utc", "config")
@@ -19,7 +21,8 @@ PROVENANCE_ATTRS = ("mpi_library_version", "mpi_vendor", "mpi4py_version", "torc
 PROVENANCE_PER_RANK = ("hostnames", "devices")
 TIMELINE_COLUMNS = ("rank", "step", "phase", "op", "t_start", "t_end", "nbytes")
 EVAL_COLUMNS = ("t", "samples", "updates", "loss", "accuracy", "consensus")
-UPDATE_COLUMNS = ("t", "worker", "version_used", "version_applied", "staleness", "penalty_mean", "gap_mean")
+UPDATE_COLUMNS = ("t", "worker", "version_used", "version_applied", "staleness", "penalty_mean", "gap_mean", "lr",
+                  "echo_bytes")
 SUMMARY_ATTRS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "final_accuracy",
                  "time_to_target_s", "median_step_s", "data_fraction", "compute_fraction",
                  "communicate_fraction", "wait_fraction", "staleness_p50", "staleness_p99")

@@ -1,19 +1,35 @@
 #!/usr/bin/env bash
-# Install (Debian packages) and start a single-node Slurm on localhost: munge, slurmctld, slurmd.
-# For tests and for trying the job scripts without a cluster. Needs root; idempotent.
-#   jobs/slurm/local-cluster.sh          start (installing the packages first if missing)
-#   jobs/slurm/local-cluster.sh stop     stop the daemons
+# A single-node Slurm on localhost (munge, slurmctld, slurmd from Debian's packages), for the
+# Slurm tests and for trying the job scripts without a cluster. Needs root.
+#   jobs/slurm/local-cluster.sh          start: installs slurmctld, slurmd, slurm-client and munge
+#                                        with apt-get if they are missing, writes /etc/slurm/slurm.conf
+#                                        and starts the three daemons; says so before doing either
+#   jobs/slurm/local-cluster.sh stop     stop the daemons this script started (by the process ids in
+#                                        their pid files; nothing else is touched)
+# Idempotent: when its daemons are already running it starts nothing, and it installs nothing twice.
 set -euo pipefail
+
+PIDFILES=(/run/slurmd.pid /run/slurmctld.pid /run/munge/munged.pid)
 
 if [ "$(id -u)" != 0 ]; then
     echo "local-cluster.sh: needs root (it installs packages and starts daemons)" >&2
     exit 2
 fi
 
+alive() {  # the process named in pid file $1 is running
+    [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
 stop() {
-    pkill -x slurmd 2>/dev/null || true
-    pkill -x slurmctld 2>/dev/null || true
-    pkill -x munged 2>/dev/null || true
+    for pidfile in "${PIDFILES[@]}"; do
+        if alive "$pidfile"; then
+            pid=$(cat "$pidfile")
+            echo "local-cluster.sh: stopping $(basename "$pidfile" .pid) (pid $pid)"
+            kill "$pid"
+            for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        fi
+        rm -f "$pidfile"
+    done
 }
 
 if [ "${1:-start}" = stop ]; then
@@ -21,11 +37,18 @@ if [ "${1:-start}" = stop ]; then
     exit 0
 fi
 
+if alive /run/slurmctld.pid && alive /run/slurmd.pid && alive /run/munge/munged.pid; then
+    echo "local-cluster.sh: the local Slurm is already running; nothing to do"
+    exit 0
+fi
+
 if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then
+    echo "local-cluster.sh: installing Debian packages slurmctld slurmd slurm-client munge (apt-get)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >/dev/null
     apt-get install -y -q slurmctld slurmd slurm-client munge >/dev/null
 fi
+echo "local-cluster.sh: starting munged, slurmctld and slurmd on localhost ('$0 stop' stops them)"
 
 node=$(hostname -s)
 # Declare more CPUs than the machine has, so tests can oversubscribe a small box as mpiexec does.
@@ -63,8 +86,7 @@ chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge
 chmod 0700 /etc/munge /var/lib/munge /var/log/munge
 chmod 0400 /etc/munge/munge.key
 
-stop
-sleep 1
+stop  # whatever half of a previous start is still running
 runuser -u munge -- /usr/sbin/munged
 /usr/sbin/slurmctld
 /usr/sbin/slurmd

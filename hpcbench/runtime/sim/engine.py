@@ -68,8 +68,8 @@ class Engine:
         self.events = 0
         self.handlers: dict[type, Callable[[int, Any], Any]] = {
             Compute: self.compute, Publish: self.publish, Read: self.read, Accumulate: self.accumulate,
-            FetchAdd: self.fetch_add, Drain: self.drain, Send: self.send, Recv: self.recv, Allreduce: self.allreduce, Barrier: self.barrier,
-            Evaluate: self.evaluate, Record: self.record, Progress: self.show,
+            FetchAdd: self.fetch_add, Drain: self.drain, Send: self.send, Recv: self.recv, Allreduce: self.allreduce,
+            Barrier: self.barrier, Evaluate: self.evaluate, Record: self.record, Progress: self.show,
         }
 
     # --- the event loop -----------------------------------------------------------------------
