@@ -35,11 +35,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file of options; [ALGO] tables hold algorithm options")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any option, e.g. --set weight_decay=1e-4 --set ga-asgd.beta=0.99")
-    p.add_argument("--out", help="result file (default results/<algo>-<dataset>-...-<time>.h5)")
+    p.add_argument("--out", help="result file (default results/<algo>-<dataset>-...-<time>-<id>.h5)")
+    p.add_argument("--overwrite", action="store_true", default=None,
+                   help="replace the result file at --out if there is one (regular files only)")
 
 
 FLAG_KEYS = ("algo", "model", "dataset", "data_dir", "steps", "epochs", "batch_size", "lr", "momentum", "seed",
-             "stragglers", "out")
+             "stragglers", "out", "overwrite")
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -138,6 +140,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from hpcbench.results.paths import check_study_dir
     from hpcbench.runtime import plan
     from hpcbench.runtime.study import parse_ranks, run_local
     from hpcbench.slurm import sweep
@@ -150,6 +153,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for a in algos:  # refuse a bad study before writing or submitting anything
         plan.validate(cfg.with_updates(algo=a))
     out_dir = Path(args.out_dir).resolve()
+    check_study_dir(out_dir, args.resume)
     if args.local:
         files, failures = run_local(algos, parse_ranks(args.ranks), base_args, str(out_dir), args.timeout,
                                     args.repeats)
@@ -217,6 +221,8 @@ def build_parser() -> Parser:
     p.add_argument("--config", help="TOML file of run options for every job")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="run option for every job")
     p.add_argument("--out-dir", required=True, help="where job scripts, logs, result files and the report go")
+    p.add_argument("--resume", action="store_true", help="add to an --out-dir that holds results: run only the "
+                   "points without an ok result (those are never rewritten)")
     p.add_argument("--tasks-per-node", type=int, default=1, help="MPI ranks per node (default 1)")
     p.add_argument("--cpus-per-task", type=int, default=1, help="cores per rank; sets torch threads (default 1)")
     p.add_argument("--gpus-per-task", type=int, default=0, help="GPUs per rank, e.g. 1 (default none)")

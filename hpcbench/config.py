@@ -45,6 +45,7 @@ class RunConfig:
     timeout_s: float = 120.0  # longest any blocking wait may last before the run fails
     threads: int = 0  # torch threads per rank; 0 = share this node's cores among its ranks
     out: str = ""
+    overwrite: bool = False  # replace an existing result file at ``out`` (regular files only)
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def with_updates(self, **changes: Any) -> "RunConfig":

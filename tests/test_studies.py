@@ -183,3 +183,20 @@ def test_local_sweep_runs_each_point_and_prints_the_table(tmp_path):
     assert "Scaling" in out and out.count("allreduce ") >= 4
     scaling = out[out.index("Scaling"):]
     assert "1.00" in scaling  # speedup of each algorithm's smallest point against itself
+
+
+@requires_mpi
+@pytest.mark.timeout(300)
+def test_a_study_directory_with_results_is_added_to_only_when_asked(tmp_path):
+    args = ("sweep", "--local", "--ranks", "3", "--algos", "asgd,allreduce", "--set", "steps=5", "--out-dir",
+            str(tmp_path))
+    code, _, err = cli(*args[:5], "asgd", *args[6:])
+    assert code == 0, err
+    kept = (tmp_path / "asgd-w2.h5").read_bytes()
+    code, _, err = cli(*args)
+    assert code == 2 and "already holds 1 result file(s); pass --resume" in err
+    (tmp_path / "allreduce-w2.h5").write_bytes(b"a crashed run's leftovers")
+    code, out, err = cli(*args, "--resume")
+    assert code == 0, err
+    assert "asgd on 3 ranks: kept" in out and (tmp_path / "asgd-w2.h5").read_bytes() == kept  # never rewritten
+    assert read_run(tmp_path / "allreduce-w2.h5").attrs["status"] == "ok"  # the broken point was run again

@@ -43,7 +43,7 @@ class Inbox:
 
     def __init__(self) -> None:
         self.pending: list[tuple[int, int]] = []
-        self.stopped: dict[int, int] = {}  # in-peer rank → its iteration count when it stopped
+        self.stopped: set[int] = set()  # in-peers whose "stopped" message has come
 
 
 class PushSum(Algorithm):
@@ -117,10 +117,10 @@ class PushSum(Algorithm):
         if got is None:
             return None
         raw, msg = got[1], self.message
-        iteration = msg.scalar(raw, "iteration")
         if msg.scalar(raw, "last"):
-            inbox.stopped[src] = iteration
+            inbox.stopped.add(src)
             return w
+        iteration = msg.scalar(raw, "iteration")
         if expected is not None and iteration != expected:
             raise RuntimeFailure(f"rank {src} sent iteration {iteration} where {expected} was due")
         return decentral.mix(z, w, msg.view(raw, "z"), msg.scalar(raw, "w"))

@@ -1,7 +1,8 @@
 """Write and read result files (the only module that imports h5py).
 
-A file is written under a temporary name with status "running", marked "ok" last, then renamed:
-a crash leaves only the ``.partial`` file, never one that reads as complete.
+A file is written under a temporary name of its own run with status "running", marked "ok" last,
+then given its name without replacing anything (``paths.publish``): a crash leaves only that run's
+``.partial`` file, never one that reads as complete, and no run's result is lost to another's.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import h5py
 import numpy as np
 
 from hpcbench.errors import UsageError
+from hpcbench.results.paths import partial_name, publish, run_id
 from hpcbench.results.schema import ROOT_ATTRS, SCHEMA_VERSION, RunRecord
 
 STRING = h5py.string_dtype()
@@ -37,10 +39,13 @@ def _columns(group: h5py.Group, columns: dict[str, np.ndarray]) -> None:
                              compression="gzip" if big else None, compression_opts=1 if big else None)
 
 
-def write_run(path: str | os.PathLike, rec: RunRecord) -> Path:
+def write_run(path: str | os.PathLike, rec: RunRecord, overwrite: bool = False) -> Path:
+    """Write the result; → where it went: ``path``, or a sibling name if another run took ``path``
+    while this one ran (``overwrite``: replace a regular file that is there)."""
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
-    partial = final.with_name(final.name + ".partial")
+    rid = run_id()
+    partial = partial_name(final, rid)
     try:
         with h5py.File(partial, "w") as f:
             for key, value in rec.attrs.items():
@@ -78,11 +83,10 @@ def write_run(path: str | os.PathLike, rec: RunRecord) -> Path:
                 for key, value in rec.simulation.items():
                     sim.attrs[key] = _attr(value)
             f.attrs["status"] = "ok"
-        os.replace(partial, final)
+        return publish(partial, final, overwrite, rid)
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
-    return final
 
 
 def _plain(value: Any) -> Any:
@@ -95,6 +99,15 @@ def _plain(value: Any) -> Any:
 
 def _read_columns(group: h5py.Group) -> dict[str, np.ndarray]:
     return {name: group[name][()] for name in group}
+
+
+def result_status(path: str | os.PathLike) -> str | None:
+    """The ``status`` of the result file at ``path``; None when there is none or it cannot be read."""
+    try:
+        with h5py.File(path, "r") as f:
+            return str(_plain(f.attrs.get("status", ""))) or None
+    except (OSError, FileNotFoundError):
+        return None
 
 
 def read_run(path: str | os.PathLike) -> RunRecord:

@@ -10,6 +10,7 @@ from hpcbench.algorithms import ALGORITHMS, Algorithm, Context
 from hpcbench.algorithms.schedule import Schedule, lr_scale
 from hpcbench.config import RunConfig, build_options, parse_straggler_spec, validate_numbers
 from hpcbench.errors import UsageError
+from hpcbench.results.paths import check_target
 from hpcbench.workload.datasets import DATASETS
 from hpcbench.workload.models import MODELS
 
@@ -26,6 +27,8 @@ def validate(cfg: RunConfig) -> type[Algorithm]:
     for table, values in cfg.options.items():
         build_options(ALGORITHMS.get(table).Options, values, f"{table}.")
     validate_numbers(cfg)
+    if cfg.out:
+        check_target(cfg.out, cfg.overwrite)
     return algo
 
 

@@ -1,8 +1,8 @@
 """Assemble a run's result record on rank 0 (shared by the MPI driver and the simulator)."""
 from __future__ import annotations
 
+import sys
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -10,20 +10,28 @@ import numpy as np
 import hpcbench
 from hpcbench.algorithms import Algorithm, Context
 from hpcbench.config import RunConfig
+from hpcbench.results.paths import run_id
 from hpcbench.results.schema import RunRecord
+from hpcbench.results.store import write_run
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.telemetry.summary import dropped_gradients, summarize
 from hpcbench.telemetry.timeline import COLUMNS, OPS, PHASES, concat
 
 
 def default_out(cfg: RunConfig, workers: int, mode: str = "mpi") -> str:
+    """A readable name, unique even for runs started in the same second on different nodes."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    stem = f"results/{cfg.algo}-{cfg.dataset}-{cfg.model}-{mode}-w{workers}-s{cfg.seed}-{stamp}"
-    path, n = Path(stem + ".h5"), 1
-    while path.exists():
-        n += 1
-        path = Path(f"{stem}-{n}.h5")
-    return str(path)
+    return f"results/{cfg.algo}-{cfg.dataset}-{cfg.model}-{mode}-w{workers}-s{cfg.seed}-{stamp}-{run_id()}.h5"
+
+
+def write_result(cfg: RunConfig, rec: RunRecord) -> str:
+    """Write the result file and say where it went (a sibling name when --out was taken meanwhile)."""
+    wanted = cfg.out or default_out(cfg, rec.workers, rec.mode)
+    path = str(write_run(wanted, rec, cfg.overwrite))
+    if path != wanted:
+        print(f"hpcbench: {wanted} appeared while this run went on; the result is kept as {path}",
+              file=sys.stderr, flush=True)
+    return path
 
 
 def resolved_config(cfg: RunConfig, algo: Algorithm, ctx: Context, parameters: int) -> dict[str, Any]:

@@ -13,13 +13,12 @@ from hpcbench.algorithms import Algorithm
 from hpcbench.algorithms.api import Layout
 from hpcbench.config import RunConfig
 from hpcbench.errors import HpcbenchError, UsageError
-from hpcbench.results.store import write_run
 from hpcbench.runtime import plan
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.mpi_driver import MpiDriver
 from hpcbench.runtime.placement import choose_device, cpu_count, thread_count
 from hpcbench.runtime.provenance import software
-from hpcbench.runtime.record import build_record, default_out, result_line
+from hpcbench.runtime.record import build_record, result_line, write_result
 from hpcbench.runtime.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
 from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.telemetry.progress import ProgressLine
@@ -162,7 +161,7 @@ def execute(cfg: RunConfig, algo_cls: type[Algorithm], comm: Any) -> int:
         provenance = {**software(), **mpi_library()}
         record = build_record(cfg, algo, ctx, mode="mpi", world_size=comm.size, parts=parts, offsets=offsets,
                               origin=start, logs=logs, provenance=provenance)
-        path = write_run(cfg.out or default_out(cfg, workers), record)
-        print(result_line(record, str(path)), flush=True)
+        path = write_result(cfg, record)
+        print(result_line(record, path), flush=True)
     comm.finalize()
     return 0

@@ -27,9 +27,14 @@ def parse_ranks(text: str) -> list[int]:
 
 
 def run_local(algos: Sequence[str], ranks: Sequence[int], run_args: Sequence[str], out_dir: str,
-              timeout: float, repeats: int = 1) -> tuple[list[Path], list[str]]:
-    """Run each point in turn; returns (result files, failure descriptions)."""
+              timeout: float, repeats: int = 1, replace: bool = False) -> tuple[list[Path], list[str]]:
+    """Run each point in turn; returns (result files, failure descriptions).
+
+    A point that already has an ``ok`` result is kept and not run again (unless ``replace``: the
+    demo, which owns its directory); a failed or unreadable one is run again and replaced.
+    """
     from hpcbench.algorithms import ALGORITHMS
+    from hpcbench.results.store import result_status
     from hpcbench.runtime.launch import run_ranks
 
     points = [(a, r, k) for a in algos for r in ranks for k in range(repeats)]
@@ -43,7 +48,14 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], run_args: Sequence[str
             continue
         suffix = f"-r{repeat + 1}" if repeats > 1 else ""
         out = Path(out_dir) / f"{algo}-w{world - 1}{suffix}.h5"
+        status = result_status(out)
+        if status == "ok" and not replace:
+            done.append(out)
+            print(f"[{i}/{len(points)}] {label}: kept (an ok result is already in {out})", flush=True)
+            continue
         args = ["run", "--algo", algo, *run_args, "--out", str(out)]
+        if replace or out.exists():
+            args.append("--overwrite")
         if repeats > 1:
             args += ["--set", f"seed={repeat}"]
         t0 = time.monotonic()
@@ -73,7 +85,7 @@ def demo(out_dir: str, ranks_text: str, steps: int, timeout: float) -> int:
         i = run_args.index("--epochs")
         run_args[i:i + 2] = ["--steps", str(steps)]
     t0 = time.monotonic()
-    files, failures = run_local(ALGORITHMS.names(), ranks, run_args, out_dir, timeout)
+    files, failures = run_local(ALGORITHMS.names(), ranks, run_args, out_dir, timeout, replace=True)
     print(f"\n{len(files)} runs in {time.monotonic() - t0:.0f} s; result files in {out_dir}/\n")
     if files:
         print(report_text(load([str(f) for f in files])))

@@ -72,22 +72,28 @@ def default_setup() -> tuple[str, ...]:
 
 
 def run_args(point: Point, base_args: list[str], out: Path) -> list[str]:
+    """The point's ``hpcbench run`` arguments; a failed or unreadable earlier result at ``out`` is replaced."""
     args = ["run", "--algo", point.algo, *base_args]
     if point.repeat:
         args += ["--set", f"seed={point.repeat - 1}"]
-    return args + ["--out", str(out)]
+    return args + ["--out", str(out)] + (["--overwrite"] if out.exists() else [])
 
 
 def write_study(out_dir: Path, points: list[Point], res: Resources, base_args: list[str]) -> tuple[list[Path], Path]:
-    """Write runs/*.sbatch, report.sbatch and submit.sh; returns (run scripts, report script)."""
+    """Write runs/*.sbatch, report.sbatch and submit.sh for the points without an ``ok`` result
+    (those keep theirs); returns (run scripts, report script)."""
+    from hpcbench.results.store import result_status
+
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     (out_dir / "logs").mkdir(exist_ok=True)
     scripts = []
     for p in points:
+        out = out_dir / f"{p.stem}.h5"
+        if result_status(out) == "ok":
+            continue
         script = out_dir / "runs" / f"{p.stem}.sbatch"
         log = str(out_dir / "logs" / f"{p.stem}-%j.out")
-        script.write_text(run_job(f"hpcbench-{p.stem}", p.nodes, res, run_args(p, base_args, out_dir / f"{p.stem}.h5"),
-                                  log))
+        script.write_text(run_job(f"hpcbench-{p.stem}", p.nodes, res, run_args(p, base_args, out), log))
         scripts.append(script)
     report = out_dir / "report.sbatch"
     report.write_text(report_job("hpcbench-report", str(out_dir), res, str(out_dir / "logs" / "report-%j.out")))
@@ -108,4 +114,5 @@ def sbatch(args: list[str]) -> str:
 
 def submit(scripts: list[Path], report: Path) -> tuple[list[str], str]:
     ids = [sbatch([str(s)]) for s in scripts]
-    return ids, sbatch([f"--dependency=afterok:{':'.join(ids)}", str(report)])
+    after = [f"--dependency=afterok:{':'.join(ids)}"] if ids else []  # --resume may leave nothing to run
+    return ids, sbatch([*after, str(report)])

@@ -12,12 +12,11 @@ from hpcbench.algorithms import Algorithm
 from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
 from hpcbench.results.schema import RunRecord
-from hpcbench.results.store import write_run
 from hpcbench.runtime import plan
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.placement import thread_count
 from hpcbench.runtime.provenance import software
-from hpcbench.runtime.record import build_record, default_out, result_line
+from hpcbench.runtime.record import build_record, result_line, write_result
 from hpcbench.runtime.sim.engine import Engine, GradientFn
 from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig
 from hpcbench.telemetry.progress import ProgressLine
@@ -111,6 +110,6 @@ def simulated_record(cfg: RunConfig, algo_cls: type[Algorithm], sim: SimConfig,
 
 def simulate(cfg: RunConfig, algo_cls: type[Algorithm], sim: SimConfig) -> int:
     record, work = simulated_record(cfg, algo_cls, sim)
-    path = write_run(cfg.out or default_out(cfg, sim.workers, "sim"), record)
-    print(result_line(record, str(path)) + f" [{work}]", flush=True)
+    path = write_result(cfg, record)
+    print(result_line(record, path) + f" [{work}]", flush=True)
     return 0

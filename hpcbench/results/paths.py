@@ -1,0 +1,101 @@
+"""Where a result file goes: a check before the run, a temporary name of the run's own, and a final
+rename that never replaces a file another run put there meanwhile."""
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from hpcbench.errors import UsageError
+
+
+def run_id(environ: os._Environ[str] | dict[str, str] = os.environ) -> str:
+    """Short and unique across runs started in the same second on different nodes: Slurm's job
+    and step ids inside a job (plus a random part: one step may hold several runs), else random."""
+    random = secrets.token_hex(3)
+    job = environ.get("SLURM_JOB_ID")
+    if job:
+        return f"j{job}.{environ.get('SLURM_STEP_ID', 'b')}-{random}"
+    return random
+
+
+def check_target(path: str | os.PathLike, overwrite: bool) -> None:
+    """Refuse, before any training, an output the run could not or must not write.
+
+    An existing file is kept unless ``overwrite``; ``overwrite`` replaces regular files only (never
+    a directory, a device such as /dev/null, a pipe or a socket).
+    """
+    target = Path(path)
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except NotADirectoryError:
+        raise UsageError(f"--out {str(target)!r}: a part of the path is a file, not a directory") from None
+    if mode is not None:
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise UsageError(f"--out {str(target)!r} is {kind}; give the path of a result file (*.h5)")
+        if not overwrite:
+            raise UsageError(f"--out {str(target)!r} already exists; choose another name or pass --overwrite "
+                             "to replace it")
+
+
+def check_study_dir(out_dir: str | os.PathLike, resume: bool) -> None:
+    """A study writes into a fresh directory, or adds to one only when asked (``resume``)."""
+    found = sorted(Path(out_dir).glob("*.h5"))
+    if found and not resume:
+        raise UsageError(f"--out-dir {str(out_dir)!r} already holds {len(found)} result file(s); pass --resume to "
+                         "run only its points without an ok result, or choose another directory")
+
+
+def partial_name(final: Path, rid: str) -> Path:
+    """This run's temporary file beside the final one (no other run's clean-up can touch it)."""
+    return final.with_name(f"{final.name}.{rid}.partial")
+
+
+def sibling(final: Path, rid: str) -> Path:
+    """Where a result goes when its name was taken while the run went on."""
+    return final.with_name(f"{final.stem}-{rid}{final.suffix}")
+
+
+def publish(partial: Path, final: Path, overwrite: bool, rid: str) -> Path:
+    """Give the complete ``partial`` file its name; → the name it got.
+
+    Without ``overwrite`` nothing is ever replaced: a hard link claims the name atomically (or,
+    where the filesystem has no hard links, an exclusive create does), and a name taken meanwhile
+    sends the result to a sibling name. With ``overwrite`` only a regular file is replaced.
+    """
+    if overwrite:
+        try:
+            if not stat.S_ISREG(final.stat().st_mode):
+                final = sibling(final, rid)
+        except FileNotFoundError:
+            pass
+        os.replace(partial, final)
+        return final
+    for name in (final, sibling(final, rid)):
+        if claim(partial, name):
+            return name
+    raise FileExistsError(errno.EEXIST, "both the result name and its sibling were taken", str(final))
+
+
+def claim(partial: Path, name: Path) -> bool:
+    """Move ``partial`` to ``name`` if nothing is there; False if something is."""
+    try:
+        os.link(partial, name)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOTSUP):
+            raise
+        try:  # no hard links here: reserve the name exclusively, then move onto our own reservation
+            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            return False
+        os.replace(partial, name)
+        return True
+    partial.unlink()
+    return True
