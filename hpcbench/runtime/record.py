@@ -103,6 +103,10 @@ def build_record(cfg: RunConfig, algo: Algorithm, ctx: Context, mode: str, world
 
 def result_line(rec: RunRecord, path: str) -> str:
     s = rec.summary
-    return (f"{rec.algorithm} ({rec.mode}, {rec.workers} workers): {s['samples']} samples in {s['wall_s']:.1f} s "
-            f"= {s['samples_per_s']:.0f} samples/s, final accuracy {s['final_accuracy']:.3f} "
-            f"[{rec.attrs['config']['schedule']['text']}] -> {path}")
+    line = (f"{rec.algorithm} ({rec.mode}, {rec.workers} workers): {s['samples']} samples in {s['wall_s']:.1f} s "
+            f"= {s['samples_per_s']:.0f} samples/s, final accuracy {s['final_accuracy']:.3f}")
+    if "late_gradients" in s:  # a parameter server: say that every gradient was applied
+        line += f", {s['too_stale']} gradients dropped"
+        if s["echoed_updates"]:
+            line += f" ({s['echoed_updates']} applied with Δ echoed by their worker)"
+    return f"{line} [{rec.attrs['config']['schedule']['text']}] -> {path}"
