@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import os
 
-import torch
-
 
 def cpu_count() -> int:
     try:
@@ -30,6 +28,8 @@ def worker_slot(rank: int, local_rank: int, on_rank0_node: bool) -> int:
 
 
 def choose_device(rank: int, local_rank: int, on_rank0_node: bool) -> str:
+    import torch  # only ranks that train need it: `hpcbench --help` and `report` stay fast
+
     if not torch.cuda.is_available():
         return "cpu"
     if rank == 0:
