@@ -74,8 +74,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hpcbench.runtime.session import run_mpi
 
     cfg, _ = configs_from_args(args)
-    algo = plan.validate(cfg)
-    return run_mpi(cfg, algo)
+    return run_mpi(plan.validate(cfg))
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -83,8 +82,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from hpcbench.runtime.sim.session import simulate
 
     cfg, sim = configs_from_args(args)
-    algo = plan.validate(cfg)
-    return simulate(cfg, algo, sim)
+    return simulate(plan.validate(cfg), sim)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

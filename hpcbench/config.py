@@ -19,6 +19,34 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 
 @dataclass(frozen=True)
+class Stragglers:
+    """``--stragglers FRACTION:FACTOR``, parsed once: that fraction of the workers computes FACTOR× slower.
+
+    Which workers is resolved per run (``runtime.plan.straggler_ranks``), from the seed.
+    """
+
+    fraction: float = 0.0
+    factor: float = 1.0
+
+    @classmethod
+    def parse(cls, spec: str) -> "Stragglers":
+        """``"0.1:3"`` → Stragglers(0.1, 3.0); ``""`` → none."""
+        if not spec:
+            return cls()
+        try:
+            fraction_text, factor_text = spec.split(":")
+            fraction, factor = float(fraction_text), float(factor_text)
+        except ValueError:
+            raise UsageError(f"stragglers {spec!r} is not FRACTION:FACTOR (for example 0.1:3)") from None
+        if not 0.0 <= fraction <= 1.0 or not factor >= 1.0 or factor == float("inf"):
+            raise UsageError(f"stragglers {spec!r}: need 0 <= FRACTION <= 1 and FACTOR >= 1")
+        return cls(fraction, factor)
+
+    def __str__(self) -> str:
+        return "" if self == Stragglers() else f"{self.fraction:g}:{self.factor:g}"
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """Everything that defines a run; identical for ``run`` (real MPI) and ``simulate``."""
 
@@ -41,7 +69,7 @@ class RunConfig:
     evals: int = 20  # evaluations of the global model spread over the sample budget
     eval_samples: int = 2000  # held-out samples per evaluation (at most)
     target_accuracy: float = 0.9
-    stragglers: str = ""  # "FRACTION:FACTOR": that fraction of workers computes FACTOR× slower
+    stragglers: Stragglers = Stragglers()  # from "FRACTION:FACTOR"
     timeout_s: float = 120.0  # longest any blocking wait may last before the run fails
     threads: int = 0  # torch threads per rank; 0 = share this node's cores among its ranks
     out: str = ""
@@ -54,23 +82,12 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["lr_decay_epochs"] = list(self.lr_decay_epochs)
+        d["stragglers"] = str(self.stragglers)
         d["options"] = {k: dict(v) for k, v in self.options.items()}
         return d
 
 
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name != "options")
-
-
-def parse_straggler_spec(spec: str) -> tuple[float, float]:
-    """``"0.1:3"`` → (0.1, 3.0): a fraction of workers in [0, 1] slowed by a factor ≥ 1."""
-    try:
-        fraction_text, factor_text = spec.split(":")
-        fraction, factor = float(fraction_text), float(factor_text)
-    except ValueError:
-        raise UsageError(f"stragglers {spec!r} is not FRACTION:FACTOR (for example 0.1:3)") from None
-    if not 0.0 <= fraction <= 1.0 or factor < 1.0:
-        raise UsageError(f"stragglers {spec!r}: need 0 <= FRACTION <= 1 and FACTOR >= 1")
-    return fraction, factor
 
 
 def check_value(owner: str, name: str, value: Any, hint: Any) -> Any:
@@ -96,6 +113,11 @@ def check_value(owner: str, name: str, value: Any, hint: Any) -> Any:
     elif hint is str:
         if isinstance(value, str):
             return value
+    elif hint is Stragglers:
+        if isinstance(value, Stragglers):
+            return value
+        if isinstance(value, str):
+            return Stragglers.parse(value)
     else:
         return value
     raise UsageError(f"{owner}{name} = {value!r} is not a {hint.__name__}")
@@ -205,5 +227,3 @@ def validate_numbers(cfg: RunConfig) -> None:
         raise one_of("lr_scaling", cfg.lr_scaling, SCALINGS)
     if not 0.0 < cfg.lr_decay_factor <= 1.0:
         raise UsageError(f"lr decay factor must be in (0, 1], got {cfg.lr_decay_factor}")
-    if cfg.stragglers:
-        parse_straggler_spec(cfg.stragglers)

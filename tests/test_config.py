@@ -2,7 +2,7 @@
 import pytest
 
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.config import load_toml, make_config, merge_sources, parse_set_value, parse_straggler_spec
+from hpcbench.config import Stragglers, load_toml, make_config, merge_sources, parse_set_value
 from hpcbench.errors import UsageError
 from hpcbench.runtime import plan
 
@@ -78,9 +78,8 @@ def test_malformed_toml_file(tmp_path):
     (["stragglers=0.5:0.5"], "FACTOR >= 1"),
 ])
 def test_impossible_values(sets, message):
-    cfg = config(flags={"algo": "asgd"}, sets=sets)
     with pytest.raises(UsageError, match=message):
-        plan.validate(cfg)
+        plan.validate(config(flags={"algo": "asgd"}, sets=sets))
 
 
 @pytest.mark.parametrize("key, value, kind", [("algo", "nope", "algorithm"), ("model", "vgg", "model"),
@@ -96,8 +95,11 @@ def test_missing_algorithm_lists_choices():
         plan.validate(config())
 
 
-def test_straggler_spec():
-    assert parse_straggler_spec("0.25:3") == (0.25, 3.0)
+def test_straggler_spec_is_parsed_once_into_a_typed_value_that_round_trips():
+    cfg = config(flags={"algo": "asgd", "stragglers": "0.25:3"})
+    assert cfg.stragglers == Stragglers(0.25, 3.0)
+    assert cfg.to_dict()["stragglers"] == "0.25:3" and config().to_dict()["stragglers"] == ""
+    assert make_config({"stragglers": cfg.to_dict()["stragglers"]}, {}).stragglers == cfg.stragglers
 
 
 def test_budget_and_warmup_defaults():
@@ -112,6 +114,7 @@ def test_budget_and_warmup_defaults():
 
 def test_straggler_choice_is_seeded_and_sized():
     cfg = config(flags={"algo": "asgd", "stragglers": "0.25:3"})
-    chosen = plan.straggler_ranks(cfg, 8)
-    assert len(chosen) == 2 and chosen <= set(range(1, 9))
-    assert chosen == plan.straggler_ranks(cfg, 8)
+    chosen = plan.straggler_ranks(cfg.stragglers, 8, cfg.seed)
+    assert len(chosen) == 2 and set(chosen) <= set(range(1, 9))
+    assert chosen == plan.straggler_ranks(cfg.stragglers, 8, cfg.seed)
+    assert chosen != plan.straggler_ranks(cfg.stragglers, 8, 1) or chosen != plan.straggler_ranks(cfg.stragglers, 8, 2)

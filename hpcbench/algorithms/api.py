@@ -48,7 +48,7 @@ class ChannelSpec:
 class Layout:
     windows: Mapping[str, WindowSpec] = field(default_factory=dict)
     channels: Mapping[str, ChannelSpec] = field(default_factory=dict)
-    tables: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # Record table → columns
+    tables: tuple[str, ...] = ()  # the tables it records on rank 0 (columns: hpcbench/results/schema.py)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,6 @@ from hpcbench.algorithms.rules import momentum_direction
 PROGRESS = Frame(samples=(np.int64, 1), done=(np.int64, 1), loss_sum=(np.float64, 1), correct=(np.int64, 1),
                  seen=(np.int64, 1), lr=(np.float64, 1))
 # mass: the worker's share of Σ_i w_i·Σ z_i (push-sum numerator), summed in float64
-FINAL_COLUMNS = ("worker", "samples", "updates", "weight", "mass")
-LR_COLUMNS = ("worker", "samples", "lr")
 
 
 def model_frame(size: int) -> Frame:
@@ -46,7 +44,7 @@ def layout(params: np.ndarray, until_budget: bool, **extra_windows: WindowSpec) 
     return Layout(
         windows=windows,
         channels={"progress": ChannelSpec("workers", "server", PROGRESS.nbytes)},
-        tables={"final_models": FINAL_COLUMNS, "learning_rate": LR_COLUMNS},
+        tables=("final_models", "learning_rate"),
     )
 
 

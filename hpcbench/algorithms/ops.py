@@ -9,6 +9,7 @@ NamedTuple is several times cheaper to create.
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -133,5 +134,17 @@ class Record(NamedTuple):
     values: tuple[float, ...]
 
 
-Op = (Compute | Publish | Read | Accumulate | FetchAdd | Drain | Send | Recv | Allreduce | Barrier | Evaluate
+Op = (Compute | Publish | Read | Accumulate | Drain | Send | Recv | Allreduce | Barrier | Evaluate | FetchAdd
       | Progress | Record)
+# Operations that take time, in the order of their timeline codes (result files store the codes:
+# append new operations at the end, never reorder).
+TIMED_OPS: tuple[type, ...] = (Compute, Publish, Read, Accumulate, Drain, Send, Recv, Allreduce, Barrier, Evaluate,
+                               FetchAdd)
+# Bookkeeping a driver does between operations, at no cost: no timeline row.
+UNTIMED_OPS: tuple[type, ...] = (Progress, Record)
+ALL_OPS = TIMED_OPS + UNTIMED_OPS
+
+
+def handler_name(op: type) -> str:
+    """The driver method that carries out ``op``: ``FetchAdd`` → ``fetch_add``."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", op.__name__).lower()

@@ -29,9 +29,6 @@ from hpcbench.errors import RuntimeFailure, UsageError
 # onto (staleness = version_applied − version_used); penalty_mean: the divisor actually applied;
 # lr: the learning rate applied; echo_bytes: bytes the worker sent back so that Δ was exact
 # (0: Δ came from the server's ring, or the rule needs none).
-UPDATE_COLUMNS = ("worker", "version_used", "version_applied", "staleness", "penalty_mean", "gap_mean", "lr",
-                  "echo_bytes")
-LATE_COLUMNS = ("worker", "version_used")  # gradients that arrived after the budget was spent
 ACK = Frame(answer=(np.int64, 1))
 ANSWERS = ("go", "stop", "echo")  # echo: "send back the parameters you computed on"
 GO, STOP, ECHO = (ACK.pack(answer=i) for i in range(len(ANSWERS)))  # sent as they are, never written
@@ -74,7 +71,7 @@ class ParameterServer(Algorithm):
         return Layout(
             windows={"params": WindowSpec("server", self.params_frame.nbytes, first)},
             channels=channels,
-            tables={"updates": UPDATE_COLUMNS, "late": LATE_COLUMNS},
+            tables=("updates", "late"),
         )
 
     def state_bytes(self) -> int:

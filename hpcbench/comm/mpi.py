@@ -142,7 +142,10 @@ class Channel:
 
 
 class MpiComm:
-    """COMM_WORLD (rank 0 = server/coordinator) and the workers-only communicator."""
+    """COMM_WORLD (rank 0 = server/coordinator) and the workers-only communicator.
+
+    Implements ``hpcbench.comm.transport.Cluster``.
+    """
 
     def __init__(self) -> None:
         self.world = MPI.COMM_WORLD
@@ -179,6 +182,25 @@ class MpiComm:
             window.free()
         self.windows.clear()
         self.channels.clear()
+
+    # --- one-sided (the Transport operations) ---------------------------------------------------
+    def window_size(self, window: str) -> int:
+        return self.window_sizes[window]
+
+    def publish(self, window: str, data: np.ndarray) -> None:
+        self.windows[window].publish(data)
+
+    def read(self, window: str, ranks: tuple[int, ...], nbytes: int) -> list[np.ndarray]:
+        return self.windows[window].read(ranks, nbytes)
+
+    def accumulate(self, window: str, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> None:
+        self.windows[window].accumulate(rank, parts)
+
+    def fetch_add(self, window: str, rank: int, value: int) -> int:
+        return self.windows[window].fetch_add(rank, value)
+
+    def drain(self, window: str) -> np.ndarray:
+        return self.windows[window].drain()
 
     # --- point to point -----------------------------------------------------------------------
     def send(self, channel: str, dest: int, data: np.ndarray) -> None:

@@ -8,7 +8,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from hpcbench.results.schema import RunRecord
+from hpcbench.results.schema import SUMMARY_KEYS, RunRecord
 from hpcbench.telemetry.summary import time_to_target
 
 
@@ -38,6 +38,7 @@ def run_row(rec: RunRecord, target: float) -> RunRow:
     s = rec.summary
 
     def get(key: str) -> float:
+        assert key in SUMMARY_KEYS, key
         value = s.get(key, float("nan"))
         return float(value) if value is not None else float("nan")
 

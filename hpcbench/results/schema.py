@@ -13,19 +13,55 @@ import numpy as np
 #    the budget); final_models' x_sum became mass (Σ w·z); /server/learning_rate; config.schedule.
 SCHEMA_VERSION = 2
 
+# Every name a result file holds is declared here, once; the writer refuses any other, the reader,
+# the report and the algorithms take their names from here.
 ROOT_ATTRS = ("schema_version", "hpcbench_version", "mode", "algorithm", "world_size", "workers", "model",
               "dataset", "seed", "status", "created_utc", "config")
-PROVENANCE_ATTRS = ("mpi_library_version", "mpi_vendor", "mpi4py_version", "torch_version", "numpy_version",
-                    "h5py_version", "python_version", "git_commit", "git_dirty", "slurm_job_id",
-                    "progress_mode")
-PROVENANCE_PER_RANK = ("hostnames", "devices")
+PROVENANCE_ATTRS = ("hpcbench_version", "python_version", "torch_version", "numpy_version", "h5py_version",
+                    "cuda_version", "git_commit", "git_dirty", "platform", "environment", "progress_mode",
+                    "slurm_job_id", "slurm_array_job_id", "slurm_array_task_id", "slurm_job_nodelist", "slurm_nnodes",
+                    "slurm_ntasks", "slurm_tasks_per_node", "mpi_library_version", "mpi_vendor", "mpi_standard",
+                    "mpi4py_version")
+SIM_PROVENANCE_ATTRS = ("sim_wall_s", "sim_events")  # the simulator's own cost, in sim mode only
+PROVENANCE_PER_RANK = ("hostnames", "devices", "threads")
 TIMELINE_COLUMNS = ("rank", "step", "phase", "op", "t_start", "t_end", "nbytes")
 EVAL_COLUMNS = ("t", "samples", "updates", "loss", "accuracy", "consensus")
-UPDATE_COLUMNS = ("t", "worker", "version_used", "version_applied", "staleness", "penalty_mean", "gap_mean", "lr",
-                  "echo_bytes")
-SUMMARY_ATTRS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "final_accuracy",
-                 "time_to_target_s", "median_step_s", "data_fraction", "compute_fraction",
-                 "communicate_fraction", "wait_fraction", "staleness_p50", "staleness_p99")
+# /server/<table>: rows an algorithm records on rank 0, "t" first (stamped by the driver), then the
+# values of its ``Record(table, values)`` in this order.
+TABLES = {
+    # one row per gradient a parameter server applied
+    "updates": ("t", "worker", "version_used", "version_applied", "staleness", "penalty_mean", "gap_mean", "lr",
+                "echo_bytes"),
+    "late": ("t", "worker", "version_used"),  # gradients that arrived after the budget was spent
+    "final_models": ("t", "worker", "samples", "updates", "weight", "mass"),  # each decentralised worker's end
+    "learning_rate": ("t", "worker", "samples", "lr"),  # the rate each worker reported using
+}
+UPDATE_COLUMNS = TABLES["updates"]
+PHASE_FRACTIONS = tuple(f"{p}_fraction" for p in ("data", "compute", "communicate", "wait", "update"))
+DISTRIBUTIONS = tuple(f"{name}_{stat}" for name in ("staleness", "penalty", "gap") for stat in ("mean", "p50", "p99"))
+SUMMARY_KEYS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "final_accuracy", "best_accuracy",
+                "target_accuracy", "time_to_target_s", "median_step_s", "eval_s", "final_consensus",
+                *PHASE_FRACTIONS, *DISTRIBUTIONS, "server_state_bytes", "too_stale")
+# Parameter servers only: how every gradient the workers computed was accounted for.
+SERVER_SUMMARY_KEYS = ("late_gradients", "echoed_updates", "echo_bytes")
+
+
+def record_columns(table: str) -> tuple[str, ...]:
+    """The values an algorithm records for ``table``, in order (its columns after "t")."""
+    return TABLES[table][1:]
+
+
+def undeclared(rec: "RunRecord") -> list[str]:
+    """Names in ``rec`` that this module does not declare (a writer refuses such a record)."""
+    found = [f"attribute {k}" for k in rec.attrs if k not in ROOT_ATTRS]
+    found += [f"provenance {k}" for k in rec.provenance if k not in PROVENANCE_ATTRS + SIM_PROVENANCE_ATTRS]
+    found += [f"provenance {k}" for k in rec.per_rank if k not in PROVENANCE_PER_RANK]
+    found += [f"timeline column {k}" for k in rec.timeline if k not in TIMELINE_COLUMNS]
+    found += [f"evals column {k}" for k in rec.evals if k not in EVAL_COLUMNS]
+    for name, table in rec.tables.items():
+        found += [f"server/{name} column {k}" for k in table if k not in TABLES.get(name, ())]
+    found += [f"summary {k}" for k in rec.summary if k not in SUMMARY_KEYS + SERVER_SUMMARY_KEYS]
+    return found
 
 
 @dataclass

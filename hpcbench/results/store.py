@@ -16,7 +16,7 @@ import numpy as np
 
 from hpcbench.errors import UsageError
 from hpcbench.results.paths import partial_name, publish, run_id
-from hpcbench.results.schema import ROOT_ATTRS, SCHEMA_VERSION, RunRecord
+from hpcbench.results.schema import ROOT_ATTRS, SCHEMA_VERSION, RunRecord, undeclared
 
 STRING = h5py.string_dtype()
 
@@ -42,6 +42,9 @@ def _columns(group: h5py.Group, columns: dict[str, np.ndarray]) -> None:
 def write_run(path: str | os.PathLike, rec: RunRecord, overwrite: bool = False) -> Path:
     """Write the result; → where it went: ``path``, or a sibling name if another run took ``path``
     while this one ran (``overwrite``: replace a regular file that is there)."""
+    unknown = undeclared(rec)
+    if unknown:
+        raise ValueError(f"names not declared in hpcbench/results/schema.py: {', '.join(unknown)}")
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     rid = run_id()

@@ -1,21 +1,21 @@
 """Rank 0's logs during a run: evaluations of the global model and the algorithm's tables."""
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Sequence
 
 import numpy as np
 
 from hpcbench.algorithms.ops import Evaluate, Record
-from hpcbench.results.schema import EVAL_COLUMNS
+from hpcbench.results.schema import EVAL_COLUMNS, TABLES
 
 
 class RunLogs:
     """Evaluations are snapshots during the run, scored after it: measuring never slows the run."""
 
-    def __init__(self, tables: Mapping[str, tuple[str, ...]]) -> None:
+    def __init__(self, tables: Sequence[str]) -> None:
         self.snapshots: list[tuple[float, Evaluate]] = []
         self.evals: list[tuple[float, ...]] = []
-        self.table_columns = {name: ("t",) + tuple(cols) for name, cols in tables.items()}
+        self.table_columns = {name: TABLES[name] for name in tables}
         self.tables: dict[str, list[tuple[float, ...]]] = {name: [] for name in tables}
 
     def snapshot(self, t: float, op: Evaluate) -> None:
@@ -32,6 +32,9 @@ class RunLogs:
         return self.snapshots[-1][1].params if self.snapshots else None
 
     def record(self, t: float, op: Record) -> None:
+        if len(op.values) != len(self.table_columns[op.table]) - 1:
+            raise ValueError(f"a {op.table!r} row has {len(op.values)} values; the schema declares "
+                             f"{', '.join(self.table_columns[op.table][1:])}")
         self.tables[op.table].append((t,) + tuple(op.values))
 
     def eval_columns(self, shift: float = 0.0) -> dict[str, np.ndarray]:

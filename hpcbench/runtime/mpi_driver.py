@@ -1,12 +1,13 @@
-"""Carries out one rank's program with real MPI, timing every operation into the rank's timeline."""
+"""Carries out one rank's program over a transport (real MPI), timing every operation into its timeline."""
 from __future__ import annotations
 
 import time
 from typing import Any, Callable
 
 from hpcbench.algorithms.api import Program
-from hpcbench.algorithms.ops import (Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, FetchAdd, Gradient,
-                                     Progress, Publish, Read, Record, Recv, Send)
+from hpcbench.algorithms.ops import (ALL_OPS, UNTIMED_OPS, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate,
+                                     FetchAdd, Gradient, Progress, Publish, Read, Record, Recv, Send, handler_name)
+from hpcbench.comm.transport import Transport
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.telemetry.progress import ProgressLine
@@ -16,14 +17,14 @@ from hpcbench.workload.trainer import Trainer
 
 
 class MpiDriver:
-    """Runs a program to its end. ``comm`` is an ``hpcbench.comm.mpi.MpiComm``.
+    """Runs a program to its end over ``comm`` (``MpiComm`` in a run, a loopback in tests).
 
     Steps: a worker's step k starts with its k-th ``Compute``; rank 0's step counts its ``Record``
     and ``Evaluate`` operations. Time between operations is the program's own math: "apply" on
     rank 0, "update" on workers.
     """
 
-    def __init__(self, comm: Any, timeline: Timeline, timeout: float, trainer: Trainer | None = None,
+    def __init__(self, comm: Transport, timeline: Timeline, timeout: float, trainer: Trainer | None = None,
                  stream: BatchStream | None = None, slow_factor: float = 1.0, logs: RunLogs | None = None,
                  progress: ProgressLine | None = None) -> None:
         self.comm = comm
@@ -33,14 +34,10 @@ class MpiDriver:
         self.stream = stream
         self.slow_factor = slow_factor
         self.logs = logs
-        self.progress = progress
+        self.progress_line = progress
         self.step = 0
         self.clock = comm.wtime
-        self.handlers: dict[type, Callable[[Any], Any]] = {
-            Compute: self.compute, Publish: self.publish, Read: self.read, Accumulate: self.accumulate,
-            FetchAdd: self.fetch_add, Drain: self.drain, Send: self.send, Recv: self.recv, Allreduce: self.allreduce,
-            Barrier: self.barrier, Evaluate: self.evaluate, Record: self.record, Progress: self.show,
-        }
+        self.handlers: dict[type, Callable[[Any], Any]] = {op: getattr(self, handler_name(op)) for op in ALL_OPS}
 
     def run(self, program: Program) -> float:
         """Run to completion; returns the local time the program ended."""
@@ -55,7 +52,7 @@ class MpiDriver:
                 self.timeline.add(self.step, own_math, resumed, end)
                 return end
             now = self.clock()
-            if type(op) not in (Record, Progress):
+            if type(op) not in UNTIMED_OPS:
                 self.timeline.add(self.step, own_math, resumed, now)
                 result = self.handlers[type(op)](op)
                 resumed = self.clock()
@@ -85,24 +82,23 @@ class MpiDriver:
         return Gradient(grad, loss, len(indices), correct)
 
     def publish(self, op: Publish) -> None:
-        self._timed("communicate", op.data.nbytes, op, lambda: self.comm.windows[op.window].publish(op.data))
+        self._timed("communicate", op.data.nbytes, op, lambda: self.comm.publish(op.window, op.data))
 
     def read(self, op: Read) -> list:
-        window = self.comm.windows[op.window]
-        nbytes = op.nbytes if op.nbytes >= 0 else self.comm.window_sizes[op.window]
-        return self._timed("communicate", nbytes * len(op.ranks), op, lambda: window.read(op.ranks, nbytes))
+        nbytes = op.nbytes if op.nbytes >= 0 else self.comm.window_size(op.window)
+        return self._timed("communicate", nbytes * len(op.ranks), op,
+                           lambda: self.comm.read(op.window, op.ranks, nbytes))
 
     def accumulate(self, op: Accumulate) -> None:
         nbytes = sum(a.nbytes for _, a in op.parts)
-        self._timed("communicate", nbytes, op, lambda: self.comm.windows[op.window].accumulate(op.rank, op.parts))
+        self._timed("communicate", nbytes, op, lambda: self.comm.accumulate(op.window, op.rank, op.parts))
 
     def fetch_add(self, op: FetchAdd) -> int:
-        window = self.comm.windows[op.window]
-        return self._timed("communicate", 8, op, lambda: window.fetch_add(op.rank, op.value))
+        return self._timed("communicate", 8, op, lambda: self.comm.fetch_add(op.window, op.rank, op.value))
 
     def drain(self, op: Drain) -> Any:
-        window = self.comm.windows[op.window]
-        return self._timed("communicate", window.local.nbytes, op, window.drain)
+        return self._timed("communicate", self.comm.window_size(op.window), op,
+                           lambda: self.comm.drain(op.window))
 
     def send(self, op: Send) -> None:
         self._timed("communicate", op.data.nbytes, op, lambda: self.comm.send(op.channel, op.dest, op.data))
@@ -130,9 +126,9 @@ class MpiDriver:
         self.logs.snapshot(t0, op)
         self.timeline.add(self.step, "eval", t0, self.clock(), op.params.nbytes, "Evaluate")
 
-    def show(self, op: Progress) -> None:
-        if self.progress is not None:
-            self.progress.update(*op)
+    def progress(self, op: Progress) -> None:
+        if self.progress_line is not None:
+            self.progress_line.update(*op)
 
     def record(self, op: Record) -> None:
         assert self.logs is not None

@@ -1,14 +1,15 @@
-"""From a validated config to what an algorithm sees: budget, schedule, options, context."""
+"""From a config to a validated plan, and from a plan to what an algorithm sees: budget, schedule, context."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from hpcbench.algorithms import ALGORITHMS, Algorithm, Context
 from hpcbench.algorithms.schedule import Schedule, lr_scale
-from hpcbench.config import RunConfig, build_options, parse_straggler_spec, validate_numbers
+from hpcbench.config import RunConfig, Stragglers, build_options, validate_numbers
 from hpcbench.errors import UsageError
 from hpcbench.results.paths import check_target
 from hpcbench.workload.datasets import DATASETS
@@ -17,19 +18,29 @@ from hpcbench.workload.models import MODELS
 DEFAULT_STEPS = 100
 
 
-def validate(cfg: RunConfig) -> type[Algorithm]:
-    """Every check that needs no MPI and no data: names, option tables, numbers."""
+@dataclass(frozen=True)
+class Plan:
+    """A validated configuration: the algorithm chosen and its options, built once."""
+
+    cfg: RunConfig
+    algo: type[Algorithm]
+    options: Any
+
+
+def validate(cfg: RunConfig) -> Plan:
+    """Every check that needs no MPI and no data: names, option tables, numbers, the output path."""
     if not cfg.algo:
         raise UsageError(f"choose an algorithm with --algo; valid: {', '.join(ALGORITHMS.names())}")
     algo = ALGORITHMS.get(cfg.algo)
     MODELS.get(cfg.model)
     DATASETS.get(cfg.dataset)
-    for table, values in cfg.options.items():
-        build_options(ALGORITHMS.get(table).Options, values, f"{table}.")
+    tables = {table: build_options(ALGORITHMS.get(table).Options, values, f"{table}.")
+              for table, values in cfg.options.items()}
     validate_numbers(cfg)
     if cfg.out:
         check_target(cfg.out, cfg.overwrite)
-    return algo
+    options = tables.get(algo.name)
+    return Plan(cfg, algo, options if options is not None else algo.Options())
 
 
 def options_for(cfg: RunConfig, algo: type[Algorithm]) -> Any:
@@ -59,26 +70,22 @@ def schedule_for(cfg: RunConfig, algo: type[Algorithm], workers: int, train_size
 
 
 def make_context(cfg: RunConfig, algo: type[Algorithm], workers: int, params: np.ndarray,
-                 train_size: int) -> Context:
+                 train_size: int, options: Any = None) -> Context:
+    """``options``: the algorithm's built options (a ``Plan``'s); built from ``cfg`` when not given."""
     steps = steps_per_worker(cfg, workers, train_size)
     budget = steps * workers * cfg.batch_size
     return Context(
         workers=workers, params=params, batch_size=cfg.batch_size, steps=steps, train_size=train_size,
         schedule=schedule_for(cfg, algo, workers, train_size), momentum=cfg.momentum, nesterov=cfg.nesterov,
         weight_decay=cfg.weight_decay, eval_every=max(1, budget // cfg.evals), seed=cfg.seed,
-        options=options_for(cfg, algo),
+        options=options_for(cfg, algo) if options is None else options,
     )
 
 
-def straggler_ranks(cfg: RunConfig, workers: int) -> set[int]:
-    """The worker ranks slowed by ``--stragglers``: a seeded choice of round(fraction·n) of them."""
-    if not cfg.stragglers:
-        return set()
-    fraction, _ = parse_straggler_spec(cfg.stragglers)
-    count = round(fraction * workers)
-    chosen = np.random.default_rng([cfg.seed, 0x57A6]).permutation(workers)[:count]
-    return {int(i) + 1 for i in chosen}
-
-
-def straggler_factor(cfg: RunConfig) -> float:
-    return parse_straggler_spec(cfg.stragglers)[1] if cfg.stragglers else 1.0
+def straggler_ranks(stragglers: Stragglers, workers: int, seed: int) -> tuple[int, ...]:
+    """The worker ranks slowed by ``--stragglers``: a seeded choice of round(fraction·n) of them, sorted."""
+    if stragglers.fraction == 0:
+        return ()
+    count = round(stragglers.fraction * workers)
+    chosen = np.random.default_rng([seed, 0x57A6]).permutation(workers)[:count]
+    return tuple(sorted(int(i) + 1 for i in chosen))

@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 
 import hpcbench
-from hpcbench.algorithms import Algorithm, Context
 from hpcbench.config import RunConfig
 from hpcbench.results.paths import run_id
 from hpcbench.results.schema import RunRecord
 from hpcbench.results.store import write_run
+from hpcbench.runtime.assemble import Run
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.telemetry.summary import dropped_gradients, summarize
 from hpcbench.telemetry.timeline import COLUMNS, OPS, PHASES, concat
@@ -34,27 +34,30 @@ def write_result(cfg: RunConfig, rec: RunRecord) -> str:
     return path
 
 
-def resolved_config(cfg: RunConfig, algo: Algorithm, ctx: Context, parameters: int) -> dict[str, Any]:
-    out = cfg.to_dict()
-    out["options"] = {algo.name: {k: getattr(ctx.options, k) for k in vars(ctx.options)}}
+def resolved_config(run: Run, parameters: int) -> dict[str, Any]:
+    """The configuration as given, plus every value resolved from it for this run (what readers use)."""
+    ctx = run.algo.ctx
+    out = run.cfg.to_dict()
+    out["options"] = {run.algo.name: {k: getattr(ctx.options, k) for k in vars(ctx.options)}}
     sched = ctx.schedule
     out.update(steps_per_worker=ctx.steps, budget_samples=ctx.budget, eval_every=ctx.eval_every,
                parameters=parameters, train_size=ctx.train_size,
                schedule={"lr": sched.lr, "warmup_from": sched.warmup_from, "warmup_epochs": sched.warmup_epochs,
                          "scaling": sched.scaling, "decay_epochs": list(sched.decay_epochs),
-                         "decay_factor": sched.decay_factor, "text": sched.describe()})
+                         "decay_factor": sched.decay_factor, "text": sched.describe()},
+               straggler_ranks=list(run.stragglers), straggler_factor=run.cfg.stragglers.factor)
     return out
 
 
-def build_record(cfg: RunConfig, algo: Algorithm, ctx: Context, mode: str, world_size: int,
-                 parts: list[dict[str, Any]], offsets: np.ndarray, origin: float, logs: RunLogs,
-                 provenance: dict[str, Any], simulation: dict[str, Any] | None = None,
+def build_record(run: Run, mode: str, world_size: int, parts: list[dict[str, Any]], offsets: np.ndarray,
+                 origin: float, logs: RunLogs, provenance: dict[str, Any], simulation: dict[str, Any] | None = None,
                  model_parameters: int = 0) -> RunRecord:
     """``parts``: one dict per rank with its timeline columns and start/end on its own clock.
 
     ``model_parameters``: the model's size when the algorithms ran on a stand-in (simulation
     without numerics); by default the size of the parameters the algorithms saw.
     """
+    cfg, algo, ctx = run.cfg, run.algo, run.algo.ctx
     parts = sorted(parts, key=lambda p: p["rank"])
     shifted = []
     for p in parts:
@@ -91,7 +94,7 @@ def build_record(cfg: RunConfig, algo: Algorithm, ctx: Context, mode: str, world
         "seed": cfg.seed,
         "status": "ok",
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "config": resolved_config(cfg, algo, ctx, model_parameters or ctx.size),
+        "config": resolved_config(run, model_parameters or ctx.size),
     }
     per_rank = {"hostnames": [p["host"] for p in parts], "devices": [p["device"] for p in parts],
                 "threads": [str(p["threads"]) for p in parts]}

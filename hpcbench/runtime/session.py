@@ -4,85 +4,61 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from hpcbench.algorithms import Algorithm
 from hpcbench.algorithms.api import Layout
-from hpcbench.config import RunConfig
+from hpcbench.comm.transport import Cluster
 from hpcbench.errors import HpcbenchError, UsageError
-from hpcbench.runtime import plan
-from hpcbench.runtime.logs import RunLogs
+from hpcbench.runtime.assemble import Run, assemble
 from hpcbench.runtime.mpi_driver import MpiDriver
 from hpcbench.runtime.placement import choose_device, cpu_count, thread_count
+from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.provenance import software
 from hpcbench.runtime.record import build_record, result_line, write_result
 from hpcbench.runtime.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
 from hpcbench.telemetry.gcpause import collector_paused
-from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.telemetry.timeline import Timeline
-from hpcbench.workload.datasets import load_dataset
-from hpcbench.workload.sharding import BatchStream, shard_indices
-from hpcbench.workload.trainer import Trainer
+
+if TYPE_CHECKING:
+    from hpcbench.comm.mpi import MpiComm
 
 
-@dataclass
-class Prepared:
-    algo: Algorithm
-    layout: Layout
-    trainer: Trainer
-    stream: BatchStream | None
-    device: str
-    threads: int
-
-
-def prepare(cfg: RunConfig, algo_cls: type[Algorithm], rank: int, workers: int, local: tuple[int, int],
-            on_rank0_node: bool) -> Prepared:
-    """Everything a rank sets up alone; may raise UsageError (agreed on by all ranks afterwards)."""
-    algo_cls.check(cfg, plan.options_for(cfg, algo_cls), workers)
-    threads = thread_count(cfg.threads, local[1])
+def prepare(plan: Plan, rank: int, workers: int, local: tuple[int, int], on_rank0_node: bool) -> tuple[Run, str, int]:
+    """Everything a rank sets up alone; → (run, device, torch threads). May raise UsageError (agreed on
+    by all ranks afterwards)."""
+    threads = thread_count(plan.cfg.threads, local[1])
     torch.set_num_threads(threads)
     device = choose_device(rank, local[0], on_rank0_node)
-    data = load_dataset(cfg.dataset, cfg.data_dir)
-    if workers > len(data.y_train):
-        raise UsageError(f"{workers} workers but only {len(data.y_train)} training samples in {cfg.dataset}")
-    trainer = Trainer(cfg.model, data, cfg.seed, device)
-    ctx = plan.make_context(cfg, algo_cls, workers, trainer.initial, len(data.y_train))
-    algo = algo_cls(ctx)
-    stream = None
-    if rank > 0:
-        shard = shard_indices(len(data.y_train), workers, rank - 1, cfg.seed)
-        stream = BatchStream(shard, cfg.batch_size, cfg.seed, rank)
-    return Prepared(algo, algo.layout(), trainer, stream, device, threads)
+    return assemble(plan, workers, device), device, threads
 
 
-def open_layout(comm: Any, layout: Layout, workers: int) -> None:
+def open_layout(comm: Cluster, layout: Layout, workers: int) -> None:
     """Collective, in name order so every rank creates the same windows and tags."""
     for name in sorted(layout.windows):
         spec = layout.windows[name]
         owned = (spec.owner == "server") == (comm.rank == 0)
         comm.open_window(name, spec.nbytes, owned, accumulated=spec.mode == "accumulate")
         if owned and spec.initial is not None:
-            comm.windows[name].publish(spec.initial)
+            comm.publish(name, spec.initial)
     for name in sorted(layout.channels):
-        spec = layout.channels[name]
+        channel = layout.channels[name]
         sources: tuple[int, ...] = ()
-        if spec.to == "server" and comm.rank == 0:
+        if channel.to == "server" and comm.rank == 0:
             sources = tuple(range(1, workers + 1))
-        elif spec.sender == "server" and comm.rank != 0:
+        elif channel.sender == "server" and comm.rank != 0:
             sources = (0,)
-        comm.open_channel(name, spec.nbytes, sources)
+        comm.open_channel(name, channel.nbytes, sources)
 
 
-def agree(comm: Any, error: str | None) -> tuple[int, str, str] | None:
+def agree(comm: Cluster, error: str | None) -> tuple[int, str, str] | None:
     """Collective: the first rank's set-up error, if any rank had one."""
     errors = comm.allgather(None if error is None else (comm.rank, comm.host, error))
     return next((e for e in errors if e is not None), None)
 
 
-def warn_placement(comm: Any, hosts: list[str], device: str) -> None:
+def warn_placement(comm: Cluster, device: str) -> None:
     """Collective: rank 0 warns about shared GPUs and oversubscribed nodes (the run goes on)."""
     reports = comm.allgather((comm.rank, comm.host, device, comm.local_size, cpu_count()))
     if comm.rank != 0:
@@ -92,7 +68,7 @@ def warn_placement(comm: Any, hosts: list[str], device: str) -> None:
         print(f"hpcbench: warning: {warning}", file=sys.stderr, flush=True)
 
 
-def run_mpi(cfg: RunConfig, algo_cls: type[Algorithm]) -> int:
+def run_mpi(plan: Plan) -> int:
     from hpcbench.comm.mpi import MpiComm
     from hpcbench.comm.probe import mpi_library
 
@@ -105,7 +81,7 @@ def run_mpi(cfg: RunConfig, algo_cls: type[Algorithm]) -> int:
         comm.finalize()
         return 2
     try:
-        return execute(cfg, algo_cls, comm)
+        return execute(plan, comm)
     except HpcbenchError as exc:
         print(f"hpcbench: error: rank {comm.rank} on {comm.host}: {exc}", file=sys.stderr, flush=True)
     except BaseException:
@@ -115,16 +91,16 @@ def run_mpi(cfg: RunConfig, algo_cls: type[Algorithm]) -> int:
     return 1
 
 
-def execute(cfg: RunConfig, algo_cls: type[Algorithm], comm: Any) -> int:
+def execute(plan: Plan, comm: MpiComm) -> int:
     from hpcbench.comm.probe import mpi_library
 
-    rank, workers = comm.rank, comm.size - 1
+    cfg, rank, workers = plan.cfg, comm.rank, comm.size - 1
     local = comm.node_local()
     comm.oversubscribed(local[1] > cpu_count())
     hosts = comm.allgather(comm.host)
     prepared, error = None, None
     try:
-        prepared = prepare(cfg, algo_cls, rank, workers, local, hosts[rank] == hosts[0])
+        prepared = prepare(plan, rank, workers, local, hosts[rank] == hosts[0])
     except UsageError as exc:
         error = str(exc)
     failure = agree(comm, error)
@@ -136,16 +112,16 @@ def execute(cfg: RunConfig, algo_cls: type[Algorithm], comm: Any) -> int:
         comm.finalize()
         return 2
     assert prepared is not None
-    warn_placement(comm, hosts, prepared.device)
-    algo, ctx = prepared.algo, prepared.algo.ctx
-    open_layout(comm, prepared.layout, workers)
+    run, device, threads = prepared
+    warn_placement(comm, device)
+    open_layout(comm, run.layout, workers)
     offsets = comm.clock_offsets()
     timeline = Timeline(rank)
-    logs = RunLogs(prepared.layout.tables) if rank == 0 else None
-    slow = plan.straggler_factor(cfg) if rank in plan.straggler_ranks(cfg, workers) else 1.0
-    progress = ProgressLine(f"{algo.name}, {workers} workers", ctx.budget) if rank == 0 else None
-    driver = MpiDriver(comm, timeline, cfg.timeout_s, prepared.trainer, prepared.stream, slow, logs, progress)
-    program = algo.server() if rank == 0 else algo.worker(rank)
+    logs = run.logs() if rank == 0 else None
+    progress = run.progress() if rank == 0 else None
+    stream = run.stream(rank) if rank > 0 else None
+    driver = MpiDriver(comm, timeline, cfg.timeout_s, run.trainer, stream, run.slow_factor(rank), logs, progress)
+    program = run.algo.server() if rank == 0 else run.algo.worker(rank)
     comm.world_barrier(cfg.timeout_s)
     with collector_paused():
         start = comm.wtime()
@@ -153,14 +129,14 @@ def execute(cfg: RunConfig, algo_cls: type[Algorithm], comm: Any) -> int:
     if progress is not None:
         progress.close()
     comm.close(cfg.timeout_s)
-    parts = comm.gather({"rank": rank, "host": comm.host, "device": prepared.device, "start": start, "end": end,
-                         "threads": prepared.threads, "timeline": timeline.columns()})
+    parts = comm.gather({"rank": rank, "host": comm.host, "device": device, "start": start, "end": end,
+                         "threads": threads, "timeline": timeline.columns()})
     if rank == 0:
         assert logs is not None and offsets is not None and parts is not None
-        logs.score(lambda params: prepared.trainer.evaluate(params, cfg.eval_samples))
+        logs.score(lambda params: run.trainer.evaluate(params, cfg.eval_samples))
         provenance = {**software(), **mpi_library()}
-        record = build_record(cfg, algo, ctx, mode="mpi", world_size=comm.size, parts=parts, offsets=offsets,
-                              origin=start, logs=logs, provenance=provenance)
+        record = build_record(run, mode="mpi", world_size=comm.size, parts=parts, offsets=offsets, origin=start,
+                              logs=logs, provenance=provenance)
         path = write_result(cfg, record)
         print(result_line(record, path), flush=True)
     comm.finalize()

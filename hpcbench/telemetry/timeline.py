@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hpcbench.algorithms.ops import TIMED_OPS
+
 # data: batch assembly · compute: forward/backward (and injected straggler delay) · communicate:
 # one-sided and point-to-point transfers, collectives · wait: blocked on a message or barrier ·
 # apply: rank 0's update math · update: a worker's own update math · eval: rank 0 snapshotting
@@ -10,8 +12,7 @@ import numpy as np
 PHASES = ("data", "compute", "communicate", "wait", "apply", "update", "eval")
 PHASE_CODE = {name: i for i, name in enumerate(PHASES)}
 # The operation a row belongs to ("none": the program's own math between operations).
-OPS = ("none", "Compute", "Publish", "Read", "Accumulate", "Drain", "Send", "Recv", "Allreduce", "Barrier",
-       "Evaluate", "FetchAdd")
+OPS = ("none",) + tuple(op.__name__ for op in TIMED_OPS)
 OP_CODE = {name: i for i, name in enumerate(OPS)}
 COLUMNS = ("rank", "step", "phase", "op", "t_start", "t_end", "nbytes")
 ROW_DTYPE = np.dtype([("step", np.int64), ("phase", np.uint8), ("op", np.uint8), ("t_start", np.float64),

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.config import RUN_KEYS, RunConfig, make_config
+from hpcbench.config import RUN_KEYS, Stragglers, make_config
 from hpcbench.errors import UsageError
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime import plan
@@ -61,13 +61,11 @@ def fit_network(sizes: np.ndarray, durations: np.ndarray) -> tuple[float, float]
 def calibrate(rec: RunRecord) -> dict[str, Any]:
     if rec.mode != "mpi":
         raise UsageError(f"{rec.path} is a {rec.mode} run; calibrate needs a real (mpi) run")
-    cfg = rec.attrs["config"]
     n = rec.workers
     tl = rec.timeline
     phase = {p: i for i, p in enumerate(rec.phases)}
     op = {o: i for i, o in enumerate(rec.ops)}
-    run = RunConfig(stragglers=cfg.get("stragglers", ""), seed=int(cfg["seed"]))
-    slow = plan.straggler_ranks(run, n)
+    slow = stragglers_of(rec)
     normal = np.array([r for r in range(1, n + 1) if r not in slow])
     workers = np.isin(tl["rank"], normal)
 
@@ -127,21 +125,29 @@ def blocking_per_step(rec: RunRecord, ranks: np.ndarray) -> float:
     return float((rec.timeline["t_end"] - rec.timeline["t_start"])[blocking].sum() / max(steps, 1))
 
 
-def run_config_of(rec: RunRecord) -> RunConfig:
-    """The real run's configuration, with its steps per worker."""
+def stragglers_of(rec: RunRecord) -> tuple[int, ...]:
+    """The worker ranks the run slowed, as it recorded them (files before they did: from the seed)."""
+    cfg = rec.attrs["config"]
+    if "straggler_ranks" in cfg:
+        return tuple(cfg["straggler_ranks"])
+    return plan.straggler_ranks(Stragglers.parse(cfg.get("stragglers", "")), rec.workers, int(cfg["seed"]))
+
+
+def plan_of(rec: RunRecord) -> plan.Plan:
+    """The real run's plan, with its steps per worker, to simulate the same run."""
     c = rec.attrs["config"]
     run = {k: c[k] for k in RUN_KEYS if c.get(k) is not None and k not in ("epochs", "out")}
     run["steps"] = int(c["steps_per_worker"])
-    return make_config(run, c.get("options", {}))
+    return plan.validate(make_config(run, c.get("options", {})))
 
 
 def fit_jitter(rec: RunRecord, sim: SimConfig, ranks: np.ndarray) -> float:
     """Secant search for the jitter at which simulated blocking time per step matches the real run's."""
     target = blocking_per_step(rec, ranks)
-    cfg, algo = run_config_of(rec), ALGORITHMS.get(rec.algorithm)
+    run = plan_of(rec)
 
     def simulate(jitter: float) -> RunRecord:
-        return simulated_record(cfg, algo, dataclasses.replace(sim, jitter_s=jitter), show_progress=False)[0]
+        return simulated_record(run, dataclasses.replace(sim, jitter_s=jitter), show_progress=False)[0]
 
     first = simulate(0.0)
     b0 = blocking_per_step(first, ranks)

@@ -16,8 +16,8 @@ from typing import Any, Callable
 import numpy as np
 
 from hpcbench.algorithms.api import Algorithm, Layout
-from hpcbench.algorithms.ops import (ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, FetchAdd,
-                                     Gradient, Progress, Publish, Read, Record, Recv, Send)
+from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, FetchAdd,
+                                     Gradient, Progress, Publish, Read, Record, Recv, Send, handler_name)
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig, barrier_s, ring_allreduce_s
@@ -36,7 +36,7 @@ class Engine:
                  gradient: GradientFn, logs: RunLogs, real_size: int, progress: ProgressLine | None = None,
                  jitter: Jitter | None = None) -> None:
         self.cfg, self.compute_model, self.gradient, self.logs = cfg, compute, gradient, logs
-        self.progress, self.jitter = progress, jitter
+        self.progress_line, self.jitter = progress, jitter
         n = cfg.workers
         self.ranks = range(n + 1)
         self.float_bytes = 4 * algo.ctx.size
@@ -66,11 +66,7 @@ class Engine:
         self.counter = itertools.count()
         self.now = 0.0
         self.events = 0
-        self.handlers: dict[type, Callable[[int, Any], Any]] = {
-            Compute: self.compute, Publish: self.publish, Read: self.read, Accumulate: self.accumulate,
-            FetchAdd: self.fetch_add, Drain: self.drain, Send: self.send, Recv: self.recv, Allreduce: self.allreduce,
-            Barrier: self.barrier, Evaluate: self.evaluate, Record: self.record, Progress: self.show,
-        }
+        self.handlers: dict[type, Callable[[int, Any], Any]] = {op: getattr(self, handler_name(op)) for op in ALL_OPS}
 
     # --- the event loop -----------------------------------------------------------------------
     def at(self, t: float, action: Callable[..., None], *args: Any) -> None:
@@ -320,9 +316,9 @@ class Engine:
         self.logs.snapshot(self.now, op)
         self.row(rank, "eval", self.now, self.now, op.params.nbytes, "Evaluate")
 
-    def show(self, rank: int, op: Progress) -> None:
-        if self.progress is not None:
-            self.progress.update(*op)
+    def progress(self, rank: int, op: Progress) -> None:
+        if self.progress_line is not None:
+            self.progress_line.update(*op)
 
     def record(self, rank: int, op: Record) -> None:
         self.steps[rank] += 1

@@ -8,21 +8,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpcbench.algorithms import Algorithm
-from hpcbench.config import RunConfig
-from hpcbench.errors import UsageError
 from hpcbench.results.schema import RunRecord
-from hpcbench.runtime import plan
-from hpcbench.runtime.logs import RunLogs
+from hpcbench.runtime.assemble import Run, assemble
 from hpcbench.runtime.placement import thread_count
+from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.provenance import software
 from hpcbench.runtime.record import build_record, result_line, write_result
 from hpcbench.runtime.sim.engine import Engine, GradientFn
 from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig
-from hpcbench.telemetry.progress import ProgressLine
-from hpcbench.workload.datasets import load_dataset
-from hpcbench.workload.sharding import BatchStream, shard_indices
-from hpcbench.workload.trainer import Trainer
 
 STAND_IN_FLOATS = 64  # the parameter vector algorithms see when numerics are off
 
@@ -41,11 +34,10 @@ def resolve(sim: SimConfig, parameters: int, serves: bool) -> SimConfig:
     )
 
 
-def numerics_gradient(trainer: Trainer, cfg: RunConfig, workers: int) -> GradientFn:
+def numerics_gradient(run: Run) -> GradientFn:
     """Real gradients: one model shared by all virtual workers, each with its own shard stream."""
-    n_train = len(trainer.data.y_train)
-    streams = {r: BatchStream(shard_indices(n_train, workers, r - 1, cfg.seed), cfg.batch_size, cfg.seed, r)
-               for r in range(1, workers + 1)}
+    trainer = run.trainer
+    streams = {r: run.stream(r) for r in range(1, run.workers + 1)}
 
     def gradient(rank: int, params: np.ndarray) -> tuple[np.ndarray, float, int, int]:
         indices = streams[rank].next()
@@ -62,30 +54,20 @@ def timing_gradient(size: int, batch: int) -> GradientFn:
     return gradient
 
 
-def simulated_record(cfg: RunConfig, algo_cls: type[Algorithm], sim: SimConfig,
-                     show_progress: bool = True) -> tuple[RunRecord, str]:
+def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True) -> tuple[RunRecord, str]:
     """Run the simulation; → its result record and a note on the engine's work."""
     sim.validate()
-    n = sim.workers
-    algo_cls.check(cfg, plan.options_for(cfg, algo_cls), n)
+    cfg, n = plan.cfg, sim.workers
     torch.set_num_threads(thread_count(cfg.threads, 1))
-    data = load_dataset(cfg.dataset, cfg.data_dir)
-    if n > len(data.y_train):
-        raise UsageError(f"{n} workers but only {len(data.y_train)} training samples in {cfg.dataset}")
-    trainer = Trainer(cfg.model, data, cfg.seed)
-    sim = resolve(sim, trainer.size, algo_cls.family == "parameter-server")
-    if sim.numerics:
-        params, gradient = trainer.initial, numerics_gradient(trainer, cfg, n)
-    else:
-        params, gradient = np.zeros(STAND_IN_FLOATS, np.float32), timing_gradient(STAND_IN_FLOATS, cfg.batch_size)
-    ctx = plan.make_context(cfg, algo_cls, n, params, len(data.y_train))
-    algo = algo_cls(ctx)
-    layout = algo.layout()
-    slow = {r: plan.straggler_factor(cfg) for r in plan.straggler_ranks(cfg, n)}
-    logs = RunLogs(layout.tables)
-    progress = ProgressLine(f"simulating {algo.name}, {n} workers", ctx.budget) if show_progress else None
+    run = assemble(plan, n, stand_in=0 if sim.numerics else STAND_IN_FLOATS)
+    trainer, algo = run.trainer, run.algo
+    sim = resolve(sim, trainer.size, plan.algo.family == "parameter-server")
+    gradient = numerics_gradient(run) if sim.numerics else timing_gradient(STAND_IN_FLOATS, cfg.batch_size)
+    logs = run.logs()
+    progress = run.progress("simulating ") if show_progress else None
     jitter = Jitter(sim, cfg.seed) if sim.jitter_s > 0 else None
-    engine = Engine(algo, layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, trainer.size, progress,
+    slow = {r: run.slow_factor(r) for r in run.stragglers}
+    engine = Engine(algo, run.layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, trainer.size, progress,
                     jitter)
     wall0 = time.perf_counter()
     engine.run()
@@ -101,15 +83,14 @@ def simulated_record(cfg: RunConfig, algo_cls: type[Algorithm], sim: SimConfig,
     provenance: dict[str, Any] = {**software(), "mpi_library_version": "none (simulated)", "mpi_vendor": "none",
                                   "mpi_standard": "none", "mpi4py_version": "none", "sim_wall_s": wall,
                                   "sim_events": engine.events}
-    simulation = {**dataclasses.asdict(sim), "model_parameters": trainer.size, "algorithm_parameters": ctx.size}
-    record = build_record(cfg, algo, ctx, mode="sim", world_size=n + 1, parts=parts, offsets=np.zeros(n + 1),
-                          origin=0.0, logs=logs, provenance=provenance, simulation=simulation,
-                          model_parameters=trainer.size)
+    simulation = {**dataclasses.asdict(sim), "model_parameters": trainer.size, "algorithm_parameters": algo.ctx.size}
+    record = build_record(run, mode="sim", world_size=n + 1, parts=parts, offsets=np.zeros(n + 1), origin=0.0,
+                          logs=logs, provenance=provenance, simulation=simulation, model_parameters=trainer.size)
     return record, f"{engine.events} events in {wall:.1f} s"
 
 
-def simulate(cfg: RunConfig, algo_cls: type[Algorithm], sim: SimConfig) -> int:
-    record, work = simulated_record(cfg, algo_cls, sim)
-    path = write_result(cfg, record)
+def simulate(plan: Plan, sim: SimConfig) -> int:
+    record, work = simulated_record(plan, sim)
+    path = write_result(plan.cfg, record)
     print(result_line(record, path) + f" [{work}]", flush=True)
     return 0

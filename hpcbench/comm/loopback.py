@@ -1,0 +1,134 @@
+"""An in-process transport: every rank a thread, windows and channels in shared memory.
+
+It gives the MPI driver's logic (handlers, timing rows, timeouts) a test bed without MPI: one
+``Loopback`` holds the shared state, ``endpoint(rank)`` is what that rank's driver talks to. The
+semantics follow ``comm/mpi.py``: publishes and drains are atomic per window, accumulates and
+fetch-adds are atomic, messages on a channel arrive in order per sender, waits have deadlines.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+import numpy as np
+
+from hpcbench.errors import RuntimeFailure
+
+
+class Loopback:
+    """The shared state of ``size`` ranks (rank 0 plus ``size - 1`` workers)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.lock = threading.Condition()
+        self.windows: dict[tuple[str, int], np.ndarray] = {}
+        self.window_sizes: dict[str, int] = {}
+        self.queues: dict[tuple[str, int], deque[tuple[int, np.ndarray]]] = {}
+        self.reduce_barrier = threading.Barrier(size - 1) if size > 1 else None
+        self.reduce_parts: dict[int, np.ndarray] = {}
+        self.reduce_sum: np.ndarray | None = None
+        self.start = time.monotonic()
+
+    def open_window(self, name: str, nbytes: int, owners: tuple[int, ...]) -> None:
+        self.window_sizes[name] = nbytes
+        for rank in owners:
+            self.windows[(name, rank)] = np.zeros(nbytes, np.uint8)
+
+    def open_channel(self, name: str) -> None:
+        for rank in range(self.size):
+            self.queues[(name, rank)] = deque()
+
+    def endpoint(self, rank: int) -> LoopbackEndpoint:
+        return LoopbackEndpoint(self, rank)
+
+
+class LoopbackEndpoint:
+    """One rank's view of a ``Loopback``; implements ``hpcbench.comm.transport.Transport``."""
+
+    def __init__(self, hub: Loopback, rank: int) -> None:
+        self.hub, self.rank, self.size = hub, rank, hub.size
+
+    def wtime(self) -> float:
+        return time.monotonic() - self.hub.start
+
+    def window_size(self, window: str) -> int:
+        return self.hub.window_sizes[window]
+
+    def publish(self, window: str, data: np.ndarray) -> None:
+        with self.hub.lock:
+            self.hub.windows[(window, self.rank)][:data.nbytes] = data.view(np.uint8).ravel()
+
+    def read(self, window: str, ranks: tuple[int, ...], nbytes: int) -> list[np.ndarray]:
+        with self.hub.lock:
+            return [self.hub.windows[(window, r)][:nbytes].copy() for r in ranks]
+
+    def accumulate(self, window: str, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> None:
+        with self.hub.lock:
+            target = self.hub.windows[(window, rank)]
+            for offset, array in parts:
+                view = target[offset:offset + array.nbytes].view(array.dtype)
+                view += array
+
+    def fetch_add(self, window: str, rank: int, value: int) -> int:
+        with self.hub.lock:
+            counter = self.hub.windows[(window, rank)][:8].view(np.int64)
+            before = int(counter[0])
+            counter[0] += value
+            return before
+
+    def drain(self, window: str) -> np.ndarray:
+        with self.hub.lock:
+            own = self.hub.windows[(window, self.rank)]
+            out = own.copy()
+            own[:] = 0
+            return out
+
+    def send(self, channel: str, dest: int, data: np.ndarray) -> None:
+        with self.hub.lock:
+            self.hub.queues[(channel, dest)].append((self.rank, np.ascontiguousarray(data).view(np.uint8).copy()))
+            self.hub.lock.notify_all()
+
+    def recv(self, channel: str, src: int, timeout: float) -> tuple[int, np.ndarray] | None:
+        queue = self.hub.queues[(channel, self.rank)]
+
+        def take() -> tuple[int, np.ndarray] | None:
+            for i, (sender, data) in enumerate(queue):
+                if src < 0 or sender == src:
+                    del queue[i]
+                    return sender, data
+            return None
+
+        deadline = time.monotonic() + timeout
+        with self.hub.lock:
+            got = take()
+            while got is None and time.monotonic() < deadline:
+                self.hub.lock.wait(deadline - time.monotonic())
+                got = take()
+            return got
+
+    def allreduce(self, data: np.ndarray, timeout: float) -> np.ndarray:
+        hub = self.hub
+        assert hub.reduce_barrier is not None and self.rank > 0, "all-reduce is among the workers"
+        with hub.lock:
+            hub.reduce_parts[self.rank] = data.copy()
+        self._wait(hub.reduce_barrier, timeout, "the workers' all-reduce")
+        if self.rank == 1:  # one worker sums, in rank order, as a deterministic reduction would
+            hub.reduce_sum = np.sum([hub.reduce_parts[r] for r in sorted(hub.reduce_parts)], axis=0,
+                                    dtype=data.dtype)
+        self._wait(hub.reduce_barrier, timeout, "the workers' all-reduce")
+        assert hub.reduce_sum is not None
+        out = hub.reduce_sum.copy()
+        self._wait(hub.reduce_barrier, timeout, "the workers' all-reduce")
+        return out
+
+    def worker_barrier(self, timeout: float) -> None:
+        assert self.hub.reduce_barrier is not None and self.rank > 0, "the barrier is among the workers"
+        self._wait(self.hub.reduce_barrier, timeout, "a barrier")
+
+    @staticmethod
+    def _wait(barrier: threading.Barrier, timeout: float, what: str) -> None:
+        try:
+            barrier.wait(timeout)
+        except threading.BrokenBarrierError:
+            raise RuntimeFailure(f"timed out after {timeout:g} s waiting for {what}") from None

@@ -1,0 +1,76 @@
+"""What a driver needs from a transport: the seam between the MPI driver and MPI (or a loopback).
+
+``Transport`` is what one rank uses while its program runs: one-sided window operations,
+messages on named channels, the workers' collectives and a clock. ``Cluster`` adds what a session
+needs around the run: opening windows and channels, agreeing on set-up errors, clock offsets and
+gathering the results on rank 0. Every blocking call takes or implies a deadline.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Transport(Protocol):
+    rank: int
+    size: int
+
+    def wtime(self) -> float:
+        """Seconds on this rank's clock."""
+
+    def window_size(self, window: str) -> int:
+        """Bytes of ``window`` on each rank that owns it."""
+
+    def publish(self, window: str, data: np.ndarray) -> None:
+        """Overwrite the start of this rank's own ``window``; readers never see a mix."""
+
+    def read(self, window: str, ranks: tuple[int, ...], nbytes: int) -> list[np.ndarray]:
+        """The first ``nbytes`` of ``window`` on each of ``ranks``, as bytes."""
+
+    def accumulate(self, window: str, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> None:
+        """Element-wise atomic add of each (byte offset, typed array) into ``window`` on ``rank``."""
+
+    def fetch_add(self, window: str, rank: int, value: int) -> int:
+        """Atomically add ``value`` to the int64 at the start of ``window`` on ``rank``; → the old value."""
+
+    def drain(self, window: str) -> np.ndarray:
+        """This rank's own ``window`` as bytes, zeroed in the same atomic step."""
+
+    def send(self, channel: str, dest: int, data: np.ndarray) -> None:
+        """Nonblocking: ``data`` on ``channel`` to ``dest`` (the buffer may be reused at once)."""
+
+    def recv(self, channel: str, src: int, timeout: float) -> tuple[int, np.ndarray] | None:
+        """Next message on ``channel`` from ``src`` (-1: any) as (sender, bytes); None after ``timeout``."""
+
+    def allreduce(self, data: np.ndarray, timeout: float) -> np.ndarray:
+        """Workers only: element-wise sum of ``data`` over the workers."""
+
+    def worker_barrier(self, timeout: float) -> None:
+        """Workers only: wait until every worker is here."""
+
+
+class Cluster(Transport, Protocol):
+    host: str
+    local_size: int
+
+    def open_window(self, name: str, nbytes: int, owned: bool, accumulated: bool = False) -> None:
+        """Collective: ``nbytes`` on the ranks that own it, nothing on the others."""
+
+    def open_channel(self, name: str, nbytes: int, sources: tuple[int, ...]) -> None:
+        """Messages of ``nbytes``; receives from ``sources`` are posted now, others on first use."""
+
+    def allgather(self, obj: Any) -> list[Any]:
+        """Collective: every rank's ``obj``, in rank order."""
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        """Collective: every rank's ``obj`` on rank 0 (None elsewhere)."""
+
+    def clock_offsets(self) -> np.ndarray | None:
+        """Collective: on rank 0 each rank's clock minus rank 0's; None elsewhere."""
+
+    def world_barrier(self, timeout: float) -> None:
+        """Collective over every rank."""
+
+    def close(self, timeout: float) -> None:
+        """Collective: wait for outstanding sends, then free channels and windows."""

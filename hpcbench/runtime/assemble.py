@@ -1,0 +1,69 @@
+"""One run set-up from a validated plan, shared by the MPI session and the simulator."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hpcbench.algorithms import Algorithm
+from hpcbench.algorithms.api import Layout
+from hpcbench.config import RunConfig
+from hpcbench.errors import UsageError
+from hpcbench.runtime.logs import RunLogs
+from hpcbench.runtime.plan import Plan, make_context, straggler_ranks
+from hpcbench.telemetry.progress import ProgressLine
+from hpcbench.workload.datasets import load_dataset
+from hpcbench.workload.sharding import BatchStream, shard_indices
+from hpcbench.workload.trainer import Trainer
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run ready to start: the algorithm bound to its context, the model and data, the stragglers."""
+
+    plan: Plan
+    algo: Algorithm
+    layout: Layout
+    trainer: Trainer
+    stragglers: tuple[int, ...]  # the worker ranks slowed by ``cfg.stragglers.factor``
+
+    @property
+    def cfg(self) -> RunConfig:
+        return self.plan.cfg
+
+    @property
+    def workers(self) -> int:
+        return self.algo.ctx.workers
+
+    def slow_factor(self, rank: int) -> float:
+        return self.cfg.stragglers.factor if rank in self.stragglers else 1.0
+
+    def stream(self, rank: int) -> BatchStream:
+        """Worker ``rank``'s batches: its own shard of the training set, in its own seeded order."""
+        n_train = len(self.trainer.data.y_train)
+        shard = shard_indices(n_train, self.workers, rank - 1, self.cfg.seed)
+        return BatchStream(shard, self.cfg.batch_size, self.cfg.seed, rank)
+
+    def logs(self) -> RunLogs:
+        return RunLogs(self.layout.tables)
+
+    def progress(self, doing: str = "") -> ProgressLine:
+        return ProgressLine(f"{doing}{self.algo.name}, {self.workers} workers", self.algo.ctx.budget)
+
+
+def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0) -> Run:
+    """Check the world, load the data and model, bind the algorithm; may raise UsageError.
+
+    ``stand_in``: give the algorithm a zero vector of this many floats instead of the model's
+    parameters (the simulator without numerics).
+    """
+    cfg = plan.cfg
+    plan.algo.check(cfg, plan.options, workers)
+    data = load_dataset(cfg.dataset, cfg.data_dir)
+    if workers > len(data.y_train):
+        raise UsageError(f"{workers} workers but only {len(data.y_train)} training samples in {cfg.dataset}")
+    trainer = Trainer(cfg.model, data, cfg.seed, device)
+    params = np.zeros(stand_in, np.float32) if stand_in else trainer.initial
+    ctx = make_context(cfg, plan.algo, workers, params, len(data.y_train), plan.options)
+    algo = plan.algo(ctx)
+    return Run(plan, algo, algo.layout(), trainer, straggler_ranks(cfg.stragglers, workers, cfg.seed))

@@ -1,0 +1,67 @@
+"""The result-file contract: a written file holds exactly the names results/schema.py declares."""
+from __future__ import annotations
+
+import dataclasses
+
+import h5py
+import numpy as np
+import pytest
+
+from hpcbench.cli import main
+from hpcbench.results import schema
+from hpcbench.results.store import read_run, write_run
+
+
+def names_in(path) -> dict[str, set[str]]:
+    """What the file holds, read with h5py alone (not through the reader under test)."""
+    with h5py.File(path, "r") as f:
+        return {
+            "root": set(f.attrs),
+            "groups": set(f),
+            "provenance": set(f["provenance"].attrs) | set(f["provenance"]),
+            "timeline": set(f["timeline"]) - {"clock_offset_s"},
+            "evals": set(f["evals"]),
+            "summary": set(f["summary"].attrs),
+            **{f"server/{t}": set(f["server"][t]) for t in f["server"]},
+        }
+
+
+@pytest.mark.parametrize("algo, tables, server_keys", [
+    ("ga-asgd", ("updates", "late"), schema.SERVER_SUMMARY_KEYS),
+    ("gossip", ("final_models", "learning_rate"), ()),
+    ("allreduce", ("final_models", "learning_rate"), ()),
+])
+def test_a_simulated_run_writes_exactly_the_declared_names(tmp_path, algo, tables, server_keys):
+    out = tmp_path / "r.h5"
+    assert main(["simulate", "--algo", algo, "--workers", "3", "--steps", "6", "--numerics", "off",
+                 "--out", str(out)]) == 0
+    found = names_in(out)
+    assert found["root"] == set(schema.ROOT_ATTRS)
+    assert found["groups"] == {"provenance", "timeline", "evals", "server", "summary", "model", "simulation"}
+    assert found["provenance"] == set(schema.PROVENANCE_ATTRS + schema.SIM_PROVENANCE_ATTRS
+                                      + schema.PROVENANCE_PER_RANK)
+    assert found["timeline"] == set(schema.TIMELINE_COLUMNS)
+    assert found["evals"] == set(schema.EVAL_COLUMNS)
+    assert found["summary"] == set(schema.SUMMARY_KEYS + server_keys)
+    for table in tables:
+        assert found[f"server/{table}"] == set(schema.TABLES[table])
+    assert {k for k in found if k.startswith("server/")} == {f"server/{t}" for t in tables}
+
+
+def test_the_writer_refuses_a_name_the_schema_does_not_declare(tmp_path):
+    out = tmp_path / "r.h5"
+    assert main(["simulate", "--algo", "asgd", "--workers", "2", "--steps", "3", "--numerics", "off",
+                 "--out", str(out)]) == 0
+    rec = read_run(out)
+    for change in ({"summary": {**rec.summary, "staleness_mena": 1.0}},
+                   {"tables": {**rec.tables, "updates": {**rec.tables["updates"], "extra": np.zeros(1)}}}):
+        with pytest.raises(ValueError, match="not declared in hpcbench/results/schema.py: .*(staleness_mena|extra)"):
+            write_run(tmp_path / "bad.h5", dataclasses.replace(rec, **change))
+    assert not list(tmp_path.glob("bad*"))
+
+
+def test_every_summary_name_the_report_reads_is_declared():
+    from hpcbench.report.metrics import RunRow
+
+    read = {f.name for f in dataclasses.fields(RunRow)} - {"algorithm", "mode", "workers", "nodes", "path"}
+    assert read <= set(schema.SUMMARY_KEYS)
