@@ -16,6 +16,7 @@ setup(
     license="MIT",
     python_requires=">=3.10",
     packages=find_packages(include=["hpcbench", "hpcbench.*"]),
+    package_data={"hpcbench": ["py.typed"]},
     install_requires=[
         "mpi4py>=3.1",
         "torch>=2.1",
@@ -27,7 +28,8 @@ setup(
     ],
     extras_require={
         "mpich": ["mpich"],
-        "test": ["pytest>=7", "pytest-timeout>=2.1", "mpich", "matplotlib>=3.6", "simpy>=4.0"],
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "mpich", "matplotlib>=3.6", "simpy>=4.0",
+                 "mypy==2.4.1"],
         "plot": ["matplotlib>=3.6"],
     },
     entry_points={"console_scripts": ["hpcbench = hpcbench.cli:main"]},

@@ -6,6 +6,7 @@ import sys
 from typing import Any, Callable, NoReturn, Sequence
 
 from hpcbench import __version__
+from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
 from hpcbench.runtime.launch import env_rank
 
@@ -20,9 +21,12 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
+    from hpcbench.workload.datasets import DATASETS
+    from hpcbench.workload.models import MODELS
+
     p.add_argument("--algo", help="algorithm (see `hpcbench list`)")
-    p.add_argument("--model", help="mlp | cnn | resnet20 (default mlp)")
-    p.add_argument("--dataset", help="synthetic | digits | cifar10 (default digits)")
+    p.add_argument("--model", help=f"{' | '.join(MODELS.names())} (default {RunConfig.model})")
+    p.add_argument("--dataset", help=f"{' | '.join(DATASETS.names())} (default {RunConfig.dataset})")
     p.add_argument("--data-dir", help="directory of the cifar10 python pickle batches")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--steps", type=int, help="steps per worker (default 100)")
@@ -42,31 +46,19 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 
 FLAG_KEYS = ("algo", "model", "dataset", "data_dir", "steps", "epochs", "batch_size", "lr", "momentum", "seed",
              "stragglers", "out", "overwrite")
+SIM_FLAG_KEYS = ("workers", "numerics", "compute", "network", "pauses", "heterogeneity")
 
 
-def configs_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
-    """(RunConfig, SimConfig): defaults ← TOML ← flags ← --set, the [sim] table for the simulator."""
+def configs_from_args(args: argparse.Namespace) -> tuple[RunConfig, Any]:
+    """(RunConfig, SimConfig) from the command line."""
     from hpcbench.algorithms import ALGORITHMS
-    from hpcbench.config import build_options, load_toml, make_config, merge_sources
-    from hpcbench.runtime.sim.models import SimConfig, parse_compute, parse_network, parse_pauses
+    from hpcbench.config import build_options, from_sources
+    from hpcbench.runtime.sim.models import SimConfig, flag_values
 
-    toml = load_toml(args.config) if args.config else {}
-    flags = {k: getattr(args, k, None) for k in FLAG_KEYS}
-    run, options = merge_sources(toml, flags, args.set, ALGORITHMS.names() + ["sim"])
-    sim_values = options.pop("sim", {})
-    overridden = {item.partition("=")[0][4:] for item in args.set if item.startswith("sim.")}
-    sim_flags: dict[str, Any] = {}
-    if getattr(args, "workers", None) is not None:
-        sim_flags["workers"] = args.workers
-    if getattr(args, "numerics", None) is not None:
-        sim_flags["numerics"] = args.numerics == "on"
-    for flag, parse in (("compute", parse_compute), ("network", parse_network), ("pauses", parse_pauses)):
-        if getattr(args, flag, None):
-            sim_flags.update(parse(getattr(args, flag)))
-    if getattr(args, "heterogeneity", None) is not None:
-        sim_flags["heterogeneity"] = args.heterogeneity
-    sim_values.update({k: v for k, v in sim_flags.items() if k not in overridden})
-    return make_config(run, options), build_options(SimConfig, sim_values, "sim.")
+    sim_flags = flag_values(**{k: getattr(args, k, None) for k in SIM_FLAG_KEYS})
+    cfg, sim = from_sources(args.config, {k: getattr(args, k, None) for k in FLAG_KEYS}, args.set,
+                            ALGORITHMS.names(), sim_flags)
+    return cfg, build_options(SimConfig, sim, "sim.")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -129,10 +121,21 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def print_report(files: Sequence[Any]) -> None:
+    from hpcbench.report.tables import load, report_text
+
+    if files:
+        print(report_text(load([str(f) for f in files])))
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from hpcbench.runtime.study import demo
 
-    return demo(args.out_dir, args.ranks, args.steps, args.timeout)
+    files, failures = demo(args.out_dir, args.ranks, args.steps, args.timeout)
+    print_report(files)
+    for failure in failures:
+        print(f"FAILED: {failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -142,7 +145,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from hpcbench.runtime import plan
     from hpcbench.runtime.study import parse_ranks, run_local
     from hpcbench.slurm import sweep
-    from hpcbench.slurm.jobs import Resources
 
     algos = sweep.parse_algos(args.algos)
     base_args = (["--config", str(Path(args.config).resolve())] if args.config else []) + \
@@ -155,20 +157,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.local:
         files, failures = run_local(algos, parse_ranks(args.ranks), base_args, str(out_dir), args.timeout,
                                     args.repeats)
-        if files:
-            from hpcbench.report.tables import load, report_text
-
-            print(report_text(load([str(f) for f in files])))
+        print_report(files)
         return 1 if failures else 0
     nodes = sweep.parse_counts(args.nodes, "--nodes", 1)
     sweep.check_worlds(algos, nodes, args.tasks_per_node)
-    from hpcbench.comm.probe import mpi_library
-    from hpcbench.runtime.selfcheck import srun_mpi_flag
-
-    res = Resources(tasks_per_node=args.tasks_per_node, cpus_per_task=args.cpus_per_task,
-                    gpus_per_task=args.gpus_per_task, time=args.time, partition=args.partition or "",
-                    account=args.account or "", mpi=args.mpi or srun_mpi_flag(mpi_library()["mpi_vendor"]),
-                    setup=tuple(args.setup) if args.setup else sweep.default_setup())
+    res = sweep.resources(args.tasks_per_node, args.cpus_per_task, args.gpus_per_task, args.time, args.partition,
+                          args.account, args.mpi, args.setup)
     points = sweep.plan_points(algos, nodes, args.repeats)
     scripts, report = sweep.write_study(out_dir, points, res, base_args)
     print(f"wrote {len(scripts)} run jobs, {report} and {out_dir / 'submit.sh'}")

@@ -190,6 +190,21 @@ def merge_sources(
     return run, options
 
 
+def from_sources(config_path: str | None, flags: Mapping[str, Any], sets: list[str], algorithms: list[str],
+                 sim_flags: Mapping[str, Any]) -> tuple[RunConfig, dict[str, Any]]:
+    """defaults ← TOML file ← flags ← ``--set``; → (run configuration, the simulator's values).
+
+    The simulator's values are the ``[sim]`` table with ``simulate``'s own flags on top, except
+    where a ``--set sim.KEY=...`` names the same key (the last source wins, as everywhere).
+    """
+    toml = load_toml(config_path) if config_path else {}
+    run, options = merge_sources(toml, flags, sets, algorithms + ["sim"])
+    sim = options.pop("sim", {})
+    overridden = {item.partition("=")[0][len("sim."):] for item in sets if item.startswith("sim.")}
+    sim.update({k: v for k, v in sim_flags.items() if k not in overridden})
+    return make_config(run, options), sim
+
+
 def make_config(run: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]]) -> RunConfig:
     cfg = build_options(RunConfig, run, "")
     return dataclasses.replace(cfg, options={k: dict(v) for k, v in options.items()})

@@ -13,7 +13,7 @@ from hpcbench import __version__
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.config import RunConfig
 from hpcbench.workload.datasets import DATASET_HELP
-from hpcbench.workload.models import MODEL_HELP
+from hpcbench.workload.models import MODELS
 
 
 RECIPE = ("lr is the single-worker rate. Asynchronous algorithms apply every gradient at lr; synchronous ones\n"
@@ -25,7 +25,8 @@ RECIPE = ("lr is the single-worker rate. Asynchronous algorithms apply every gra
 def _default(f: dataclasses.Field) -> object:
     if f.default is not dataclasses.MISSING:
         return f.default
-    return f.default_factory()  # type: ignore[misc]
+    factory = f.default_factory
+    return factory() if callable(factory) else None
 
 
 def listing() -> str:
@@ -41,7 +42,7 @@ def listing() -> str:
         "Algorithm options (--set NAME.OPTION=VALUE, or a [NAME] table in --config)",
         tabulate(options, headers=["option", "default"]) if options else "(none)",
         "Models",
-        tabulate(sorted(MODEL_HELP.items()), headers=["name", "what it is"]),
+        tabulate(sorted(MODELS.items()), headers=["name", "what it is"]),
         "Datasets",
         tabulate(sorted(DATASET_HELP.items()), headers=["name", "what it is"]),
         "Run options (flags, --set KEY=VALUE, or top-level keys in --config)",

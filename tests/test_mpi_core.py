@@ -89,7 +89,7 @@ def test_result_file_has_every_required_field(runs, name):
     assert sorted(rec.summary) == sorted(SUMMARY_KEYS + server)
     assert rec.summary["samples_per_s"] > 0 and 0 < rec.summary["compute_fraction"] < 1
     if rec.algorithm == "asgd":
-        assert tuple(rec.tables["updates"]) == TABLES["updates"]
+        assert set(rec.tables["updates"]) == set(TABLES["updates"])
         assert rec.summary["staleness_p99"] >= rec.summary["staleness_p50"] >= 0
     assert rec.final_params.shape == (rec.attrs["config"]["parameters"],)
 

@@ -16,7 +16,7 @@ def test_frame_fields_are_aligned_typed_views():
     f = Frame(version=(np.int64, 1), x=(np.float32, 3), w=(np.float64, 1))
     assert f.offset("x") == 8 and f.offset("w") == 24 and f.nbytes == 32
     buf = f.pack(version=7, x=[1, 2, 3], w=0.5)
-    assert f.scalar(buf, "version") == 7 and f.scalar(buf, "w") == 0.5
+    assert f.integer(buf, "version") == 7 and f.real(buf, "w") == 0.5
     f.view(buf, "x")[1] = 9
     assert list(f.view(buf, "x")) == [1, 9, 3]
 

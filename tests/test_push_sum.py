@@ -63,7 +63,7 @@ def drive_with_slow_in_peers(tau: int, algo: str = "osgp"):
                 result = (op.src, msg.pack(iteration=m, last=0, w=0.5, z=np.ones(4, np.float32)))
             else:
                 result = (op.src, msg.pack(iteration=STOP_AFTER, last=1, w=0.0))
-        elif isinstance(op, Send) and op.channel == "push" and msg.scalar(op.data, "last"):
+        elif isinstance(op, Send) and op.channel == "push" and msg.integer(op.data, "last"):
             markers.append(op.dest)
         else:
             assert isinstance(op, (Send, Publish))

@@ -49,7 +49,7 @@ def drive_server(name, arrivals, momentum=0.0, nesterov=False, wd=0.0, history=0
             used = max(version - staleness, 0)
             result = (worker, algo.grad_frame.pack(version=used, grad=grad))
         elif isinstance(op, Publish):
-            version = frame.scalar(op.data, "version")
+            version = frame.integer(op.data, "version")
             published[version] = frame.view(op.data, "params").copy()
         elif isinstance(op, Record):
             logs[op.table].append(op.values)

@@ -8,7 +8,8 @@ import pytest
 from conftest import requires_mpi
 from hpcbench.cli import main
 from hpcbench.results.store import read_run
-from hpcbench.runtime.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch, srun_mpi_flag
+from hpcbench.runtime.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
+from hpcbench.slurm.jobs import srun_mpi_flag
 from hpcbench.slurm.jobs import Resources, report_job, run_job, submit_script
 from hpcbench.slurm.sweep import Point, plan_points
 from hpcbench.telemetry.progress import ProgressLine

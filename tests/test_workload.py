@@ -8,6 +8,7 @@ import torch
 from hpcbench.errors import UsageError
 from hpcbench.workload.datasets import CIFAR_FILES, load_dataset
 from hpcbench.workload.models import MODELS, build_model
+from hpcbench.workload.networks import BUILDERS
 from hpcbench.workload.sharding import BatchStream, shard_indices
 from hpcbench.workload.trainer import Trainer
 
@@ -67,6 +68,10 @@ def test_batch_stream_counts_exactly_and_reshuffles_each_pass():
     assert not np.array_equal(first, second)
     again = BatchStream(shard, 4, seed=1, index=0)
     assert all(np.array_equal(b, again.next()) for b in batches)
+
+
+def test_every_listed_model_has_a_network_and_no_network_is_unlisted():
+    assert set(BUILDERS) == set(MODELS.names())
 
 
 @pytest.mark.parametrize("name", MODELS.names())

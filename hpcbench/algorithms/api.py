@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generator, Literal, Mapping
+from typing import Any, ClassVar, Generator, Literal, Mapping, Protocol, TypeVar
 
 import numpy as np
 
@@ -11,7 +11,10 @@ from hpcbench.algorithms.schedule import Schedule
 from hpcbench.errors import UsageError
 from hpcbench.registry import Registry
 
+T = TypeVar("T")
 Program = Generator[Op, Any, None]
+# A piece of a program that hands back a value: ``value = yield from piece(...)``.
+Sub = Generator[Op, Any, T]
 Role = Literal["server", "workers"]
 
 
@@ -85,6 +88,13 @@ class Context:
         return np.random.default_rng([self.seed, 0xA160, rank, purpose])
 
 
+class Settings(Protocol):
+    """What ``Algorithm.check`` may read of the run configuration (a ``RunConfig``)."""
+
+    @property
+    def nesterov(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class NoOptions:
     pass
@@ -107,8 +117,10 @@ class Algorithm:
         self.opts = ctx.options
 
     @classmethod
-    def check(cls, cfg: Any, options: Any, workers: int) -> None:
-        """Refuse, in one line, a configuration or world this algorithm cannot run."""
+    def check(cls, cfg: Settings, options: Any, workers: int) -> None:
+        """Refuse, in one line, a configuration or world this algorithm cannot run.
+
+        ``options``: an instance of ``cls.Options`` (subclasses name their own type)."""
         if workers < cls.min_workers:
             need = cls.min_workers + 1
             raise UsageError(f"{cls.name} needs at least {cls.min_workers} worker(s) besides rank 0: "

@@ -10,14 +10,12 @@ budget counter on rank 0, so fast workers are not held to a straggler's share.
 """
 from __future__ import annotations
 
-from typing import Any, Generator
-
 import numpy as np
 
-from hpcbench.algorithms.api import ChannelSpec, Context, Layout, WindowSpec
+from hpcbench.algorithms.api import ChannelSpec, Context, Layout, Program, Sub, WindowSpec
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.meter import TrainingMeter
-from hpcbench.algorithms.ops import (SERVER, Compute, Evaluate, FetchAdd, Gradient, Op, Publish, Read, Record, Recv,
+from hpcbench.algorithms.ops import (SERVER, Compute, Evaluate, FetchAdd, Gradient, Publish, Read, Record, Recv,
                                      Send)
 from hpcbench.algorithms.rules import momentum_direction
 
@@ -50,7 +48,7 @@ def layout(params: np.ndarray, until_budget: bool, **extra_windows: WindowSpec) 
 
 def starting_point(ctx: Context, rank: int, spread: float, dtype: type = np.float32) -> np.ndarray:
     """The shared initial parameters, optionally perturbed per worker (to study consensus)."""
-    x = ctx.params.astype(dtype)
+    x: np.ndarray = ctx.params.astype(dtype)
     if spread:
         x += ctx.rng(rank, purpose=1).normal(0.0, spread, size=x.size).astype(np.float32)
     return x
@@ -78,7 +76,7 @@ def mix(z: np.ndarray, w: float, z_in: np.ndarray, w_in: float) -> float:
 Centre = tuple[Frame, int]  # the layout of a "centre" window and the rank that holds it
 
 
-def coordinate(ctx: Context, centre: Centre | None = None) -> Generator:
+def coordinate(ctx: Context, centre: Centre | None = None) -> Program:
     """Rank 0: evaluate every ``eval_every`` samples until every worker has reported it is done.
 
     The evaluated model is the workers' de-biased average, or with ``centre`` (EASGD) the "x" of
@@ -92,23 +90,23 @@ def coordinate(ctx: Context, centre: Centre | None = None) -> Generator:
     meter = TrainingMeter()
     while done < ctx.workers:
         src, raw = yield Recv("progress")
-        samples = PROGRESS.scalar(raw, "samples")
+        samples = PROGRESS.integer(raw, "samples")
         total += samples - reported[src]
         reported[src] = samples
-        done += PROGRESS.scalar(raw, "done")
-        yield Record("learning_rate", (src, samples, PROGRESS.scalar(raw, "lr")))
-        meter.add(PROGRESS.scalar(raw, "loss_sum"), PROGRESS.scalar(raw, "correct"), PROGRESS.scalar(raw, "seen"))
+        done += PROGRESS.integer(raw, "done")
+        yield Record("learning_rate", (src, samples, PROGRESS.real(raw, "lr")))
+        meter.add(PROGRESS.real(raw, "loss_sum"), PROGRESS.integer(raw, "correct"), PROGRESS.integer(raw, "seen"))
         yield meter.progress(total)
         if total >= next_eval and done < ctx.workers:
             yield from evaluate(frame, ranks, centre)
             next_eval = (total // ctx.eval_every + 1) * ctx.eval_every
     raws = yield from evaluate(frame, ranks, centre)
     for rank, raw in zip(ranks, raws):
-        yield Record("final_models", (rank, frame.scalar(raw, "samples"), frame.scalar(raw, "updates"),
-                                      frame.scalar(raw, "weight"), frame.scalar(raw, "mass")))
+        yield Record("final_models", (rank, frame.integer(raw, "samples"), frame.integer(raw, "updates"),
+                                      frame.real(raw, "weight"), frame.real(raw, "mass")))
 
 
-def evaluate(frame: Frame, ranks: tuple[int, ...], centre: Centre | None) -> Generator:
+def evaluate(frame: Frame, ranks: tuple[int, ...], centre: Centre | None) -> Sub[list[np.ndarray]]:
     """Snapshot the model to evaluate; returns the workers' raw model windows."""
     raws = yield Read("model", ranks, observe=True)
     params, consensus = average(frame, raws)
@@ -116,8 +114,8 @@ def evaluate(frame: Frame, ranks: tuple[int, ...], centre: Centre | None) -> Gen
         centre_frame, holder = centre
         [raw] = yield Read("centre", (holder,), observe=True)
         params = centre_frame.view(raw, "x").copy()
-    samples = sum(frame.scalar(r, "samples") for r in raws)
-    updates = sum(frame.scalar(r, "updates") for r in raws)
+    samples = sum(frame.integer(r, "samples") for r in raws)
+    updates = sum(frame.integer(r, "updates") for r in raws)
     yield Evaluate(params, samples, updates, consensus)
     return raws
 
@@ -136,7 +134,7 @@ def local_sgd(ctx: Context, x: np.ndarray, grad: np.ndarray, at: np.ndarray, buf
     return lr
 
 
-def local_step(ctx: Context, reporter: "Reporter", x: np.ndarray, buf: np.ndarray | None, step: int) -> Generator:
+def local_step(ctx: Context, reporter: "Reporter", x: np.ndarray, buf: np.ndarray | None, step: int) -> Program:
     """Compute a gradient at x (float32 on the wire, whatever x is kept in) and take the local step."""
     at = x if x.dtype == np.float32 else x.astype(np.float32)
     result = yield Compute(at)
@@ -163,7 +161,7 @@ class Budget:
     def __init__(self, ctx: Context, shared: bool) -> None:
         self.ctx, self.shared = ctx, shared
 
-    def next_step(self, step: int) -> Generator[Op, Any, bool]:
+    def next_step(self, step: int) -> Sub[bool]:
         """With ``step`` local steps done: may this worker take one more?"""
         if not self.shared:
             return step < self.ctx.steps
@@ -185,7 +183,7 @@ class Reporter:
         self.seen += result.samples
         self.lr = lr
 
-    def report(self, step: int, done: bool = False) -> Generator:
+    def report(self, step: int, done: bool = False) -> Program:
         """After ``step`` local steps; ``done``: the last report."""
         if done or step % self.every == 0:
             yield Send("progress", SERVER, PROGRESS.pack(samples=step * self.ctx.batch_size, done=int(done),

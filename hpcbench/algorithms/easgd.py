@@ -9,12 +9,12 @@ their communicator: x_i −= α(x_i − x̃) and x̃ += α Σ_i (x_i − x̃), w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 
 from hpcbench.algorithms import decentral
-from hpcbench.algorithms.api import Algorithm, Context, Layout, Program, WindowSpec, register
+from hpcbench.algorithms.api import Algorithm, Context, Layout, Program, Role, Settings, WindowSpec, register
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.ops import SERVER, Accumulate, Allreduce, Publish, Read
 from hpcbench.errors import UsageError
@@ -28,8 +28,8 @@ class EasgdOptions:
 
 class ElasticAveraging(Algorithm):
     family = "decentralized"
-    Options = EasgdOptions
-    centre_owner = "server"
+    Options: ClassVar[type] = EasgdOptions
+    centre_owner: ClassVar[Role] = "server"
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
@@ -38,7 +38,7 @@ class ElasticAveraging(Algorithm):
         self.alpha = self.opts.alpha or 0.9 / ctx.workers
 
     @classmethod
-    def check(cls, cfg: Any, options: Any, workers: int) -> None:
+    def check(cls, cfg: Settings, options: EasgdOptions, workers: int) -> None:
         super().check(cfg, options, workers)
         if options.tau < 1:
             raise UsageError(f"{cls.name}.tau must be >= 1 local steps, got {options.tau}")
@@ -47,8 +47,9 @@ class ElasticAveraging(Algorithm):
             raise UsageError(f"{cls.name}.alpha must be in (0, 1), got {alpha}")
 
     def layout(self) -> Layout:
-        mode = "accumulate" if self.centre_owner == "server" else "publish"
-        centre = WindowSpec(self.centre_owner, self.centre.nbytes, self.centre.pack(x=self.ctx.params), mode)
+        owner = self.centre_owner
+        centre = WindowSpec(owner, self.centre.nbytes, self.centre.pack(x=self.ctx.params),
+                            "accumulate" if owner == "server" else "publish")
         return decentral.layout(self.ctx.params, self.asynchronous, centre=centre)
 
     def server(self) -> Program:
@@ -99,7 +100,7 @@ class EasgdSync(ElasticAveraging):
     centre_owner = "workers"
 
     @classmethod
-    def check(cls, cfg: Any, options: Any, workers: int) -> None:
+    def check(cls, cfg: Settings, options: EasgdOptions, workers: int) -> None:
         super().check(cfg, options, workers)
         alpha = options.alpha or 0.9 / max(workers, 1)
         if workers * alpha >= 1.0:

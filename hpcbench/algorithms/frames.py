@@ -37,6 +37,9 @@ class Frame:
         self._slices = {f.name: (f.offset, f.offset + f.nbytes, f.dtype) for f in self.fields.values()}
         self._scalars = {f.name: (struct.Struct("<" + f.dtype.char), f.offset)
                          for f in self.fields.values() if f.count == 1}
+        self._integers = {n: v for n, v in self._scalars.items()
+                          if self.fields[n].dtype.kind in "iu"}
+        self._reals = {n: v for n, v in self._scalars.items() if self.fields[n].dtype.kind == "f"}
 
     def new(self) -> np.ndarray:
         return np.zeros(self.nbytes, dtype=np.uint8)
@@ -54,12 +57,18 @@ class Frame:
         for name, value in values.items():
             if type(value) is not np.ndarray and name in scalars:
                 fmt, offset = scalars[name]
-                fmt.pack_into(buf, offset, value)
+                fmt.pack_into(buf, offset, value)  # type: ignore[arg-type]  # (numpy's stubs: not a Buffer)
             else:
                 start, stop, dtype = self._slices[name]
                 buf[start:stop].view(dtype)[...] = value
         return buf
 
-    def scalar(self, buf: np.ndarray, name: str) -> float | int:
-        fmt, offset = self._scalars[name]
-        return fmt.unpack_from(buf, offset)[0]
+    def integer(self, buf: np.ndarray, name: str) -> int:
+        """The value of a one-element integer field."""
+        fmt, offset = self._integers[name]
+        return fmt.unpack_from(buf, offset)[0]  # type: ignore[arg-type]
+
+    def real(self, buf: np.ndarray, name: str) -> float:
+        """The value of a one-element floating-point field."""
+        fmt, offset = self._reals[name]
+        return fmt.unpack_from(buf, offset)[0]  # type: ignore[arg-type]

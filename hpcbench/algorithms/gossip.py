@@ -11,12 +11,11 @@ Both claim each batch from the shared sample budget, so fast workers are not hel
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from hpcbench.algorithms import decentral
-from hpcbench.algorithms.api import Algorithm, Context, Layout, Program, WindowSpec, register
+from hpcbench.algorithms.api import Algorithm, Context, Layout, Program, Settings, Sub, WindowSpec, register
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.ops import Accumulate, Barrier, Drain, Read
 from hpcbench.algorithms.topology import random_peer
@@ -45,7 +44,7 @@ class Gossip(Algorithm):
         self.mailbox = Frame(w=(np.float64, 1), x=(np.float64, ctx.size))  # Σ w_j and Σ w_j·z_j
 
     @classmethod
-    def check(cls, cfg: Any, options: Any, workers: int) -> None:
+    def check(cls, cfg: Settings, options: GossipOptions, workers: int) -> None:
         super().check(cfg, options, workers)
         if options.variant not in VARIANTS:
             raise one_of("gossip.variant", options.variant, VARIANTS)
@@ -103,9 +102,9 @@ class Gossip(Algorithm):
         yield decentral.publish(self.frame, ctx, step, z, w)
         yield from reporter.report(step, done=True)
 
-    def absorb(self, z: np.ndarray, w: float) -> Program:
+    def absorb(self, z: np.ndarray, w: float) -> Sub[float]:
         raw = yield Drain("mailbox")
-        weight = self.mailbox.scalar(raw, "w")
+        weight = self.mailbox.real(raw, "w")
         if weight <= 0:
             return w
         return decentral.mix(z, w, self.mailbox.view(raw, "x") / weight, weight)

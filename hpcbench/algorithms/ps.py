@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from hpcbench.algorithms.api import Algorithm, ChannelSpec, Context, Layout, Program, WindowSpec, register
+from hpcbench.algorithms.api import (Algorithm, ChannelSpec, Context, Layout, Program, Settings, Sub, WindowSpec,
+                                    register)
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.meter import TrainingMeter
 from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Publish, Read, Record, Recv, Send
@@ -55,7 +56,7 @@ class ParameterServer(Algorithm):
             self.ring = VersionRing(capacity, d)
 
     @classmethod
-    def check(cls, cfg: Any, options: Any, workers: int) -> None:
+    def check(cls, cfg: Settings, options: Any, workers: int) -> None:
         super().check(cfg, options, workers)
         if getattr(options, "history", 0) < 0:
             raise UsageError(f"{cls.name}.history must be >= 0 versions (0: 2·workers + 4), got {options.history}")
@@ -81,18 +82,18 @@ class ParameterServer(Algorithm):
         frame = self.params_frame
         while True:
             [raw] = yield Read("params", (SERVER,))
-            version = frame.scalar(raw, "version")
-            if version != frame.scalar(raw, "check"):
+            version = frame.integer(raw, "version")
+            if version != frame.integer(raw, "check"):
                 raise RuntimeFailure(f"rank {rank} read a torn parameter window "
-                                     f"(header version {version}, trailer {frame.scalar(raw, 'check')})")
+                                     f"(header version {version}, trailer {frame.integer(raw, 'check')})")
             result = yield Compute(frame.view(raw, "params"))
             yield Send("grad", SERVER, self.grad_frame.pack(version=version, loss=result.loss,
                                                             correct=result.correct, grad=result.grad))
             _, ack = yield Recv("ack", SERVER)
-            if ANSWERS[ACK.scalar(ack, "answer")] == "echo":  # the server no longer holds what we read
+            if ANSWERS[ACK.integer(ack, "answer")] == "echo":  # the server no longer holds what we read
                 yield Send("echo", SERVER, raw)
                 _, ack = yield Recv("ack", SERVER)
-            if ANSWERS[ACK.scalar(ack, "answer")] == "stop":
+            if ANSWERS[ACK.integer(ack, "answer")] == "stop":
                 return
 
     def server(self) -> Program:
@@ -107,7 +108,7 @@ class ParameterServer(Algorithm):
         next_eval = ctx.eval_every
         while stopped < ctx.workers:
             src, msg = yield Recv("grad")
-            used = self.grad_frame.scalar(msg, "version")
+            used = self.grad_frame.integer(msg, "version")
             if applied >= target:
                 yield Record("late", (src, used))
                 yield Send("ack", src, STOP)
@@ -130,7 +131,7 @@ class ParameterServer(Algorithm):
             if ring is not None:
                 ring.put(version, published)
             yield Record("updates", (src, used, onto, staleness, penalty, gap, lr, echoed))
-            meter.add(batch * self.grad_frame.scalar(msg, "loss"), self.grad_frame.scalar(msg, "correct"), batch)
+            meter.add(batch * self.grad_frame.real(msg, "loss"), self.grad_frame.integer(msg, "correct"), batch)
             yield meter.progress(applied * batch)
             done = applied >= target
             yield Send("ack", src, STOP if done else GO)
@@ -139,11 +140,11 @@ class ParameterServer(Algorithm):
                 yield Evaluate(rule.theta, applied * batch, applied)
                 next_eval = (applied * batch // ctx.eval_every + 1) * ctx.eval_every
 
-    def echo(self, src: int, used: int) -> Program:
+    def echo(self, src: int, used: int) -> Sub[np.ndarray]:
         """The vector ``src`` computed on, from ``src`` itself: the ring no longer holds version ``used``."""
         yield Send("ack", src, ECHO)
         _, raw = yield Recv("echo", src)
-        got = self.params_frame.scalar(raw, "version")
+        got = self.params_frame.integer(raw, "version")
         if got != used:
             raise RuntimeFailure(f"rank {src} echoed version {got}, but its gradient was computed on {used}")
         return self.params_frame.view(raw, "params")

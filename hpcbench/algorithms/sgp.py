@@ -15,12 +15,12 @@ a message that will never come learns so from that stop message instead of waiti
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 
 from hpcbench.algorithms import decentral
-from hpcbench.algorithms.api import Algorithm, ChannelSpec, Context, Layout, Program, register
+from hpcbench.algorithms.api import Algorithm, ChannelSpec, Context, Layout, Program, Settings, Sub, register
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.ops import Recv, Send
 from hpcbench.algorithms.topology import exponential_hops, exponential_in_peer, exponential_out_peer
@@ -50,7 +50,7 @@ class PushSum(Algorithm):
     family = "decentralized"
     min_workers = 2
     delay = 0
-    Options = SgpOptions
+    Options: ClassVar[type] = SgpOptions
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
@@ -92,11 +92,12 @@ class PushSum(Algorithm):
         for h in hops:
             src = (i - 2**h) % n + 1
             while src not in inbox.stopped:
-                w = yield from self.take(inbox, src, z, w, expected=None, wait=True)
+                got = yield from self.take(inbox, src, z, w, expected=None, wait=True)
+                w = w if got is None else got
         yield decentral.publish(self.frame, ctx, k, z, w)
         yield from reporter.report(k, done=True)
 
-    def receive(self, inbox: Inbox, z: np.ndarray, w: float, due: int) -> Program:
+    def receive(self, inbox: Inbox, z: np.ndarray, w: float, due: int) -> Sub[float]:
         """Absorb the pending messages that are here; wait for those sent at an iteration ≤ ``due``."""
         still = []
         for m, src in inbox.pending:
@@ -111,19 +112,19 @@ class PushSum(Algorithm):
         return w
 
     def take(self, inbox: Inbox, src: int, z: np.ndarray, w: float, expected: int | None,
-             wait: bool) -> Program:
+             wait: bool) -> Sub[float | None]:
         """The next message from ``src``, absorbed; → the new weight, or None if none was there."""
         got = yield Recv("push", src, timeout=None if wait else 0)
         if got is None:
             return None
         raw, msg = got[1], self.message
-        if msg.scalar(raw, "last"):
+        if msg.integer(raw, "last"):
             inbox.stopped.add(src)
             return w
-        iteration = msg.scalar(raw, "iteration")
+        iteration = msg.integer(raw, "iteration")
         if expected is not None and iteration != expected:
             raise RuntimeFailure(f"rank {src} sent iteration {iteration} where {expected} was due")
-        return decentral.mix(z, w, msg.view(raw, "z"), msg.scalar(raw, "w"))
+        return decentral.mix(z, w, msg.view(raw, "z"), msg.real(raw, "w"))
 
 
 @register
@@ -141,7 +142,7 @@ class Osgp(PushSum):
     delay = 1
 
     @classmethod
-    def check(cls, cfg: Any, options: Any, workers: int) -> None:
+    def check(cls, cfg: Settings, options: OsgpOptions, workers: int) -> None:
         super().check(cfg, options, workers)
         if options.tau < 0:
             raise UsageError(f"osgp.tau must be >= 0 iterations, got {options.tau}")

@@ -58,7 +58,8 @@ class Window:
         self.rank = comm.rank
         # A Get racing an Accumulate is undefined in MPI: reads of accumulated windows lock them exclusively.
         self.read_lock = MPI.LOCK_EXCLUSIVE if accumulated else MPI.LOCK_SHARED
-        self.local = np.frombuffer(self.win.tomemory(), dtype=np.uint8) if nbytes else np.empty(0, np.uint8)
+        self.local = (np.frombuffer(self.win.tomemory(), dtype=np.uint8)  # type: ignore[call-overload]
+                      if nbytes else np.empty(0, np.uint8))
 
     def publish(self, data: np.ndarray) -> None:
         # An exclusive lock on our own window waits out every reader's shared lock: no torn reads.
@@ -223,7 +224,7 @@ class MpiComm:
         wait_for(lambda: True if req.Test() else None, timeout, "the workers' all-reduce", spin=timeout)
         return out
 
-    def barrier(self, comm: MPI.Intracomm, timeout: float) -> None:
+    def barrier(self, comm: MPI.Comm, timeout: float) -> None:
         req = comm.Ibarrier()
         wait_for(lambda: True if req.Test() else None, timeout, "a barrier", spin=timeout)
 
@@ -233,13 +234,13 @@ class MpiComm:
     def world_barrier(self, timeout: float) -> None:
         self.barrier(self.world, timeout)
 
-    def allgather(self, obj: Any) -> list[Any]:
+    def allgather(self, obj: object) -> list[Any]:
         return self.world.allgather(obj)
 
-    def gather(self, obj: Any) -> list[Any] | None:
+    def gather(self, obj: object) -> list[Any] | None:
         return pkl5.Intracomm(self.world).gather(obj, root=0)
 
-    def bcast(self, obj: Any) -> Any:
+    def bcast(self, obj: T) -> T:
         return self.world.bcast(obj, root=0)
 
     # --- clocks and placement -----------------------------------------------------------------

@@ -60,10 +60,10 @@ class Cluster(Transport, Protocol):
     def open_channel(self, name: str, nbytes: int, sources: tuple[int, ...]) -> None:
         """Messages of ``nbytes``; receives from ``sources`` are posted now, others on first use."""
 
-    def allgather(self, obj: Any) -> list[Any]:
+    def allgather(self, obj: object) -> list[Any]:
         """Collective: every rank's ``obj``, in rank order."""
 
-    def gather(self, obj: Any) -> list[Any] | None:
+    def gather(self, obj: object) -> list[Any] | None:
         """Collective: every rank's ``obj`` on rank 0 (None elsewhere)."""
 
     def clock_offsets(self) -> np.ndarray | None:

@@ -5,7 +5,7 @@ import math
 from typing import Any, Iterable, Sequence
 
 from hpcbench.report.metrics import ScalePoint, run_row, scaling
-from hpcbench.report.tables import FORMATS, render
+from hpcbench.report.tables import FORMATS, Column, render
 from hpcbench.results.schema import RunRecord
 
 IGNORED_KEYS = ("out",)  # differs between any two studies and means nothing
@@ -61,12 +61,12 @@ def diff_text(old: Sequence[RunRecord], new: Sequence[RunRecord], fmt: str = "te
         status = "changed" if o and n else ("removed" if o else "added")
         rows.append([*map(str, key), status] + [change(getattr(o, attr, None), getattr(n, attr, None), digits)
                                                 for _, attr, digits in METRICS])
-    columns = [(h, (lambda i: lambda r: r[i])(i), str) for i, h in
+    columns: list[Column] = [(h, (lambda i: lambda r: r[i])(i), str) for i, h in
                enumerate(["algorithm", "mode", "workers", "point"] + [m[0] for m in METRICS])]
     parts = [render(columns, rows, fmt if fmt in FORMATS else "text")]
     changes = config_changes(old, new)
     if changes:
-        config_cols = [(h, (lambda i: lambda r: r[i])(i), str) for i, h in enumerate(["config key", "old", "new"])]
+        config_cols: list[Column] = [(h, (lambda i: lambda r: r[i])(i), str) for i, h in enumerate(["config key", "old", "new"])]
         parts.append(render(config_cols, changes, fmt))
     else:
         parts.append("configuration: identical")

@@ -4,6 +4,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+import numpy as np
+
 from hpcbench.algorithms.api import Program
 from hpcbench.algorithms.ops import (ALL_OPS, UNTIMED_OPS, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate,
                                      FetchAdd, Gradient, Progress, Publish, Read, Record, Recv, Send, handler_name)
@@ -96,14 +98,14 @@ class MpiDriver:
     def fetch_add(self, op: FetchAdd) -> int:
         return self._timed("communicate", 8, op, lambda: self.comm.fetch_add(op.window, op.rank, op.value))
 
-    def drain(self, op: Drain) -> Any:
+    def drain(self, op: Drain) -> np.ndarray:
         return self._timed("communicate", self.comm.window_size(op.window), op,
                            lambda: self.comm.drain(op.window))
 
     def send(self, op: Send) -> None:
         self._timed("communicate", op.data.nbytes, op, lambda: self.comm.send(op.channel, op.dest, op.data))
 
-    def recv(self, op: Recv) -> Any:
+    def recv(self, op: Recv) -> tuple[int, np.ndarray] | None:
         timeout = self.timeout if op.timeout is None else op.timeout
         t0 = self.clock()
         got = self.comm.recv(op.channel, op.src, timeout)
@@ -113,7 +115,7 @@ class MpiDriver:
         self.timeline.add(self.step, "wait", t0, self.clock(), got[1].nbytes if got is not None else 0, "Recv")
         return got
 
-    def allreduce(self, op: Allreduce) -> Any:
+    def allreduce(self, op: Allreduce) -> np.ndarray:
         return self._timed("communicate", op.data.nbytes, op, lambda: self.comm.allreduce(op.data, self.timeout))
 
     def barrier(self, op: Barrier) -> None:

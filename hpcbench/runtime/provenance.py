@@ -41,7 +41,7 @@ def progress_mode() -> str:
     return "polling (rank 0 tests requests while idle)"
 
 
-def software() -> dict[str, str]:
+def software() -> dict[str, object]:
     import torch
 
     commit, dirty = git_state()

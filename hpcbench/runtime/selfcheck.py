@@ -4,10 +4,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Mapping
 
-
-def srun_mpi_flag(mpi_vendor: str) -> str:
-    """The ``srun --mpi=`` plugin for this MPI: pmix for Open MPI, pmi2 for the MPICH family."""
-    return "pmix" if "open mpi" in mpi_vendor.lower() else "pmi2"
+from hpcbench.slurm.jobs import srun_mpi_flag
 
 
 def slurm_world_mismatch(env: Mapping[str, str], world_size: int, mpi_vendor: str) -> str | None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcbench.errors import UsageError
-from hpcbench.slurm.jobs import Resources, report_job, run_job, submit_script
+from hpcbench.slurm.jobs import Resources, report_job, run_job, srun_mpi_flag, submit_script
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,18 @@ def default_setup() -> tuple[str, ...]:
     if sys.prefix != sys.base_prefix:
         return (f"source {shlex.quote(os.path.join(sys.prefix, 'bin', 'activate'))}",)
     return ()
+
+
+def resources(tasks_per_node: int, cpus_per_task: int, gpus_per_task: int, time: str, partition: str | None,
+              account: str | None, mpi: str | None, setup: list[str] | None) -> Resources:
+    """A study's per-job resources; the srun plugin, unless given, is the one this machine's MPI needs."""
+    if not mpi:
+        from hpcbench.comm.probe import mpi_library
+
+        mpi = srun_mpi_flag(mpi_library()["mpi_vendor"])
+    return Resources(tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, gpus_per_task=gpus_per_task,
+                     time=time, partition=partition or "", account=account or "", mpi=mpi,
+                     setup=tuple(setup) if setup else default_setup())
 
 
 def run_args(point: Point, base_args: list[str], out: Path) -> list[str]:

@@ -67,8 +67,9 @@ class Trainer:
         offset = 0
         host = self._host_grad
         for p in self._params:
-            n = p.numel()
-            host[offset:offset + n].copy_(p.grad.view(-1), non_blocking=True)
+            n, grad = p.numel(), p.grad
+            assert grad is not None  # every parameter takes part in the loss
+            host[offset:offset + n].copy_(grad.view(-1), non_blocking=True)
             offset += n
         if self.device.type == "cuda":
             # The copies above are asynchronous; MPI must not read the buffer before they land.

@@ -32,10 +32,10 @@ def main() -> None:
         reads = torn = 0
         while not done.Test():
             [raw] = window.read((0,), frame.nbytes)
-            v = frame.scalar(raw, "version")
+            v = frame.integer(raw, "version")
             body = frame.view(raw, "params")
             reads += 1
-            if v != frame.scalar(raw, "check") or not (body == v).all():
+            if v != frame.integer(raw, "check") or not (body == v).all():
                 torn += 1
         print(f"rank={comm.rank} reads={reads} torn={torn}", flush=True)
     comm.world_barrier(60)

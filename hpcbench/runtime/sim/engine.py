@@ -297,12 +297,14 @@ class Engine:
             return BLOCKED
         arrivals, self.collective = sorted(self.collective, key=lambda c: c[0]), []
         p = self.cfg.workers
+        result: np.ndarray | None
         if data is None:
             result, cost, phase, name = None, barrier_s(p, self.cfg.alpha_s), "wait", "Barrier"
         else:
-            result = arrivals[0][2].copy()
-            for _, _, part in arrivals[1:]:
-                result += part
+            parts = [part for _, _, part in arrivals if part is not None]  # every rank's, in rank order
+            result = parts[0].copy()
+            for other in parts[1:]:
+                result += other
             cost = ring_allreduce_s(self.modeled(data.nbytes), p, self.cfg.alpha_s, self.cfg.bandwidth)
             phase, name = "communicate", "Allreduce"
         done = max(t for _, t, _ in arrivals) + cost

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -89,6 +90,23 @@ def parse_pauses(text: str) -> dict[str, float]:
     except ValueError:
         raise UsageError(f"--pauses {text!r} is not PROB:SECONDS (for example 0.01:0.5)") from None
     return {"pause_prob": prob, "pause_s": seconds}
+
+
+def flag_values(workers: int | None = None, numerics: str | None = None, compute: str | None = None,
+                network: str | None = None, pauses: str | None = None,
+                heterogeneity: float | None = None) -> dict[str, Any]:
+    """``simulate``'s own flags as SimConfig fields (flags not given are left out)."""
+    out: dict[str, Any] = {}
+    if workers is not None:
+        out["workers"] = workers
+    if numerics is not None:
+        out["numerics"] = numerics == "on"
+    for text, parse in ((compute, parse_compute), (network, parse_network), (pauses, parse_pauses)):
+        if text:
+            out.update(parse(text))
+    if heterogeneity is not None:
+        out["heterogeneity"] = heterogeneity
+    return out
 
 
 class ComputeModel:
