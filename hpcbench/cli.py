@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Callable, NoReturn, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 
 from hpcbench import __version__
 from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
 from hpcbench.runtime.launch import env_rank
+
+if TYPE_CHECKING:
+    from hpcbench.runtime.sim.models import SimConfig
 
 
 class Parser(argparse.ArgumentParser):
@@ -49,7 +53,7 @@ FLAG_KEYS = ("algo", "model", "dataset", "data_dir", "steps", "epochs", "batch_s
 SIM_FLAG_KEYS = ("workers", "numerics", "compute", "network", "pauses", "heterogeneity")
 
 
-def configs_from_args(args: argparse.Namespace) -> tuple[RunConfig, Any]:
+def configs_from_args(args: argparse.Namespace) -> tuple[RunConfig, SimConfig]:
     """(RunConfig, SimConfig) from the command line."""
     from hpcbench.algorithms import ALGORITHMS
     from hpcbench.config import build_options, from_sources
@@ -121,7 +125,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_report(files: Sequence[Any]) -> None:
+def print_report(files: Sequence[str | Path]) -> None:
     from hpcbench.report.tables import load, report_text
 
     if files:
@@ -139,7 +143,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from hpcbench.results.paths import check_study_dir
     from hpcbench.runtime import plan

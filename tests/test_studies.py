@@ -6,11 +6,11 @@ import json
 import pytest
 
 from conftest import requires_mpi
+from hpcbench.algorithms import ALGORITHMS
 from hpcbench.cli import main
 from hpcbench.results.store import read_run
 from hpcbench.runtime.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
-from hpcbench.slurm.jobs import srun_mpi_flag
-from hpcbench.slurm.jobs import Resources, report_job, run_job, submit_script
+from hpcbench.slurm.jobs import Resources, report_job, run_job, srun_mpi_flag, submit_script
 from hpcbench.slurm.sweep import Point, plan_points
 from hpcbench.telemetry.progress import ProgressLine
 
@@ -201,3 +201,16 @@ def test_a_study_directory_with_results_is_added_to_only_when_asked(tmp_path):
     assert code == 0, err
     assert "asgd on 3 ranks: kept" in out and (tmp_path / "asgd-w2.h5").read_bytes() == kept  # never rewritten
     assert read_run(tmp_path / "allreduce-w2.h5").attrs["status"] == "ok"  # the broken point was run again
+
+
+@requires_mpi
+@pytest.mark.timeout(900)
+def test_demo_runs_every_algorithm_and_reports_each(tmp_path):
+    code, out, err = cli("demo", "--ranks", "4", "--steps", "2", "--out-dir", str(tmp_path))
+    assert code == 0, err
+    files = sorted(p.name for p in tmp_path.glob("*.h5"))
+    assert files == sorted(f"{name}-w3.h5" for name in ALGORITHMS.names())
+    report = out[out.index("Runs ("):]
+    for name in ALGORITHMS.names():
+        assert any(line.startswith(f"{name} ") for line in report.splitlines()), name
+    assert read_run(tmp_path / "local-sgd-w3.h5").attrs["status"] == "ok"

@@ -1,7 +1,8 @@
 """An in-process transport: every rank a thread, windows and channels in shared memory.
 
 It gives the MPI driver's logic (handlers, timing rows, timeouts) a test bed without MPI: one
-``Loopback`` holds the shared state, ``endpoint(rank)`` is what that rank's driver talks to. The
+``Loopback`` holds the shared state, ``endpoint(rank)`` is what that rank's driver talks to (open
+every rank's windows and channels before any rank runs). The
 semantics follow ``comm/mpi.py``: publishes and drains are atomic per window, accumulates and
 fetch-adds are atomic, messages on a channel arrive in order per sender, waits have deadlines.
 """
@@ -30,15 +31,6 @@ class Loopback:
         self.reduce_sum: np.ndarray | None = None
         self.start = time.monotonic()
 
-    def open_window(self, name: str, nbytes: int, owners: tuple[int, ...]) -> None:
-        self.window_sizes[name] = nbytes
-        for rank in owners:
-            self.windows[(name, rank)] = np.zeros(nbytes, np.uint8)
-
-    def open_channel(self, name: str) -> None:
-        for rank in range(self.size):
-            self.queues[(name, rank)] = deque()
-
     def endpoint(self, rank: int) -> LoopbackEndpoint:
         return LoopbackEndpoint(self, rank)
 
@@ -51,6 +43,18 @@ class LoopbackEndpoint:
 
     def wtime(self) -> float:
         return time.monotonic() - self.hub.start
+
+    def open_window(self, name: str, nbytes: int, owned: bool, accumulated: bool = False) -> None:
+        """As ``MpiComm.open_window``: every rank calls it; owners get ``nbytes`` of zeros."""
+        with self.hub.lock:
+            self.hub.window_sizes[name] = nbytes
+            if owned:
+                self.hub.windows[(name, self.rank)] = np.zeros(nbytes, np.uint8)
+
+    def open_channel(self, name: str, nbytes: int, sources: tuple[int, ...]) -> None:
+        """As ``MpiComm.open_channel``: this rank's queue for ``name`` (any size, any sender)."""
+        with self.hub.lock:
+            self.hub.queues[(name, self.rank)] = deque()
 
     def window_size(self, window: str) -> int:
         return self.hub.window_sizes[window]

@@ -1,0 +1,142 @@
+"""local-sgd (periodic model averaging): the real worker programs against a naive reference, one
+simulator run, one real MPI run."""
+import contextlib
+import io
+
+import numpy as np
+import pytest
+
+from conftest import mpirun, ok, requires_mpi
+from hpcbench.algorithms import ALGORITHMS
+from hpcbench.algorithms.ops import Allreduce, Compute, Gradient, Publish, Send
+from hpcbench.cli import main
+from hpcbench.config import RunConfig
+from hpcbench.errors import UsageError
+from hpcbench.results.store import read_run
+from hpcbench.runtime import plan
+from reference import union_batch_sgd
+
+N, SIZE, STEPS, LR = 4, 6, 11, 0.1
+TARGETS = np.random.default_rng(7).normal(size=(N + 1, SIZE)).astype(np.float32)
+CURVES = np.linspace(0.5, 2.0, N + 1).astype(np.float32)
+
+
+def gradient(rank: int, x: np.ndarray) -> np.ndarray:
+    """Worker ``rank``'s loss ½·c_r·‖x − t_r‖² + ¼‖x‖⁴/SIZE: its own minimum, a little nonlinear."""
+    x64 = x.astype(np.float64)
+    return (CURVES[rank] * (x64 - TARGETS[rank]) + x64 * (x64 @ x64) / SIZE).astype(np.float32)
+
+
+def start() -> np.ndarray:
+    return np.random.default_rng(3).normal(size=SIZE).astype(np.float32)
+
+
+def program_models(algo: str, momentum: float, **options) -> np.ndarray:
+    """Drive the n real worker programs in lockstep; → models[step, worker] as each worker published them."""
+    cfg = RunConfig(algo=algo, steps=STEPS, lr=LR, momentum=momentum, warmup_epochs=0.0,
+                    options={algo: options} if options else {})
+    cls = ALGORITHMS.get(algo)
+    algorithm = cls(plan.make_context(cfg, cls, N, start(), train_size=10**6))
+    programs = {r: algorithm.worker(r) for r in range(1, N + 1)}
+    results: dict[int, object] = {r: None for r in programs}
+    models: dict[int, list[np.ndarray]] = {r: [] for r in programs}
+    while programs:
+        waiting = {}
+        for r, program in list(programs.items()):
+            while True:  # run rank r until it joins a collective or ends
+                try:
+                    op = program.send(results[r])
+                except StopIteration:
+                    del programs[r]
+                    break
+                results[r] = None
+                if isinstance(op, Compute):
+                    results[r] = Gradient(gradient(r, op.params), 0.0, 1, 0)
+                elif isinstance(op, Publish):
+                    models[r].append(np.frombuffer(op.data[-SIZE * 4:].tobytes(), np.float32).copy())
+                elif isinstance(op, Allreduce):
+                    waiting[r] = op.data.copy()
+                    break
+                else:
+                    assert isinstance(op, Send)  # progress reports to rank 0
+        if waiting:
+            assert sorted(waiting) == sorted(programs), "a worker skipped a collective"
+            total = np.sum([waiting[r] for r in sorted(waiting)], axis=0, dtype=np.float32)
+            results.update({r: total for r in waiting})
+    return np.array([models[r] for r in range(1, N + 1)]).transpose(1, 0, 2)
+
+
+def naive_local_sgd(period: int, momentum: float) -> np.ndarray:
+    """Written out: each worker x_i ← x_i − lr·(m·b_i + g_i(x_i)); every ``period`` steps and at the end
+    all x_i ← mean x_j. → models[step, worker]."""
+    x = np.tile(start().astype(np.float64), (N, 1))
+    buf = np.zeros_like(x)
+    out = []
+    for step in range(STEPS):
+        for i in range(N):
+            buf[i] = momentum * buf[i] + gradient(i + 1, x[i].astype(np.float32)) if momentum else \
+                gradient(i + 1, x[i].astype(np.float32))
+            x[i] -= LR * buf[i]
+        if (step + 1) % period == 0 or step + 1 == STEPS:
+            x[:] = x.mean(axis=0)
+        out.append(x.copy())
+    return np.array(out)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_period_one_is_allreduce_step_for_step(momentum):
+    local = program_models("local-sgd", momentum, period=1)
+    sync = program_models("allreduce", momentum)
+    assert local.shape == sync.shape == (STEPS, N, SIZE)
+    np.testing.assert_allclose(local, sync, rtol=2e-6, atol=2e-6)
+    assert (local == local[:, :1]).all()  # identical replicas after every average
+
+
+@pytest.mark.parametrize("period, momentum", [(3, 0.0), (4, 0.9), (STEPS + 5, 0.0)])
+def test_periodic_averaging_matches_the_naive_reference(period, momentum):
+    models = program_models("local-sgd", momentum, period=period)
+    np.testing.assert_allclose(models, naive_local_sgd(period, momentum), rtol=1e-5, atol=1e-5)
+    between = [s for s in range(STEPS - 1) if (s + 1) % period]
+    assert between and all(np.ptp(models[s], axis=0).max() > 1e-4 for s in between)  # replicas drift apart
+    np.testing.assert_array_equal(models[-1], np.broadcast_to(models[-1][0], models[-1].shape))
+
+
+def test_a_period_below_one_is_refused_in_one_line():
+    cfg = RunConfig(algo="local-sgd", options={"local-sgd": {"period": 0}})
+    with pytest.raises(UsageError, match=r"local-sgd.period must be >= 1 local steps, got 0"):
+        ALGORITHMS.get("local-sgd").check(cfg, plan.options_for(cfg, ALGORITHMS.get("local-sgd")), 4)
+
+
+def simulate(tmp_path, name: str, *args: str):
+    out = tmp_path / f"{name}.h5"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["simulate", "--workers", "4", "--steps", "12", "--batch-size", "16", "--lr", "0.05",
+                     "--set", "warmup_epochs=0", *args, "--out", str(out)]) == 0
+    return read_run(out)
+
+
+def test_simulated_local_sgd_ends_in_consensus_and_period_one_tracks_allreduce(tmp_path):
+    local = simulate(tmp_path, "local4", "--algo", "local-sgd", "--set", "local-sgd.period=4")
+    assert local.attrs["config"]["options"]["local-sgd"]["period"] == 4
+    assert local.evals["consensus"][-1] == 0.0 and local.evals["samples"][-1] == 12 * 4 * 16
+    period1 = simulate(tmp_path, "local1", "--algo", "local-sgd", "--set", "local-sgd.period=1")
+    sync = simulate(tmp_path, "allreduce", "--algo", "allreduce")
+    np.testing.assert_allclose(period1.final_params, sync.final_params, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(local.final_params, sync.final_params, rtol=1e-4, atol=1e-5)
+    rows, code = local.timeline, list(local.ops).index("Allreduce")
+    for rank in range(1, 5):  # 12 steps, an average every 4
+        assert ((rows["rank"] == rank) & (rows["op"] == code)).sum() == 3
+
+
+@requires_mpi
+@pytest.mark.timeout(300)
+def test_real_mpi_run_with_period_one_equals_union_batch_sgd(tmp_path):
+    out = tmp_path / "local.h5"
+    ok(mpirun(4, "run", "--algo", "local-sgd", "--set", "local-sgd.period=1", "--dataset", "digits", "--model",
+              "mlp", "--batch-size", "16", "--steps", "12", "--lr", "0.05", "--set", "warmup_epochs=0",
+              "--set", "evals=4", "--out", str(out)))
+    rec = read_run(out)
+    expected = union_batch_sgd("mlp", "digits", 3, steps=12, batch=16, lr=0.05, momentum=0.0, wd=0.0, seed=0)
+    np.testing.assert_allclose(rec.final_params, expected, rtol=1e-4, atol=2e-5)
+    assert rec.evals["consensus"][-1] == 0.0
+    assert (rec.tables["final_models"]["samples"] == 12 * 16).all()

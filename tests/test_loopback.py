@@ -1,0 +1,140 @@
+"""The MPI driver without MPI: every rank a thread of this process, talking over the loopback transport.
+
+The same set-up as ``hpcbench run`` (plan → assemble → open the layout → a driver per rank), so a
+driver bug shows here in seconds, with a plain traceback, before it shows under mpiexec.
+"""
+from __future__ import annotations
+
+import threading
+from typing import get_args
+
+import numpy as np
+import pytest
+
+from hpcbench.algorithms.ops import ALL_OPS, TIMED_OPS, Op, Recv, handler_name
+from hpcbench.comm.loopback import Loopback
+from hpcbench.config import RunConfig
+from hpcbench.errors import RuntimeFailure
+from hpcbench.runtime.assemble import assemble
+from hpcbench.runtime.mpi_driver import MpiDriver
+from hpcbench.runtime.plan import validate
+from hpcbench.runtime.session import open_layout
+from hpcbench.runtime.sim.engine import Engine
+from hpcbench.runtime.sim.models import SimConfig
+from hpcbench.runtime.sim.session import simulated_record
+from hpcbench.telemetry.timeline import OPS, Timeline
+from reference import union_batch_sgd
+
+COMMON = dict(model="mlp", dataset="digits", batch_size=16, lr=0.05, momentum=0.9, weight_decay=0.001, evals=4,
+              warmup_epochs=0.0)
+
+
+def run_threads(cfg: RunConfig, workers: int, timeout: float = 60.0):
+    """Run ``cfg`` with rank 0 and ``workers`` worker threads; → (rank 0's logs, timelines, errors)."""
+    plan = validate(cfg)
+    hub = Loopback(workers + 1)
+    runs = [assemble(plan, workers) for _ in range(workers + 1)]  # each rank its own model and data
+    ends = [hub.endpoint(rank) for rank in range(workers + 1)]
+    for rank, end in enumerate(ends):
+        open_layout(end, runs[rank].layout, workers)
+    logs = runs[0].logs()
+    timelines = [Timeline(rank) for rank in range(workers + 1)]
+    drivers = [MpiDriver(ends[r], timelines[r], timeout, runs[r].trainer, runs[r].stream(r) if r else None,
+                         logs=logs if r == 0 else None) for r in range(workers + 1)]
+    errors: dict[int, BaseException] = {}
+
+    def rank_main(rank: int) -> None:
+        algo = runs[rank].algo
+        try:
+            drivers[rank].run(algo.server() if rank == 0 else algo.worker(rank))
+        except BaseException as exc:  # noqa: BLE001 — handed to the test
+            errors[rank] = exc
+
+    threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in range(workers + 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 30)
+    assert not any(t.is_alive() for t in threads), "a rank hung"
+    return logs, timelines, errors
+
+
+def test_every_operation_has_a_handler_in_both_drivers_and_a_timeline_code():
+    assert set(get_args(Op)) == set(ALL_OPS)
+    for op in ALL_OPS:
+        assert callable(getattr(MpiDriver, handler_name(op), None)), op
+        assert callable(getattr(Engine, handler_name(op), None)), op
+    assert [name for name in OPS[1:]] == [op.__name__ for op in TIMED_OPS]
+    assert handler_name(Recv) == "recv" and handler_name(type("FetchAdd", (), {})) == "fetch_add"
+
+
+@pytest.mark.timeout(120)
+def test_allreduce_over_loopback_equals_union_batch_sgd():
+    logs, timelines, errors = run_threads(RunConfig(algo="allreduce", steps=10, **COMMON), workers=3)
+    assert errors == {}
+    expected = union_batch_sgd("mlp", "digits", 3, steps=10, batch=16, lr=0.05, momentum=0.9, wd=0.001, seed=0)
+    np.testing.assert_allclose(logs.last_params, expected, rtol=1e-4, atol=2e-5)
+    assert logs.snapshots[-1][1].samples == 10 * 3 * 16
+    for rank in (1, 2, 3):  # each worker: 10 computes and 10 all-reduces, in its own timeline
+        ops = timelines[rank].columns()["op"]
+        assert (ops == OPS.index("Compute")).sum() == 2 * 10  # data + compute rows
+        assert (ops == OPS.index("Allreduce")).sum() == 10
+
+
+@pytest.mark.timeout(120)
+def test_asgd_over_loopback_applies_exactly_the_budget_and_one_worker_is_sequential_sgd():
+    logs, _, errors = run_threads(RunConfig(algo="asgd", steps=12, **COMMON), workers=1)
+    assert errors == {}
+    expected = union_batch_sgd("mlp", "digits", 1, steps=12, batch=16, lr=0.05, momentum=0.9, wd=0.001, seed=0)
+    np.testing.assert_allclose(logs.last_params, expected, rtol=1e-5, atol=1e-6)
+
+    logs, _, errors = run_threads(RunConfig(algo="asgd", steps=12, **COMMON), workers=3)
+    assert errors == {}
+    updates = logs.table_columns_of("updates")
+    assert len(updates["worker"]) == 12 * 3  # the budget, whoever ran faster
+    assert (np.diff(updates["version_applied"]) == 1).all() and (updates["staleness"] >= 0).all()
+    assert len(logs.tables["late"]) == 3 - 1  # every other worker learns of the end from one late gradient
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("algo", ["easgd-sync", "sgp"])
+def test_synchronous_decentralised_runs_match_the_simulator_bit_for_bit(algo):
+    """Synchronous workers do not depend on timing: the two drivers' final models must agree exactly
+    (rank 0's evaluations during the run read whatever the workers have reached, so only the last
+    one is compared)."""
+    cfg = RunConfig(algo=algo, steps=8, **COMMON)
+    logs, _, errors = run_threads(cfg, workers=3)
+    assert errors == {}
+    rec, _ = simulated_record(validate(cfg), SimConfig(workers=3), show_progress=False)
+    np.testing.assert_array_equal(logs.last_params, rec.final_params)
+    assert logs.snapshots[-1][1].samples == rec.evals["samples"][-1] == 8 * 3 * 16
+
+
+@pytest.mark.timeout(60)
+def test_a_message_that_never_comes_fails_with_its_name_and_deadline():
+    hub = Loopback(2)
+    end = hub.endpoint(0)
+    end.open_channel("grad", 8, (1,))
+    driver = MpiDriver(end, Timeline(0), timeout=0.2)
+
+    def program():
+        yield Recv("grad")
+
+    with pytest.raises(RuntimeFailure, match=r"timed out after 0.2 s waiting for a 'grad' message from any rank"):
+        driver.run(program())
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("algo, options", [("gossip", {"variant": "push"}), ("easgd", {})])
+def test_asynchronous_decentralised_runs_train_exactly_the_shared_budget(algo, options):
+    """Workers claim batches with FetchAdd on rank 0's counter: together they train the budget,
+    no more and no less, however the threads interleave; push-sum keeps Σ w = n."""
+    cfg = RunConfig(algo=algo, steps=10, options={algo: options}, **COMMON)
+    logs, _, errors = run_threads(cfg, workers=3)
+    assert errors == {}
+    final = logs.table_columns_of("final_models")
+    assert final["samples"].sum() == 10 * 3 * 16
+    assert final["updates"].sum() == 10 * 3
+    if algo == "gossip":
+        assert final["weight"].sum() == pytest.approx(3.0, rel=1e-12)
+    assert np.isfinite(logs.last_params).all()
