@@ -76,8 +76,10 @@ def test_a_slowed_worker_never_leaves_the_others_waiting(tmp_path, algo, extra):
     tl = rec.timeline
     compute = tl["phase"] == rec.phases.index("compute")
     medians = {r: np.median((tl["t_end"] - tl["t_start"])[compute & (tl["rank"] == r)]) for r in range(1, 5)}
-    slow = max(medians, key=medians.get)
+    [slow] = rec.attrs["config"]["straggler_ranks"]
     others = [m for r, m in medians.items() if r != slow]
-    assert medians[slow] > 2.5 * np.median(others)  # the straggler really was slowed
+    # The straggler really was slowed (4× its own compute; a ratio well below 4 allows for a loaded
+    # machine, where the others' computes stretch too).
+    assert medians[slow] > 1.5 * np.median(others) and medians[slow] == max(medians.values())
     if samples is not None and algo != "osgp":  # the others did not wait for it: they took more steps
         assert samples[slow - 1] < np.delete(samples, slow - 1).min()
