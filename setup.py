@@ -29,7 +29,7 @@ setup(
     extras_require={
         "mpich": ["mpich"],
         "test": ["pytest>=7", "pytest-timeout>=2.1", "mpich", "matplotlib>=3.6", "simpy>=4.0",
-                 "mypy==2.4.1"],
+                 "pandas>=2.0", "mypy==2.4.1"],
         "plot": ["matplotlib>=3.6"],
     },
     entry_points={"console_scripts": ["hpcbench = hpcbench.cli:main"]},

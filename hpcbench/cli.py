@@ -12,6 +12,7 @@ from hpcbench.errors import UsageError
 from hpcbench.runtime.launch import env_rank
 
 if TYPE_CHECKING:
+    from hpcbench.runtime.plan import Plan
     from hpcbench.runtime.sim.models import SimConfig
 
 
@@ -67,10 +68,30 @@ def configs_from_args(args: argparse.Namespace) -> tuple[RunConfig, SimConfig]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from hpcbench.runtime import plan
-    from hpcbench.runtime.session import run_mpi
 
     cfg, _ = configs_from_args(args)
+    if args.dry_run:
+        return dry_run(plan.validate(cfg), args.workers)
+    if args.workers is not None:
+        raise UsageError("--workers goes with --dry-run; a run's workers are its world size minus 1")
+    from hpcbench.runtime.session import run_mpi
+
     return run_mpi(plan.validate(cfg))
+
+
+def dry_run(validated: Plan, workers: int | None) -> int:
+    """Print the resolved configuration on rank 0 and exit, without starting MPI."""
+    from hpcbench.runtime.launch import env_size
+    from hpcbench.runtime.record import dry_run_text
+
+    size = env_size()
+    if workers is None:
+        if size is None:
+            raise UsageError("--dry-run outside mpiexec needs --workers N (the world size is N + 1)")
+        workers = size - 1
+    if env_rank() == 0:
+        print(dry_run_text(validated, workers))
+    return 0
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -85,7 +106,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from hpcbench.report.tables import load, report_text
 
     records = load(args.paths)
-    print(report_text(records, args.format, args.target))
+    group_by = None if args.group_by is None else [k for k in args.group_by.split(",") if k]
+    print(report_text(records, args.format, args.target, group_by, args.table))
     if args.plot:
         from hpcbench.report.plots import write_plots
 
@@ -95,11 +117,31 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from hpcbench.report.diff import diff_text
+    from hpcbench.report.diff import diff_text, matched, regressions
     from hpcbench.report.tables import load
 
-    print(diff_text(load([args.old]), load([args.new]), args.format, args.target))
-    return 0
+    old, new = load([args.old]), load([args.new])
+    gate: list[str] = []
+    if args.fail_above is not None:  # checked before printing: a bad --metric is one line, not a table
+        _, before, after = matched(old, new, args.target)
+        gate = regressions(before, after, args.metric, args.fail_above)
+    print(diff_text(old, new, args.format, args.target))
+    if args.fail_above is not None:
+        print("\n".join(gate) if gate else f"no {args.metric} worse by more than {args.fail_above:g}%")
+    return 1 if gate else 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from hpcbench.config import load_toml
+    from hpcbench.report.check import misses, parse_reference
+    from hpcbench.report.metrics import run_row, scaling, varying
+    from hpcbench.report.tables import load
+
+    bounds = parse_reference(load_toml(args.reference))
+    rows = [run_row(r, args.target) for r in load(args.paths)]
+    missed = misses(scaling(rows, varying(rows)), bounds)
+    print("\n".join(missed) if missed else f"all {len(bounds)} bounds of {args.reference} hold")
+    return 1 if missed else 0
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -186,7 +228,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def table_options(p: argparse.ArgumentParser) -> None:
     """The options of commands that print report tables."""
-    p.add_argument("--format", default="text", help="text | md | csv | latex (default text)")
+    p.add_argument("--format", default="text", help="text | md | latex | csv | json (report only) (default text)")
     p.add_argument("--target", type=float, default=0.9, help="accuracy for time-to-target (default 0.9)")
 
 
@@ -197,6 +239,9 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("run", help="one run under MPI: mpiexec -n N python -m mpi4py -m hpcbench run --algo A")
     add_run_options(p)
+    p.add_argument("--dry-run", action="store_true", help="print the resolved configuration and schedule, and "
+                   "exit without running (rank 0 only; MPI is not started)")
+    p.add_argument("--workers", type=int, help="with --dry-run outside mpiexec: resolve for this many workers")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("simulate", help="the same algorithms on a virtual cluster of 1 to 4096 workers")
@@ -240,6 +285,9 @@ def build_parser() -> Parser:
     p = sub.add_parser("report", help="tables from result files or directories")
     p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")
     table_options(p)
+    p.add_argument("--group-by", metavar="KEY,...", help="settings that keep runs apart (default: every "
+                   "setting that differs between runs, seed excepted); '' pools all but algorithm and mode")
+    p.add_argument("--table", choices=("runs", "scaling"), help="only this table (csv holds exactly one)")
     p.add_argument("--plot", metavar="DIR", help="also write PNG plots there (needs matplotlib)")
     p.set_defaults(func=cmd_report)
 
@@ -247,7 +295,18 @@ def build_parser() -> Parser:
     p.add_argument("old", metavar="OLD", help="result file or directory")
     p.add_argument("new", metavar="NEW", help="result file or directory")
     table_options(p)
+    p.add_argument("--fail-above", type=float, metavar="PCT", help="exit 1 when a point in both studies got worse "
+                   "by more than PCT percent in --metric")
+    p.add_argument("--metric", default="samples_per_s", help="what --fail-above watches: samples_per_s (default), "
+                   "speedup, efficiency, final_accuracy, time_to_target_s, staleness_mean")
     p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("check", help="runs against expected bounds per algorithm and worker count (exit 1 on a miss)")
+    p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")
+    p.add_argument("--reference", required=True, metavar="REF.toml", help="[ALGO.WORKERS] tables of "
+                   "METRIC = [LOW, HIGH] or {min = LOW, max = HIGH}")
+    p.add_argument("--target", type=float, default=0.9, help="accuracy for time-to-target (default 0.9)")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("trace", help="export a run's timeline as Chrome-trace JSON for Perfetto")
     p.add_argument("path", metavar="FILE.h5")

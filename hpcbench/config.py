@@ -71,6 +71,7 @@ class RunConfig:
     target_accuracy: float = 0.9
     stragglers: Stragglers = Stragglers()  # from "FRACTION:FACTOR"
     timeout_s: float = 120.0  # longest any blocking wait may last before the run fails
+    progress_s: float = 30.0  # seconds between rank 0's progress lines when its output is not a terminal
     threads: int = 0  # torch threads per rank; 0 = share this node's cores among its ranks
     out: str = ""
     overwrite: bool = False  # replace an existing result file at ``out`` (regular files only)
@@ -234,6 +235,8 @@ def validate_numbers(cfg: RunConfig) -> None:
         raise UsageError(f"target accuracy must be in (0, 1], got {cfg.target_accuracy}")
     if cfg.timeout_s <= 0:
         raise UsageError(f"timeout must be > 0 seconds, got {cfg.timeout_s}")
+    if not cfg.progress_s > 0:
+        raise UsageError(f"progress_s must be > 0 seconds, got {cfg.progress_s}")
     if cfg.threads < 0:
         raise UsageError(f"threads must be >= 0, got {cfg.threads}")
     if cfg.warmup_epochs < 0:

@@ -111,6 +111,6 @@ def test_report_lists_every_run_and_the_scaling_view(runs, run_dir):
     assert "speedup" in text and "efficiency" in text and "staleness" in text
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        assert main(["report", str(run_dir / "asgd-5.h5"), "--format", "csv"]) == 0
+        assert main(["report", str(run_dir / "asgd-5.h5"), "--format", "csv", "--table", "runs"]) == 0
     header = buf.getvalue().splitlines()[0]
-    assert header.startswith("algorithm,mode,nodes,workers,samples/s")
+    assert header.startswith("algorithm,mode,workers,nodes,samples_per_s,median_step_s,compute_fraction")

@@ -104,17 +104,34 @@ def test_self_checks_name_their_fixes():
 
 
 def test_progress_line_shows_rate_accuracy_and_eta():
+    now = [100.0]
     out = io.StringIO()
-    line = ProgressLine("asgd, 4 workers", 1000, stream=out, enabled=True)
-    line.last = -10.0
+    line = ProgressLine("asgd, 4 workers", 1000, stream=out, mode="live", clock=lambda: now[0])
+    line.update(100, 0.5, 0.75)  # too soon after the start
+    now[0] += 10.0
     line.update(250, 0.5, 0.75)
     line.close()
     text = out.getvalue()
-    assert text.startswith("\rasgd, 4 workers: 250/1000 samples (25%), ") and "train acc 0.750" in text
-    assert "ETA" in text and text.endswith("\n")
-    quiet = io.StringIO()
-    ProgressLine("x", 10, stream=quiet).update(5, 0.1, 0.9)
-    assert quiet.getvalue() == ""  # not a terminal: silent
+    assert text.startswith("\rasgd, 4 workers: 250/1000 samples (25%), 25 samples/s, ") and "train acc 0.750" in text
+    assert "ETA 30 s" in text and text.endswith("\n")
+
+
+def test_batch_logs_get_a_plain_line_every_progress_s():
+    now = [0.0]
+    out = io.StringIO()  # not a terminal
+    line = ProgressLine("sgp, 8 workers", 1000, stream=out, every_s=30.0, clock=lambda: now[0])
+    assert line.mode == "plain"
+    for t, samples in ((10.0, 100), (31.0, 300), (45.0, 450), (62.0, 620)):
+        now[0] = t
+        line.update(samples, 0.25, 0.5)
+    line.close()
+    lines = out.getvalue().splitlines()
+    assert lines == [l for l in lines if "\r" not in l] and len(lines) == 2
+    assert lines[0].startswith("[31 s] sgp, 8 workers: 300/1000 samples (30%), 10 samples/s, train loss 0.250")
+    assert lines[1].startswith("[62 s] sgp, 8 workers: 620/1000 samples (62%), 10 samples/s")
+    silent = io.StringIO()
+    ProgressLine("x", 10, stream=silent, mode="off", clock=lambda: now[0] + 100).update(5, 0.1, 0.9)
+    assert silent.getvalue() == ""
 
 
 @pytest.fixture(scope="module")
@@ -167,10 +184,12 @@ def test_diff_shows_changed_cells_and_config_keys(small_study):
 def test_report_latex_and_csv_formats(small_study):
     code, out, _ = cli("report", str(small_study / "new"), "--format", "latex")
     assert code == 0 and "\\begin{tabular}" in out and "\\toprule" in out
-    code, out, _ = cli("report", str(small_study / "new"), "--format", "csv")
-    assert code == 0 and out.splitlines()[1].startswith("asgd,sim,1,2,")
+    code, out, _ = cli("report", str(small_study / "new"), "--format", "csv", "--table", "runs")
+    assert code == 0 and out.splitlines()[1].startswith("asgd,sim,2,1,")
+    code, _, err = cli("report", str(small_study / "new"), "--format", "csv")
+    assert code == 2 and "csv holds one table: add --table runs or --table scaling" in err
     code, _, err = cli("report", str(small_study / "new"), "--format", "html")
-    assert code == 2 and "unknown format 'html'; valid: text, md, latex, csv" in err
+    assert code == 2 and "unknown format 'html'; valid: text, md, latex, csv, json" in err
 
 
 @requires_mpi
@@ -214,3 +233,25 @@ def test_demo_runs_every_algorithm_and_reports_each(tmp_path):
     for name in ALGORITHMS.names():
         assert any(line.startswith(f"{name} ") for line in report.splitlines()), name
     assert read_run(tmp_path / "local-sgd-w3.h5").attrs["status"] == "ok"
+
+
+def test_dry_run_prints_the_resolved_configuration_and_runs_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS"):
+        monkeypatch.delenv(var, raising=False)
+    code, out, err = cli("run", "--algo", "ga-asgd", "--dry-run", "--workers", "4", "--epochs", "2",
+                         "--stragglers", "0.25:3", "--set", "ga-asgd.history=7")
+    assert code == 0, err
+    first, document = out.split("\n", 1)
+    steps = -(-2 * 1437 // (4 * 32))  # 2 epochs of digits' 1437 training samples, batch 32, 4 workers
+    assert first.startswith(f"ga-asgd with 4 workers (world size 5): {steps * 4 * 32} samples, {steps} steps")
+    config = json.loads(document)
+    assert config["steps_per_worker"] == steps and config["options"] == {"ga-asgd": {"beta": 0.999, "eps": 1e-08,
+                                                                                     "history": 7}}
+    assert len(config["straggler_ranks"]) == 1 and config["schedule"]["warmup_from"] == pytest.approx(0.05 / 4)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+    code, _, err = cli("run", "--algo", "ga-asgd", "--dry-run")
+    assert code == 2 and "--dry-run outside mpiexec needs --workers N" in err
+    monkeypatch.setenv("PMI_SIZE", "3")
+    code, out, _ = cli("run", "--algo", "sgp", "--dry-run")
+    assert code == 0 and out.startswith("sgp with 2 workers (world size 3)")

@@ -2,23 +2,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
-from hpcbench.report.metrics import ScalePoint, run_row, scaling
-from hpcbench.report.tables import FORMATS, Column, render
+from hpcbench.errors import one_of
+from hpcbench.report.metrics import ScalePoint, flatten, run_row, scaling, varying
+from hpcbench.report.tables import Column, render
 from hpcbench.results.schema import RunRecord
 
 IGNORED_KEYS = ("out",)  # differs between any two studies and means nothing
-
-
-def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def config_values(records: Iterable[RunRecord]) -> dict[str, set[str]]:
@@ -37,36 +28,84 @@ def config_changes(old: Sequence[RunRecord], new: Sequence[RunRecord]) -> list[t
             for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
+def relative(old: float | None, new: float | None) -> float | None:
+    """(new − old)/|old|, or None when either is missing or old is 0."""
+    if old is None or new is None or math.isnan(old) or math.isnan(new) or not old:
+        return None
+    return (new - old) / abs(old)
+
+
 def change(old: float | None, new: float | None, digits: int) -> str:
     def f(v: float | None) -> str:
         return "-" if v is None or math.isnan(v) else f"{v:.{digits}f}"
 
-    cell = f"{f(old)} -> {f(new)}"
-    if old is not None and new is not None and not math.isnan(old) and not math.isnan(new) and old:
-        cell += f" ({100 * (new - old) / abs(old):+.0f}%)"
-    return cell
+    rel = relative(old, new)
+    return f"{f(old)} -> {f(new)}" + ("" if rel is None else f" ({100 * rel:+.0f}%)")
 
 
 METRICS = (("samples/s", "samples_per_s", 0), ("time to target s", "time_to_target_s", 1),
            ("final acc", "final_accuracy", 3), ("staleness mean", "staleness_mean", 1))
+# What "worse" means for each metric a gate may watch: +1 higher is better, −1 lower is better.
+BETTER = {"samples_per_s": 1, "speedup": 1, "efficiency": 1, "final_accuracy": 1, "time_to_target_s": -1,
+          "staleness_mean": -1}
+
+Key = tuple[str, str, tuple[tuple[str, str], ...], int]
+
+
+def matched(old: Sequence[RunRecord], new: Sequence[RunRecord],
+            target: float) -> tuple[list[str], dict[Key, ScalePoint], dict[Key, ScalePoint]]:
+    """Scale points of both studies by (algorithm, mode, settings that differ within a study, workers)."""
+    old_rows, new_rows = [run_row(r, target) for r in old], [run_row(r, target) for r in new]
+    keys = sorted(set(varying(old_rows)) | set(varying(new_rows)))
+
+    def by_key(points: list[ScalePoint]) -> dict[Key, ScalePoint]:
+        return {(p.algorithm, p.mode, p.group, p.workers): p for p in points}
+
+    return keys, by_key(scaling(old_rows, keys)), by_key(scaling(new_rows, keys))
+
+
+def regressions(before: dict[Key, ScalePoint], after: dict[Key, ScalePoint], metric: str,
+                fail_above: float) -> list[str]:
+    """A line for each point in both studies whose ``metric`` got worse by more than ``fail_above`` percent
+    (a value that is no longer there, such as a target no longer reached, counts as worse)."""
+    if metric not in BETTER:
+        raise one_of("--metric", metric, list(BETTER))
+    out = []
+    for key in sorted(set(before) & set(after)):
+        old, new = getattr(before[key], metric), getattr(after[key], metric)
+        if math.isnan(old):
+            continue
+        rel = relative(old, new)
+        worse = math.isnan(new) or (rel is not None and -BETTER[metric] * rel * 100 > fail_above)
+        if worse:
+            algorithm, mode, group, workers = key
+            where = ", ".join([algorithm, mode, *(f"{k}={v}" for k, v in group), f"{workers} workers"])
+            out.append(f"regression: {where}: {metric} {change(old, new, 3)}, worse by more than {fail_above:g}%")
+    return out
+
+
+FORMATS = ("text", "md", "latex", "csv")
 
 
 def diff_text(old: Sequence[RunRecord], new: Sequence[RunRecord], fmt: str = "text", target: float = 0.9) -> str:
-    before = {(p.algorithm, p.mode, p.workers): p for p in scaling([run_row(r, target) for r in old])}
-    after = {(p.algorithm, p.mode, p.workers): p for p in scaling([run_row(r, target) for r in new])}
+    if fmt not in FORMATS:
+        raise one_of("format", fmt, FORMATS)
+    keys, before, after = matched(old, new, target)
     rows = []
     for key in sorted(set(before) | set(after)):
         o: ScalePoint | None = before.get(key)
         n: ScalePoint | None = after.get(key)
         status = "changed" if o and n else ("removed" if o else "added")
-        rows.append([*map(str, key), status] + [change(getattr(o, attr, None), getattr(n, attr, None), digits)
-                                                for _, attr, digits in METRICS])
-    columns: list[Column] = [(h, (lambda i: lambda r: r[i])(i), str) for i, h in
-               enumerate(["algorithm", "mode", "workers", "point"] + [m[0] for m in METRICS])]
-    parts = [render(columns, rows, fmt if fmt in FORMATS else "text")]
+        algorithm, mode, group, workers = key
+        rows.append([algorithm, mode, *(v for _, v in group), str(workers), status]
+                    + [change(getattr(o, attr, None), getattr(n, attr, None), digits) for _, attr, digits in METRICS])
+    headers = ["algorithm", "mode", *keys, "workers", "point"] + [m[0] for m in METRICS]
+    columns: list[Column] = [(h, (lambda i: lambda r: r[i])(i), str) for i, h in enumerate(headers)]
+    parts = [render(columns, rows, fmt)]
     changes = config_changes(old, new)
     if changes:
-        config_cols: list[Column] = [(h, (lambda i: lambda r: r[i])(i), str) for i, h in enumerate(["config key", "old", "new"])]
+        config_cols: list[Column] = [(h, (lambda i: lambda r: r[i])(i), str)
+                                     for i, h in enumerate(["config key", "old", "new"])]
         parts.append(render(config_cols, changes, fmt))
     else:
         parts.append("configuration: identical")

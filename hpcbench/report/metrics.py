@@ -1,15 +1,47 @@
 """Report arithmetic (pure): rows per run, groups over repeats, speedup and efficiency."""
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from statistics import median
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from hpcbench.results.schema import SUMMARY_KEYS, RunRecord
 from hpcbench.telemetry.summary import time_to_target
+
+
+# Resolved configuration keys that never keep runs apart: the seed (repeats differ in it alone), where
+# the file went, the run's deadline, and values derived from the others and the worker count.
+NOT_SETTINGS = ("algo", "seed", "out", "overwrite", "timeout_s", "progress_s", "data_dir", "steps_per_worker", "budget_samples",
+                "eval_every", "parameters", "train_size", "schedule", "straggler_ranks", "straggler_factor")
+NOT_SIM_SETTINGS = ("workers", "model_parameters", "algorithm_parameters")
+
+Settings = tuple[tuple[str, str], ...]  # (name, value as text), sorted by name
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested tables as dotted keys: {"options": {"gossip": {"variant": "push"}}} → options.gossip.variant."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def setting_text(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def settings(rec: RunRecord) -> Settings:
+    """Every setting that makes a run what it is, but the algorithm, the worker count and the seed."""
+    config = {k: v for k, v in rec.attrs["config"].items() if k not in NOT_SETTINGS}
+    sim = {f"sim.{k}": v for k, v in rec.simulation.items() if k not in NOT_SIM_SETTINGS}
+    return tuple(sorted((k, setting_text(v)) for k, v in {**flatten(config), **sim}.items()))
 
 
 @dataclass(frozen=True)
@@ -32,6 +64,7 @@ class RunRow:
     staleness_p99: float
     penalty_mean: float
     path: str
+    settings: Settings = ()
 
 
 def run_row(rec: RunRecord, target: float) -> RunRow:
@@ -51,7 +84,21 @@ def run_row(rec: RunRecord, target: float) -> RunRow:
         time_to_target_s=time_to_target(np.asarray(rec.evals["t"]), np.asarray(rec.evals["accuracy"]), target),
         staleness_mean=get("staleness_mean"), staleness_p50=get("staleness_p50"),
         staleness_p99=get("staleness_p99"), penalty_mean=get("penalty_mean"), path=rec.path,
+        settings=settings(rec),
     )
+
+
+def setting(row: RunRow, key: str) -> str:
+    return dict(row.settings).get(key, "-")
+
+
+def varying(rows: Sequence[RunRow]) -> list[str]:
+    """The settings whose values differ between runs of the same algorithm and mode."""
+    keys = sorted({k for r in rows for k, _ in r.settings})
+    curves: dict[tuple[str, str], list[RunRow]] = {}
+    for r in rows:
+        curves.setdefault((r.algorithm, r.mode), []).append(r)
+    return [k for k in keys if any(len({setting(r, k) for r in group}) > 1 for group in curves.values())]
 
 
 def spread(values: Sequence[float]) -> tuple[float, float]:
@@ -66,6 +113,7 @@ def spread(values: Sequence[float]) -> tuple[float, float]:
 class ScalePoint:
     algorithm: str
     mode: str
+    group: Settings  # the grouping settings and their values, in the order they were given
     workers: int
     nodes: int
     repeats: int
@@ -86,21 +134,23 @@ def speedup_efficiency(base_workers: int, base_rate: float, workers: int, rate: 
     return speedup, speedup / (workers / base_workers)
 
 
-def scaling(rows: Iterable[RunRow]) -> list[ScalePoint]:
-    """One point per (algorithm, mode, workers), medians over repeats, against each curve's smallest n."""
-    groups: dict[tuple[str, str, int], list[RunRow]] = {}
+def scaling(rows: Iterable[RunRow], group_by: Sequence[str] = ()) -> list[ScalePoint]:
+    """One point per (algorithm, mode, values of the ``group_by`` settings, workers), medians over
+    repeats, with speedup and efficiency against each curve's smallest worker count."""
+    groups: dict[tuple[str, str, Settings, int], list[RunRow]] = {}
     for r in rows:
-        groups.setdefault((r.algorithm, r.mode, r.workers), []).append(r)
+        group = tuple((k, setting(r, k)) for k in group_by)
+        groups.setdefault((r.algorithm, r.mode, group, r.workers), []).append(r)
     points = []
-    for algorithm, mode in sorted({(a, m) for a, m, _ in groups}):
-        sizes = sorted(w for a, m, w in groups if (a, m) == (algorithm, mode))
-        base_rate = spread([r.samples_per_s for r in groups[(algorithm, mode, sizes[0])]])[0]
+    for curve in sorted({key[:3] for key in groups}):
+        sizes = sorted(key[3] for key in groups if key[:3] == curve)
+        base_rate = spread([r.samples_per_s for r in groups[(*curve, sizes[0])]])[0]
         for w in sizes:
-            g = groups[(algorithm, mode, w)]
+            g = groups[(*curve, w)]
             rate, rate_spread = spread([r.samples_per_s for r in g])
             speedup, efficiency = speedup_efficiency(sizes[0], base_rate, w, rate)
             points.append(ScalePoint(
-                algorithm, mode, w, int(median(r.nodes for r in g)), len(g), rate, rate_spread, speedup, efficiency,
+                *curve, w, int(median(r.nodes for r in g)), len(g), rate, rate_spread, speedup, efficiency,
                 spread([r.time_to_target_s for r in g])[0], spread([r.final_accuracy for r in g])[0],
                 spread([r.staleness_mean for r in g])[0]))
     return points

@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from hpcbench.errors import UsageError
-from hpcbench.report.metrics import RunRow, ScalePoint, run_row, scaling
+from hpcbench.report.metrics import RunRow, ScalePoint, run_row, scaling, varying
 from hpcbench.results.schema import RunRecord
 
 PHASES = ("compute", "communicate", "wait")
@@ -49,10 +49,12 @@ def label(algorithm: str, mode: str, modes: set[str]) -> str:
 
 
 def curves(points: Sequence[ScalePoint]) -> dict[str, list[ScalePoint]]:
+    """Points by curve: algorithm, its mode where modes are mixed, and the grouping settings' values."""
     modes = {p.mode for p in points}
     out: dict[str, list[ScalePoint]] = {}
     for p in points:
-        out.setdefault(label(p.algorithm, p.mode, modes), []).append(p)
+        name = label(p.algorithm, p.mode, modes) + "".join(f", {k}={v}" for k, v in p.group)
+        out.setdefault(name, []).append(p)
     return out
 
 
@@ -142,7 +144,7 @@ def write_plots(records: Sequence[RunRecord], out_dir: str, target: float) -> di
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = [run_row(r, target) for r in records]
-    points = scaling(rows)
+    points = scaling(rows, varying(rows))
     return {
         "throughput.png": scaling_plot(plt, points, out / "throughput.png", "throughput"),
         "efficiency.png": scaling_plot(plt, points, out / "efficiency.png", "efficiency"),

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
+import json
 import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -10,11 +12,23 @@ from typing import Any, Callable, Sequence
 from tabulate import tabulate
 
 from hpcbench.errors import UsageError, one_of
-from hpcbench.report.metrics import RunRow, ScalePoint, run_row, scaling
+from hpcbench.report.metrics import RunRow, ScalePoint, run_row, scaling, setting, varying
 from hpcbench.results.schema import RunRecord
 from hpcbench.results.store import read_run
 
-FORMATS = {"text": "simple", "md": "github", "latex": "latex_booktabs", "csv": "csv"}
+FORMATS = {"text": "simple", "md": "github", "latex": "latex_booktabs", "csv": "csv", "json": "json"}
+TABLES = ("runs", "scaling")
+# Machine-readable outputs (csv, json) carry raw numbers under these names; what each is measured in:
+UNITS = {
+    "workers": "ranks training", "nodes": "distinct hosts", "repeats": "runs (seeds) in the median",
+    "samples_per_s": "samples per second (whole run)", "samples_per_s_spread": "samples per second, half the "
+    "min-max range over repeats", "median_step_s": "seconds", "compute_fraction": "fraction of the workers' time",
+    "communicate_fraction": "fraction of the workers' time", "wait_fraction": "fraction of the workers' time",
+    "final_accuracy": "fraction of held-out samples", "time_to_target_s": "seconds from the start (empty: never)",
+    "staleness_mean": "updates", "staleness_p50": "updates", "staleness_p99": "updates",
+    "penalty_mean": "divisor of the step", "speedup": "ratio to the curve's fewest workers",
+    "efficiency": "speedup per added worker, as a fraction",
+}
 
 
 def collect(paths: Sequence[str]) -> list[Path]:
@@ -97,14 +111,92 @@ def render(columns: list[Column], items: Sequence[Any], fmt: str) -> str:
     return tabulate(rows, headers=headers, tablefmt=FORMATS[fmt], disable_numparse=True)
 
 
-def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float = 0.9) -> str:
+def grouping(rows: Sequence[RunRow], group_by: Sequence[str] | None) -> tuple[list[str], str]:
+    """The settings that keep runs apart (those that differ, or ``group_by``), and a line saying so."""
+    differ = varying(rows)
+    if group_by is None:
+        if not differ:
+            return [], "Repeats: runs equal in everything but the seed (no other setting differs between runs)"
+        return differ, ("Repeats: runs equal in everything but the seed. Settings that differ between runs keep "
+                        f"them apart and are shown as columns: {', '.join(differ)}")
+    known = sorted({k for r in rows for k, _ in r.settings})
+    for key in group_by:
+        if key not in known:
+            raise one_of("--group-by setting", key, known)
+    pooled = [k for k in differ if k not in group_by]
+    line = f"Grouped by --group-by {','.join(group_by)}" if group_by else "Grouped by algorithm and mode only"
+    return list(group_by), line + (f"; pooled although they differ: {', '.join(pooled)}" if pooled else "")
+
+
+def setting_columns(keys: Sequence[str]) -> tuple[list[Column], list[Column]]:
+    """Columns for the grouping settings: in the runs table and in the scaling table."""
+    runs: list[Column] = [(k, (lambda k: lambda r: setting(r, k))(k), TEXT) for k in keys]
+    points: list[Column] = [(k, (lambda i: lambda p: p.group[i][1])(i), TEXT) for i, k in enumerate(keys)]
+    return runs, points
+
+
+def machine_rows(items: Sequence[RunRow] | Sequence[ScalePoint], keys: Sequence[str]) -> list[dict[str, Any]]:
+    """Raw values by field name (units in the names, fractions as fractions), settings as columns."""
+    out = []
+    for item in items:
+        values = {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
+        settings = dict(values.pop("settings", ()) or values.pop("group", ()))
+        values.pop("group", None)
+        out.append({"algorithm": values.pop("algorithm"), "mode": values.pop("mode"),
+                    **{k: settings.get(k, "-") for k in keys}, **values})
+    return out
+
+
+def finite(value: Any) -> Any:
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def finite_tree(value: Any) -> Any:
+    """NaN → None (JSON's null) throughout nested dicts and lists."""
+    if isinstance(value, dict):
+        return {k: finite_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite_tree(v) for v in value]
+    return finite(value)
+
+
+def csv_table(rows: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(list(rows[0]) if rows else [])
+    for row in rows:
+        writer.writerow(["" if finite(v) is None else v for v in row.values()])
+    return out.getvalue().rstrip("\n")
+
+
+def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float = 0.9,
+                group_by: Sequence[str] | None = None, table: str | None = None) -> str:
+    """``group_by``: the settings that keep runs apart (default: every setting that differs);
+    ``table``: only the runs or the scaling table (csv holds exactly one)."""
     if fmt not in FORMATS:
         raise one_of("format", fmt, list(FORMATS))
-    rows: list[RunRow] = sorted((run_row(r, target) for r in records),
-                                key=lambda r: (r.algorithm, r.mode, r.workers, r.path))
-    points: list[ScalePoint] = scaling(rows)
+    if table is not None and table not in TABLES:
+        raise one_of("table", table, TABLES)
+    if fmt == "csv" and table is None:
+        raise UsageError("csv holds one table: add --table runs or --table scaling")
+    unsorted = [run_row(r, target) for r in records]
+    keys, line = grouping(unsorted, group_by)
+    rows = sorted(unsorted, key=lambda r: (r.algorithm, r.mode, [setting(r, k) for k in keys], r.workers, r.path))
+    points: list[ScalePoint] = scaling(rows, keys)
     if fmt == "csv":
-        return render(RUN_COLUMNS, rows, fmt) + "\n\n" + render(SCALE_COLUMNS, points, fmt)
-    title = f"Runs ({len(rows)}; time to target = first evaluation at accuracy >= {target:g})"
-    scale_title = "Scaling (medians over repeats; speedup and efficiency against each algorithm's fewest workers)"
-    return "\n\n".join([title, render(RUN_COLUMNS, rows, fmt), scale_title, render(SCALE_COLUMNS, points, fmt)])
+        return csv_table(machine_rows(rows if table == "runs" else points, keys))
+    if fmt == "json":
+        document = {"target_accuracy": target, "grouped_by": keys, "grouping": line, "units": UNITS,
+                    "runs": machine_rows(rows, keys), "scaling": machine_rows(points, keys)}
+        if table is not None:
+            document = {k: v for k, v in document.items() if k not in TABLES or k == table}
+        return json.dumps(finite_tree(document), indent=1, allow_nan=False)
+    run_settings, point_settings = setting_columns(keys)
+    parts = [line]
+    if table in (None, "runs"):
+        parts += [f"Runs ({len(rows)}; time to target = first evaluation at accuracy >= {target:g})",
+                  render(RUN_COLUMNS[:2] + run_settings + RUN_COLUMNS[2:], rows, fmt)]
+    if table in (None, "scaling"):
+        parts += ["Scaling (medians over repeats; speedup and efficiency against each curve's fewest workers)",
+                  render(SCALE_COLUMNS[:2] + point_settings + SCALE_COLUMNS[2:], points, fmt)]
+    return "\n\n".join(parts)

@@ -48,7 +48,8 @@ class Run:
         return RunLogs(self.layout.tables)
 
     def progress(self, doing: str = "") -> ProgressLine:
-        return ProgressLine(f"{doing}{self.algo.name}, {self.workers} workers", self.algo.ctx.budget)
+        return ProgressLine(f"{doing}{self.algo.name}, {self.workers} workers", self.algo.ctx.budget,
+                            every_s=self.cfg.progress_s)
 
 
 def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0) -> Run:

@@ -12,6 +12,7 @@ from hpcbench.errors import UsageError
 from hpcbench.runtime.placement import cpu_count
 
 RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
+SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS")
 
 # MPICH's own CI settings for oversubscribed ranks: yield instead of busy-polling (ECOSYSTEM.md).
 MPICH_OVERSUBSCRIBED = {
@@ -31,6 +32,15 @@ def env_rank() -> int:
         if value.isdigit():
             return int(value)
     return 0
+
+
+def env_size() -> int | None:
+    """The world size as the launcher told it, without starting MPI (None when not launched)."""
+    for var in SIZE_VARS:
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return None
 
 
 def mpiexec_path() -> str:

@@ -1,6 +1,7 @@
 """Assemble a run's result record on rank 0 (shared by the MPI driver and the simulator)."""
 from __future__ import annotations
 
+import json
 import sys
 from datetime import datetime, timezone
 from typing import Any
@@ -12,7 +13,8 @@ from hpcbench.config import RunConfig
 from hpcbench.results.paths import run_id
 from hpcbench.results.schema import RunRecord
 from hpcbench.results.store import write_run
-from hpcbench.runtime.assemble import Run
+from hpcbench.runtime.assemble import Run, assemble
+from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.telemetry.summary import dropped_gradients, summarize
 from hpcbench.telemetry.timeline import COLUMNS, OPS, PHASES, concat
@@ -47,6 +49,16 @@ def resolved_config(run: Run, parameters: int) -> dict[str, Any]:
                          "decay_factor": sched.decay_factor, "text": sched.describe()},
                straggler_ranks=list(run.stragglers), straggler_factor=run.cfg.stragglers.factor)
     return out
+
+
+def dry_run_text(plan: Plan, workers: int) -> str:
+    """What ``run --dry-run`` prints: the configuration resolved for ``workers`` workers, as the result
+    file would record it (steps, budget, schedule, straggler ranks, the algorithm's options)."""
+    run = assemble(plan, workers)
+    config = resolved_config(run, run.trainer.size)
+    return (f"{plan.algo.name} with {workers} workers (world size {workers + 1}): "
+            f"{config['budget_samples']} samples, {config['steps_per_worker']} steps per worker, "
+            f"{config['schedule']['text']}\n{json.dumps(config, indent=1)}")
 
 
 def build_record(run: Run, mode: str, world_size: int, parts: list[dict[str, Any]], offsets: np.ndarray,

@@ -1,0 +1,188 @@
+"""The report keeps apart runs that differ in a setting, and gates: diff --fail-above, check --reference.
+
+Studies are real result files from the simulator (timing only, so they are quick); expected numbers
+are read from the files' own summaries, never recomputed by the report's code.
+"""
+import contextlib
+import csv
+import io
+
+import pytest
+
+from hpcbench.cli import main
+from hpcbench.results.store import read_run
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def simulate(path, *args: str) -> None:
+    code, _, err = cli("simulate", "--numerics", "off", "--steps", "30", *args, "--out", str(path))
+    assert code == 0, err
+
+
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory):
+    """batch/: ga-asgd at batch 32 and 128, 2 and 4 workers; slow/: batch 32 with computes twice as long;
+    seeds/: allreduce at 2 workers, seeds 0 and 1."""
+    root = tmp_path_factory.mktemp("studies")
+    for batch in (32, 128):
+        for workers in (2, 4):
+            simulate(root / "batch" / f"b{batch}-w{workers}.h5", "--algo", "ga-asgd", "--workers", str(workers),
+                     "--batch-size", str(batch))
+    for workers in (2, 4):
+        simulate(root / "slow" / f"w{workers}.h5", "--algo", "ga-asgd", "--workers", str(workers),
+                 "--batch-size", "32", "--compute", "gamma:shape=100,mean=0.1")
+    for seed in (0, 1):
+        simulate(root / "seeds" / f"s{seed}.h5", "--algo", "allreduce", "--workers", "2", "--seed", str(seed))
+    return root
+
+
+def scaling_rows(*paths) -> list[dict[str, str]]:
+    """The scaling table of ``report PATHS --format csv --table scaling`` (with any further flags)."""
+    code, out, err = cli("report", *map(str, paths), "--format", "csv", "--table", "scaling")
+    assert code == 0, err
+    return list(csv.DictReader(io.StringIO(out)))
+
+
+def rate(path) -> float:
+    return float(read_run(path).summary["samples_per_s"])
+
+
+def test_runs_that_differ_in_batch_size_are_kept_apart_with_the_setting_shown(studies):
+    code, out, _ = cli("report", str(studies / "batch"))
+    assert code == 0
+    assert "Settings that differ between runs keep them apart and are shown as columns: batch_size" in out
+    points = {(r["batch_size"], r["workers"]): r for r in scaling_rows(studies / "batch")}
+    assert sorted(points) == [("128", "2"), ("128", "4"), ("32", "2"), ("32", "4")]
+    for batch in ("32", "128"):
+        assert points[(batch, "2")]["repeats"] == points[(batch, "4")]["repeats"] == "1"
+        expected = rate(studies / "batch" / f"b{batch}-w4.h5") / rate(studies / "batch" / f"b{batch}-w2.h5")
+        assert float(points[(batch, "4")]["speedup"]) == pytest.approx(expected, rel=1e-9)
+        assert float(points[(batch, "2")]["samples_per_s"]) == pytest.approx(rate(studies / "batch" / f"b{batch}-w2.h5"))
+
+
+def test_group_by_overrides_and_says_what_it_pooled(studies):
+    code, out, _ = cli("report", str(studies / "batch"), "--group-by", "")
+    assert code == 0 and "pooled although they differ: batch_size" in out
+    assert [(r["workers"], r["repeats"]) for r in scaling_rows(studies / "batch", "--group-by", "")] == \
+        [("2", "2"), ("4", "2")]
+
+
+def test_an_unknown_group_by_setting_is_one_line_naming_the_valid_ones(studies):
+    code, out, err = cli("report", str(studies / "batch"), "--group-by", "batchsize")
+    assert code == 2 and out == ""
+    assert err.startswith("hpcbench: error: unknown --group-by setting 'batchsize'; valid: ")
+    assert "batch_size" in err and "lr" in err and len(err.strip().splitlines()) == 1
+
+
+def test_runs_equal_but_for_the_seed_are_repeats(studies):
+    code, out, _ = cli("report", str(studies / "seeds"))
+    assert "no other setting differs between runs" in out
+    [point] = scaling_rows(studies / "seeds")
+    assert point["repeats"] == "2" and "seed" not in point
+
+
+def test_diff_fails_above_a_threshold_and_names_the_points(studies):
+    slow = rate(studies / "slow" / "w2.h5") / rate(studies / "batch" / "b32-w2.h5") - 1
+    assert slow < -0.3  # computes twice as long: a real regression to catch
+    old = str(studies / "batch" / "b32-w2.h5")
+    code, out, _ = cli("diff", old, str(studies / "slow" / "w2.h5"), "--fail-above", "10")
+    assert code == 1
+    [line] = [s for s in out.splitlines() if s.startswith("regression:")]
+    assert line.startswith("regression: ga-asgd, sim, 2 workers: samples_per_s ")
+    assert f"({100 * slow:+.0f}%)" in line
+    code, out, _ = cli("diff", old, str(studies / "slow" / "w2.h5"), "--fail-above", "90")
+    assert code == 0 and "no samples_per_s worse by more than 90%" in out
+    code, out, _ = cli("diff", str(studies / "slow" / "w2.h5"), old, "--fail-above", "10")  # faster: fine
+    assert code == 0
+    code, _, err = cli("diff", old, old, "--fail-above", "10", "--metric", "speed")
+    assert code == 2 and "unknown --metric 'speed'; valid: samples_per_s, speedup" in err
+
+
+def test_check_against_reference_bounds(studies, tmp_path):
+    w2, w4 = rate(studies / "batch" / "b32-w2.h5"), rate(studies / "batch" / "b32-w4.h5")
+    ref = tmp_path / "ref.toml"
+    ref.write_text(f"[ga-asgd.2]\nsamples_per_s = [{0.9 * w2}, {1.1 * w2}]\n"
+                   f"[ga-asgd.4]\nsamples_per_s = {{min = {0.9 * w4}}}\nspeedup = {{max = 10}}\n")
+    slow_runs = str(studies / "slow")  # computes twice as long: below the bounds
+    code, out, _ = cli("check", str(studies / "batch" / "b32-w2.h5"), str(studies / "batch" / "b32-w4.h5"),
+                       "--reference", str(ref))
+    assert code == 0 and out.strip() == f"all 3 bounds of {ref} hold"
+    code, out, _ = cli("check", slow_runs, "--reference", str(ref))
+    assert code == 1
+    misses = out.strip().splitlines()
+    assert len(misses) == 2 and all(m.startswith("miss: ga-asgd at ") for m in misses)
+    assert "samples_per_s = " in misses[0] and f"expected within [{0.9 * w2:g}, {1.1 * w2:g}]" in misses[0]
+    ref.write_text("[ga-asgd.16]\nsamples_per_s = {min = 1}\n")
+    code, out, _ = cli("check", slow_runs, "--reference", str(ref))
+    assert code == 1 and out.strip() == "miss: ga-asgd at 16 workers: no runs"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[asgd.4]\nsamples = [1, 2]\n", "unknown metric in [asgd.4] 'samples'; valid: samples_per_s"),
+    ("[asgd.4]\nsamples_per_s = [2, 1]\n", "lower bound 2 is above upper bound 1"),
+    ("[asgd.4]\nsamples_per_s = 5\n", "expected [LOW, HIGH] or {min = LOW, max = HIGH}, got 5"),
+    ("[asgd.four]\nsamples_per_s = [1, 2]\n", "[asgd.four] is not a worker count"),
+    ("", "reference: no bounds"),
+])
+def test_a_malformed_reference_is_one_error_line(studies, tmp_path, text, message):
+    ref = tmp_path / "ref.toml"
+    ref.write_text(text)
+    code, out, err = cli("check", str(studies / "seeds"), "--reference", str(ref))
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+NUMERIC = ("workers", "nodes", "samples_per_s", "final_accuracy", "time_to_target_s")
+
+
+@pytest.mark.parametrize("table, extra", [("runs", ("median_step_s", "compute_fraction", "staleness_p99")),
+                                          ("scaling", ("repeats", "speedup", "efficiency"))])
+def test_csv_tables_load_into_pandas_as_numbers(studies, table, extra):
+    pd = pytest.importorskip("pandas")
+    code, out, _ = cli("report", str(studies / "batch"), "--format", "csv", "--table", table)
+    frame = pd.read_csv(io.StringIO(out))
+    assert len(frame) == 4 and frame["algorithm"].eq("ga-asgd").all() and frame["mode"].eq("sim").all()
+    for column in NUMERIC[:3] + extra + ("batch_size",):
+        assert pd.api.types.is_numeric_dtype(frame[column]), column
+    fractions = [c for c in frame.columns if c.endswith("_fraction") or c in ("efficiency", "final_accuracy")]
+    assert all(frame[c].dropna().between(0, 1.5).all() for c in fractions)  # fractions, not percent strings
+    if table == "runs":
+        by_path = {row.path: row for row in frame.itertuples()}
+        for path, row in by_path.items():
+            assert row.samples_per_s == pytest.approx(rate(path), rel=1e-12)
+            assert row.median_step_s == pytest.approx(read_run(path).summary["median_step_s"], rel=1e-12)
+
+
+def test_json_is_one_document_with_runs_scaling_settings_and_units(studies):
+    import json
+
+    code, out, _ = cli("report", str(studies / "batch"), "--format", "json")
+    doc = json.loads(out)
+    assert doc["grouped_by"] == ["batch_size"] and "batch_size" in doc["grouping"]
+    assert len(doc["runs"]) == 4 and len(doc["scaling"]) == 4
+    assert {r["batch_size"] for r in doc["runs"]} == {"32", "128"}
+    assert all(k in doc["units"] for k in ("samples_per_s", "median_step_s", "speedup", "compute_fraction"))
+    run = next(r for r in doc["runs"] if r["path"].endswith("b32-w2.h5"))
+    assert run["samples_per_s"] == pytest.approx(rate(studies / "batch" / "b32-w2.h5"), rel=1e-12)
+    assert run["final_accuracy"] is None  # numerics off: no accuracy, null rather than NaN
+
+
+def test_to_frames_names_phases_and_ops(studies):
+    pytest.importorskip("pandas")
+    from hpcbench.results.frames import to_frames
+
+    rec = read_run(studies / "batch" / "b32-w2.h5")
+    frames = to_frames(rec)
+    timeline = frames["timeline"]
+    assert len(timeline) == len(rec.timeline["rank"])
+    assert set(timeline["phase"].unique()) <= set(rec.phases) and "compute" in set(timeline["phase"])
+    codes = rec.timeline["op"]
+    assert list(timeline["op"].astype(str)) == [rec.ops[c] for c in codes]
+    assert (timeline["duration_s"] >= 0).all()
+    assert set(frames) == {"timeline", "evals", *rec.tables}
+    assert len(frames["updates"]) == len(rec.tables["updates"]["worker"])
