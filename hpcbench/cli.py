@@ -104,10 +104,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from hpcbench.report.tables import load, report_text
+    from hpcbench.results.study import not_ok
 
-    records = load(args.paths)
+    failed = [(p.stem, p.result, p.jobs[-1] if p.jobs else "-")
+              for d in args.paths if Path(d).is_dir() for p in not_ok(d)]
+    try:
+        records = load(args.paths)
+    except UsageError:
+        if not failed:  # a study whose every point failed still gets its list of failed points
+            raise
+        records = []
     group_by = None if args.group_by is None else [k for k in args.group_by.split(",") if k]
-    print(report_text(records, args.format, args.target, group_by, args.table))
+    print(report_text(records, args.format, args.target, group_by, args.table, failed))
     if args.plot:
         from hpcbench.report.plots import write_plots
 
@@ -184,15 +192,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
+# Run flags a sweep passes on to every run (flag, attribute).
+SWEEP_RUN_FLAGS = (("--model", "model"), ("--dataset", "dataset"), ("--data-dir", "data_dir"), ("--steps", "steps"),
+                   ("--epochs", "epochs"), ("--batch-size", "batch_size"), ("--lr", "lr"), ("--momentum", "momentum"),
+                   ("--stragglers", "stragglers"))
 
+
+def cmd_sweep(args: argparse.Namespace) -> int:
     from hpcbench.results.paths import check_study_dir
     from hpcbench.runtime import plan
     from hpcbench.runtime.study import parse_ranks, run_local
     from hpcbench.slurm import sweep
 
+    if args.resubmit_failed:
+        return resubmit_failed(Path(args.resubmit_failed).resolve())
+    if not args.algos or not args.out_dir:
+        raise UsageError("sweep needs --algos and --out-dir (or --resubmit-failed STUDY_DIR)")
     algos = sweep.parse_algos(args.algos)
     base_args = (["--config", str(Path(args.config).resolve())] if args.config else []) + \
+        [a for flag, key in SWEEP_RUN_FLAGS if getattr(args, key) is not None for a in (flag, str(getattr(args, key)))] + \
         [a for item in args.set for a in ("--set", item)]
     cfg, _ = configs_from_args(args)
     for a in algos:  # refuse a bad study before writing or submitting anything
@@ -207,14 +225,37 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     nodes = sweep.parse_counts(args.nodes, "--nodes", 1)
     sweep.check_worlds(algos, nodes, args.tasks_per_node)
     res = sweep.resources(args.tasks_per_node, args.cpus_per_task, args.gpus_per_task, args.time, args.partition,
-                          args.account, args.mpi, args.setup)
+                          args.account, args.mpi, args.setup, args.shared, args.mem, args.constraint, args.sbatch_arg)
     points = sweep.plan_points(algos, nodes, args.repeats)
     scripts, report = sweep.write_study(out_dir, points, res, base_args)
     print(f"wrote {len(scripts)} run jobs, {report} and {out_dir / 'submit.sh'}")
     if args.submit:
         ids, report_id = sweep.submit(scripts, report)
         print(f"submitted runs: {' '.join(ids)}")
-        print(f"report job: {report_id} (afterok on all runs; writes {out_dir / 'report.md'})")
+        print(f"report job: {report_id} (after all runs end; writes {out_dir / 'report.md'})")
+    return 0
+
+
+def resubmit_failed(out_dir: Path) -> int:
+    """Submit again the points of a study without an ok result, as the study first ran them."""
+    from hpcbench.slurm import sweep
+
+    points, res, base_args = sweep.study_again(out_dir)
+    scripts, report = sweep.write_study(out_dir, points, res, base_args)
+    if not scripts:
+        print(f"every point of {out_dir} has an ok result: nothing to submit")
+        return 0
+    ids, report_id = sweep.submit(scripts, report)
+    print(f"resubmitted {len(ids)} point(s): {' '.join(s.stem for s in scripts)}")
+    print(f"submitted runs: {' '.join(ids)}")
+    print(f"report job: {report_id} (after all runs end; writes {out_dir / 'report.md'})")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from hpcbench.slurm.status import status_text
+
+    print(status_text(args.study_dir))
     return 0
 
 
@@ -255,12 +296,22 @@ def build_parser() -> Parser:
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("sweep", help="a scaling study: Slurm jobs per scale point and algorithm, or --local")
-    p.add_argument("--algos", required=True, help="algorithms, comma-separated")
+    p.add_argument("--algos", help="algorithms, comma-separated")
     p.add_argument("--nodes", default="", help="node counts, comma-separated, e.g. 8,16,32,64,128")
     p.add_argument("--repeats", type=int, default=1, help="runs per point (repeat k uses seed k-1)")
     p.add_argument("--config", help="TOML file of run options for every job")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="run option for every job")
-    p.add_argument("--out-dir", required=True, help="where job scripts, logs, result files and the report go")
+    p.add_argument("--out-dir", help="where job scripts, logs, result files and the report go")
+    p.add_argument("--model", help="run flag for every job (as `run --model`)")
+    p.add_argument("--dataset", help="run flag for every job")
+    p.add_argument("--data-dir", help="run flag for every job")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--steps", type=int, help="run flag for every job: steps per worker")
+    budget.add_argument("--epochs", type=float, help="run flag for every job: passes over the training set")
+    p.add_argument("--batch-size", type=int, help="run flag for every job")
+    p.add_argument("--lr", type=float, help="run flag for every job")
+    p.add_argument("--momentum", type=float, help="run flag for every job")
+    p.add_argument("--stragglers", help="run flag for every job: FRACTION:FACTOR")
     p.add_argument("--resume", action="store_true", help="add to an --out-dir that holds results: run only the "
                    "points without an ok result (those are never rewritten)")
     p.add_argument("--tasks-per-node", type=int, default=1, help="MPI ranks per node (default 1)")
@@ -272,11 +323,23 @@ def build_parser() -> Parser:
     p.add_argument("--mpi", choices=("pmi2", "pmix"), help="srun --mpi= plugin (default: from the MPI library)")
     p.add_argument("--setup", action="append", help="shell line run first in every job (default: activate "
                    "this virtual environment)")
+    p.add_argument("--shared", action="store_true", help="do not ask for whole nodes (by default run jobs are "
+                   "--exclusive: another job on the node would distort every timing)")
+    p.add_argument("--mem", help="sbatch --mem for every run job, e.g. 64G")
+    p.add_argument("--constraint", help="sbatch --constraint for every run job (node features)")
+    p.add_argument("--sbatch-arg", action="append", metavar="OPTION", help="any other sbatch option for every job, "
+                   "repeatable: --sbatch-arg=--qos=high")
     p.add_argument("--submit", action="store_true", help="submit the jobs with sbatch and print their ids")
+    p.add_argument("--resubmit-failed", metavar="STUDY_DIR", help="submit again, as first written, the points of "
+                   "a study without an ok result (and a new report job)")
     p.add_argument("--local", action="store_true", help="run the study here with mpiexec, one run at a time")
     p.add_argument("--ranks", default="3,5", help="with --local: world sizes, comma-separated (default 3,5)")
     p.add_argument("--timeout", type=float, default=600.0, help="with --local: seconds allowed per run")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("status", help="a study's points: result, latest Slurm job and its state")
+    p.add_argument("study_dir", metavar="STUDY_DIR")
+    p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("calibrate", help="fit the simulator's compute and network models to a real run")
     p.add_argument("path", metavar="REAL.h5")

@@ -82,4 +82,6 @@ def test_a_slowed_worker_never_leaves_the_others_waiting(tmp_path, algo, extra):
     # machine, where the others' computes stretch too).
     assert medians[slow] > 1.5 * np.median(others) and medians[slow] == max(medians.values())
     if samples is not None and algo != "osgp":  # the others did not wait for it: they took more steps
-        assert samples[slow - 1] < np.delete(samples, slow - 1).min()
+        # (below the others' median rather than their minimum: on a loaded machine another worker can
+        # be descheduled for as long as the straggler sleeps)
+        assert samples[slow - 1] < np.median(np.delete(samples, slow - 1))

@@ -1,4 +1,7 @@
 """Frames, the learning-rate schedule, momentum SGD against torch, summary and report arithmetic."""
+import dataclasses
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -6,9 +9,8 @@ import torch
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.rules import sgd_step
 from hpcbench.algorithms.schedule import Schedule
-from hpcbench.report.metrics import scaling, speedup_efficiency, spread
-from hpcbench.report.metrics import RunRow
-from hpcbench.telemetry.summary import median_step, phase_fractions, time_to_target
+from hpcbench.report.metrics import RunRow, scaling, speedup_efficiency, spread
+from hpcbench.telemetry.summary import phase_fractions, step_times, time_to_target
 from hpcbench.telemetry.timeline import PHASE_CODE, Timeline, concat
 
 
@@ -91,8 +93,22 @@ def test_phase_fractions_and_median_step_by_hand():
     fr = phase_fractions(cols, np.array([1]))
     assert fr["data_fraction"] == pytest.approx(0.1) and fr["compute_fraction"] == pytest.approx(0.6)
     assert fr["communicate_fraction"] == pytest.approx(0.3) and fr["wait_fraction"] == 0.0
-    assert median_step(cols, np.array([1])) == pytest.approx(10.0)
+    assert step_times(cols, np.array([1]))["median_step_s"] == pytest.approx(10.0)
     assert cols["phase"][0] == PHASE_CODE["data"]
+
+
+def test_step_time_percentiles_and_the_spread_across_workers_by_hand():
+    one, two = Timeline(1), Timeline(2)
+    for k, t in enumerate((0.0, 10.0, 20.0)):  # steps of 10 s
+        one.add(k + 1, "compute", t, t + 1)
+    for k, t in enumerate((0.0, 4.0, 8.0, 12.0, 40.0)):  # steps of 4 s, then one of 28 s
+        two.add(k + 1, "compute", t, t + 1)
+    two.add(6, "communicate", 41.0, 42.0)
+    steps = step_times(concat([one.columns(), two.columns(), Timeline(0).columns()]), np.array([1, 2]))
+    # gaps 10, 10 and 4, 4, 4, 28: sorted 4 4 4 10 10 28, percentiles by linear interpolation
+    assert steps["median_step_s"] == pytest.approx(7.0)
+    assert steps["step_p90_s"] == pytest.approx(10 + 0.5 * 18) and steps["step_p99_s"] == pytest.approx(10 + 0.95 * 18)
+    assert (steps["step_worker_min_s"], steps["step_worker_max_s"]) == (4.0, 10.0)
 
 
 def test_speedup_and_efficiency_by_hand():
@@ -100,9 +116,11 @@ def test_speedup_and_efficiency_by_hand():
     assert spread([1.0, 3.0, 2.0]) == (2.0, 1.0)
 
 
-def row(algo, workers, rate):
+def row(algo, workers, rate, ttt=1.0):
     nan = float("nan")
-    return RunRow(algo, "mpi", workers, 1, rate, nan, nan, nan, nan, 0.9, 1.0, nan, nan, nan, nan, "")
+    numbers = {f.name: nan for f in dataclasses.fields(RunRow) if f.type in ("float", float)}
+    return RunRow(**{**numbers, "algorithm": algo, "mode": "mpi", "workers": workers, "nodes": 1, "evals": 20,
+                     "path": "", "samples_per_s": rate, "final_accuracy": 0.9, "time_to_target_s": ttt})
 
 
 def test_scaling_groups_repeats_against_the_smallest_size():
@@ -110,3 +128,11 @@ def test_scaling_groups_repeats_against_the_smallest_size():
     by_n = {p.workers: p for p in points}
     assert by_n[2].repeats == 2 and by_n[2].samples_per_s == 110.0 and by_n[2].samples_per_s_spread == 10.0
     assert by_n[4].speedup == pytest.approx(150 / 110) and by_n[8].efficiency == pytest.approx(220 / 110 / 4)
+
+
+def test_time_to_target_speedup_is_the_ratio_of_times_against_the_smallest_size():
+    points = scaling([row("a", 2, 100.0, ttt=12.0), row("a", 4, 150.0, ttt=4.0), row("a", 8, 220.0, ttt=float("nan"))])
+    by_n = {p.workers: p for p in points}
+    assert by_n[2].ttt_speedup == 1.0 and by_n[4].ttt_speedup == pytest.approx(3.0)
+    assert by_n[4].ttt_efficiency == pytest.approx(1.5)  # 3× faster with 2× the workers
+    assert math.isnan(by_n[8].ttt_speedup)  # never reached the target

@@ -79,6 +79,47 @@ def test_osgp_absorbs_every_message_older_than_tau_before_computing_and_no_newer
     assert sorted(markers) == sorted((ME - 1 + 2**h) % N + 1 for h in range(exponential_hops(N)))
 
 
+def test_a_message_that_lands_between_two_probes_is_still_taken_in_order():
+    """An in-peer's messages arrive in order, and one that was not there at one probe can be there at
+    the next: the worker must not then take it in place of a later one (it did, and a real 3-rank
+    osgp run on a loaded machine failed with "rank 2 sent iteration 1 where 2 was due")."""
+    n, me, peer, stop = 2, 1, 2, 12  # two workers: every message comes from the same in-peer
+    cfg = RunConfig(algo="osgp", steps=stop, lr=0.0, warmup_epochs=0.0, options={"osgp": {"tau": 3}})
+    cls = ALGORITHMS.get("osgp")
+    owner = cls(plan.make_context(cfg, cls, n, np.zeros(4, np.float32), train_size=10**6))
+    msg = owner.message
+    on_the_way: list[int] = []  # iterations the in-peer has sent (one behind us), not yet received
+    absorbed, computes, probes_since_compute = [], 0, 0
+    program, result = owner.worker(me), None
+    while True:
+        try:
+            op = program.send(result)
+        except StopIteration:
+            break
+        result = None
+        if isinstance(op, Compute):
+            if computes:
+                on_the_way.append(computes - 1)
+            computes, probes_since_compute = computes + 1, 0
+            result = Gradient(np.zeros(4, np.float32), 0.0, 1, 0)
+        elif isinstance(op, FetchAdd):
+            result = 0 if computes < stop else owner.ctx.budget
+            if computes == stop and stop - 1 not in on_the_way + absorbed:
+                on_the_way.append(stop - 1)  # the in-peer's last one
+        elif isinstance(op, Recv):
+            probes_since_compute += 1
+            if op.timeout == 0 and probes_since_compute == 1:
+                continue  # not there yet: it lands just after this probe
+            if on_the_way:
+                absorbed.append(on_the_way.pop(0))
+                result = (peer, msg.pack(iteration=absorbed[-1], last=0, w=0.5, z=np.ones(4, np.float32)))
+            elif op.timeout is None:
+                result = (peer, msg.pack(iteration=stop, last=1, w=0.0))
+        else:
+            assert isinstance(op, (Send, Publish))
+    assert absorbed == list(range(stop))
+
+
 def test_sgp_is_osgp_with_tau_zero():
     assert drive_with_slow_in_peers(0, "sgp")[0] == drive_with_slow_in_peers(0, "osgp")[0]
 

@@ -75,8 +75,48 @@ def test_a_two_point_sweep_runs_under_sbatch_and_its_report_job_follows(slurm, t
         assert rec.provenance["slurm_job_id"] in runs and rec.provenance["slurm_ntasks"] == "3"
     report_md = (tmp_path / "report.md").read_text()
     assert "| asgd " in report_md and "| allreduce " in report_md and "efficiency" in report_md
+    assert "without an ok result" not in report_md
     log = next((tmp_path / "logs").glob(f"report-{report}.out")).read_text()
     assert "| asgd " in log  # the report job itself ran, after both runs
+
+
+def test_a_failed_point_still_gets_a_report_and_resubmit_failed_completes_it(slurm, tmp_path):
+    """allreduce's job fails on purpose (its setup line needs a file that is not there yet): the report
+    job still runs, after every run ended, and lists it; once the file exists, --resubmit-failed runs
+    only that point and a new report has both."""
+    gate = tmp_path / "allow-allreduce"
+    setup = [f"source {sys.prefix}/bin/activate",
+             f'[ "$SLURM_JOB_NAME" != hpcbench-allreduce-n1 ] || [ -e {gate} ]']
+    out = subprocess.run(
+        [sys.executable, "-m", "hpcbench", "sweep", "--nodes", "1", "--tasks-per-node", "3", "--shared",
+         "--algos", "asgd,allreduce", "--steps", "10", "--out-dir", str(tmp_path), "--submit",
+         *[a for line in setup for a in ("--setup", line)]],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    runs = re.search(r"submitted runs: ([\d ]+)", out.stdout).group(1).split()
+    report = re.search(r"report job: (\d+)", out.stdout).group(1)
+    wait_for_jobs(runs + [report], timeout=400)
+    report_md = (tmp_path / "report.md").read_text()
+    assert "| asgd " in report_md and "Points without an ok result (1)" in report_md
+    assert re.search(r"\| allreduce-n1 +\| missing +\| " + runs[1], report_md)
+    status = subprocess.run([sys.executable, "-m", "hpcbench", "status", str(tmp_path)], capture_output=True,
+                            text=True, timeout=120)
+    assert status.returncode == 0 and "1 of 2 points have an ok result" in status.stdout
+    rows = {line.split()[0]: line.split() for line in status.stdout.splitlines()[3:]}
+    assert rows["asgd-n1"][1:] == ["ok", runs[0], "COMPLETED", "1"]
+    assert rows["allreduce-n1"][1:] == ["missing", runs[1], "FAILED", "1"]
+
+    gate.touch()
+    again = subprocess.run([sys.executable, "-m", "hpcbench", "sweep", "--resubmit-failed", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "resubmitted 1 point(s): allreduce-n1" in again.stdout
+    new_runs = re.search(r"submitted runs: ([\d ]+)", again.stdout).group(1).split()
+    new_report = re.search(r"report job: (\d+)", again.stdout).group(1)
+    wait_for_jobs(new_runs + [new_report], timeout=400)
+    assert read_run(tmp_path / "allreduce-n1.h5").attrs["status"] == "ok"
+    report_md = (tmp_path / "report.md").read_text()
+    assert "| asgd " in report_md and "| allreduce " in report_md and "without an ok result" not in report_md
 
 
 def test_srun_with_the_wrong_mpi_plugin_is_caught_and_named(slurm, tmp_path):

@@ -2,6 +2,8 @@
 import contextlib
 import io
 import json
+import os
+import subprocess
 
 import pytest
 
@@ -37,6 +39,7 @@ def test_run_job_script_line_by_line():
         "#SBATCH --output=/s/log-%j",
         "#SBATCH --partition=gpu",
         "#SBATCH --account=proj",
+        "#SBATCH --exclusive",
         "set -euo pipefail",
         "source /opt/venv/bin/activate",
         'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"',
@@ -50,13 +53,27 @@ def test_cpu_job_has_no_gpu_line_and_defaults_to_pmi2():
     assert "srun --mpi=pmi2 python -m mpi4py -m hpcbench run --algo sgp" in script
 
 
-def test_report_job_and_submission_chain_with_afterok():
+def test_report_job_and_submission_chain_with_afterany(tmp_path):
     report = report_job("hpcbench-report", "/s", Resources(partition="p"), "/s/logs/report-%j.out")
     assert "#SBATCH --nodes=1" in report and "#SBATCH --partition=p" in report
+    assert "#SBATCH --exclusive" not in report  # one small task: no whole node for it
     assert "hpcbench report /s --format md > /s/report.md" in report
-    submit = submit_script(["/s/runs/a.sbatch", "/s/runs/b.sbatch"], "/s/report.sbatch")
+    jobs = tmp_path / "jobs.tsv"
+    submit = submit_script(["/s/runs/a.sbatch", "/s/runs/b.sbatch"], "/s/report.sbatch", str(jobs))
     assert "for job in /s/runs/a.sbatch /s/runs/b.sbatch; do" in submit
-    assert 'sbatch --parsable --dependency=afterok:"$deps" /s/report.sbatch' in submit
+    # Run it against a stand-in sbatch that answers job ids 101, 102, 103 in turn.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text('#!/bin/bash\necho "$@" >> "$(dirname "$0")/calls"\n'
+                                    'n=$(wc -l < "$(dirname "$0")/calls"); echo $((100 + n))\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    proc = subprocess.run(["bash", "-c", submit], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr
+    assert (bin_dir / "calls").read_text().splitlines() == [
+        "--parsable /s/runs/a.sbatch", "--parsable /s/runs/b.sbatch",
+        "--parsable --dependency=afterany:101:102 /s/report.sbatch"]
+    assert jobs.read_text() == "a\t101\nb\t102\nreport\t103\n"
 
 
 def test_study_points_and_files(tmp_path):
@@ -70,8 +87,53 @@ def test_study_points_and_files(tmp_path):
     script = (tmp_path / "runs" / "sgp-n16.sbatch").read_text()
     assert "#SBATCH --nodes=16" in script and "#SBATCH --ntasks-per-node=2" in script
     assert f"--set steps=50 --out {tmp_path}/sgp-n16.h5" in script
+    assert "#SBATCH --exclusive" in script
     assert (tmp_path / "submit.sh").stat().st_mode & 0o100
+    manifest = json.loads((tmp_path / "study.json").read_text())
+    assert [p["stem"] for p in manifest["points"]] == ["asgd-n8", "sgp-n8", "asgd-n16", "sgp-n16"]
+    assert manifest["base_args"] == ["--set", "steps=50"] and manifest["resources"]["tasks_per_node"] == 2
 
+
+def test_sweep_takes_run_flags_and_sbatch_options(tmp_path):
+    code, out, err = cli("sweep", "--nodes", "2", "--algos", "asgd", "--out-dir", str(tmp_path), "--mpi", "pmi2",
+                         "--model", "cnn", "--epochs", "3", "--batch-size", "64", "--lr", "0.1",
+                         "--stragglers", "0.25:3", "--shared", "--mem", "64G", "--constraint", "a100",
+                         "--sbatch-arg=--qos=high", "--sbatch-arg=--reservation=bench")
+    assert code == 0, err
+    script = (tmp_path / "runs" / "asgd-n2.sbatch").read_text()
+    assert "run --algo asgd --model cnn --epochs 3.0 --batch-size 64 --lr 0.1 --stragglers 0.25:3 --out" in script
+    assert "#SBATCH --exclusive" not in script
+    assert "#SBATCH --mem=64G\n#SBATCH --constraint=a100\n#SBATCH --qos=high\n#SBATCH --reservation=bench" in script
+    code, _, err = cli("sweep", "--nodes", "2", "--algos", "asgd", "--out-dir", str(tmp_path / "x"), "--mpi", "pmi2",
+                       "--sbatch-arg", "qos=high")
+    assert code == 2 and "--sbatch-arg 'qos=high' is not an sbatch option" in err
+    code, _, err = cli("sweep", "--nodes", "2", "--algos", "asgd", "--out-dir", str(tmp_path / "y"), "--mpi", "pmi2",
+                       "--model", "vgg")
+    assert code == 2 and "unknown model 'vgg'" in err and not (tmp_path / "y").exists()
+
+
+def test_a_study_reports_and_shows_its_points_without_an_ok_result(tmp_path):
+    code, _, err = cli("sweep", "--nodes", "1", "--algos", "asgd,sgp", "--tasks-per-node", "4",
+                       "--out-dir", str(tmp_path), "--mpi", "pmi2", "--set", "steps=5")
+    assert code == 0, err
+    (tmp_path / "jobs.tsv").write_text("asgd-n1\t11\nsgp-n1\t12\nreport\t13\nsgp-n1\t14\n")
+    code, out, _ = cli("report", str(tmp_path))  # nothing ran: the list of failed points, not an error
+    assert code == 0 and "Points without an ok result (2)" in out
+    assert out.startswith("Points without an ok result (2)") and "Runs (" not in out
+    assert ["asgd-n1", "missing", "11"] in [line.split() for line in out.splitlines()]
+    assert ["sgp-n1", "missing", "14"] in [line.split() for line in out.splitlines()]
+    code, _, err = cli("simulate", "--algo", "asgd", "--workers", "3", "--steps", "5", "--numerics", "off",
+                       "--out", str(tmp_path / "asgd-n1.h5"))
+    assert code == 0, err
+    (tmp_path / "sgp-n1.h5.12-x.partial").write_bytes(b"")
+    code, out, _ = cli("report", str(tmp_path), "--format", "md")
+    assert code == 0 and "| asgd " in out and "Points without an ok result (1)" in out
+    assert "| sgp-n1  | partial  | 14 " in out
+    code, out, _ = cli("status", str(tmp_path))
+    assert code == 0 and out.startswith(f"{tmp_path}: 1 of 2 points have an ok result")
+    lines = {line.split()[0]: line.split() for line in out.splitlines()[3:]}
+    assert lines["asgd-n1"][1:3] == ["ok", "11"] and lines["sgp-n1"][1:3] == ["partial", "14"]
+    assert lines["sgp-n1"][-1] == "2" and lines["(report)"][2] == "13"  # submissions of that point
 
 @pytest.mark.parametrize("args, message", [
     (["--nodes", "8", "--algos", "asgd,nope"], "unknown algorithm 'nope'; valid: allreduce, asgd"),

@@ -98,14 +98,23 @@ class PushSum(Algorithm):
         yield from reporter.report(k, done=True)
 
     def receive(self, inbox: Inbox, z: np.ndarray, w: float, due: int) -> Sub[float]:
-        """Absorb the pending messages that are here; wait for those sent at an iteration ≤ ``due``."""
+        """Absorb the pending messages that are here; wait for those sent at an iteration ≤ ``due``.
+
+        An in-peer's messages arrive in the order it sent them, so once one of them is not here its
+        later ones are not looked for in this pass: one that lands meanwhile must not be taken for them.
+        """
         still = []
+        behind: set[int] = set()  # in-peers with an earlier message still on its way
         for m, src in inbox.pending:
             if src in inbox.stopped:
                 continue  # its stop message came after all it sent: it never sent this one
+            if src in behind:  # (a later message than one not waited for: not waited for either)
+                still.append((m, src))
+                continue
             got = yield from self.take(inbox, src, z, w, expected=m, wait=m <= due)
             if got is None:
                 still.append((m, src))
+                behind.add(src)
             else:
                 w = got
         inbox.pending = still

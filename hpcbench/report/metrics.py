@@ -54,6 +54,10 @@ class RunRow:
     nodes: int  # distinct hosts the run's ranks were on
     samples_per_s: float
     median_step_s: float
+    step_p90_s: float
+    step_p99_s: float
+    step_worker_min_s: float  # the fastest worker's median step
+    step_worker_max_s: float  # the slowest worker's median step
     compute_fraction: float
     communicate_fraction: float
     wait_fraction: float
@@ -63,6 +67,9 @@ class RunRow:
     staleness_p50: float
     staleness_p99: float
     penalty_mean: float
+    too_stale: float  # parameter servers: gradients neither applied nor logged as late (NaN: not a server)
+    peak_lr: float  # the rate after warm-up, scaled as the run's recipe says
+    evals: int  # global-model evaluations over the budget: time to target's resolution
     path: str
     settings: Settings = ()
 
@@ -78,12 +85,16 @@ def run_row(rec: RunRecord, target: float) -> RunRow:
     return RunRow(
         algorithm=rec.algorithm, mode=rec.mode, workers=rec.workers, nodes=len(set(rec.per_rank["hostnames"])),
         samples_per_s=get("samples_per_s"),
-        median_step_s=get("median_step_s"), compute_fraction=get("compute_fraction"),
+        median_step_s=get("median_step_s"), step_p90_s=get("step_p90_s"), step_p99_s=get("step_p99_s"),
+        step_worker_min_s=get("step_worker_min_s"), step_worker_max_s=get("step_worker_max_s"),
+        compute_fraction=get("compute_fraction"),
         communicate_fraction=get("communicate_fraction"), wait_fraction=get("wait_fraction"),
         final_accuracy=get("final_accuracy"),
         time_to_target_s=time_to_target(np.asarray(rec.evals["t"]), np.asarray(rec.evals["accuracy"]), target),
         staleness_mean=get("staleness_mean"), staleness_p50=get("staleness_p50"),
-        staleness_p99=get("staleness_p99"), penalty_mean=get("penalty_mean"), path=rec.path,
+        staleness_p99=get("staleness_p99"), penalty_mean=get("penalty_mean"),
+        too_stale=get("too_stale") if "late_gradients" in s else float("nan"),
+        peak_lr=float(rec.attrs["config"]["schedule"]["lr"]), evals=int(rec.attrs["config"]["evals"]), path=rec.path,
         settings=settings(rec),
     )
 
@@ -122,6 +133,8 @@ class ScalePoint:
     speedup: float
     efficiency: float
     time_to_target_s: float
+    ttt_speedup: float  # time to target of the curve's fewest workers over this point's
+    ttt_efficiency: float
     final_accuracy: float
     staleness_mean: float
 
@@ -145,12 +158,17 @@ def scaling(rows: Iterable[RunRow], group_by: Sequence[str] = ()) -> list[ScaleP
     for curve in sorted({key[:3] for key in groups}):
         sizes = sorted(key[3] for key in groups if key[:3] == curve)
         base_rate = spread([r.samples_per_s for r in groups[(*curve, sizes[0])]])[0]
+        base_ttt = spread([r.time_to_target_s for r in groups[(*curve, sizes[0])]])[0]
         for w in sizes:
             g = groups[(*curve, w)]
             rate, rate_spread = spread([r.samples_per_s for r in g])
             speedup, efficiency = speedup_efficiency(sizes[0], base_rate, w, rate)
+            ttt = spread([r.time_to_target_s for r in g])[0]
+            # Time to target: a shorter time is the speed-up (the rate of reaching the target).
+            ttt_speedup, ttt_efficiency = speedup_efficiency(sizes[0], 1 / base_ttt if base_ttt > 0 else math.nan,
+                                                             w, 1 / ttt if ttt > 0 else math.nan)
             points.append(ScalePoint(
                 *curve, w, int(median(r.nodes for r in g)), len(g), rate, rate_spread, speedup, efficiency,
-                spread([r.time_to_target_s for r in g])[0], spread([r.final_accuracy for r in g])[0],
+                ttt, ttt_speedup, ttt_efficiency, spread([r.final_accuracy for r in g])[0],
                 spread([r.staleness_mean for r in g])[0]))
     return points

@@ -22,12 +22,18 @@ TABLES = ("runs", "scaling")
 UNITS = {
     "workers": "ranks training", "nodes": "distinct hosts", "repeats": "runs (seeds) in the median",
     "samples_per_s": "samples per second (whole run)", "samples_per_s_spread": "samples per second, half the "
-    "min-max range over repeats", "median_step_s": "seconds", "compute_fraction": "fraction of the workers' time",
+    "min-max range over repeats", "median_step_s": "seconds", "step_p90_s": "seconds", "step_p99_s": "seconds",
+    "step_worker_min_s": "seconds (the fastest worker's median step)",
+    "step_worker_max_s": "seconds (the slowest worker's median step)",
+    "compute_fraction": "fraction of the workers' time",
     "communicate_fraction": "fraction of the workers' time", "wait_fraction": "fraction of the workers' time",
     "final_accuracy": "fraction of held-out samples", "time_to_target_s": "seconds from the start (empty: never)",
     "staleness_mean": "updates", "staleness_p50": "updates", "staleness_p99": "updates",
     "penalty_mean": "divisor of the step", "speedup": "ratio to the curve's fewest workers",
     "efficiency": "speedup per added worker, as a fraction",
+    "ttt_speedup": "time to target of the curve's fewest workers / this point's",
+    "ttt_efficiency": "ttt_speedup per added worker, as a fraction", "too_stale": "gradients (servers only)",
+    "peak_lr": "learning rate after warm-up", "evals": "evaluations over the sample budget",
 }
 
 
@@ -61,6 +67,11 @@ def fmt_pct(v: float) -> str:
     return "-" if math.isnan(v) else f"{100 * v:.0f}%"
 
 
+def span(low: float, high: float, fmt: Callable[[float], str]) -> str:
+    """"low-high", or "-" when neither is known."""
+    return "-" if math.isnan(low) and math.isnan(high) else f"{fmt(low)}-{fmt(high)}"
+
+
 Column = tuple[str, Callable[[Any], float | str | int], Callable[[Any], str]]
 TEXT: Callable[[Any], str] = str
 
@@ -70,7 +81,9 @@ RUN_COLUMNS: list[Column] = [
     ("nodes", lambda r: r.nodes, TEXT),
     ("workers", lambda r: r.workers, TEXT),
     ("samples/s", lambda r: r.samples_per_s, fmt_num(0)),
-    ("step ms (median)", lambda r: r.median_step_s, fmt_num(1, 1000)),
+    ("step ms p50/p90/p99", lambda r: "/".join(fmt_num(1, 1000)(v) for v in (r.median_step_s, r.step_p90_s,
+                                                                               r.step_p99_s)), TEXT),
+    ("workers' step ms", lambda r: span(r.step_worker_min_s, r.step_worker_max_s, fmt_num(1, 1000)), TEXT),
     ("compute", lambda r: r.compute_fraction, fmt_pct),
     ("communicate", lambda r: r.communicate_fraction, fmt_pct),
     ("wait", lambda r: r.wait_fraction, fmt_pct),
@@ -79,6 +92,8 @@ RUN_COLUMNS: list[Column] = [
     ("staleness mean", lambda r: r.staleness_mean, fmt_num(1)),
     ("staleness p50/p99", lambda r: f"{fmt_num(0)(r.staleness_p50)}/{fmt_num(0)(r.staleness_p99)}", TEXT),
     ("penalty mean", lambda r: r.penalty_mean, fmt_num(2)),
+    ("too stale", lambda r: r.too_stale, fmt_num(0)),
+    ("lr", lambda r: r.peak_lr, fmt_num(4)),
 ]
 
 SCALE_COLUMNS: list[Column] = [
@@ -92,6 +107,8 @@ SCALE_COLUMNS: list[Column] = [
     ("speedup", lambda p: p.speedup, fmt_num(2)),
     ("efficiency", lambda p: p.efficiency, fmt_pct),
     ("time to target s", lambda p: p.time_to_target_s, fmt_num(1)),
+    ("ttt speedup", lambda p: p.ttt_speedup, fmt_num(2)),
+    ("ttt efficiency", lambda p: p.ttt_efficiency, fmt_pct),
     ("final acc", lambda p: p.final_accuracy, fmt_num(3)),
     ("staleness mean", lambda p: p.staleness_mean, fmt_num(1)),
 ]
@@ -169,10 +186,24 @@ def csv_table(rows: list[dict[str, Any]]) -> str:
     return out.getvalue().rstrip("\n")
 
 
+def resolution(rows: Sequence[RunRow], target: float) -> str:
+    """What time to target means and how finely it is measured."""
+    evals = sorted({r.evals for r in rows})
+    every = f"1/{evals[0]}" if len(evals) == 1 else f"1/evals (evals {', '.join(map(str, evals))})"
+    return (f"time to target = first evaluation at accuracy >= {target:g}; evaluations every {every} of a run's "
+            "samples, so it resolves to that share of the run's time")
+
+
+FAILED_COLUMNS: list[Column] = [(h, (lambda i: lambda r: r[i])(i), TEXT)
+                                for i, h in enumerate(["point", "result", "latest job"])]
+
+
 def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float = 0.9,
-                group_by: Sequence[str] | None = None, table: str | None = None) -> str:
+                group_by: Sequence[str] | None = None, table: str | None = None,
+                failed: Sequence[tuple[str, str, str]] = ()) -> str:
     """``group_by``: the settings that keep runs apart (default: every setting that differs);
-    ``table``: only the runs or the scaling table (csv holds exactly one)."""
+    ``table``: only the runs or the scaling table (csv holds exactly one); ``failed``: a study's
+    points without an ok result, as (point, result, latest job), listed after the tables."""
     if fmt not in FORMATS:
         raise one_of("format", fmt, list(FORMATS))
     if table is not None and table not in TABLES:
@@ -180,6 +211,7 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
     if fmt == "csv" and table is None:
         raise UsageError("csv holds one table: add --table runs or --table scaling")
     unsorted = [run_row(r, target) for r in records]
+    failed_title = f"Points without an ok result ({len(failed)}): not in the tables above"
     keys, line = grouping(unsorted, group_by)
     rows = sorted(unsorted, key=lambda r: (r.algorithm, r.mode, [setting(r, k) for k in keys], r.workers, r.path))
     points: list[ScalePoint] = scaling(rows, keys)
@@ -187,16 +219,19 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
         return csv_table(machine_rows(rows if table == "runs" else points, keys))
     if fmt == "json":
         document = {"target_accuracy": target, "grouped_by": keys, "grouping": line, "units": UNITS,
-                    "runs": machine_rows(rows, keys), "scaling": machine_rows(points, keys)}
+                    "runs": machine_rows(rows, keys), "scaling": machine_rows(points, keys),
+                    "failed_points": [dict(zip(("point", "result", "latest_job"), f)) for f in failed]}
         if table is not None:
             document = {k: v for k, v in document.items() if k not in TABLES or k == table}
         return json.dumps(finite_tree(document), indent=1, allow_nan=False)
     run_settings, point_settings = setting_columns(keys)
-    parts = [line]
-    if table in (None, "runs"):
-        parts += [f"Runs ({len(rows)}; time to target = first evaluation at accuracy >= {target:g})",
+    parts = [line] if rows else []
+    if rows and table in (None, "runs"):
+        parts += [f"Runs ({len(rows)}; {resolution(rows, target)})",
                   render(RUN_COLUMNS[:2] + run_settings + RUN_COLUMNS[2:], rows, fmt)]
-    if table in (None, "scaling"):
+    if rows and table in (None, "scaling"):
         parts += ["Scaling (medians over repeats; speedup and efficiency against each curve's fewest workers)",
                   render(SCALE_COLUMNS[:2] + point_settings + SCALE_COLUMNS[2:], points, fmt)]
+    if failed:
+        parts += [failed_title, render(FAILED_COLUMNS, failed, fmt)]
     return "\n\n".join(parts)

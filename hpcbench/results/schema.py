@@ -40,7 +40,8 @@ UPDATE_COLUMNS = TABLES["updates"]
 PHASE_FRACTIONS = tuple(f"{p}_fraction" for p in ("data", "compute", "communicate", "wait", "update"))
 DISTRIBUTIONS = tuple(f"{name}_{stat}" for name in ("staleness", "penalty", "gap") for stat in ("mean", "p50", "p99"))
 SUMMARY_KEYS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "final_accuracy", "best_accuracy",
-                "target_accuracy", "time_to_target_s", "median_step_s", "eval_s", "final_consensus",
+                "target_accuracy", "time_to_target_s", "median_step_s", "step_p90_s", "step_p99_s",
+                "step_worker_min_s", "step_worker_max_s", "eval_s", "final_consensus",
                 *PHASE_FRACTIONS, *DISTRIBUTIONS, "server_state_bytes", "too_stale")
 # Parameter servers only: how every gradient the workers computed was accounted for.
 SERVER_SUMMARY_KEYS = ("late_gradients", "echoed_updates", "echo_bytes")

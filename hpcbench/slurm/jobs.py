@@ -22,6 +22,10 @@ class Resources:
     account: str = ""
     mpi: str = "pmi2"  # srun's PMI plugin: pmi2 for MPICH-family MPIs, pmix for Open MPI
     setup: tuple[str, ...] = field(default_factory=tuple)  # shell lines run first, e.g. activating a venv
+    exclusive: bool = True  # whole nodes: another job on the node would distort every timing
+    mem: str = ""  # --mem, e.g. 64G
+    constraint: str = ""  # --constraint, e.g. a node feature
+    sbatch_args: tuple[str, ...] = field(default_factory=tuple)  # any other sbatch option, e.g. --qos=high
 
 
 def header(name: str, nodes: int, tasks_per_node: int, res: Resources, log: str) -> list[str]:
@@ -39,6 +43,13 @@ def header(name: str, nodes: int, tasks_per_node: int, res: Resources, log: str)
         lines.append(f"#SBATCH --partition={res.partition}")
     if res.account:
         lines.append(f"#SBATCH --account={res.account}")
+    if res.exclusive:
+        lines.append("#SBATCH --exclusive")
+    if res.mem:
+        lines.append(f"#SBATCH --mem={res.mem}")
+    if res.constraint:
+        lines.append(f"#SBATCH --constraint={res.constraint}")
+    lines += [f"#SBATCH {arg}" for arg in res.sbatch_args]
     return lines
 
 
@@ -56,8 +67,10 @@ def run_job(name: str, nodes: int, res: Resources, run_args: list[str], log: str
 
 
 def report_job(name: str, out_dir: str, res: Resources, log: str) -> str:
-    """Runs after every run job succeeded: the study's tables, and plots when matplotlib is there."""
-    one_task = Resources(time="00:20:00", partition=res.partition, account=res.account, setup=res.setup)
+    """Runs after every run job ended, whatever its outcome: the study's tables (listing the points
+    without an ok result), and plots when matplotlib is there."""
+    one_task = Resources(time="00:20:00", partition=res.partition, account=res.account, setup=res.setup,
+                         exclusive=False, sbatch_args=res.sbatch_args)
     d = shlex.quote(out_dir)
     lines = header(name, 1, 1, one_task, log) + [
         "set -euo pipefail",
@@ -69,19 +82,25 @@ def report_job(name: str, out_dir: str, res: Resources, log: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def submit_script(run_scripts: list[str], report_script: str) -> str:
-    """Submit every run, then the report with an afterok dependency on all of them."""
+def submit_script(run_scripts: list[str], report_script: str, jobs_file: str) -> str:
+    """Submit every run, then the report with an afterany dependency on all of them; each job id is
+    appended to ``jobs_file`` as "point<TAB>id" (what ``hpcbench status`` reads)."""
     runs = " ".join(shlex.quote(s) for s in run_scripts)
+    jobs = shlex.quote(jobs_file)
     return "\n".join([
         "#!/bin/bash",
-        "# Submit this study: every run job, then a report job that starts when all of them succeeded.",
+        "# Submit this study: every run job, then a report job that starts when all of them have ended.",
         "set -euo pipefail",
         "ids=()",
         f"for job in {runs}; do",
-        '    ids+=("$(sbatch --parsable "$job" | cut -d";" -f1)")',
+        '    id=$(sbatch --parsable "$job" | cut -d";" -f1)',
+        '    ids+=("$id")',
+        f'    printf "%s\\t%s\\n" "$(basename "$job" .sbatch)" "$id" >> {jobs}',
         "done",
-        'deps=$(IFS=:; echo "${ids[*]}")',
-        f'report=$(sbatch --parsable --dependency=afterok:"$deps" {shlex.quote(report_script)} | cut -d";" -f1)',
+        "dep=()",
+        'if [ ${#ids[@]} -gt 0 ]; then dep=(--dependency=afterany:"$(IFS=:; echo "${ids[*]}")"); fi',
+        f'report=$(sbatch --parsable "${{dep[@]}}" {shlex.quote(report_script)} | cut -d";" -f1)',
+        f'printf "report\\t%s\\n" "$report" >> {jobs}',
         'echo "runs: ${ids[*]}"',
         'echo "report: $report"',
     ]) + "\n"

@@ -1,6 +1,7 @@
 """``hpcbench sweep``: a scaling study as Slurm jobs (one per scale point and algorithm) or locally."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import shutil
@@ -8,8 +9,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hpcbench.errors import UsageError
+from hpcbench.results.study import JOBS, read_manifest, record_jobs, write_manifest
 from hpcbench.slurm.jobs import Resources, report_job, run_job, srun_mpi_flag, submit_script
 
 
@@ -72,15 +75,21 @@ def default_setup() -> tuple[str, ...]:
 
 
 def resources(tasks_per_node: int, cpus_per_task: int, gpus_per_task: int, time: str, partition: str | None,
-              account: str | None, mpi: str | None, setup: list[str] | None) -> Resources:
+              account: str | None, mpi: str | None, setup: list[str] | None, shared: bool = False,
+              mem: str | None = None, constraint: str | None = None,
+              sbatch_args: list[str] | None = None) -> Resources:
     """A study's per-job resources; the srun plugin, unless given, is the one this machine's MPI needs."""
     if not mpi:
         from hpcbench.comm.probe import mpi_library
 
         mpi = srun_mpi_flag(mpi_library()["mpi_vendor"])
+    bad = [a for a in sbatch_args or () if not a.startswith("--")]
+    if bad:
+        raise UsageError(f"--sbatch-arg {bad[0]!r} is not an sbatch option: write it as --sbatch-arg=--qos=high")
     return Resources(tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, gpus_per_task=gpus_per_task,
                      time=time, partition=partition or "", account=account or "", mpi=mpi,
-                     setup=tuple(setup) if setup else default_setup())
+                     setup=tuple(setup) if setup else default_setup(), exclusive=not shared, mem=mem or "",
+                     constraint=constraint or "", sbatch_args=tuple(sbatch_args or ()))
 
 
 def run_args(point: Point, base_args: list[str], out: Path) -> list[str]:
@@ -110,9 +119,20 @@ def write_study(out_dir: Path, points: list[Point], res: Resources, base_args: l
     report = out_dir / "report.sbatch"
     report.write_text(report_job("hpcbench-report", str(out_dir), res, str(out_dir / "logs" / "report-%j.out")))
     submit = out_dir / "submit.sh"
-    submit.write_text(submit_script([str(s) for s in scripts], str(report)))
+    submit.write_text(submit_script([str(s) for s in scripts], str(report), str(out_dir / JOBS)))
     submit.chmod(0o755)
+    write_manifest(out_dir, [{"stem": p.stem, **dataclasses.asdict(p)} for p in points],
+                   {"base_args": base_args, "resources": dataclasses.asdict(res)})
     return scripts, report
+
+
+def study_again(out_dir: Path) -> tuple[list[Point], Resources, list[str]]:
+    """A study's points, resources and run arguments as its manifest recorded them."""
+    manifest = read_manifest(out_dir)
+    recorded: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in manifest["resources"].items()}
+    res = Resources(**recorded)
+    points = [Point(p["algo"], p["nodes"], p["repeat"]) for p in manifest["points"]]
+    return points, res, list(manifest["base_args"])
 
 
 def sbatch(args: list[str]) -> str:
@@ -125,6 +145,10 @@ def sbatch(args: list[str]) -> str:
 
 
 def submit(scripts: list[Path], report: Path) -> tuple[list[str], str]:
+    """Submit the runs, then the report after all of them end, whatever their outcome (it lists the
+    points without an ok result); the ids go to the study's jobs.tsv."""
     ids = [sbatch([str(s)]) for s in scripts]
-    after = [f"--dependency=afterok:{':'.join(ids)}"] if ids else []  # --resume may leave nothing to run
-    return ids, sbatch([*after, str(report)])
+    after = [f"--dependency=afterany:{':'.join(ids)}"] if ids else []  # --resume may leave nothing to run
+    report_id = sbatch([*after, str(report)])
+    record_jobs(report.parent, {**{s.stem: i for s, i in zip(scripts, ids)}, "report": report_id})
+    return ids, report_id

@@ -37,13 +37,26 @@ def phase_fractions(tl: Mapping[str, np.ndarray], workers: np.ndarray) -> dict[s
             for p in WORKER_PHASES}
 
 
-def median_step(tl: Mapping[str, np.ndarray], workers: np.ndarray) -> float:
-    """Median time between the starts of consecutive gradient computations on the same worker."""
+def step_times(tl: Mapping[str, np.ndarray], workers: np.ndarray) -> dict[str, float]:
+    """Step time: between the starts of consecutive gradient computations on the same worker.
+
+    ``median_step_s``, ``step_p90_s``, ``step_p99_s`` over every worker's steps; ``step_worker_min_s``
+    and ``step_worker_max_s``: the fastest and the slowest worker's own median (the spread across workers).
+    """
     rows = by_rank(tl, workers)
     compute = rows["phase"] == PHASE_CODE["compute"]
     ranks, starts = rows["rank"][compute], rows["t_start"][compute]
-    gaps = np.diff(starts)[ranks[1:] == ranks[:-1]]
-    return float(np.median(gaps)) if gaps.size else float("nan")
+    same = ranks[1:] == ranks[:-1]
+    gaps, owners = np.diff(starts)[same], ranks[1:][same]
+    if not gaps.size:
+        return dict.fromkeys(STEP_KEYS, float("nan"))
+    p50, p90, p99 = np.percentile(gaps, [50, 90, 99])
+    per_worker = [float(np.median(gaps[owners == r])) for r in np.unique(owners)]
+    return {"median_step_s": float(p50), "step_p90_s": float(p90), "step_p99_s": float(p99),
+            "step_worker_min_s": min(per_worker), "step_worker_max_s": max(per_worker)}
+
+
+STEP_KEYS = ("median_step_s", "step_p90_s", "step_p99_s", "step_worker_min_s", "step_worker_max_s")
 
 
 def dropped_gradients(tl: Mapping[str, np.ndarray], workers: int, applied: int, late: int) -> int:
@@ -75,10 +88,10 @@ def summarize(tl: Mapping[str, np.ndarray], evals: Mapping[str, np.ndarray], upd
         "best_accuracy": float(np.max(evals["accuracy"])) if len(evals["accuracy"]) else float("nan"),
         "target_accuracy": target,
         "time_to_target_s": time_to_target(evals["t"], evals["accuracy"], target),
-        "median_step_s": median_step(tl, worker_ranks),
         "eval_s": float(((tl["t_end"] - tl["t_start"])[(tl["rank"] == 0) & (tl["phase"] == PHASE_CODE["eval"])]).sum()),
         "final_consensus": float(evals["consensus"][-1]) if len(evals["consensus"]) else float("nan"),
     }
+    out.update(step_times(tl, worker_ranks))
     out.update(phase_fractions(tl, worker_ranks))
     for column, name in (("staleness", "staleness"), ("penalty_mean", "penalty"), ("gap_mean", "gap")):
         out.update(percentiles(np.asarray(updates.get(column, np.zeros(0)), dtype=np.float64), name))

@@ -1,0 +1,83 @@
+"""A study directory's own records: which points it holds (``study.json``) and which Slurm jobs ran
+them (``jobs.tsv``, one "point<TAB>job id" line per submission, appended by ``sweep --submit`` and by
+``submit.sh``; the last line for a point is its latest job).
+
+What a point's result is comes from its file: ``ok``, or why not (``missing``, ``partial``: a run
+that never finished left only its temporary file, or the status a failed run wrote).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcbench.errors import UsageError
+from hpcbench.results.store import result_status
+
+MANIFEST = "study.json"
+JOBS = "jobs.tsv"
+
+
+@dataclass(frozen=True)
+class PointState:
+    stem: str
+    result: str  # ok | missing | partial | the status a failed run wrote
+    jobs: tuple[str, ...]  # Slurm job ids, oldest first
+
+
+def write_manifest(out_dir: Path, points: list[dict[str, Any]], settings: dict[str, Any]) -> None:
+    """Record the study's points (merged with those already recorded) and how to run them again."""
+    known = read_manifest(out_dir)["points"] if (out_dir / MANIFEST).exists() else []
+    stems = {p["stem"] for p in points}
+    merged = [p for p in known if p["stem"] not in stems] + points
+    (out_dir / MANIFEST).write_text(json.dumps({"points": merged, **settings}, indent=1) + "\n")
+
+
+def read_manifest(out_dir: str | os.PathLike) -> dict[str, Any]:
+    path = Path(out_dir) / MANIFEST
+    if not path.is_file():
+        raise UsageError(f"{str(out_dir)!r} is not a study directory (no {MANIFEST}; `hpcbench sweep` writes one)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not valid JSON: {exc}") from None
+
+
+def record_jobs(out_dir: Path, jobs: dict[str, str]) -> None:
+    with open(out_dir / JOBS, "a") as f:
+        f.writelines(f"{stem}\t{job}\n" for stem, job in jobs.items())
+
+
+def recorded_jobs(out_dir: Path) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    path = out_dir / JOBS
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            stem, _, job = line.partition("\t")
+            if job:
+                out.setdefault(stem, []).append(job)
+    return out
+
+
+def result_of(out_dir: Path, stem: str) -> str:
+    status = result_status(out_dir / f"{stem}.h5")
+    if status is not None:
+        return status
+    return "partial" if any(out_dir.glob(f"{stem}.h5.*.partial")) else "missing"
+
+
+def point_states(out_dir: str | os.PathLike) -> list[PointState]:
+    """Every point the study's manifest names, with its result and its jobs."""
+    root = Path(out_dir)
+    jobs = recorded_jobs(root)
+    return [PointState(p["stem"], result_of(root, p["stem"]), tuple(jobs.get(p["stem"], ())))
+            for p in read_manifest(root)["points"]]
+
+
+def not_ok(out_dir: str | os.PathLike) -> list[PointState]:
+    """The study's points without an ok result ([] for a directory that is not a study)."""
+    if not (Path(out_dir) / MANIFEST).is_file():
+        return []
+    return [p for p in point_states(out_dir) if p.result != "ok"]

@@ -1,0 +1,55 @@
+"""``hpcbench status STUDY_DIR``: every point of a study, its result and its latest Slurm job's state."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from tabulate import tabulate
+
+from hpcbench.results.study import point_states, recorded_jobs
+
+
+def run(command: list[str]) -> str | None:
+    """A Slurm command's output, or None when it is not there or fails."""
+    if shutil.which(command[0]) is None:
+        return None
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def job_states(ids: list[str]) -> dict[str, str]:
+    """Slurm's state of each job: from accounting (sacct) where the cluster keeps it, else from the
+    controller's memory of recent jobs (scontrol); "unknown" for jobs neither remembers."""
+    states: dict[str, str] = {}
+    if not ids:
+        return states
+    accounted = run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(ids)])
+    for line in (accounted or "").splitlines():
+        job, _, state = line.partition("|")
+        if job in ids and state:
+            states[job] = state.split()[0]
+    for job in ids:
+        if job not in states:
+            shown = run(["scontrol", "show", "job", "-o", job])
+            fields = dict(f.split("=", 1) for f in (shown or "").split() if "=" in f)
+            states[job] = fields.get("JobState", "unknown")
+    return states
+
+
+def status_text(out_dir: str) -> str:
+    points = point_states(out_dir)
+    latest = [p.jobs[-1] for p in points if p.jobs]
+    report_jobs = recorded_jobs(Path(out_dir)).get("report", [])
+    states = job_states(latest + report_jobs[-1:])
+    rows = [[p.stem, p.result, p.jobs[-1] if p.jobs else "-", states.get(p.jobs[-1], "-") if p.jobs else "-",
+             len(p.jobs)] for p in points]
+    if report_jobs:
+        rows.append(["(report)", "-", report_jobs[-1], states.get(report_jobs[-1], "-"), len(report_jobs)])
+    ok = sum(p.result == "ok" for p in points)
+    table = tabulate(rows, headers=["point", "result", "latest job", "Slurm state", "submissions"],
+                     disable_numparse=True)
+    return f"{out_dir}: {ok} of {len(points)} points have an ok result\n\n{table}"
