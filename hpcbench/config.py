@@ -72,6 +72,7 @@ class RunConfig:
     stragglers: Stragglers = Stragglers()  # from "FRACTION:FACTOR"
     timeout_s: float = 120.0  # longest any blocking wait may last before the run fails
     progress_s: float = 30.0  # seconds between rank 0's progress lines when its output is not a terminal
+    warmup_steps: int = 2  # untimed gradient computations per worker before the timed window (never applied)
     threads: int = 0  # torch threads per rank; 0 = share this node's cores among its ranks
     out: str = ""
     overwrite: bool = False  # replace an existing result file at ``out`` (regular files only)
@@ -237,6 +238,8 @@ def validate_numbers(cfg: RunConfig) -> None:
         raise UsageError(f"timeout must be > 0 seconds, got {cfg.timeout_s}")
     if not cfg.progress_s > 0:
         raise UsageError(f"progress_s must be > 0 seconds, got {cfg.progress_s}")
+    if cfg.warmup_steps < 0:
+        raise UsageError(f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
     if cfg.threads < 0:
         raise UsageError(f"threads must be >= 0, got {cfg.threads}")
     if cfg.warmup_epochs < 0:

@@ -12,7 +12,44 @@ class UsageError(HpcbenchError):
 class RuntimeFailure(HpcbenchError):
     """A run that cannot go on: a timeout, a torn read, a rank that failed."""
 
+    status = "failed"  # what the run's result file says it ended as
+
+
+class WaitTimeout(RuntimeFailure):
+    """A wait that passed its deadline (``timeout_s``)."""
+
+    status = "timeout"
+
+
+class Stopped(RuntimeFailure):
+    """A signal asked the run to stop (Slurm's time limit or scancel, Ctrl-C, mpiexec passing one on)."""
+
+    status = "aborted"
+
+
+class PeerFailure(RuntimeFailure):
+    """Another rank failed and said so before it stopped."""
+
+    def __init__(self, message: str, status: str = "failed") -> None:
+        super().__init__(message)
+        self.status = status
+
 
 def one_of(kind: str, name: object, valid: list[str] | tuple[str, ...]) -> UsageError:
     """The standard "unknown X" error listing the valid choices."""
     return UsageError(f"unknown {kind} {name!r}; valid: {', '.join(valid)}")
+
+
+def failure_status(exc: BaseException) -> str:
+    """How a run that raised ``exc`` ended: failed, timeout or aborted (a signal, Ctrl-C)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "aborted"
+    return exc.status if isinstance(exc, RuntimeFailure) else "failed"
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for the record: the message of our own errors, the type and message of any other."""
+    if isinstance(exc, HpcbenchError):
+        return str(exc)
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -116,3 +116,20 @@ def test_report_lists_every_run_and_the_scaling_view(runs, run_dir):
     columns = header.split(",")
     assert columns[:6] == ["algorithm", "mode", "workers", "nodes", "samples_per_s", "median_step_s"]
     assert {"step_p99_s", "compute_fraction", "staleness_mean", "path"} <= set(columns)
+
+
+def test_warmup_steps_are_untimed_and_change_nothing(runs, run_dir):
+    """The default run did 2 warm-up computations per worker before its timed window; without them the
+    model is bit-identical, the timeline holds the same computes, and the file says no warm-up ran."""
+    from hpcbench.telemetry.timeline import PHASE_CODE
+
+    warm = runs["allreduce-3"]
+    path = run_dir / "allreduce-3-cold.h5"
+    ok(mpirun(3, "run", "--algo", "allreduce", "--steps", "12", *COMMON, "--set", "warmup_steps=0", "--out", str(path)))
+    cold = read_run(path)
+    assert warm.attrs["config"]["warmup_steps"] == 2 and cold.attrs["config"]["warmup_steps"] == 0
+    assert warm.summary["warmup_s"] > 0 and cold.summary["warmup_s"] == 0
+    np.testing.assert_array_equal(warm.final_params, cold.final_params)
+    for rec in (warm, cold):
+        computes = rec.timeline["rank"][rec.timeline["phase"] == PHASE_CODE["compute"]]
+        assert sorted(np.unique(computes, return_counts=True)[1].tolist()) == [12, 12]

@@ -14,7 +14,7 @@ from collections import deque
 
 import numpy as np
 
-from hpcbench.errors import RuntimeFailure
+from hpcbench.errors import WaitTimeout
 
 
 class Loopback:
@@ -135,4 +135,4 @@ class LoopbackEndpoint:
         try:
             barrier.wait(timeout)
         except threading.BrokenBarrierError:
-            raise RuntimeFailure(f"timed out after {timeout:g} s waiting for {what}") from None
+            raise WaitTimeout(f"timed out after {timeout:g} s waiting for {what}") from None

@@ -6,6 +6,7 @@ oversubscribed ranks leave the cores to those computing) and fails with a clear 
 """
 from __future__ import annotations
 
+import json
 import socket
 import time
 from typing import Any, Callable, TypeVar
@@ -14,10 +15,12 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib, pkl5
 
-from hpcbench.errors import RuntimeFailure
+from hpcbench.errors import PeerFailure, WaitTimeout
 
 T = TypeVar("T")
 CLOCK_TAG = 32_000
+NOTICE_TAG = 32_001  # a worker telling rank 0 how it failed, before it stops
+NOTICE_BYTES = 4096
 SPIN_S = 0.002  # with a core to itself, test without sleeping this long (collectives advance only when tested)
 FIRST_SLEEP_S = 0.00005  # then sleep between tests, doubling while nothing happens ...
 MAX_SLEEP_S = 0.0002  # ... up to this: an idle rank costs the computing ones little
@@ -43,7 +46,7 @@ def wait_for(test: Callable[[], T | None], timeout: float, what: str, fail: bool
         waited = time.monotonic() - start
         if waited > timeout:
             if fail:
-                raise RuntimeFailure(f"timed out after {timeout:g} s waiting for {what}")
+                raise WaitTimeout(f"timed out after {timeout:g} s waiting for {what}")
             return None
         if waited > spin:
             time.sleep(pause)
@@ -162,6 +165,11 @@ class MpiComm:
         self.window_sizes: dict[str, int] = {}
         self.channels: dict[str, Channel] = {}
         self._sends: list[tuple[MPI.Request, np.ndarray]] = []
+        # Rank 0 listens for failure notices from the first moment; every wait checks for one.
+        self._notice = np.zeros(NOTICE_BYTES, dtype=np.uint8)
+        self._notice_req: MPI.Request | None = None
+        if self.rank == 0:
+            self._notice_req = self.world.Irecv([self._notice, MPI.BYTE], MPI.ANY_SOURCE, NOTICE_TAG)
 
     # --- set-up -------------------------------------------------------------------------------
     def open_window(self, name: str, nbytes: int, owned: bool, accumulated: bool = False) -> None:
@@ -173,12 +181,13 @@ class MpiComm:
         self.channels[name] = Channel(self.world, len(self.channels) + 1, nbytes, sources)
 
     def close(self, timeout: float) -> None:
-        wait_for(lambda: True if MPI.Request.Testall([r for r, _ in self._sends]) else None,
-                 timeout, "outstanding sends to complete", spin=self.spin)
+        self._wait(lambda: True if MPI.Request.Testall([r for r, _ in self._sends]) else None,
+                   timeout, "outstanding sends to complete", spin=self.spin)
         self._sends.clear()
         for channel in self.channels.values():
             channel.close()
         self.barrier(self.world, timeout)
+        self._stop_listening()  # every rank is past its program: no notice can come now
         for window in self.windows.values():
             window.free()
         self.windows.clear()
@@ -214,19 +223,52 @@ class MpiComm:
         ch = self.channels[channel]
         poll = ch.poll_any if src < 0 else (lambda: ch.poll_from(src))
         who = "any rank" if src < 0 else f"rank {src}"
-        return wait_for(poll, timeout, f"a {channel!r} message from {who}", fail=False, spin=self.spin)
+        return self._wait(poll, timeout, f"a {channel!r} message from {who}", fail=False, spin=self.spin)
 
     # --- collectives --------------------------------------------------------------------------
     def allreduce(self, data: np.ndarray, timeout: float) -> np.ndarray:
         out = np.empty_like(data)
         req = self.workers.Iallreduce(data, out, op=MPI.SUM)
         # Partners of a collective arrive soon and it advances only while tested: keep testing.
-        wait_for(lambda: True if req.Test() else None, timeout, "the workers' all-reduce", spin=timeout)
+        self._wait(lambda: True if req.Test() else None, timeout, "the workers' all-reduce", spin=timeout)
         return out
 
     def barrier(self, comm: MPI.Comm, timeout: float) -> None:
         req = comm.Ibarrier()
-        wait_for(lambda: True if req.Test() else None, timeout, "a barrier", spin=timeout)
+        self._wait(lambda: True if req.Test() else None, timeout, "a barrier", spin=timeout)
+
+    def _wait(self, test: Callable[[], T | None], timeout: float, what: str, fail: bool = True,
+              spin: float = SPIN_S) -> T | None:
+        """``wait_for``, and on rank 0 a failure notice from a worker ends the wait (``PeerFailure``)."""
+        if self._notice_req is None:
+            return wait_for(test, timeout, what, fail, spin)
+
+        def watched() -> T | None:
+            self.check_peers()
+            return test()
+
+        return wait_for(watched, timeout, what, fail, spin)
+
+    # --- failures -----------------------------------------------------------------------------
+    def check_peers(self) -> None:
+        """Rank 0: raise ``PeerFailure`` if a worker has said it failed."""
+        status = MPI.Status()
+        if self._notice_req is None or not self._notice_req.Test(status):
+            return
+        self._notice_req = None
+        notice = json.loads(self._notice[:status.Get_count(MPI.BYTE)].tobytes())
+        raise PeerFailure(f"rank {status.Get_source()} on {notice['host']}: {notice['error']}", notice["status"])
+
+    def tell_failure(self, status: str, error: str, grace: float) -> None:
+        """A worker that cannot go on: tell rank 0 why, then give it ``grace`` seconds to keep a record of
+        the run (rank 0 ends every rank when it has; if it never answers, the caller aborts)."""
+        text = json.dumps({"status": status, "host": self.host, "error": error[:1000]}).encode()
+        buf = np.frombuffer(text[:NOTICE_BYTES], dtype=np.uint8).copy()
+        req = self.world.Isend([buf, MPI.BYTE], 0, NOTICE_TAG)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            req.Test()
+            time.sleep(0.01)
 
     def worker_barrier(self, timeout: float) -> None:
         self.barrier(self.workers, timeout)
@@ -281,6 +323,13 @@ class MpiComm:
     def abort(self, code: int) -> None:
         self.world.Abort(code)
 
+    def _stop_listening(self) -> None:
+        if self._notice_req is not None:
+            self._notice_req.Cancel()
+            self._notice_req.Wait()
+            self._notice_req = None
+
     def finalize(self) -> None:
+        self._stop_listening()
         self.workers.Free()
         MPI.Finalize()

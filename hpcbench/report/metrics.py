@@ -72,10 +72,13 @@ class RunRow:
     evals: int  # global-model evaluations over the budget: time to target's resolution
     path: str
     settings: Settings = ()
+    result: str = "ok"  # how the run ended; a run that did not finish shows no numbers
+    error: str = ""  # the error line a failed run's file holds
 
 
 def run_row(rec: RunRecord, target: float) -> RunRow:
-    s = rec.summary
+    result = str(rec.attrs["status"])
+    s = rec.summary if result == "ok" else {}
 
     def get(key: str) -> float:
         assert key in SUMMARY_KEYS, key
@@ -90,12 +93,13 @@ def run_row(rec: RunRecord, target: float) -> RunRow:
         compute_fraction=get("compute_fraction"),
         communicate_fraction=get("communicate_fraction"), wait_fraction=get("wait_fraction"),
         final_accuracy=get("final_accuracy"),
-        time_to_target_s=time_to_target(np.asarray(rec.evals["t"]), np.asarray(rec.evals["accuracy"]), target),
+        time_to_target_s=time_to_target(np.asarray(rec.evals["t"]), np.asarray(rec.evals["accuracy"]), target)
+        if result == "ok" else float("nan"),
         staleness_mean=get("staleness_mean"), staleness_p50=get("staleness_p50"),
         staleness_p99=get("staleness_p99"), penalty_mean=get("penalty_mean"),
         too_stale=get("too_stale") if "late_gradients" in s else float("nan"),
         peak_lr=float(rec.attrs["config"]["schedule"]["lr"]), evals=int(rec.attrs["config"]["evals"]), path=rec.path,
-        settings=settings(rec),
+        settings=settings(rec), result=result, error=str(rec.attrs.get("error", "")),
     )
 
 
@@ -137,6 +141,8 @@ class ScalePoint:
     ttt_efficiency: float
     final_accuracy: float
     staleness_mean: float
+    failed: int = 0  # runs of this point that did not finish (not in its numbers)
+    result: str = "ok"  # "ok" when a run finished, else how its runs ended (e.g. "timeout")
 
 
 def speedup_efficiency(base_workers: int, base_rate: float, workers: int, rate: float) -> tuple[float, float]:
@@ -149,7 +155,8 @@ def speedup_efficiency(base_workers: int, base_rate: float, workers: int, rate: 
 
 def scaling(rows: Iterable[RunRow], group_by: Sequence[str] = ()) -> list[ScalePoint]:
     """One point per (algorithm, mode, values of the ``group_by`` settings, workers), medians over
-    repeats, with speedup and efficiency against each curve's smallest worker count."""
+    the repeats that finished, with speedup and efficiency against each curve's smallest worker count
+    that has a finished run; runs that did not finish are counted (``failed``), never averaged in."""
     groups: dict[tuple[str, str, Settings, int], list[RunRow]] = {}
     for r in rows:
         group = tuple((k, setting(r, k)) for k in group_by)
@@ -157,18 +164,22 @@ def scaling(rows: Iterable[RunRow], group_by: Sequence[str] = ()) -> list[ScaleP
     points = []
     for curve in sorted({key[:3] for key in groups}):
         sizes = sorted(key[3] for key in groups if key[:3] == curve)
-        base_rate = spread([r.samples_per_s for r in groups[(*curve, sizes[0])]])[0]
-        base_ttt = spread([r.time_to_target_s for r in groups[(*curve, sizes[0])]])[0]
+        done = {w: [r for r in groups[(*curve, w)] if r.result == "ok"] for w in sizes}
+        # The curve's base: its fewest workers with a finished run (a failed point has no numbers).
+        base = next((w for w in sizes if done[w]), sizes[0])
+        base_rate = spread([r.samples_per_s for r in done[base]])[0]
+        base_ttt = spread([r.time_to_target_s for r in done[base]])[0]
         for w in sizes:
-            g = groups[(*curve, w)]
-            rate, rate_spread = spread([r.samples_per_s for r in g])
-            speedup, efficiency = speedup_efficiency(sizes[0], base_rate, w, rate)
-            ttt = spread([r.time_to_target_s for r in g])[0]
+            g, ok = groups[(*curve, w)], done[w]
+            rate, rate_spread = spread([r.samples_per_s for r in ok])
+            speedup, efficiency = speedup_efficiency(base, base_rate, w, rate)
+            ttt = spread([r.time_to_target_s for r in ok])[0]
             # Time to target: a shorter time is the speed-up (the rate of reaching the target).
-            ttt_speedup, ttt_efficiency = speedup_efficiency(sizes[0], 1 / base_ttt if base_ttt > 0 else math.nan,
+            ttt_speedup, ttt_efficiency = speedup_efficiency(base, 1 / base_ttt if base_ttt > 0 else math.nan,
                                                              w, 1 / ttt if ttt > 0 else math.nan)
+            result = "ok" if ok else "/".join(sorted({r.result for r in g}))
             points.append(ScalePoint(
-                *curve, w, int(median(r.nodes for r in g)), len(g), rate, rate_spread, speedup, efficiency,
-                ttt, ttt_speedup, ttt_efficiency, spread([r.final_accuracy for r in g])[0],
-                spread([r.staleness_mean for r in g])[0]))
+                *curve, w, int(median(r.nodes for r in g)), len(ok), rate, rate_spread, speedup, efficiency,
+                ttt, ttt_speedup, ttt_efficiency, spread([r.final_accuracy for r in ok])[0],
+                spread([r.staleness_mean for r in ok])[0], len(g) - len(ok), result))
     return points

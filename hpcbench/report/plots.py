@@ -139,7 +139,8 @@ def phases_plot(plt, rows: Sequence[RunRow], path: Path) -> list[str]:
 
 
 def write_plots(records: Sequence[RunRecord], out_dir: str, target: float) -> dict[str, list[str]]:
-    """Write the PNGs; returns {file name: series drawn}."""
+    """Write the PNGs of the runs that finished; returns {file name: series drawn}."""
+    records = [r for r in records if r.attrs["status"] == "ok"]
     plt = pyplot()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

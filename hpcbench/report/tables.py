@@ -21,7 +21,7 @@ TABLES = ("runs", "scaling")
 # Machine-readable outputs (csv, json) carry raw numbers under these names; what each is measured in:
 UNITS = {
     "workers": "ranks training", "nodes": "distinct hosts", "repeats": "runs (seeds) in the median",
-    "samples_per_s": "samples per second (whole run)", "samples_per_s_spread": "samples per second, half the "
+    "samples_per_s": "samples per second (the timed window, after the untimed warm-up steps)", "samples_per_s_spread": "samples per second, half the "
     "min-max range over repeats", "median_step_s": "seconds", "step_p90_s": "seconds", "step_p99_s": "seconds",
     "step_worker_min_s": "seconds (the fastest worker's median step)",
     "step_worker_max_s": "seconds (the slowest worker's median step)",
@@ -34,6 +34,8 @@ UNITS = {
     "ttt_speedup": "time to target of the curve's fewest workers / this point's",
     "ttt_efficiency": "ttt_speedup per added worker, as a fraction", "too_stale": "gradients (servers only)",
     "peak_lr": "learning rate after warm-up", "evals": "evaluations over the sample budget",
+    "result": "how the run(s) ended: ok, or failed/timeout/aborted (then no numbers)",
+    "error": "the error line of a run that did not finish", "failed": "runs of the point that did not finish",
 }
 
 
@@ -80,7 +82,7 @@ RUN_COLUMNS: list[Column] = [
     ("mode", lambda r: r.mode, TEXT),
     ("nodes", lambda r: r.nodes, TEXT),
     ("workers", lambda r: r.workers, TEXT),
-    ("samples/s", lambda r: r.samples_per_s, fmt_num(0)),
+    ("samples/s", lambda r: r, lambda r: fmt_num(0)(r.samples_per_s) if r.result == "ok" else r.result.upper()),
     ("step ms p50/p90/p99", lambda r: "/".join(fmt_num(1, 1000)(v) for v in (r.median_step_s, r.step_p90_s,
                                                                                r.step_p99_s)), TEXT),
     ("workers' step ms", lambda r: span(r.step_worker_min_s, r.step_worker_max_s, fmt_num(1, 1000)), TEXT),
@@ -101,8 +103,8 @@ SCALE_COLUMNS: list[Column] = [
     ("mode", lambda p: p.mode, TEXT),
     ("nodes", lambda p: p.nodes, TEXT),
     ("workers", lambda p: p.workers, TEXT),
-    ("runs", lambda p: p.repeats, TEXT),
-    ("samples/s", lambda p: p.samples_per_s, fmt_num(0)),
+    ("runs", lambda p: p, lambda p: f"{p.repeats} ({p.failed} failed)" if p.failed else str(p.repeats)),
+    ("samples/s", lambda p: p, lambda p: fmt_num(0)(p.samples_per_s) if p.result == "ok" else p.result.upper()),
     ("± spread", lambda p: p.samples_per_s_spread, fmt_num(0)),
     ("speedup", lambda p: p.speedup, fmt_num(2)),
     ("efficiency", lambda p: p.efficiency, fmt_pct),
@@ -194,6 +196,9 @@ def resolution(rows: Sequence[RunRow], target: float) -> str:
             "samples, so it resolves to that share of the run's time")
 
 
+UNFINISHED_COLUMNS: list[Column] = [("algorithm", lambda r: r.algorithm, TEXT), ("workers", lambda r: r.workers, TEXT),
+                                    ("result", lambda r: r.result, TEXT), ("error", lambda r: r.error, TEXT),
+                                    ("file", lambda r: r.path, TEXT)]
 FAILED_COLUMNS: list[Column] = [(h, (lambda i: lambda r: r[i])(i), TEXT)
                                 for i, h in enumerate(["point", "result", "latest job"])]
 
@@ -211,7 +216,8 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
     if fmt == "csv" and table is None:
         raise UsageError("csv holds one table: add --table runs or --table scaling")
     unsorted = [run_row(r, target) for r in records]
-    failed_title = f"Points without an ok result ({len(failed)}): not in the tables above"
+    failed_title = (f"Study points without an ok result ({len(failed)}; missing: no file, partial: a run that never "
+                    "finished, else the status its file holds)")
     keys, line = grouping(unsorted, group_by)
     rows = sorted(unsorted, key=lambda r: (r.algorithm, r.mode, [setting(r, k) for k in keys], r.workers, r.path))
     points: list[ScalePoint] = scaling(rows, keys)
@@ -232,6 +238,10 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
     if rows and table in (None, "scaling"):
         parts += ["Scaling (medians over repeats; speedup and efficiency against each curve's fewest workers)",
                   render(SCALE_COLUMNS[:2] + point_settings + SCALE_COLUMNS[2:], points, fmt)]
+    unfinished = [r for r in rows if r.result != "ok"]
+    if unfinished:
+        parts += [f"Runs that did not finish ({len(unfinished)}; shown above without numbers)",
+                  render(UNFINISHED_COLUMNS, unfinished, fmt)]
     if failed:
         parts += [failed_title, render(FAILED_COLUMNS, failed, fmt)]
     return "\n\n".join(parts)

@@ -16,7 +16,10 @@ SCHEMA_VERSION = 2
 # Every name a result file holds is declared here, once; the writer refuses any other, the reader,
 # the report and the algorithms take their names from here.
 ROOT_ATTRS = ("schema_version", "hpcbench_version", "mode", "algorithm", "world_size", "workers", "model",
-              "dataset", "seed", "status", "created_utc", "config")
+              "dataset", "seed", "status", "error", "created_utc", "config")
+# How a run ended. Only "ok" files are complete; the others hold what rank 0 had recorded when the
+# run failed (its own timeline, the evaluations, the server's tables) and the error line in "error".
+STATUSES = ("ok", "failed", "timeout", "aborted")
 PROVENANCE_ATTRS = ("hpcbench_version", "python_version", "torch_version", "numpy_version", "h5py_version",
                     "cuda_version", "git_commit", "git_dirty", "platform", "environment", "progress_mode",
                     "slurm_job_id", "slurm_array_job_id", "slurm_array_task_id", "slurm_job_nodelist", "slurm_nnodes",
@@ -42,7 +45,7 @@ DISTRIBUTIONS = tuple(f"{name}_{stat}" for name in ("staleness", "penalty", "gap
 SUMMARY_KEYS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "final_accuracy", "best_accuracy",
                 "target_accuracy", "time_to_target_s", "median_step_s", "step_p90_s", "step_p99_s",
                 "step_worker_min_s", "step_worker_max_s", "eval_s", "final_consensus",
-                *PHASE_FRACTIONS, *DISTRIBUTIONS, "server_state_bytes", "too_stale")
+                *PHASE_FRACTIONS, *DISTRIBUTIONS, "server_state_bytes", "too_stale", "warmup_s")
 # Parameter servers only: how every gradient the workers computed was accounted for.
 SERVER_SUMMARY_KEYS = ("late_gradients", "echoed_updates", "echo_bytes")
 

@@ -1,7 +1,7 @@
 """Write and read result files (the only module that imports h5py).
 
-A file is written under a temporary name of its own run with status "running", marked "ok" last,
-then given its name without replacing anything (``paths.publish``): a crash leaves only that run's
+A file is written under a temporary name of its own run with status "running", marked with its
+final status ("ok", or how a failed run ended) last, then given its name without replacing anything (``paths.publish``): a crash leaves only that run's
 ``.partial`` file, never one that reads as complete, and no run's result is lost to another's.
 """
 from __future__ import annotations
@@ -85,7 +85,7 @@ def write_run(path: str | os.PathLike, rec: RunRecord, overwrite: bool = False) 
                 sim = f.create_group("simulation")
                 for key, value in rec.simulation.items():
                     sim.attrs[key] = _attr(value)
-            f.attrs["status"] = "ok"
+            f.attrs["status"] = _attr(rec.attrs.get("status", "ok"))
         return publish(partial, final, overwrite, rid)
     except BaseException:
         partial.unlink(missing_ok=True)
@@ -120,6 +120,8 @@ def read_run(path: str | os.PathLike) -> RunRecord:
         raise UsageError(f"cannot read result file {str(path)!r}: {exc}") from None
     with f:
         attrs = {k: _plain(v) for k, v in f.attrs.items()}
+        if "status" in attrs:
+            attrs.setdefault("error", "")  # written since failed runs leave files (names may grow)
         missing = [k for k in ROOT_ATTRS if k not in attrs]
         if missing:
             raise UsageError(f"{path} is not an hpcbench result file (missing {', '.join(missing)})")

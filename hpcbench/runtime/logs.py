@@ -1,6 +1,8 @@
 """Rank 0's logs during a run: evaluations of the global model and the algorithm's tables."""
 from __future__ import annotations
 
+import math
+import time
 from typing import Callable, Sequence
 
 import numpy as np
@@ -21,10 +23,12 @@ class RunLogs:
     def snapshot(self, t: float, op: Evaluate) -> None:
         self.snapshots.append((t, Evaluate(op.params.copy(), op.samples, op.updates, op.consensus)))
 
-    def score(self, evaluate: Callable[[np.ndarray], tuple[float, float]]) -> None:
-        """Evaluate every snapshot, in order, with ``evaluate(params) -> (loss, accuracy)``."""
+    def score(self, evaluate: Callable[[np.ndarray], tuple[float, float]], seconds: float = math.inf) -> None:
+        """Evaluate every snapshot, in order, with ``evaluate(params) -> (loss, accuracy)``; after
+        ``seconds`` the rest are kept unscored (NaN loss and accuracy)."""
+        deadline = time.monotonic() + seconds
         for t, op in self.snapshots:
-            loss, accuracy = evaluate(op.params)
+            loss, accuracy = evaluate(op.params) if time.monotonic() < deadline else (math.nan, math.nan)
             self.evals.append((t, op.samples, op.updates, loss, accuracy, op.consensus))
 
     @property

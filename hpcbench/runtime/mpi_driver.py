@@ -10,7 +10,7 @@ from hpcbench.algorithms.api import Program
 from hpcbench.algorithms.ops import (ALL_OPS, UNTIMED_OPS, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate,
                                      FetchAdd, Gradient, Progress, Publish, Read, Record, Recv, Send, handler_name)
 from hpcbench.comm.transport import Transport
-from hpcbench.errors import RuntimeFailure
+from hpcbench.errors import WaitTimeout
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.telemetry.timeline import Timeline
@@ -111,7 +111,7 @@ class MpiDriver:
         got = self.comm.recv(op.channel, op.src, timeout)
         if got is None and op.timeout is None:
             who = "any rank" if op.src < 0 else f"rank {op.src}"
-            raise RuntimeFailure(f"timed out after {timeout:g} s waiting for a {op.channel!r} message from {who}")
+            raise WaitTimeout(f"timed out after {timeout:g} s waiting for a {op.channel!r} message from {who}")
         self.timeline.add(self.step, "wait", t0, self.clock(), got[1].nbytes if got is not None else 0, "Recv")
         return got
 

@@ -63,11 +63,12 @@ def dry_run_text(plan: Plan, workers: int) -> str:
 
 def build_record(run: Run, mode: str, world_size: int, parts: list[dict[str, Any]], offsets: np.ndarray,
                  origin: float, logs: RunLogs, provenance: dict[str, Any], simulation: dict[str, Any] | None = None,
-                 model_parameters: int = 0) -> RunRecord:
+                 model_parameters: int = 0, failure: tuple[str, str, float] | None = None) -> RunRecord:
     """``parts``: one dict per rank with its timeline columns and start/end on its own clock.
 
     ``model_parameters``: the model's size when the algorithms ran on a stand-in (simulation
-    without numerics); by default the size of the parameters the algorithms saw.
+    without numerics); by default the size of the parameters the algorithms saw. ``failure``: (status,
+    error line, when on rank 0's clock) for the record of a run that did not finish.
     """
     cfg, algo, ctx = run.cfg, run.algo, run.algo.ctx
     parts = sorted(parts, key=lambda p: p["rank"])
@@ -80,16 +81,22 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[dict[str, Any
         shifted.append(cols)
     timeline = concat(shifted) if shifted else {c: np.zeros(0) for c in COLUMNS}
     # Training time: until the last worker is done (rank 0's final snapshot comes after it).
-    wall = max(p["end"] - float(offsets[p["rank"]]) for p in parts if p["rank"] > 0) - origin
+    if failure is None:
+        wall = max(p["end"] - float(offsets[p["rank"]]) for p in parts if p["rank"] > 0) - origin
+    else:
+        wall = failure[2] - origin
     evals = logs.eval_columns(-origin)
     tables = logs.all_tables(-origin)
     summary = summarize(timeline, evals, tables.get("updates", {}), ctx.workers, wall, cfg.target_accuracy)
     summary["server_state_bytes"] = algo.state_bytes()
+    summary["warmup_s"] = max(float(p.get("warmup_s", 0.0)) for p in parts)
     updates = tables.get("updates")
     if updates is not None:
         late = len(tables["late"]["t"])
         summary["late_gradients"] = late
-        summary["too_stale"] = dropped_gradients(timeline, ctx.workers, len(updates["t"]), late)
+        # A failed run's record holds rank 0's timeline only: the workers' computed gradients are unknown.
+        summary["too_stale"] = (dropped_gradients(timeline, ctx.workers, len(updates["t"]), late)
+                                if failure is None else float("nan"))
         summary["echoed_updates"] = int((updates["echo_bytes"] > 0).sum())
         summary["echo_bytes"] = int(updates["echo_bytes"].sum())
     else:
@@ -104,7 +111,8 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[dict[str, Any
         "model": cfg.model,
         "dataset": cfg.dataset,
         "seed": cfg.seed,
-        "status": "ok",
+        "status": "ok" if failure is None else failure[0],
+        "error": "" if failure is None else failure[1],
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": resolved_config(run, model_parameters or ctx.size),
     }

@@ -4,25 +4,33 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from hpcbench.algorithms.api import Layout
 from hpcbench.comm.transport import Cluster
-from hpcbench.errors import HpcbenchError, UsageError
+from hpcbench.errors import HpcbenchError, PeerFailure, UsageError, error_line, failure_status
 from hpcbench.runtime.assemble import Run, assemble
 from hpcbench.runtime.mpi_driver import MpiDriver
 from hpcbench.runtime.placement import choose_device, cpu_count, thread_count
 from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.provenance import software
+from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.record import build_record, result_line, write_result
+from hpcbench.runtime.signals import signals_held, stop_on_signals
 from hpcbench.runtime.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
 from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.telemetry.timeline import Timeline
 
 if TYPE_CHECKING:
     from hpcbench.comm.mpi import MpiComm
+
+# A worker that fails tells rank 0 and waits this long for it to write the run's record (rank 0 then
+# ends every rank); rank 0 spends at most SCORE_ON_FAILURE_S of it scoring the evaluations.
+NOTICE_GRACE_S = 30.0
+SCORE_ON_FAILURE_S = 10.0
 
 
 def prepare(plan: Plan, rank: int, workers: int, local: tuple[int, int], on_rank0_node: bool) -> tuple[Run, str, int]:
@@ -58,14 +66,15 @@ def agree(comm: Cluster, error: str | None) -> tuple[int, str, str] | None:
     return next((e for e in errors if e is not None), None)
 
 
-def warn_placement(comm: Cluster, device: str) -> None:
-    """Collective: rank 0 warns about shared GPUs and oversubscribed nodes (the run goes on)."""
-    reports = comm.allgather((comm.rank, comm.host, device, comm.local_size, cpu_count()))
-    if comm.rank != 0:
-        return
-    nodes = {host: (ranks, cores) for _, host, _, ranks, cores in reports}
-    for warning in shared_gpus([(r, h, d) for r, h, d, _, _ in reports]) + oversubscribed_nodes(nodes):
-        print(f"hpcbench: warning: {warning}", file=sys.stderr, flush=True)
+def place(comm: Cluster, device: str, threads: int) -> list[dict[str, Any]]:
+    """Collective: every rank's host, device and threads; rank 0 warns about shared GPUs and
+    oversubscribed nodes (the run goes on)."""
+    reports = comm.allgather((comm.rank, comm.host, device, comm.local_size, cpu_count(), threads))
+    if comm.rank == 0:
+        nodes = {host: (ranks, cores) for _, host, _, ranks, cores, _ in reports}
+        for warning in shared_gpus([(r, h, d) for r, h, d, *_ in reports]) + oversubscribed_nodes(nodes):
+            print(f"hpcbench: warning: {warning}", file=sys.stderr, flush=True)
+    return [{"rank": r, "host": h, "device": d, "threads": t} for r, h, d, _, _, t in reports]
 
 
 def run_mpi(plan: Plan) -> int:
@@ -81,19 +90,24 @@ def run_mpi(plan: Plan) -> int:
         comm.finalize()
         return 2
     try:
-        return execute(plan, comm)
-    except HpcbenchError as exc:
-        print(f"hpcbench: error: rank {comm.rank} on {comm.host}: {exc}", file=sys.stderr, flush=True)
-    except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-    comm.abort(1)
+        with stop_on_signals():
+            return execute(plan, comm)
+    except BaseException as exc:
+        with signals_held():
+            if isinstance(exc, PeerFailure):
+                print(f"hpcbench: error: {exc}", file=sys.stderr, flush=True)
+            elif isinstance(exc, HpcbenchError):
+                print(f"hpcbench: error: rank {comm.rank} on {comm.host}: {exc}", file=sys.stderr, flush=True)
+            else:
+                traceback.print_exc()
+                sys.stderr.flush()
+            if comm.rank != 0:  # rank 0 keeps a record of the run, then ends every rank
+                comm.tell_failure(failure_status(exc), error_line(exc), NOTICE_GRACE_S)
+            comm.abort(1)
     return 1
 
 
 def execute(plan: Plan, comm: MpiComm) -> int:
-    from hpcbench.comm.probe import mpi_library
-
     cfg, rank, workers = plan.cfg, comm.rank, comm.size - 1
     local = comm.node_local()
     comm.oversubscribed(local[1] > cpu_count())
@@ -113,7 +127,7 @@ def execute(plan: Plan, comm: MpiComm) -> int:
         return 2
     assert prepared is not None
     run, device, threads = prepared
-    warn_placement(comm, device)
+    placed = place(comm, device, threads)
     open_layout(comm, run.layout, workers)
     offsets = comm.clock_offsets()
     timeline = Timeline(rank)
@@ -122,22 +136,67 @@ def execute(plan: Plan, comm: MpiComm) -> int:
     stream = run.stream(rank) if rank > 0 else None
     driver = MpiDriver(comm, timeline, cfg.timeout_s, run.trainer, stream, run.slow_factor(rank), logs, progress)
     program = run.algo.server() if rank == 0 else run.algo.worker(rank)
+    warmup_s = 0.0
+    if stream is not None and cfg.warmup_steps:  # before the timed window: counts toward nothing
+        t0 = comm.wtime()
+        run.trainer.warm_up(np.resize(stream.shard, cfg.batch_size), cfg.warmup_steps)
+        warmup_s = comm.wtime() - t0
     comm.world_barrier(cfg.timeout_s)
-    with collector_paused():
-        start = comm.wtime()
-        end = driver.run(program)
-    if progress is not None:
-        progress.close()
-    comm.close(cfg.timeout_s)
-    parts = comm.gather({"rank": rank, "host": comm.host, "device": device, "start": start, "end": end,
-                         "threads": threads, "timeline": timeline.columns()})
+    start = comm.wtime()
+    try:
+        with collector_paused():
+            end = driver.run(program)
+        if progress is not None:
+            progress.close()
+        comm.close(cfg.timeout_s)
+    except BaseException as exc:
+        if rank == 0:
+            assert logs is not None and offsets is not None
+            with signals_held():
+                if progress is not None:
+                    progress.close()
+                parts = [{**p, "start": start, "end": start, "timeline": Timeline(p["rank"]).columns()}
+                         for p in placed]
+                parts[0].update(end=comm.wtime(), timeline=timeline.columns())
+                keep_failure(run, comm, parts, offsets, start, logs, exc)
+        raise
+    gathered = comm.gather({**placed[rank], "start": start, "end": end, "warmup_s": warmup_s,
+                            "timeline": timeline.columns()})
     if rank == 0:
-        assert logs is not None and offsets is not None and parts is not None
+        assert logs is not None and offsets is not None and gathered is not None
         logs.score(lambda params: run.trainer.evaluate(params, cfg.eval_samples))
-        provenance = {**software(), **mpi_library()}
-        record = build_record(run, mode="mpi", world_size=comm.size, parts=parts, offsets=offsets, origin=start,
-                              logs=logs, provenance=provenance)
+        record = build_record(run, mode="mpi", world_size=comm.size, parts=gathered, offsets=offsets, origin=start,
+                              logs=logs, provenance=provenance())
         path = write_result(cfg, record)
         print(result_line(record, path), flush=True)
     comm.finalize()
     return 0
+
+
+def provenance() -> dict[str, Any]:
+    from hpcbench.comm.probe import mpi_library
+
+    return {**software(), **mpi_library()}
+
+
+def where_from(exc: BaseException, host: str) -> str:
+    """The error line for the record, naming the rank it came from."""
+    return str(exc) if isinstance(exc, PeerFailure) else f"rank 0 on {host}: {error_line(exc)}"
+
+
+def keep_failure(run: Run, comm: MpiComm, parts: list[dict[str, Any]], offsets: np.ndarray, start: float,
+                 logs: RunLogs, exc: BaseException) -> None:
+    """Rank 0, when the run cannot finish: write what it recorded until now (its own timeline, the
+    evaluations it can score in a few seconds, the server's tables) with the run's status and error."""
+    cfg = run.cfg
+    try:
+        logs.score(lambda params: run.trainer.evaluate(params, cfg.eval_samples), seconds=SCORE_ON_FAILURE_S)
+        record = build_record(run, mode="mpi", world_size=comm.size, parts=parts, offsets=offsets, origin=start,
+                              logs=logs, provenance=provenance(),
+                              failure=(failure_status(exc), where_from(exc, comm.host), parts[0]["end"]))
+        path = write_result(cfg, record)
+    except Exception as write_error:  # the run's own error is the one to report
+        print(f"hpcbench: could not keep a record of the failed run: {write_error}", file=sys.stderr, flush=True)
+        return
+    print(f"hpcbench: the run ended as {record.attrs['status']!r}; what rank 0 recorded until then is in {path}",
+          file=sys.stderr, flush=True)

@@ -76,6 +76,13 @@ class Trainer:
             torch.cuda.current_stream(self.device).synchronize()
         return host.numpy().copy(), float(loss.detach()), correct
 
+    def warm_up(self, indices: np.ndarray, steps: int) -> None:
+        """``steps`` gradient computations at the initial parameters, applied nowhere: the first calls
+        pay for allocation, kernel selection and cold caches, which the timed steps should not."""
+        x, y = self.batch(indices)
+        for _ in range(steps):
+            self.gradient(self.initial, x, y)
+
     @torch.no_grad()
     def recalibrate_batchnorm(self) -> None:
         """BatchNorm statistics are not parameters; rebuild them for the evaluated parameters."""

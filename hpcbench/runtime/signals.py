@@ -1,0 +1,41 @@
+"""Signals that end a run become an exception, so rank 0 can keep a record of the run before it ends.
+
+Slurm sends SIGTERM at the time limit and on ``scancel`` (SIGKILL follows after its KillWait), mpiexec
+passes Ctrl-C (SIGINT) and SIGTERM on to the ranks, a lost terminal sends SIGHUP. Python runs the
+handler between bytecodes; every wait in ``comm`` is a polling loop, so a waiting rank sees it too.
+"""
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any, Iterator
+
+from hpcbench.errors import Stopped
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGXCPU")
+                     if hasattr(signal, name))
+
+
+def _raise_stopped(signum: int, frame: FrameType | None) -> None:
+    raise Stopped(f"stopped by {signal.Signals(signum).name}")
+
+
+@contextmanager
+def _handled_by(handler: Any) -> Iterator[None]:
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def stop_on_signals() -> Any:
+    """Within: a stop signal raises ``Stopped`` naming it."""
+    return _handled_by(_raise_stopped)
+
+
+def signals_held() -> Any:
+    """Within: stop signals are ignored (while the record of a failed run is written)."""
+    return _handled_by(signal.SIG_IGN)

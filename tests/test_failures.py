@@ -1,0 +1,218 @@
+"""A run that fails still leaves a result file saying how it ended, and the report shows it as a failed
+cell: real MPI runs stopped by a signal (on a worker, or Ctrl-C on mpiexec) or past their timeout;
+the report, diff and check over records that did not finish."""
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import mpirun, requires_mpi
+from hpcbench.cli import main
+from hpcbench.errors import PeerFailure, Stopped, UsageError, WaitTimeout, error_line, failure_status
+from hpcbench.results.store import read_run, result_status, write_run
+from hpcbench.runtime.launch import launch_env, mpi_command
+
+RANKS = 3
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def rank_pids(marker: str) -> dict[int, int]:
+    """The processes whose command line holds ``marker``, by their MPI rank (PMI_RANK)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline:
+            for item in environ:
+                if item.startswith(b"PMI_RANK="):
+                    found[int(item[len(b"PMI_RANK="):])] = int(pid)
+    return found
+
+
+def stop_mid_run(out: Path, victim: str, sig: signal.Signals, *args: str) -> tuple[int, str]:
+    """Start a long run, wait for its first progress line (training has begun), send ``sig`` to
+    ``victim`` ("mpiexec" or a rank number); → (exit code, stderr)."""
+    cmd = mpi_command(RANKS, ["run", *args, "--set", "progress_s=0.2", "--out", str(out)])
+    env = {**launch_env(RANKS), "HPCBENCH_PROGRESS": ""}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    started = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "samples (" in line:
+                started.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert started.wait(120), f"no progress line in 120 s: {''.join(lines)}"
+        if victim == "mpiexec":
+            os.kill(proc.pid, sig)
+        else:
+            deadline = time.monotonic() + 10
+            while int(victim) not in (pids := rank_pids(str(out))) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            os.kill(pids[int(victim)], sig)
+        proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(10)
+    return proc.returncode, "".join(lines)
+
+
+def failed_cell(path: Path) -> tuple[dict[str, str], str]:
+    """The scaling row of the report over ``path`` (csv) and the text report."""
+    code, out, err = cli("report", str(path), "--format", "csv", "--table", "scaling")
+    assert code == 0, err
+    (row,) = list(csv.DictReader(io.StringIO(out)))
+    code, text, err = cli("report", str(path))
+    assert code == 0, err
+    return row, text
+
+
+@requires_mpi
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("victim, sig", [("2", signal.SIGTERM), ("mpiexec", signal.SIGINT)])
+def test_a_stopped_run_leaves_an_aborted_file_with_what_rank0_recorded(tmp_path, victim, sig):
+    out = tmp_path / "stopped.h5"
+    code, err = stop_mid_run(out, victim, sig, "--algo", "asgd", "--epochs", "200")
+    assert code != 0
+    assert f"stopped by {sig.name}" in err
+    assert result_status(out) == "aborted", err
+    rec = read_run(out)
+    assert f"stopped by {sig.name}" in rec.attrs["error"]
+    if victim != "mpiexec":
+        assert rec.attrs["error"].startswith(f"rank {victim} on ")  # the rank that was stopped is named
+    # What rank 0 recorded until then: its own timeline, the evaluations (scored) and every update.
+    assert set(rec.timeline["rank"].tolist()) == {0} and rec.timeline["rank"].size > 0
+    assert rec.evals["t"].size >= 1 and rec.evals["accuracy"][0] > 0
+    assert 0 < rec.tables["updates"]["t"].size < rec.attrs["config"]["budget_samples"]
+    assert rec.summary["wall_s"] > 0
+    assert not list(tmp_path.glob("*.partial"))
+    row, text = failed_cell(tmp_path)
+    assert row["result"] == "aborted" and row["failed"] == "1" and row["samples_per_s"] == ""
+    assert "ABORTED" in text and "Runs that did not finish (1" in text
+
+
+@requires_mpi
+@pytest.mark.timeout(300)
+def test_a_run_past_its_timeout_leaves_a_timeout_file_and_a_failed_cell(tmp_path):
+    # A worker 1000x slower than the other: someone's wait passes timeout_s long before the run ends.
+    out = tmp_path / "late.h5"
+    proc = mpirun(RANKS, "run", "--algo", "allreduce", "--steps", "200", "--stragglers", "0.5:1000",
+                  "--set", "timeout_s=3", "--out", str(out))
+    assert proc.returncode != 0
+    assert "timed out after 3 s" in proc.stderr
+    rec = read_run(out)
+    assert rec.attrs["status"] == "timeout"
+    assert rec.attrs["error"].startswith("rank ") and "timed out after 3 s" in rec.attrs["error"]
+    assert rec.attrs["error"] in proc.stderr
+    row, text = failed_cell(tmp_path)
+    assert (row["result"], row["repeats"], row["failed"]) == ("timeout", "0", "1")
+    assert "TIMEOUT" in text and rec.attrs["error"] in text
+
+
+# --- the report over records that did not finish (simulated runs, marked as a failed run would be) ---
+
+def simulate(path: Path, workers: int, seed: int = 0) -> Path:
+    code, _, err = cli("simulate", "--numerics", "off", "--steps", "30", "--algo", "asgd",
+                       "--workers", str(workers), "--seed", str(seed), "--out", str(path))
+    assert code == 0, err
+    return path
+
+
+def mark_failed(path: Path, status: str, error: str) -> None:
+    rec = read_run(path)
+    rec.attrs.update(status=status, error=error)
+    write_run(path, rec, overwrite=True)
+
+
+def scaling(path: Path, *flags: str) -> dict[int, dict[str, str]]:
+    code, out, err = cli("report", str(path), "--format", "csv", "--table", "scaling", *flags)
+    assert code == 0, err
+    return {int(r["workers"]): r for r in csv.DictReader(io.StringIO(out))}
+
+
+def test_failed_runs_are_counted_never_averaged_and_the_base_is_the_first_finished_point(tmp_path):
+    simulate(tmp_path / "w1.h5", 1)                      # failed: the curve's base moves to 2 workers
+    mark_failed(tmp_path / "w1.h5", "failed", "rank 1 on a: CUDA error")
+    simulate(tmp_path / "w2.h5", 2)
+    simulate(tmp_path / "w4-s0.h5", 4, seed=0)
+    simulate(tmp_path / "w4-s1.h5", 4, seed=1)           # a failed repeat beside a finished one
+    mark_failed(tmp_path / "w4-s1.h5", "timeout", "rank 0 on a: timed out after 9 s")
+    points = scaling(tmp_path)
+    assert (points[1]["result"], points[1]["repeats"], points[1]["failed"]) == ("failed", "0", "1")
+    assert points[1]["samples_per_s"] == "" and points[1]["speedup"] == ""
+    finished4 = float(read_run(tmp_path / "w4-s0.h5").summary["samples_per_s"])
+    base = float(read_run(tmp_path / "w2.h5").summary["samples_per_s"])
+    assert (points[4]["result"], points[4]["repeats"], points[4]["failed"]) == ("ok", "1", "1")
+    assert float(points[4]["samples_per_s"]) == pytest.approx(finished4, rel=1e-9)
+    assert float(points[2]["speedup"]) == pytest.approx(1.0)
+    assert float(points[4]["speedup"]) == pytest.approx(finished4 / base, rel=1e-9)
+    assert float(points[4]["efficiency"]) == pytest.approx(finished4 / base / 2, rel=1e-9)
+    code, text, _ = cli("report", str(tmp_path))
+    assert "FAILED" in text and "1 (1 failed)" in text and "CUDA error" in text and "timed out after 9 s" in text
+    code, out, _ = cli("report", str(tmp_path), "--format", "json")
+    assert code == 0 and '"result": "timeout"' in out
+
+
+def test_a_point_that_failed_after_is_a_regression_and_a_check_miss(tmp_path):
+    before, after = tmp_path / "before", tmp_path / "after"
+    simulate(before / "w2.h5", 2)
+    simulate(after / "w2.h5", 2)
+    mark_failed(after / "w2.h5", "timeout", "rank 0 on a: timed out after 9 s")
+    code, out, _ = cli("diff", str(before), str(after), "--fail-above", "50")
+    assert code == 1 and "regression:" in out
+    ref = tmp_path / "ref.toml"
+    ref.write_text("[asgd.2]\nsamples_per_s = [0, 1e12]\n")
+    code, out, _ = cli("check", str(after), "--reference", str(ref))
+    assert code == 1 and "miss:" in out
+
+
+def test_status_is_written_last_and_older_files_read_without_an_error_line(tmp_path):
+    path = simulate(tmp_path / "ok.h5", 1)
+    rec = read_run(path)
+    assert (rec.attrs["status"], rec.attrs["error"]) == ("ok", "")
+    import h5py
+
+    with h5py.File(path, "a") as f:  # as files written before failed runs left records
+        del f.attrs["error"]
+    assert read_run(path).attrs["error"] == ""
+    mark_failed(path, "aborted", "rank 2 on a: stopped by SIGTERM")
+    assert result_status(path) == "aborted"
+    assert read_run(path).attrs["error"] == "rank 2 on a: stopped by SIGTERM"
+
+
+@pytest.mark.parametrize("exc, status, line", [
+    (WaitTimeout("timed out after 3 s waiting for a barrier"), "timeout", "timed out after 3 s waiting for a barrier"),
+    (Stopped("stopped by SIGTERM"), "aborted", "stopped by SIGTERM"),
+    (KeyboardInterrupt(), "aborted", "KeyboardInterrupt"),
+    (PeerFailure("rank 3 on b: timed out after 2 s", "timeout"), "timeout", "rank 3 on b: timed out after 2 s"),
+    (UsageError("bad"), "failed", "bad"),
+    (MemoryError("CUDA out of memory.\nTried to allocate 2 GiB"), "failed", "MemoryError: CUDA out of memory."),
+])
+def test_how_a_run_ended_from_its_exception(exc, status, line):
+    assert (failure_status(exc), error_line(exc)) == (status, line)
