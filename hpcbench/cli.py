@@ -115,7 +115,14 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise
         records = []
     group_by = None if args.group_by is None else [k for k in args.group_by.split(",") if k]
-    print(report_text(records, args.format, args.target, group_by, args.table, failed))
+    text = report_text(records, args.format, args.target, group_by, args.table, failed)
+    if args.format == "html":
+        from hpcbench.report.html import page
+        from hpcbench.report.plots import plot_images
+
+        print(page([text], plot_images(records, args.target), len(records)), end="")
+        return 0
+    print(text)
     if args.plot:
         from hpcbench.report.plots import write_plots
 
@@ -269,7 +276,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def table_options(p: argparse.ArgumentParser) -> None:
     """The options of commands that print report tables."""
-    p.add_argument("--format", default="text", help="text | md | latex | csv | json (report only) (default text)")
+    p.add_argument("--format", default="text", help="text | md | latex | csv | json | html (the last three: report only) (default text)")
     p.add_argument("--target", type=float, default=0.9, help="accuracy for time-to-target (default 0.9)")
 
 

@@ -138,6 +138,18 @@ def phases_plot(plt, rows: Sequence[RunRow], path: Path) -> list[str]:
     return names
 
 
+def plot_images(records: Sequence[RunRecord], target: float) -> dict[str, bytes]:
+    """The plots as PNG data (for the html page); none without matplotlib or finished runs."""
+    import importlib.util
+    import tempfile
+
+    if importlib.util.find_spec("matplotlib") is None or not any(r.attrs["status"] == "ok" for r in records):
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        names = write_plots(records, tmp, target)
+        return {name: (Path(tmp) / name).read_bytes() for name in names if (Path(tmp) / name).is_file()}
+
+
 def write_plots(records: Sequence[RunRecord], out_dir: str, target: float) -> dict[str, list[str]]:
     """Write the PNGs of the runs that finished; returns {file name: series drawn}."""
     records = [r for r in records if r.attrs["status"] == "ok"]

@@ -12,11 +12,12 @@ from typing import Any, Callable, Sequence
 from tabulate import tabulate
 
 from hpcbench.errors import UsageError, one_of
+from hpcbench.report.html import note_html, title_html
 from hpcbench.report.metrics import RunRow, ScalePoint, run_row, scaling, setting, varying
 from hpcbench.results.schema import RunRecord
 from hpcbench.results.store import read_run
 
-FORMATS = {"text": "simple", "md": "github", "latex": "latex_booktabs", "csv": "csv", "json": "json"}
+FORMATS = {"text": "simple", "md": "github", "latex": "latex_booktabs", "csv": "csv", "json": "json", "html": "html"}
 TABLES = ("runs", "scaling")
 # Machine-readable outputs (csv, json) carry raw numbers under these names; what each is measured in:
 UNITS = {
@@ -231,17 +232,18 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
             document = {k: v for k, v in document.items() if k not in TABLES or k == table}
         return json.dumps(finite_tree(document), indent=1, allow_nan=False)
     run_settings, point_settings = setting_columns(keys)
-    parts = [line] if rows else []
+    title, note = (title_html, note_html) if fmt == "html" else (str, str)
+    parts = [note(line)] if rows else []
     if rows and table in (None, "runs"):
-        parts += [f"Runs ({len(rows)}; {resolution(rows, target)})",
+        parts += [title(f"Runs ({len(rows)}; {resolution(rows, target)})"),
                   render(RUN_COLUMNS[:2] + run_settings + RUN_COLUMNS[2:], rows, fmt)]
     if rows and table in (None, "scaling"):
-        parts += ["Scaling (medians over repeats; speedup and efficiency against each curve's fewest workers)",
+        parts += [title("Scaling (medians over repeats; speedup and efficiency against each curve's fewest workers)"),
                   render(SCALE_COLUMNS[:2] + point_settings + SCALE_COLUMNS[2:], points, fmt)]
     unfinished = [r for r in rows if r.result != "ok"]
     if unfinished:
-        parts += [f"Runs that did not finish ({len(unfinished)}; shown above without numbers)",
+        parts += [title(f"Runs that did not finish ({len(unfinished)}; shown above without numbers)"),
                   render(UNFINISHED_COLUMNS, unfinished, fmt)]
     if failed:
-        parts += [failed_title, render(FAILED_COLUMNS, failed, fmt)]
+        parts += [title(failed_title), render(FAILED_COLUMNS, failed, fmt)]
     return "\n\n".join(parts)
