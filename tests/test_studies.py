@@ -250,8 +250,8 @@ def test_report_latex_and_csv_formats(small_study):
     assert code == 0 and out.splitlines()[1].startswith("asgd,sim,2,1,")
     code, _, err = cli("report", str(small_study / "new"), "--format", "csv")
     assert code == 2 and "csv holds one table: add --table runs or --table scaling" in err
-    code, _, err = cli("report", str(small_study / "new"), "--format", "html")
-    assert code == 2 and "unknown format 'html'; valid: text, md, latex, csv, json" in err
+    code, _, err = cli("report", str(small_study / "new"), "--format", "pdf")
+    assert code == 2 and "unknown format 'pdf'; valid: text, md, latex, csv, json, html" in err
 
 
 @requires_mpi

@@ -217,8 +217,8 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
     if fmt == "csv" and table is None:
         raise UsageError("csv holds one table: add --table runs or --table scaling")
     unsorted = [run_row(r, target) for r in records]
-    failed_title = (f"Study points without an ok result ({len(failed)}; missing: no file, partial: a run that never "
-                    "finished, else the status its file holds)")
+    failed_title = (f"Points without an ok result ({len(failed)}): missing = no file, partial = a run killed before "
+                    "it wrote one, else the status its file holds")
     keys, line = grouping(unsorted, group_by)
     rows = sorted(unsorted, key=lambda r: (r.algorithm, r.mode, [setting(r, k) for k in keys], r.workers, r.path))
     points: list[ScalePoint] = scaling(rows, keys)
