@@ -186,3 +186,17 @@ def test_to_frames_names_phases_and_ops(studies):
     assert (timeline["duration_s"] >= 0).all()
     assert set(frames) == {"timeline", "evals", *rec.tables}
     assert len(frames["updates"]) == len(rec.tables["updates"]["worker"])
+
+
+def test_the_report_names_each_learning_rate_recipe_with_the_worker_counts_it_applied_to(studies):
+    code, out, _ = cli("report", str(studies / "batch"))
+    assert code == 0
+    texts = {w: read_run(studies / "batch" / f"b32-w{w}.h5").attrs["config"]["schedule"]["text"] for w in (2, 4)}
+    line = next(l for l in out.splitlines() if l.startswith("Learning-rate recipes: "))
+    if texts[2] == texts[4]:
+        assert f"{texts[2]} (2, 4 workers)" in line
+    else:
+        assert f"{texts[2]} (2 workers)" in line and f"{texts[4]} (4 workers)" in line
+    code, out, _ = cli("report", str(studies / "batch"), "--format", "csv", "--table", "runs")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert {r["lr_recipe"] for r in rows if r["workers"] == "2"} == {texts[2]}

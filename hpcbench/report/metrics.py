@@ -74,6 +74,7 @@ class RunRow:
     settings: Settings = ()
     result: str = "ok"  # how the run ended; a run that did not finish shows no numbers
     error: str = ""  # the error line a failed run's file holds
+    lr_recipe: str = ""  # the learning-rate schedule as the run resolved it (warm-up, scaling, decay)
 
 
 def run_row(rec: RunRecord, target: float) -> RunRow:
@@ -100,6 +101,7 @@ def run_row(rec: RunRecord, target: float) -> RunRow:
         too_stale=get("too_stale") if "late_gradients" in s else float("nan"),
         peak_lr=float(rec.attrs["config"]["schedule"]["lr"]), evals=int(rec.attrs["config"]["evals"]), path=rec.path,
         settings=settings(rec), result=result, error=str(rec.attrs.get("error", "")),
+        lr_recipe=str(rec.attrs["config"]["schedule"].get("text", "")),
     )
 
 

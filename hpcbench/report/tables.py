@@ -36,7 +36,7 @@ UNITS = {
     "ttt_efficiency": "ttt_speedup per added worker, as a fraction", "too_stale": "gradients (servers only)",
     "peak_lr": "learning rate after warm-up", "evals": "evaluations over the sample budget",
     "result": "how the run(s) ended: ok, or failed/timeout/aborted (then no numbers)",
-    "error": "the error line of a run that did not finish", "failed": "runs of the point that did not finish",
+    "error": "the error line of a run that did not finish", "lr_recipe": "the learning-rate schedule, as text", "failed": "runs of the point that did not finish",
 }
 
 
@@ -189,6 +189,15 @@ def csv_table(rows: list[dict[str, Any]]) -> str:
     return out.getvalue().rstrip("\n")
 
 
+def recipes(rows: Sequence[RunRow]) -> str:
+    """The learning-rate recipes the runs used, each with the worker counts it applied to."""
+    used: dict[str, set[int]] = {}
+    for r in rows:
+        used.setdefault(r.lr_recipe or "not recorded", set()).add(r.workers)
+    return "Learning-rate recipes: " + "; ".join(f"{text} ({', '.join(map(str, sorted(workers)))} workers)"
+                                                 for text, workers in sorted(used.items()))
+
+
 def resolution(rows: Sequence[RunRow], target: float) -> str:
     """What time to target means and how finely it is measured."""
     evals = sorted({r.evals for r in rows})
@@ -233,7 +242,7 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
         return json.dumps(finite_tree(document), indent=1, allow_nan=False)
     run_settings, point_settings = setting_columns(keys)
     title, note = (title_html, note_html) if fmt == "html" else (str, str)
-    parts = [note(line)] if rows else []
+    parts = [note(line), note(recipes(rows))] if rows else []
     if rows and table in (None, "runs"):
         parts += [title(f"Runs ({len(rows)}; {resolution(rows, target)})"),
                   render(RUN_COLUMNS[:2] + run_settings + RUN_COLUMNS[2:], rows, fmt)]
