@@ -25,22 +25,31 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def add_run_options(p: argparse.ArgumentParser) -> None:
+def add_run_flags(p: argparse.ArgumentParser, prefix: str = "") -> list[tuple[str, str]]:
+    """The run flags ``run`` and ``sweep`` share (``prefix`` starts each help text); → (flag, attribute)
+    of each, for passing them on."""
     from hpcbench.workload.datasets import DATASETS
     from hpcbench.workload.models import MODELS
 
-    p.add_argument("--algo", help="algorithm (see `hpcbench list`)")
-    p.add_argument("--model", help=f"{' | '.join(MODELS.names())} (default {RunConfig.model})")
-    p.add_argument("--dataset", help=f"{' | '.join(DATASETS.names())} (default {RunConfig.dataset})")
-    p.add_argument("--data-dir", help="directory of the cifar10 python pickle batches")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--steps", type=int, help="steps per worker (default 100)")
-    budget.add_argument("--epochs", type=float, help="passes over the training set, over all workers")
-    p.add_argument("--batch-size", type=int, help="samples per worker step (default 32)")
-    p.add_argument("--lr", type=float, help="learning rate of the single-worker recipe (default 0.05)")
-    p.add_argument("--momentum", type=float, help="momentum (default 0)")
+    added = [
+        p.add_argument("--model", help=f"{prefix}{' | '.join(MODELS.names())} (default {RunConfig.model})"),
+        p.add_argument("--dataset", help=f"{prefix}{' | '.join(DATASETS.names())} (default {RunConfig.dataset})"),
+        p.add_argument("--data-dir", help=f"{prefix}directory of the cifar10 python pickle batches"),
+        budget.add_argument("--steps", type=int, help=f"{prefix}steps per worker (default 100)"),
+        budget.add_argument("--epochs", type=float, help=f"{prefix}passes over the training set, over all workers"),
+        p.add_argument("--batch-size", type=int, help=f"{prefix}samples per worker step (default 32)"),
+        p.add_argument("--lr", type=float, help=f"{prefix}learning rate of the single-worker recipe (default 0.05)"),
+        p.add_argument("--momentum", type=float, help=f"{prefix}momentum (default 0)"),
+        p.add_argument("--stragglers", help=f"{prefix}FRACTION:FACTOR, e.g. 0.25:3 slows a quarter of the workers 3x"),
+    ]
+    return [(a.option_strings[0], a.dest) for a in added]
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--algo", help="algorithm (see `hpcbench list`)")
+    add_run_flags(p)
     p.add_argument("--seed", type=int, help="seed for model init, shards and algorithm randomness (default 0)")
-    p.add_argument("--stragglers", help="FRACTION:FACTOR, e.g. 0.25:3 slows a quarter of the workers 3x")
     p.add_argument("--config", help="TOML file of options; [ALGO] tables hold algorithm options")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any option, e.g. --set weight_decay=1e-4 --set ga-asgd.beta=0.99")
@@ -199,11 +208,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-# Run flags a sweep passes on to every run (flag, attribute).
-SWEEP_RUN_FLAGS = (("--model", "model"), ("--dataset", "dataset"), ("--data-dir", "data_dir"), ("--steps", "steps"),
-                   ("--epochs", "epochs"), ("--batch-size", "batch_size"), ("--lr", "lr"), ("--momentum", "momentum"),
-                   ("--stragglers", "stragglers"))
-
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from hpcbench.results.paths import check_study_dir
@@ -217,7 +221,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError("sweep needs --algos and --out-dir (or --resubmit-failed STUDY_DIR)")
     algos = sweep.parse_algos(args.algos)
     base_args = (["--config", str(Path(args.config).resolve())] if args.config else []) + \
-        [a for flag, key in SWEEP_RUN_FLAGS if getattr(args, key) is not None for a in (flag, str(getattr(args, key)))] + \
+        [a for flag, key in args.run_flags if getattr(args, key) is not None for a in (flag, str(getattr(args, key)))] + \
         [a for item in args.set for a in ("--set", item)]
     cfg, _ = configs_from_args(args)
     for a in algos:  # refuse a bad study before writing or submitting anything
@@ -309,16 +313,7 @@ def build_parser() -> Parser:
     p.add_argument("--config", help="TOML file of run options for every job")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="run option for every job")
     p.add_argument("--out-dir", help="where job scripts, logs, result files and the report go")
-    p.add_argument("--model", help="run flag for every job (as `run --model`)")
-    p.add_argument("--dataset", help="run flag for every job")
-    p.add_argument("--data-dir", help="run flag for every job")
-    budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--steps", type=int, help="run flag for every job: steps per worker")
-    budget.add_argument("--epochs", type=float, help="run flag for every job: passes over the training set")
-    p.add_argument("--batch-size", type=int, help="run flag for every job")
-    p.add_argument("--lr", type=float, help="run flag for every job")
-    p.add_argument("--momentum", type=float, help="run flag for every job")
-    p.add_argument("--stragglers", help="run flag for every job: FRACTION:FACTOR")
+    p.set_defaults(run_flags=add_run_flags(p, prefix="every job: "))  # passed on to every run
     p.add_argument("--resume", action="store_true", help="add to an --out-dir that holds results: run only the "
                    "points without an ok result (those are never rewritten)")
     p.add_argument("--tasks-per-node", type=int, default=1, help="MPI ranks per node (default 1)")
