@@ -12,6 +12,7 @@ from hpcbench.errors import UsageError
 from hpcbench.runtime.launch import env_rank
 
 if TYPE_CHECKING:
+    from hpcbench.results.schema import RunRecord
     from hpcbench.runtime.plan import Plan
     from hpcbench.runtime.sim.models import SimConfig
 
@@ -111,14 +112,39 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return simulate(plan.validate(cfg), sim)
 
 
+def readable(paths: Sequence[str], skipped: list[tuple[str, str]]) -> list[RunRecord]:
+    """The runs under ``paths`` that can be read; each file skipped is said on stderr with the reason
+    and added to ``skipped``. None readable: one error line."""
+    from hpcbench.report.tables import load_readable
+
+    records, missed = load_readable(paths)
+    skipped.extend(missed)
+    if not records and len(missed) == 1:
+        raise UsageError(missed[0][1])
+    for _, reason in missed:
+        print(f"hpcbench: skipped: {reason}", file=sys.stderr)
+    if not records:
+        raise UsageError(f"none of the {len(missed)} result files could be read (reasons above)")
+    return records
+
+
+def strictly(args: argparse.Namespace, skipped: list[tuple[str, str]], code: int) -> int:
+    """``code``, or 1 when ``--strict`` and a file was skipped."""
+    if skipped and args.strict:
+        print(f"hpcbench: {len(skipped)} file(s) skipped (--strict)", file=sys.stderr)
+        return code or 1
+    return code
+
+
 def cmd_report(args: argparse.Namespace) -> int:
-    from hpcbench.report.tables import load, report_text
+    from hpcbench.report.tables import report_text
     from hpcbench.results.study import not_ok
 
     failed = [(p.stem, p.result, p.jobs[-1] if p.jobs else "-")
               for d in args.paths if Path(d).is_dir() for p in not_ok(d)]
+    skipped: list[tuple[str, str]] = []
     try:
-        records = load(args.paths)
+        records = readable(args.paths, skipped)
     except UsageError:
         if not failed:  # a study whose every point failed still gets its list of failed points
             raise
@@ -130,21 +156,21 @@ def cmd_report(args: argparse.Namespace) -> int:
         from hpcbench.report.plots import plot_images
 
         print(page([text], plot_images(records, args.target), len(records)), end="")
-        return 0
+        return strictly(args, skipped, 0)
     print(text)
     if args.plot:
         from hpcbench.report.plots import write_plots
 
         for name, series in write_plots(records, args.plot, args.target).items():
             print(f"plot: {args.plot}/{name} ({', '.join(series)})")
-    return 0
+    return strictly(args, skipped, 0)
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from hpcbench.report.diff import diff_text, matched, regressions
-    from hpcbench.report.tables import load
 
-    old, new = load([args.old]), load([args.new])
+    skipped: list[tuple[str, str]] = []
+    old, new = readable([args.old], skipped), readable([args.new], skipped)
     gate: list[str] = []
     if args.fail_above is not None:  # checked before printing: a bad --metric is one line, not a table
         _, before, after = matched(old, new, args.target)
@@ -152,20 +178,20 @@ def cmd_diff(args: argparse.Namespace) -> int:
     print(diff_text(old, new, args.format, args.target))
     if args.fail_above is not None:
         print("\n".join(gate) if gate else f"no {args.metric} worse by more than {args.fail_above:g}%")
-    return 1 if gate else 0
+    return strictly(args, skipped, 1 if gate else 0)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     from hpcbench.config import load_toml
     from hpcbench.report.check import misses, parse_reference
     from hpcbench.report.metrics import run_row, scaling, varying
-    from hpcbench.report.tables import load
 
     bounds = parse_reference(load_toml(args.reference))
-    rows = [run_row(r, args.target) for r in load(args.paths)]
+    skipped: list[tuple[str, str]] = []
+    rows = [run_row(r, args.target) for r in readable(args.paths, skipped)]
     missed = misses(scaling(rows, varying(rows)), bounds)
     print("\n".join(missed) if missed else f"all {len(bounds)} bounds of {args.reference} hold")
-    return 1 if missed else 0
+    return strictly(args, skipped, 1 if missed else 0)
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -278,8 +304,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def strict_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--strict", action="store_true", help="exit 1 when a result file could not be read (by "
+                   "default such files are listed on stderr and skipped)")
+
+
 def table_options(p: argparse.ArgumentParser) -> None:
     """The options of commands that print report tables."""
+    strict_option(p)
     p.add_argument("--format", default="text", help="text | md | latex | csv | json | html (the last three: report only) (default text)")
     p.add_argument("--target", type=float, default=0.9, help="accuracy for time-to-target (default 0.9)")
 
@@ -371,6 +403,7 @@ def build_parser() -> Parser:
     p.add_argument("--reference", required=True, metavar="REF.toml", help="[ALGO.WORKERS] tables of "
                    "METRIC = [LOW, HIGH] or {min = LOW, max = HIGH}")
     p.add_argument("--target", type=float, default=0.9, help="accuracy for time-to-target (default 0.9)")
+    strict_option(p)
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("trace", help="export a run's timeline as Chrome-trace JSON for Perfetto")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import types
 import typing
@@ -46,6 +47,61 @@ class Stragglers:
         return "" if self == Stragglers() else f"{self.fraction:g}:{self.factor:g}"
 
 
+FAULT_KINDS = ("kill", "stop", "raise", "slow")
+FAULT_FORMS = ("kill:RANK@SECONDS, stop:RANK@SECONDS, raise:RANK@STEP, slow:RANK@SECONDS:FACTOR "
+               "(kill, stop and raise also @setup or @gather)")
+FAULT_PHASES = ("setup", "gather")  # outside training: during set-up, at the final gather
+
+
+@dataclass(frozen=True)
+class Fault:
+    """``--set fault=KIND:RANK@WHEN[:FACTOR]``, parsed once: a fault injected into a real run.
+
+    kill: SIGKILL at ``at`` seconds into the timed window · stop: SIGSTOP then · raise: an exception at
+    the rank's step ``at`` · slow: every compute from ``at`` seconds on lasts ``factor`` times as long.
+    ``phase`` "setup" or "gather": kill, stop or raise there instead of during training.
+    """
+
+    kind: str = ""
+    rank: int = -1
+    at: float = 0.0
+    factor: float = 1.0
+    phase: str = ""
+
+    @classmethod
+    def parse(cls, spec: str) -> "Fault":
+        if not spec:
+            return cls()
+        wrong = UsageError(f"fault {spec!r} is not one of {FAULT_FORMS}")
+        kind, _, rest = spec.partition(":")
+        rank_text, at_sign, when = rest.partition("@")
+        if kind not in FAULT_KINDS or not at_sign:
+            raise wrong
+        when, _, factor_text = when.partition(":")
+        if when in FAULT_PHASES and kind != "slow" and rank_text.isdigit():
+            return cls(kind, int(rank_text), phase=when)
+        try:
+            rank, at = int(rank_text), float(when)
+            factor = float(factor_text) if kind == "slow" else 1.0
+        except ValueError:
+            raise wrong from None
+        if (kind == "slow") != bool(factor_text) or rank < 0 or not (math.isfinite(at) and at >= 0) \
+                or not (math.isfinite(factor) and factor >= 1) or (kind == "raise" and at != int(at)):
+            raise wrong
+        return cls(kind, rank, at, factor)
+
+    def __bool__(self) -> bool:
+        return bool(self.kind)
+
+    def __str__(self) -> str:
+        if not self.kind:
+            return ""
+        if self.phase:
+            return f"{self.kind}:{self.rank}@{self.phase}"
+        when = f"{int(self.at)}" if self.kind == "raise" else f"{self.at:g}"
+        return f"{self.kind}:{self.rank}@{when}" + (f":{self.factor:g}" if self.kind == "slow" else "")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that defines a run; identical for ``run`` (real MPI) and ``simulate``."""
@@ -71,6 +127,9 @@ class RunConfig:
     target_accuracy: float = 0.9
     stragglers: Stragglers = Stragglers()  # from "FRACTION:FACTOR"
     timeout_s: float = 120.0  # longest any blocking wait may last before the run fails
+    flush_s: float = 10.0  # rank 0 rewrites the result file (status "incomplete") at least this often
+    time_limit_s: float = 0.0  # longest the run may take; 0 = until the Slurm job ends, else 7 days
+    fault: Fault = Fault()  # from "KIND:RANK@WHEN[:FACTOR]": a fault injected on purpose
     progress_s: float = 30.0  # seconds between rank 0's progress lines when its output is not a terminal
     warmup_steps: int = 2  # untimed gradient computations per worker before the timed window (never applied)
     threads: int = 0  # torch threads per rank; 0 = share this node's cores among its ranks
@@ -85,6 +144,7 @@ class RunConfig:
         d = dataclasses.asdict(self)
         d["lr_decay_epochs"] = list(self.lr_decay_epochs)
         d["stragglers"] = str(self.stragglers)
+        d["fault"] = str(self.fault)
         d["options"] = {k: dict(v) for k, v in self.options.items()}
         return d
 
@@ -111,15 +171,17 @@ def check_value(owner: str, name: str, value: Any, hint: Any) -> Any:
             return value
     elif hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise UsageError(f"{owner}{name} = {value!r} is not a finite number")
             return float(value)
     elif hint is str:
         if isinstance(value, str):
             return value
-    elif hint is Stragglers:
-        if isinstance(value, Stragglers):
+    elif hint in (Stragglers, Fault):
+        if isinstance(value, hint):
             return value
         if isinstance(value, str):
-            return Stragglers.parse(value)
+            return hint.parse(value)
     else:
         return value
     raise UsageError(f"{owner}{name} = {value!r} is not a {hint.__name__}")
@@ -151,7 +213,9 @@ def load_toml(path: str) -> dict[str, Any]:
     if not p.is_file():
         raise UsageError(f"config file {path!r} does not exist")
     try:
-        return tomllib.loads(p.read_text())
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"config file {path!r} is not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"config file {path!r} is not valid TOML: {exc}") from None
 
@@ -234,8 +298,15 @@ def validate_numbers(cfg: RunConfig) -> None:
         raise UsageError(f"eval samples must be >= 1, got {cfg.eval_samples}")
     if not 0.0 < cfg.target_accuracy <= 1.0:
         raise UsageError(f"target accuracy must be in (0, 1], got {cfg.target_accuracy}")
+    if cfg.seed < 0:
+        raise UsageError(f"seed must be >= 0, got {cfg.seed}")
     if cfg.timeout_s <= 0:
         raise UsageError(f"timeout must be > 0 seconds, got {cfg.timeout_s}")
+    if cfg.flush_s <= 0:
+        raise UsageError(f"flush_s must be > 0 seconds, got {cfg.flush_s:g}")
+    if cfg.time_limit_s < 0:
+        raise UsageError(f"time_limit_s must be >= 0 seconds (0: the Slurm job's end, else 7 days), "
+                         f"got {cfg.time_limit_s:g}")
     if not cfg.progress_s > 0:
         raise UsageError(f"progress_s must be > 0 seconds, got {cfg.progress_s}")
     if cfg.warmup_steps < 0:

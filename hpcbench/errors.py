@@ -9,6 +9,10 @@ class UsageError(HpcbenchError):
     """Bad input: unknown names, impossible sizes, missing data, malformed config."""
 
 
+class ResultWriteError(HpcbenchError):
+    """The result file could not be written (a full disk, a file-size limit, a permission)."""
+
+
 class RuntimeFailure(HpcbenchError):
     """A run that cannot go on: a timeout, a torn read, a rank that failed."""
 
@@ -16,9 +20,17 @@ class RuntimeFailure(HpcbenchError):
 
 
 class WaitTimeout(RuntimeFailure):
-    """A wait that passed its deadline (``timeout_s``)."""
+    """A wait that passed its deadline (``timeout_s``); ``peer``: the rank waited for, when one was."""
 
     status = "timeout"
+
+    def __init__(self, message: str, peer: int | None = None) -> None:
+        super().__init__(message)
+        self.peer = peer
+
+
+class InjectedFault(RuntimeFailure):
+    """``--set fault=raise:RANK@STEP``: the failure a user asked for."""
 
 
 class Stopped(RuntimeFailure):

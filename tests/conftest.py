@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,11 +34,17 @@ def mpirun(ranks: int, *args: str, timeout: float = MPI_TIMEOUT_S, module: str |
         cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", module, *args]
     full_env = launch_env(ranks)
     full_env.update(env or {})
+    # A session of its own: on timeout every rank goes too (a rank left behind would hold the pipes open).
+    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
-        return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
         pytest.fail(f"mpiexec -n {ranks} {' '.join(args)} did not finish in {timeout} s "
-                    f"(stdout: {exc.stdout!r}, stderr: {exc.stderr!r})")
+                    f"(stdout: {out!r}, stderr: {err!r})")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

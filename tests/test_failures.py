@@ -95,7 +95,7 @@ def failed_cell(path: Path) -> tuple[dict[str, str], str]:
 
 @requires_mpi
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("victim, sig", [("2", signal.SIGTERM), ("mpiexec", signal.SIGINT)])
+@pytest.mark.parametrize("victim, sig", [("2", signal.SIGTERM), ("mpiexec", signal.SIGINT), ("1", signal.SIGUSR1)])
 def test_a_stopped_run_leaves_an_aborted_file_with_what_rank0_recorded(tmp_path, victim, sig):
     out = tmp_path / "stopped.h5"
     code, err = stop_mid_run(out, victim, sig, "--algo", "asgd", "--epochs", "200")

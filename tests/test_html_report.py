@@ -90,7 +90,7 @@ def check_shows_the_report(page: Page) -> None:
                                                         ("asgd", "2")]
     timed_out = next(r for r in scaling[1:] if r[0] == "allreduce" and r[3] == "2")
     assert "TIMEOUT" in timed_out and "0 (1 failed)" in timed_out
-    assert unfinished[1][:3] == ["allreduce", "2", "timeout"] and "timed out after 9 s" in unfinished[1][3]
+    assert unfinished[1][:3] == ["allreduce", "2", "timeout"] and "timed out after 9 s" in unfinished[1][4]
     assert len(page.images) == 4 and all(src.startswith("data:image/png;base64,") for src in page.images)
 
 

@@ -65,7 +65,7 @@ def test_two_concurrent_runs_with_one_out_both_keep_their_result(tmp_path):
     assert len(files) == 2 and not list(tmp_path.glob("*.partial"))
     assert sorted(read_run(f).attrs["seed"] for f in files) == [1, 2]  # two complete, different results
     said = "".join(err for _, err in results)
-    assert "appeared while this run went on; the result is kept as" in said
+    assert "appeared while this run was set up; the result goes to" in said
 
 
 @requires_mpi

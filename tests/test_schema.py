@@ -64,5 +64,5 @@ def test_every_summary_name_the_report_reads_is_declared():
     from hpcbench.report.metrics import RunRow
 
     read = {f.name for f in dataclasses.fields(RunRow)} - {"algorithm", "mode", "workers", "nodes", "path", "settings", "peak_lr", "evals",
-                                                            "result", "error", "lr_recipe"}
+                                                            "result", "error", "lr_recipe", "reached"}
     assert read <= set(schema.SUMMARY_KEYS)

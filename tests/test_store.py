@@ -52,3 +52,26 @@ def test_reading_something_else_is_a_clear_error(tmp_path):
     junk.write_bytes(b"not hdf5")
     with pytest.raises(UsageError, match="cannot read result file"):
         read_run(junk)
+
+
+def test_a_rewrite_that_finds_the_disk_full_keeps_the_last_file_and_says_why(tmp_path):
+    import subprocess
+
+    from hpcbench.errors import ResultWriteError
+    from hpcbench.results.store import rewrite_run
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        path = write_run(disk / "r.h5", record())
+        big = record(final_params=np.random.default_rng(0).normal(size=200_000).astype(np.float32))
+        with pytest.raises(ResultWriteError) as err:
+            rewrite_run(path, big)
+        assert str(err.value).startswith(f"could not write the result file {str(path)!r}: ")
+        assert "No space left on device" in str(err.value)
+        assert read_run(path).final_params.tolist() == [0, 1, 2, 3, 4]  # the last complete write
+        assert not list(disk.glob("*.partial"))
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)

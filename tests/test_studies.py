@@ -36,6 +36,7 @@ def test_run_job_script_line_by_line():
         "#SBATCH --cpus-per-task=8",
         "#SBATCH --gpus-per-task=1",
         "#SBATCH --time=02:00:00",
+        "#SBATCH --signal=USR1@60",
         "#SBATCH --output=/s/log-%j",
         "#SBATCH --partition=gpu",
         "#SBATCH --account=proj",

@@ -20,6 +20,13 @@ from hpcbench.errors import PeerFailure, WaitTimeout
 T = TypeVar("T")
 CLOCK_TAG = 32_000
 NOTICE_TAG = 32_001  # a worker telling rank 0 how it failed, before it stops
+GATHER_TAG = 32_002  # set-up and final exchanges through rank 0 (which names a rank that never arrives)
+SCATTER_TAG = 32_003
+HEARTBEAT_TAG = 32_004  # "still here", between rank 0 and each worker while training
+# A worker waits for rank 0 this much longer than rank 0 waits for a worker: when a worker stalls,
+# rank 0's deadline passes first and it names the rank; when rank 0 stalls, the workers name it.
+WORKER_MARGIN_S = 5.0
+BEAT = np.zeros(1, dtype=np.uint8)  # what a heartbeat carries (never changes, so a send may outlive its call)
 NOTICE_BYTES = 4096
 SPIN_S = 0.002  # with a core to itself, test without sleeping this long (collectives advance only when tested)
 FIRST_SLEEP_S = 0.00005  # then sleep between tests, doubling while nothing happens ...
@@ -27,7 +34,7 @@ MAX_SLEEP_S = 0.0002  # ... up to this: an idle rank costs the computing ones li
 
 
 def wait_for(test: Callable[[], T | None], timeout: float, what: str, fail: bool = True,
-             spin: float = SPIN_S) -> T | None:
+             spin: float = SPIN_S, peer: int | None = None) -> T | None:
     """Call ``test`` until it returns non-None; after ``timeout`` seconds fail or return None.
 
     Each test calls into MPI, so operations aimed at this rank progress while it waits. ``spin``:
@@ -46,7 +53,7 @@ def wait_for(test: Callable[[], T | None], timeout: float, what: str, fail: bool
         waited = time.monotonic() - start
         if waited > timeout:
             if fail:
-                raise WaitTimeout(f"timed out after {timeout:g} s waiting for {what}")
+                raise WaitTimeout(f"timed out after {timeout:g} s waiting for {what}", peer)
             return None
         if waited > spin:
             time.sleep(pause)
@@ -170,6 +177,16 @@ class MpiComm:
         self._notice_req: MPI.Request | None = None
         if self.rank == 0:
             self._notice_req = self.world.Irecv([self._notice, MPI.BYTE], MPI.ANY_SOURCE, NOTICE_TAG)
+        self.objects = pkl5.Intracomm(self.world)  # pickled exchanges of any size
+        self.hosts: list[str] = []  # every rank's host, once the set-up exchange told them
+        self.on_wait: Callable[[], None] | None = None  # called on every test of every wait (faults, flushes)
+        self._beats: list[MPI.Prequest] = []  # one pre-posted receive per watched peer
+        self._beat_bufs: list[np.ndarray] = []
+        self.last_heard: dict[int, float] = {}  # when each watched peer last said it was there
+        self._beat_from: list[int] = []  # the peers watched: every worker on rank 0, rank 0 on a worker
+        self._beat_every = 0.0
+        self._beat_deadline = 0.0
+        self._next_beat = 0.0
 
     # --- set-up -------------------------------------------------------------------------------
     def open_window(self, name: str, nbytes: int, owned: bool, accumulated: bool = False) -> None:
@@ -186,7 +203,9 @@ class MpiComm:
         self._sends.clear()
         for channel in self.channels.values():
             channel.close()
-        self.barrier(self.world, timeout)
+        self._beat_every = 0.0  # no more heartbeats from here; after the barrier none is on its way
+        self.world_barrier(timeout)
+        self._stop_heartbeats()
         self._stop_listening()  # every rank is past its program: no notice can come now
         for window in self.windows.values():
             window.free()
@@ -238,16 +257,23 @@ class MpiComm:
         self._wait(lambda: True if req.Test() else None, timeout, "a barrier", spin=timeout)
 
     def _wait(self, test: Callable[[], T | None], timeout: float, what: str, fail: bool = True,
-              spin: float = SPIN_S) -> T | None:
-        """``wait_for``, and on rank 0 a failure notice from a worker ends the wait (``PeerFailure``)."""
-        if self._notice_req is None:
-            return wait_for(test, timeout, what, fail, spin)
+              spin: float = SPIN_S, peer: int | None = None) -> T | None:
+        """``wait_for``; on rank 0 a failure notice from a worker ends the wait (``PeerFailure``); on
+        every rank the ``on_wait`` hook and heartbeats run while it waits."""
 
         def watched() -> T | None:
-            self.check_peers()
+            self.tick()
             return test()
 
-        return wait_for(watched, timeout, what, fail, spin)
+        return wait_for(watched, timeout, what, fail, spin, peer)
+
+    def tick(self) -> None:
+        """Between operations and while waiting: notices and heartbeats, then the ``on_wait`` hook."""
+        if self.rank == 0:
+            self.check_peers()
+        self.beat()
+        if self.on_wait is not None:
+            self.on_wait()
 
     # --- failures -----------------------------------------------------------------------------
     def check_peers(self) -> None:
@@ -258,6 +284,68 @@ class MpiComm:
         self._notice_req = None
         notice = json.loads(self._notice[:status.Get_count(MPI.BYTE)].tobytes())
         raise PeerFailure(f"rank {status.Get_source()} on {notice['host']}: {notice['error']}", notice["status"])
+
+    def start_heartbeats(self, every: float, deadline: float) -> None:
+        """Training begins: rank 0 and the workers tell each other every ``every`` seconds that they are
+        there; a peer silent for ``deadline`` seconds ends the run naming it (a stopped or lost rank
+        that nobody happens to be waiting for, e.g. one worker of a parameter server)."""
+        self._beat_every, self._beat_deadline = every, deadline
+        now = time.monotonic()
+        for src in (range(1, self.size) if self.rank == 0 else (0,)):
+            buf = np.zeros(1, dtype=np.uint8)
+            req = self.world.Recv_init([buf, MPI.BYTE], src, HEARTBEAT_TAG)
+            req.Start()
+            self._beats.append(req)
+            self._beat_bufs.append(buf)
+            self._beat_from.append(src)
+            self.last_heard[src] = now
+        self._next_beat = now
+
+    def beat(self) -> None:
+        if not self._beat_every:
+            return
+        now = time.monotonic()
+        while self._beats:
+            i, done = MPI.Request.Testany(self._beats)
+            if not done or i == MPI.UNDEFINED:
+                break
+            self.last_heard[self._beat_from[i]] = now
+            self._beats[i].Start()
+        if now >= self._next_beat:
+            self._next_beat = now + self._beat_every
+            for dst in self._beat_from:
+                self.world.Isend([BEAT, MPI.BYTE], dst, HEARTBEAT_TAG).Free()
+            quiet = self.silent(self._beat_deadline, now)
+            if quiet:
+                rank, seconds = quiet[0]
+                raise WaitTimeout(f"{self.name(rank)} has stopped answering: nothing heard from it for "
+                                  f"{seconds:.0f} s (timeout_s)", peer=rank)
+
+    def silent(self, longer_than: float, now: float | None = None) -> list[tuple[int, float]]:
+        """The peers not heard from for ``longer_than`` seconds, as (rank, seconds), longest first."""
+        now = time.monotonic() if now is None else now
+        quiet = [(r, now - t) for r, t in self.last_heard.items() if now - t > longer_than]
+        return sorted(quiet, key=lambda q: -q[1])
+
+    def _stop_heartbeats(self) -> None:
+        """Receive the heartbeats still unmatched (MPI_Finalize refuses a communicator that has some)
+        and free the receives. Messages between two ranks arrive in order, so after a barrier every
+        heartbeat sent before it is here."""
+        self._beat_every = 0.0
+        sink = np.zeros(1, dtype=np.uint8)
+        for req, src in zip(self._beats, self._beat_from):
+            if not req.Test():
+                req.Cancel()
+                req.Wait()
+            req.Free()
+            while self.world.Iprobe(src, HEARTBEAT_TAG):
+                self.world.Recv([sink, MPI.BYTE], src, HEARTBEAT_TAG)
+        self._beats.clear()
+        self._beat_bufs.clear()
+        self._beat_from.clear()
+
+    def name(self, rank: int) -> str:
+        return f"rank {rank} on {self.hosts[rank]}" if rank < len(self.hosts) else f"rank {rank}"
 
     def tell_failure(self, status: str, error: str, grace: float) -> None:
         """A worker that cannot go on: tell rank 0 why, then give it ``grace`` seconds to keep a record of
@@ -273,39 +361,68 @@ class MpiComm:
     def worker_barrier(self, timeout: float) -> None:
         self.barrier(self.workers, timeout)
 
-    def world_barrier(self, timeout: float) -> None:
-        self.barrier(self.world, timeout)
+    def world_barrier(self, timeout: float, what: str = "a barrier") -> None:
+        """Every rank here; rank 0 names a rank that does not come within ``timeout``."""
+        self.exchange(None, timeout, what)
 
-    def allgather(self, obj: object) -> list[Any]:
-        return self.world.allgather(obj)
+    def collect(self, obj: object, timeout: float, what: str) -> list[Any] | None:
+        """Every rank's ``obj`` on rank 0 (None elsewhere), each wait bounded: rank 0 names a rank
+        that has not sent within ``timeout``; a worker gives up after ``timeout`` + margin."""
+        if self.rank != 0:
+            req = self.objects.isend(obj, 0, GATHER_TAG)
+            self._wait(lambda: True if req.test()[0] else None, timeout + WORKER_MARGIN_S,
+                       f"rank 0 to take part in {what}", peer=0)
+            return None
+        out: list[Any] = [obj] + [None] * (self.size - 1)
+        for src in range(1, self.size):
+            msg = self._wait(lambda: self.objects.improbe(src, GATHER_TAG), timeout,
+                             f"{self.name(src)} to take part in {what}", peer=src)
+            assert msg is not None
+            out[src] = msg.recv()
+        return out
 
-    def gather(self, obj: object) -> list[Any] | None:
-        return pkl5.Intracomm(self.world).gather(obj, root=0)
-
-    def bcast(self, obj: T) -> T:
-        return self.world.bcast(obj, root=0)
+    def exchange(self, obj: object, timeout: float, what: str) -> list[Any]:
+        """Every rank's ``obj`` on every rank, in rank order, through rank 0 (see ``collect``)."""
+        gathered = self.collect(obj, timeout, what)
+        if self.rank == 0:
+            reqs = [self.objects.isend(gathered, dst, SCATTER_TAG) for dst in range(1, self.size)]
+            self._wait(lambda: True if all(r.test()[0] for r in reqs) else None, timeout,
+                       f"every rank to receive {what}")
+            assert gathered is not None
+            return gathered
+        msg = self._wait(lambda: self.objects.improbe(0, SCATTER_TAG), timeout + WORKER_MARGIN_S,
+                         f"rank 0 to answer in {what}", peer=0)
+        assert msg is not None
+        return msg.recv()
 
     # --- clocks and placement -----------------------------------------------------------------
     @staticmethod
     def wtime() -> float:
         return MPI.Wtime()
 
-    def clock_offsets(self, rounds: int = 8) -> np.ndarray | None:
+    def clock_offsets(self, timeout: float, rounds: int = 8) -> np.ndarray | None:
         """On rank 0: each rank's clock minus rank 0's, from the ping-pong with the shortest round trip."""
         ping = np.zeros(1, dtype=np.float64)
+
+        def transfer(start: Callable[..., MPI.Request], peer: int, limit: float) -> None:
+            req = start([ping, MPI.DOUBLE], peer, CLOCK_TAG)
+            who = self.name(peer)
+            self._wait(lambda: True if req.Test() else None, limit, f"{who} in the clock synchronisation",
+                       spin=limit, peer=peer)
+
         if self.rank != 0:
             for _ in range(rounds):
-                self.world.Recv(ping, 0, CLOCK_TAG)
+                transfer(self.world.Irecv, 0, timeout + WORKER_MARGIN_S)
                 ping[0] = MPI.Wtime()
-                self.world.Send(ping, 0, CLOCK_TAG)
+                transfer(self.world.Isend, 0, timeout + WORKER_MARGIN_S)
             return None
         offsets = np.zeros(self.size)
         for rank in range(1, self.size):
             best = np.inf
             for _ in range(rounds):
                 t0 = MPI.Wtime()
-                self.world.Send(ping, rank, CLOCK_TAG)
-                self.world.Recv(ping, rank, CLOCK_TAG)
+                transfer(self.world.Isend, rank, timeout)
+                transfer(self.world.Irecv, rank, timeout)
                 t1 = MPI.Wtime()
                 if t1 - t0 < best:
                     best = t1 - t0
@@ -330,6 +447,7 @@ class MpiComm:
             self._notice_req = None
 
     def finalize(self) -> None:
+        self._stop_heartbeats()
         self._stop_listening()
         self.workers.Free()
         MPI.Finalize()

@@ -60,16 +60,16 @@ class Cluster(Transport, Protocol):
     def open_channel(self, name: str, nbytes: int, sources: tuple[int, ...]) -> None:
         """Messages of ``nbytes``; receives from ``sources`` are posted now, others on first use."""
 
-    def allgather(self, obj: object) -> list[Any]:
-        """Collective: every rank's ``obj``, in rank order."""
+    def exchange(self, obj: object, timeout: float, what: str) -> list[Any]:
+        """Collective: every rank's ``obj``, in rank order; a rank missing after ``timeout`` is named."""
 
-    def gather(self, obj: object) -> list[Any] | None:
-        """Collective: every rank's ``obj`` on rank 0 (None elsewhere)."""
+    def collect(self, obj: object, timeout: float, what: str) -> list[Any] | None:
+        """Collective: every rank's ``obj`` on rank 0 (None elsewhere), within ``timeout``."""
 
-    def clock_offsets(self) -> np.ndarray | None:
+    def clock_offsets(self, timeout: float) -> np.ndarray | None:
         """Collective: on rank 0 each rank's clock minus rank 0's; None elsewhere."""
 
-    def world_barrier(self, timeout: float) -> None:
+    def world_barrier(self, timeout: float, what: str = "a barrier") -> None:
         """Collective over every rank."""
 
     def close(self, timeout: float) -> None:

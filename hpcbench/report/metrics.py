@@ -75,10 +75,21 @@ class RunRow:
     result: str = "ok"  # how the run ended; a run that did not finish shows no numbers
     error: str = ""  # the error line a failed run's file holds
     lr_recipe: str = ""  # the learning-rate schedule as the run resolved it (warm-up, scaling, decay)
+    reached: str = ""  # a run that did not finish: how far it got, from what its file holds
+
+
+def how_far(rec: RunRecord) -> str:
+    """"N of B samples (P%) in T s" from a file's summary; "" when it does not say."""
+    samples, wall = rec.summary.get("samples"), rec.summary.get("wall_s")
+    budget = rec.attrs["config"].get("budget_samples")
+    if not isinstance(samples, (int, float)) or not isinstance(wall, (int, float)) or not budget:
+        return ""
+    return f"{int(samples)} of {int(budget)} samples ({100 * samples / budget:.0f}%) in {wall:.1f} s"
 
 
 def run_row(rec: RunRecord, target: float) -> RunRow:
     result = str(rec.attrs["status"])
+    schedule = rec.attrs["config"].get("schedule", {})
     s = rec.summary if result == "ok" else {}
 
     def get(key: str) -> float:
@@ -99,9 +110,10 @@ def run_row(rec: RunRecord, target: float) -> RunRow:
         staleness_mean=get("staleness_mean"), staleness_p50=get("staleness_p50"),
         staleness_p99=get("staleness_p99"), penalty_mean=get("penalty_mean"),
         too_stale=get("too_stale") if "late_gradients" in s else float("nan"),
-        peak_lr=float(rec.attrs["config"]["schedule"]["lr"]), evals=int(rec.attrs["config"]["evals"]), path=rec.path,
+        peak_lr=float(schedule.get("lr", float("nan"))), evals=int(rec.attrs["config"].get("evals", 0)), path=rec.path,
         settings=settings(rec), result=result, error=str(rec.attrs.get("error", "")),
-        lr_recipe=str(rec.attrs["config"]["schedule"].get("text", "")),
+        lr_recipe=str(schedule.get("text", "")),
+        reached="" if result == "ok" else how_far(rec),
     )
 
 

@@ -35,7 +35,8 @@ UNITS = {
     "ttt_speedup": "time to target of the curve's fewest workers / this point's",
     "ttt_efficiency": "ttt_speedup per added worker, as a fraction", "too_stale": "gradients (servers only)",
     "peak_lr": "learning rate after warm-up", "evals": "evaluations over the sample budget",
-    "result": "how the run(s) ended: ok, or failed/timeout/aborted (then no numbers)",
+    "result": "how the run(s) ended: ok, or failed/timeout/aborted/incomplete (then no numbers)",
+    "got to": "a run that did not finish: samples done of the budget, and seconds, as its file last said",
     "error": "the error line of a run that did not finish", "lr_recipe": "the learning-rate schedule, as text", "failed": "runs of the point that did not finish",
 }
 
@@ -57,6 +58,17 @@ def collect(paths: Sequence[str]) -> list[Path]:
 
 def load(paths: Sequence[str]) -> list[RunRecord]:
     return [read_run(p) for p in collect(paths)]
+
+
+def load_readable(paths: Sequence[str]) -> tuple[list[RunRecord], list[tuple[str, str]]]:
+    """Every readable run under ``paths``, and (file, reason) for each file that is not."""
+    records, skipped = [], []
+    for path in collect(paths):
+        try:
+            records.append(read_run(path))
+        except UsageError as exc:
+            skipped.append((str(path), str(exc)))
+    return records, skipped
 
 
 def fmt_num(digits: int, scale: float = 1.0, unit: str = "") -> Callable[[float], str]:
@@ -207,7 +219,8 @@ def resolution(rows: Sequence[RunRow], target: float) -> str:
 
 
 UNFINISHED_COLUMNS: list[Column] = [("algorithm", lambda r: r.algorithm, TEXT), ("workers", lambda r: r.workers, TEXT),
-                                    ("result", lambda r: r.result, TEXT), ("error", lambda r: r.error, TEXT),
+                                    ("result", lambda r: r.result, TEXT), ("got to", lambda r: r.reached, TEXT),
+                                    ("error", lambda r: r.error, TEXT),
                                     ("file", lambda r: r.path, TEXT)]
 FAILED_COLUMNS: list[Column] = [(h, (lambda i: lambda r: r[i])(i), TEXT)
                                 for i, h in enumerate(["point", "result", "latest job"])]

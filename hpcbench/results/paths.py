@@ -5,10 +5,17 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 from hpcbench.errors import UsageError
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - not Unix
+    resource = None  # type: ignore[assignment]
 
 
 def run_id(environ: os._Environ[str] | dict[str, str] = os.environ) -> str:
@@ -41,6 +48,32 @@ def check_target(path: str | os.PathLike, overwrite: bool) -> None:
         if not overwrite:
             raise UsageError(f"--out {str(target)!r} already exists; choose another name or pass --overwrite "
                              "to replace it")
+
+
+def check_room(path: str | os.PathLike, needed: int) -> None:
+    """Rank 0, before training: a file can be created where ``path`` goes, and the disk and this
+    process's file-size limit leave room for ``needed`` bytes (the file and its next rewrite)."""
+    target = Path(path)
+    parent = target.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(f"--out {str(target)!r}: cannot write in {str(parent)!r}: {exc.strerror or exc}") from None
+    free = shutil.disk_usage(parent).free
+    if free < 2 * needed:
+        raise UsageError(f"--out {str(target)!r}: {mib(free)} free for a result file of about {mib(needed)} "
+                         f"(and room for its rewrite: {mib(2 * needed)}); free space or choose another --out")
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0] if resource is not None else -1
+    if limit != getattr(resource, "RLIM_INFINITY", -1) and limit < needed:
+        raise UsageError(f"--out {str(target)!r}: the file-size limit (ulimit -f) is {mib(limit)}, below the "
+                         f"result file's expected {mib(needed)}")
+
+
+def mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.2f} MiB"
 
 
 def check_study_dir(out_dir: str | os.PathLike, resume: bool) -> None:

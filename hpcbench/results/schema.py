@@ -19,7 +19,9 @@ ROOT_ATTRS = ("schema_version", "hpcbench_version", "mode", "algorithm", "world_
               "dataset", "seed", "status", "error", "created_utc", "config")
 # How a run ended. Only "ok" files are complete; the others hold what rank 0 had recorded when the
 # run failed (its own timeline, the evaluations, the server's tables) and the error line in "error".
-STATUSES = ("ok", "failed", "timeout", "aborted")
+# "incomplete": the run had not finished at rank 0's last flush (it was killed, or is still running);
+# "error" then says when that flush was.
+STATUSES = ("ok", "failed", "timeout", "aborted", "incomplete")
 PROVENANCE_ATTRS = ("hpcbench_version", "python_version", "torch_version", "numpy_version", "h5py_version",
                     "cuda_version", "git_commit", "git_dirty", "platform", "environment", "progress_mode",
                     "slurm_job_id", "slurm_array_job_id", "slurm_array_task_id", "slurm_job_nodelist", "slurm_nnodes",

@@ -14,7 +14,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from hpcbench.errors import UsageError
+from hpcbench.errors import ResultWriteError, UsageError
 from hpcbench.results.paths import partial_name, publish, run_id
 from hpcbench.results.schema import ROOT_ATTRS, SCHEMA_VERSION, RunRecord, undeclared
 
@@ -42,14 +42,30 @@ def _columns(group: h5py.Group, columns: dict[str, np.ndarray]) -> None:
 def write_run(path: str | os.PathLike, rec: RunRecord, overwrite: bool = False) -> Path:
     """Write the result; → where it went: ``path``, or a sibling name if another run took ``path``
     while this one ran (``overwrite``: replace a regular file that is there)."""
+    final = Path(path)
+    rid = run_id()
+    partial = partial_name(final, rid)
+    _write_file(partial, rec, final)
+    return publish(partial, final, overwrite, rid)
+
+
+def rewrite_run(path: str | os.PathLike, rec: RunRecord) -> None:
+    """Replace this run's own file at ``path`` whole (under a temporary name, then renamed over it):
+    a kill at any instant leaves either the previous file or this one, never a torn one."""
+    final = Path(path)
+    partial = partial_name(final, run_id())
+    _write_file(partial, rec, final)
+    os.replace(partial, final)
+
+
+def _write_file(partial: Path, rec: RunRecord, final: Path) -> None:
+    """``rec`` into a new file at ``partial``; on failure nothing is left there and the error names
+    ``final`` and the cause in one line (a full disk, a file-size limit, a permission)."""
     unknown = undeclared(rec)
     if unknown:
         raise ValueError(f"names not declared in hpcbench/results/schema.py: {', '.join(unknown)}")
-    final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    rid = run_id()
-    partial = partial_name(final, rid)
     try:
+        final.parent.mkdir(parents=True, exist_ok=True)
         with h5py.File(partial, "w") as f:
             for key, value in rec.attrs.items():
                 f.attrs[key] = _attr(value)
@@ -86,10 +102,22 @@ def write_run(path: str | os.PathLike, rec: RunRecord, overwrite: bool = False) 
                 for key, value in rec.simulation.items():
                     sim.attrs[key] = _attr(value)
             f.attrs["status"] = _attr(rec.attrs.get("status", "ok"))
-        return publish(partial, final, overwrite, rid)
-    except BaseException:
+    except BaseException as exc:
         partial.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise ResultWriteError(f"could not write the result file {str(final)!r}: {cause(exc)}") from None
         raise
+
+
+def cause(exc: OSError) -> str:
+    """An OSError's cause in a few words: h5py's own messages wrap the system's."""
+    if exc.errno is not None and exc.strerror:
+        return f"{exc.strerror} (errno {exc.errno})"
+    text = str(exc)
+    for errno_name, words in (("ENOSPC", "No space left on device"), ("EFBIG", "File too large")):
+        if errno_name in text or words.lower() in text.lower():
+            return words
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _plain(value: Any) -> Any:
@@ -114,39 +142,59 @@ def result_status(path: str | os.PathLike) -> str | None:
 
 
 def read_run(path: str | os.PathLike) -> RunRecord:
+    """A result file as a ``RunRecord``; one line (``UsageError``) for anything that is not a complete,
+    well-formed hpcbench result file this version can read."""
     try:
         f = h5py.File(path, "r")
     except (OSError, FileNotFoundError) as exc:
         raise UsageError(f"cannot read result file {str(path)!r}: {exc}") from None
     with f:
-        attrs = {k: _plain(v) for k, v in f.attrs.items()}
-        if "status" in attrs:
-            attrs.setdefault("error", "")  # written since failed runs leave files (names may grow)
-        missing = [k for k in ROOT_ATTRS if k not in attrs]
-        if missing:
-            raise UsageError(f"{path} is not an hpcbench result file (missing {', '.join(missing)})")
-        if int(attrs["schema_version"]) > SCHEMA_VERSION:
-            raise UsageError(f"{path} has schema {attrs['schema_version']}; this hpcbench reads up to "
-                             f"{SCHEMA_VERSION}: upgrade hpcbench")
+        try:
+            return _read(f, path)
+        except UsageError:
+            raise
+        except (KeyError, ValueError, TypeError, AttributeError, IndexError, OSError) as exc:
+            what = f"missing {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+            raise UsageError(f"{path} is not a well-formed hpcbench result file ({what})") from None
+
+
+def _read(f: h5py.File, path: str | os.PathLike) -> RunRecord:
+    attrs = {k: _plain(v) for k, v in f.attrs.items()}
+    if "status" in attrs:
+        attrs.setdefault("error", "")  # written since failed runs leave files (names may grow)
+    missing = [k for k in ROOT_ATTRS if k not in attrs]
+    if missing:
+        raise UsageError(f"{path} is not an hpcbench result file (missing {', '.join(missing)})")
+    version = attrs["schema_version"]
+    if not isinstance(version, int):
+        raise UsageError(f"{path} has schema_version {version!r}, not an integer")
+    if version > SCHEMA_VERSION:
+        raise UsageError(f"{path} has schema {version}; this hpcbench reads up to {SCHEMA_VERSION}: upgrade hpcbench")
+    try:
         attrs["config"] = json.loads(attrs["config"])
-        prov = f["provenance"]
-        tl = f["timeline"]
-        timeline = {name: tl[name][()] for name in tl if name != "clock_offset_s"}
-        # Columns added after a file was written read as their neutral value ("names may grow").
-        timeline.setdefault("op", np.zeros(len(timeline["rank"]), dtype=np.uint8))
-        ops = tuple(json.loads(tl.attrs["ops"])) if "ops" in tl.attrs else ("none",)
-        return RunRecord(
-            attrs=attrs,
-            provenance={k: _plain(v) for k, v in prov.attrs.items()},
-            per_rank={k: [_plain(x) for x in prov[k][()]] for k in prov},
-            timeline=timeline,
-            phases=tuple(json.loads(tl.attrs["phases"])),
-            ops=ops,
-            clock_offsets=tl["clock_offset_s"][()],
-            evals=_read_columns(f["evals"]),
-            tables={name: _read_columns(f["server"][name]) for name in f["server"]},
-            summary={k: _plain(v) for k, v in f["summary"].attrs.items()},
-            final_params=f["model"]["final_params"][()],
-            simulation={k: _plain(v) for k, v in f["simulation"].attrs.items()} if "simulation" in f else {},
-            path=str(path),
-        )
+    except (json.JSONDecodeError, TypeError):
+        raise UsageError(f"{path} has a config attribute that is not JSON") from None
+    if not isinstance(attrs["config"], dict):
+        raise UsageError(f"{path} has a config attribute that is not a JSON object")
+    summary = {k: _plain(v) for k, v in f["summary"].attrs.items()}
+    prov = f["provenance"]
+    tl = f["timeline"]
+    timeline = {name: tl[name][()] for name in tl if name != "clock_offset_s"}
+    # Columns added after a file was written read as their neutral value ("names may grow").
+    timeline.setdefault("op", np.zeros(len(timeline["rank"]), dtype=np.uint8))
+    ops = tuple(json.loads(tl.attrs["ops"])) if "ops" in tl.attrs else ("none",)
+    return RunRecord(
+        attrs=attrs,
+        provenance={k: _plain(v) for k, v in prov.attrs.items()},
+        per_rank={k: [_plain(x) for x in prov[k][()]] for k in prov},
+        timeline=timeline,
+        phases=tuple(json.loads(tl.attrs["phases"])),
+        ops=ops,
+        clock_offsets=tl["clock_offset_s"][()],
+        evals=_read_columns(f["evals"]),
+        tables={name: _read_columns(f["server"][name]) for name in f["server"]},
+        summary=summary,
+        final_params=f["model"]["final_params"][()],
+        simulation={k: _plain(v) for k, v in f["simulation"].attrs.items()} if "simulation" in f else {},
+        path=str(path),
+    )

@@ -63,6 +63,11 @@ def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0) -
     data = load_dataset(cfg.dataset, cfg.data_dir)
     if workers > len(data.y_train):
         raise UsageError(f"{workers} workers but only {len(data.y_train)} training samples in {cfg.dataset}")
+    smallest = len(data.y_train) // workers
+    if not stand_in and cfg.batch_size > smallest:
+        raise UsageError(f"batch size {cfg.batch_size} is larger than a worker's shard ({smallest} of the "
+                         f"{len(data.y_train)} training samples of {cfg.dataset} with {workers} workers); use --batch-size {smallest} "
+                         "or less, or fewer workers")
     trainer = Trainer(cfg.model, data, cfg.seed, device)
     params = np.zeros(stand_in, np.float32) if stand_in else trainer.initial
     ctx = make_context(cfg, plan.algo, workers, params, len(data.y_train), plan.options)

@@ -42,7 +42,10 @@ class RunLogs:
         self.tables[op.table].append((t,) + tuple(op.values))
 
     def eval_columns(self, shift: float = 0.0) -> dict[str, np.ndarray]:
-        cols = {name: np.array([row[i] for row in self.evals], dtype=np.float64)
+        """Scored evaluations, then the snapshots not scored yet (NaN loss and accuracy)."""
+        rows = self.evals + [(t, op.samples, op.updates, math.nan, math.nan, op.consensus)
+                             for t, op in self.snapshots[len(self.evals):]]
+        cols = {name: np.array([row[i] for row in rows], dtype=np.float64)
                 for i, name in enumerate(EVAL_COLUMNS)}
         cols["t"] = cols["t"] + shift
         for name in ("samples", "updates"):

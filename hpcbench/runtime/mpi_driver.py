@@ -28,7 +28,10 @@ class MpiDriver:
 
     def __init__(self, comm: Transport, timeline: Timeline, timeout: float, trainer: Trainer | None = None,
                  stream: BatchStream | None = None, slow_factor: float = 1.0, logs: RunLogs | None = None,
-                 progress: ProgressLine | None = None) -> None:
+                 progress: ProgressLine | None = None, tick: Callable[[], None] | None = None,
+                 slowdown: Callable[[float], float] | None = None) -> None:
+        """``tick``: called before every operation (notices, heartbeats, faults, flushes); ``slowdown``:
+        an injected fault's factor on the compute time at a given time."""
         self.comm = comm
         self.timeline = timeline
         self.timeout = timeout
@@ -37,6 +40,8 @@ class MpiDriver:
         self.slow_factor = slow_factor
         self.logs = logs
         self.progress_line = progress
+        self.tick = tick
+        self.slowdown = slowdown
         self.step = 0
         self.clock = comm.wtime
         self.handlers: dict[type, Callable[[Any], Any]] = {op: getattr(self, handler_name(op)) for op in ALL_OPS}
@@ -47,6 +52,8 @@ class MpiDriver:
         result = None
         resumed = self.clock()
         while True:
+            if self.tick is not None:
+                self.tick()
             try:
                 op = program.send(result)
             except StopIteration:
@@ -75,9 +82,10 @@ class MpiDriver:
         x, y = self.trainer.batch(indices)
         t1 = self.clock()
         grad, loss, correct = self.trainer.gradient(op.params, x, y)
-        if self.slow_factor > 1.0:
-            # An injected straggler: stretch this compute to slow_factor times its real length.
-            time.sleep((self.clock() - t1) * (self.slow_factor - 1.0))
+        factor = self.slow_factor * (self.slowdown(t1) if self.slowdown is not None else 1.0)
+        if factor > 1.0:
+            # An injected straggler: stretch this compute to factor times its real length.
+            time.sleep((self.clock() - t1) * (factor - 1.0))
         t2 = self.clock()
         self.timeline.add(self.step, "data", t0, t1, op="Compute")
         self.timeline.add(self.step, "compute", t1, t2, op="Compute")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -16,6 +16,8 @@ from hpcbench.workload.datasets import DATASETS
 from hpcbench.workload.models import MODELS
 
 DEFAULT_STEPS = 100
+MAX_SAMPLES = 2**53  # sample counts beyond this are no longer exact in the float64 columns of a result file
+DEFAULT_TIME_LIMIT_S = 7 * 24 * 3600.0  # the longest a run may take outside Slurm, unless time_limit_s says
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,10 @@ def make_context(cfg: RunConfig, algo: type[Algorithm], workers: int, params: np
     """``options``: the algorithm's built options (a ``Plan``'s); built from ``cfg`` when not given."""
     steps = steps_per_worker(cfg, workers, train_size)
     budget = steps * workers * cfg.batch_size
+    if budget > MAX_SAMPLES:
+        raise UsageError(f"a budget of {budget:.3g} samples ({steps:.3g} steps per worker x {workers} workers x "
+                         f"batch {cfg.batch_size}) cannot be counted exactly (at most 2^53) nor run; lower "
+                         "--steps or --epochs")
     return Context(
         workers=workers, params=params, batch_size=cfg.batch_size, steps=steps, train_size=train_size,
         schedule=schedule_for(cfg, algo, workers, train_size), momentum=cfg.momentum, nesterov=cfg.nesterov,
@@ -89,3 +95,24 @@ def straggler_ranks(stragglers: Stragglers, workers: int, seed: int) -> tuple[in
     count = round(stragglers.fraction * workers)
     chosen = np.random.default_rng([seed, 0x57A6]).permutation(workers)[:count]
     return tuple(sorted(int(i) + 1 for i in chosen))
+
+
+def time_limit(cfg: RunConfig, environ: Mapping[str, str], now: float) -> tuple[float, str]:
+    """The longest this run may take, in seconds, and where that limit comes from."""
+    if cfg.time_limit_s:
+        return cfg.time_limit_s, "time_limit_s"
+    end = environ.get("SLURM_JOB_END_TIME", "")
+    if end.isdigit():
+        return max(0.0, int(end) - now), f"the Slurm job's end (job {environ.get('SLURM_JOB_ID', '?')})"
+    return DEFAULT_TIME_LIMIT_S, "the default time_limit_s of 7 days"
+
+
+def check_duration(steps: int, step_s: float, limit: tuple[float, str]) -> None:
+    """Refuse a budget that cannot end in time: ``steps`` per worker at ``step_s`` seconds each (the
+    warm-up's gradient time, a lower bound of a step)."""
+    seconds, source = limit
+    estimate = steps * step_s
+    if estimate > seconds:
+        raise UsageError(f"{steps} steps per worker would take about {estimate / 3600:.3g} h at the "
+                         f"{step_s * 1e3:.3g} ms per gradient the warm-up measured, more than {seconds / 3600:.3g} h "
+                         f"allowed by {source}; lower --steps or --epochs, or raise --set time_limit_s=SECONDS")

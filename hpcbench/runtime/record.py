@@ -12,7 +12,7 @@ import hpcbench
 from hpcbench.config import RunConfig
 from hpcbench.results.paths import run_id
 from hpcbench.results.schema import RunRecord
-from hpcbench.results.store import write_run
+from hpcbench.results.store import rewrite_run, write_run
 from hpcbench.runtime.assemble import Run, assemble
 from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.logs import RunLogs
@@ -26,14 +26,36 @@ def default_out(cfg: RunConfig, workers: int, mode: str = "mpi") -> str:
     return f"results/{cfg.algo}-{cfg.dataset}-{cfg.model}-{mode}-w{workers}-s{cfg.seed}-{stamp}-{run_id()}.h5"
 
 
-def write_result(cfg: RunConfig, rec: RunRecord) -> str:
-    """Write the result file and say where it went (a sibling name when --out was taken meanwhile)."""
-    wanted = cfg.out or default_out(cfg, rec.workers, rec.mode)
-    path = str(write_run(wanted, rec, cfg.overwrite))
-    if path != wanted:
-        print(f"hpcbench: {wanted} appeared while this run went on; the result is kept as {path}",
-              file=sys.stderr, flush=True)
-    return path
+class ResultFile:
+    """A run's result file on rank 0: first written when training starts (status "incomplete"), then
+    rewritten whole at each flush and at the end. Every write goes to a temporary name renamed over
+    the file, so a kill at any instant leaves the last complete write, readable."""
+
+    def __init__(self, cfg: RunConfig, workers: int, mode: str) -> None:
+        self.wanted = cfg.out or default_out(cfg, workers, mode)
+        self.overwrite = cfg.overwrite
+        self.path = ""
+
+    def write(self, rec: RunRecord) -> str:
+        if self.path:
+            rewrite_run(self.path, rec)
+            return self.path
+        self.path = str(write_run(self.wanted, rec, self.overwrite))
+        if self.path != self.wanted:
+            print(f"hpcbench: {self.wanted} appeared while this run was set up; the result goes to {self.path}",
+                  file=sys.stderr, flush=True)
+        return self.path
+
+
+def expected_bytes(run: Run) -> int:
+    """A rough size of the run's result file: the timeline rows of every step on every rank, the
+    server's rows, the evaluations and the final model (used to refuse a disk that is too full)."""
+    ctx = run.algo.ctx
+    steps = ctx.steps * ctx.workers
+    row = 38  # bytes per timeline row: rank, step, phase, op, two times, bytes
+    server = steps * 8 * len(run.layout.tables)
+    evals = ctx.budget // ctx.eval_every + 1
+    return steps * 6 * row + steps * 2 * row + server + evals * 48 + 4 * ctx.size + 256 * 1024
 
 
 def resolved_config(run: Run, parameters: int) -> dict[str, Any]:

@@ -1,24 +1,31 @@
 """``hpcbench run``: one benchmark run under real MPI, from set-up to the result file on rank 0."""
 from __future__ import annotations
 
+import math
 import os
+import signal
 import sys
+import time
 import traceback
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from hpcbench.algorithms.api import Layout
+from hpcbench.algorithms.api import Layout, Program
 from hpcbench.comm.transport import Cluster
-from hpcbench.errors import HpcbenchError, PeerFailure, UsageError, error_line, failure_status
+from hpcbench.errors import (HpcbenchError, PeerFailure, ResultWriteError, UsageError, WaitTimeout, error_line,
+                             failure_status)
+from hpcbench.results.paths import check_room
+from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
+from hpcbench.runtime.faults import Injector
 from hpcbench.runtime.mpi_driver import MpiDriver
 from hpcbench.runtime.placement import choose_device, cpu_count, thread_count
-from hpcbench.runtime.plan import Plan
+from hpcbench.runtime.plan import Plan, check_duration, time_limit
 from hpcbench.runtime.provenance import software
-from hpcbench.runtime.logs import RunLogs
-from hpcbench.runtime.record import build_record, result_line, write_result
+from hpcbench.runtime.record import ResultFile, build_record, default_out, expected_bytes, result_line
 from hpcbench.runtime.signals import signals_held, stop_on_signals
 from hpcbench.runtime.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
 from hpcbench.telemetry.gcpause import collector_paused
@@ -30,7 +37,7 @@ if TYPE_CHECKING:
 # A worker that fails tells rank 0 and waits this long for it to write the run's record (rank 0 then
 # ends every rank); rank 0 spends at most SCORE_ON_FAILURE_S of it scoring the evaluations.
 NOTICE_GRACE_S = 30.0
-SCORE_ON_FAILURE_S = 10.0
+SCORE_ON_FAILURE_S = 3.0
 
 
 def prepare(plan: Plan, rank: int, workers: int, local: tuple[int, int], on_rank0_node: bool) -> tuple[Run, str, int]:
@@ -60,16 +67,18 @@ def open_layout(comm: Cluster, layout: Layout, workers: int) -> None:
         comm.open_channel(name, channel.nbytes, sources)
 
 
-def agree(comm: Cluster, error: str | None) -> tuple[int, str, str] | None:
+def agree(comm: MpiComm, error: str | None, timeout: float) -> tuple[int, str, str] | None:
     """Collective: the first rank's set-up error, if any rank had one."""
-    errors = comm.allgather(None if error is None else (comm.rank, comm.host, error))
+    errors = comm.exchange(None if error is None else (comm.rank, comm.host, error), timeout,
+                           "agreeing that set-up went well")
     return next((e for e in errors if e is not None), None)
 
 
-def place(comm: Cluster, device: str, threads: int) -> list[dict[str, Any]]:
+def place(comm: MpiComm, device: str, threads: int, timeout: float) -> list[dict[str, Any]]:
     """Collective: every rank's host, device and threads; rank 0 warns about shared GPUs and
     oversubscribed nodes (the run goes on)."""
-    reports = comm.allgather((comm.rank, comm.host, device, comm.local_size, cpu_count(), threads))
+    reports = comm.exchange((comm.rank, comm.host, device, comm.local_size, cpu_count(), threads), timeout,
+                            "the placement report")
     if comm.rank == 0:
         nodes = {host: (ranks, cores) for _, host, _, ranks, cores, _ in reports}
         for warning in shared_gpus([(r, h, d) for r, h, d, *_ in reports]) + oversubscribed_nodes(nodes):
@@ -89,12 +98,14 @@ def run_mpi(plan: Plan) -> int:
             print(f"hpcbench: error: {mismatch}", file=sys.stderr, flush=True)
         comm.finalize()
         return 2
+    if hasattr(signal, "SIGXFSZ"):  # past a file-size limit a write fails with EFBIG instead of killing us
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         with stop_on_signals():
             return execute(plan, comm)
     except BaseException as exc:
         with signals_held():
-            if isinstance(exc, PeerFailure):
+            if isinstance(exc, (PeerFailure, ResultWriteError)):
                 print(f"hpcbench: error: {exc}", file=sys.stderr, flush=True)
             elif isinstance(exc, HpcbenchError):
                 print(f"hpcbench: error: rank {comm.rank} on {comm.host}: {exc}", file=sys.stderr, flush=True)
@@ -102,75 +113,123 @@ def run_mpi(plan: Plan) -> int:
                 traceback.print_exc()
                 sys.stderr.flush()
             if comm.rank != 0:  # rank 0 keeps a record of the run, then ends every rank
-                comm.tell_failure(failure_status(exc), error_line(exc), NOTICE_GRACE_S)
+                waiting_for_rank0 = isinstance(exc, WaitTimeout) and exc.peer == 0
+                comm.tell_failure(failure_status(exc), error_line(exc), 0.0 if waiting_for_rank0 else NOTICE_GRACE_S)
             comm.abort(1)
     return 1
 
 
-def execute(plan: Plan, comm: MpiComm) -> int:
+def set_up(plan: Plan, comm: MpiComm) -> tuple[Run, str, int, float] | None:
+    """Everything before the timed window, checked on every rank and agreed: → (run, device, threads,
+    warm-up seconds), or None when a rank found the run cannot work (rank 0 has said why)."""
     cfg, rank, workers = plan.cfg, comm.rank, comm.size - 1
     local = comm.node_local()
     comm.oversubscribed(local[1] > cpu_count())
-    hosts = comm.allgather(comm.host)
-    prepared, error = None, None
+    comm.hosts = comm.exchange(comm.host, cfg.timeout_s, "the set-up (every rank saying where it runs)")
+    prepared, error, warmup_s = None, None, 0.0
+    Injector(cfg.fault, rank, 0.0).at_phase("setup")
     try:
-        prepared = prepare(plan, rank, workers, local, hosts[rank] == hosts[0])
+        if cfg.threads > cpu_count():
+            raise UsageError(f"threads = {cfg.threads} is more than the {cpu_count()} cores rank {rank} may use")
+        prepared = prepare(plan, rank, workers, local, comm.hosts[rank] == comm.hosts[0])
+        run = prepared[0]
+        if rank == 0:
+            check_room(cfg.out or default_out(cfg, workers), expected_bytes(run))
+        elif cfg.warmup_steps:  # before the timed window: counts toward nothing
+            step_s = run.trainer.warm_up(np.resize(run.stream(rank).shard, cfg.batch_size), cfg.warmup_steps)
+            warmup_s = step_s * cfg.warmup_steps
+            check_duration(run.algo.ctx.steps, step_s * run.slow_factor(rank),
+                           time_limit(cfg, os.environ, time.time()))
     except UsageError as exc:
         error = str(exc)
-    failure = agree(comm, error)
+    failure = agree(comm, error, cfg.timeout_s)
     if failure is not None:
         if rank == 0:
             who, host, message = failure
             where = "" if who == 0 else f"rank {who} on {host}: "
             print(f"hpcbench: error: {where}{message}", file=sys.stderr, flush=True)
+        return None
+    assert prepared is not None
+    return (*prepared, warmup_s)
+
+
+def execute(plan: Plan, comm: MpiComm) -> int:
+    cfg, rank, workers = plan.cfg, comm.rank, comm.size - 1
+    ready = set_up(plan, comm)
+    if ready is None:
         comm.finalize()
         return 2
-    assert prepared is not None
-    run, device, threads = prepared
-    placed = place(comm, device, threads)
+    run, device, threads, warmup_s = ready
+    placed = place(comm, device, threads, cfg.timeout_s)
+    comm.world_barrier(cfg.timeout_s, "window creation")  # a rank missing here is named, not waited for forever
     open_layout(comm, run.layout, workers)
-    offsets = comm.clock_offsets()
+    offsets = comm.clock_offsets(cfg.timeout_s)
     timeline = Timeline(rank)
-    logs = run.logs() if rank == 0 else None
+    keeper = Keeper(run, comm, placed, offsets, timeline) if rank == 0 else None
     progress = run.progress() if rank == 0 else None
     stream = run.stream(rank) if rank > 0 else None
-    driver = MpiDriver(comm, timeline, cfg.timeout_s, run.trainer, stream, run.slow_factor(rank), logs, progress)
-    program = run.algo.server() if rank == 0 else run.algo.worker(rank)
-    warmup_s = 0.0
-    if stream is not None and cfg.warmup_steps:  # before the timed window: counts toward nothing
-        t0 = comm.wtime()
-        run.trainer.warm_up(np.resize(stream.shard, cfg.batch_size), cfg.warmup_steps)
-        warmup_s = comm.wtime() - t0
-    comm.world_barrier(cfg.timeout_s)
+    if keeper is not None:
+        keeper.claim()  # the file exists before the first step, outside the timed window
+    comm.world_barrier(cfg.timeout_s, "the start of training")
     start = comm.wtime()
+    injector = Injector(cfg.fault, rank, start)
+    driver = MpiDriver(comm, timeline, cfg.timeout_s, run.trainer, stream, run.slow_factor(rank),
+                       keeper.logs if keeper is not None else None, progress, tick=comm.tick,
+                       slowdown=injector.slow_factor)
+
+    def on_wait() -> None:
+        injector.check(comm.wtime(), driver.step)
+        if keeper is not None:
+            keeper.maybe_flush(driver.step)
+
+    comm.on_wait = on_wait
+    comm.start_heartbeats(min(1.0, cfg.timeout_s / 10), cfg.timeout_s)
     try:
+        if keeper is not None:
+            keeper.begin(start)
         with collector_paused():
-            end = driver.run(program)
+            end = driver.run(program_of(run, rank))
+        comm.on_wait = None
         if progress is not None:
             progress.close()
         comm.close(cfg.timeout_s)
+        injector.at_phase("gather")
+        gathered = comm.collect({**placed[rank], "start": start, "end": end, "warmup_s": warmup_s,
+                                 "timeline": timeline.columns()}, cfg.timeout_s, "the final gather of timelines")
     except BaseException as exc:
-        if rank == 0:
-            assert logs is not None and offsets is not None
+        comm.on_wait = None
+        if keeper is not None:
+            named = blamed(comm, exc, cfg.timeout_s)
             with signals_held():
                 if progress is not None:
                     progress.close()
-                parts = [{**p, "start": start, "end": start, "timeline": Timeline(p["rank"]).columns()}
-                         for p in placed]
-                parts[0].update(end=comm.wtime(), timeline=timeline.columns())
-                keep_failure(run, comm, parts, offsets, start, logs, exc)
+                keeper.fail(named)
+            if named is not exc:
+                raise named from None
         raise
-    gathered = comm.gather({**placed[rank], "start": start, "end": end, "warmup_s": warmup_s,
-                            "timeline": timeline.columns()})
-    if rank == 0:
-        assert logs is not None and offsets is not None and gathered is not None
-        logs.score(lambda params: run.trainer.evaluate(params, cfg.eval_samples))
-        record = build_record(run, mode="mpi", world_size=comm.size, parts=gathered, offsets=offsets, origin=start,
-                              logs=logs, provenance=provenance())
-        path = write_result(cfg, record)
-        print(result_line(record, path), flush=True)
+    if keeper is not None:
+        assert gathered is not None
+        final, path = keeper.finish(gathered)
+        print(result_line(final, path), flush=True)
     comm.finalize()
     return 0
+
+
+def program_of(run: Run, rank: int) -> Program:
+    return run.algo.server() if rank == 0 else run.algo.worker(rank)
+
+
+def blamed(comm: MpiComm, exc: BaseException, timeout: float) -> BaseException:
+    """Rank 0, when a wait in training failed: name the workers that stopped answering (heartbeats
+    silent for over half the timeout), which the rank that timed out cannot know."""
+    if not isinstance(exc, (WaitTimeout, PeerFailure)) or getattr(exc, "peer", None) is not None:
+        return exc
+    quiet = comm.silent(timeout / 2)
+    if not quiet:
+        return exc
+    who = ", ".join(f"{comm.name(r)} (silent for {s:.0f} s)" for r, s in quiet)
+    verb = "has" if len(quiet) == 1 else "have"
+    return PeerFailure(f"{who} {verb} stopped answering; {where_from(exc, comm.host)}", failure_status(exc))
 
 
 def provenance() -> dict[str, Any]:
@@ -184,19 +243,80 @@ def where_from(exc: BaseException, host: str) -> str:
     return str(exc) if isinstance(exc, PeerFailure) else f"rank 0 on {host}: {error_line(exc)}"
 
 
-def keep_failure(run: Run, comm: MpiComm, parts: list[dict[str, Any]], offsets: np.ndarray, start: float,
-                 logs: RunLogs, exc: BaseException) -> None:
-    """Rank 0, when the run cannot finish: write what it recorded until now (its own timeline, the
-    evaluations it can score in a few seconds, the server's tables) with the run's status and error."""
-    cfg = run.cfg
-    try:
-        logs.score(lambda params: run.trainer.evaluate(params, cfg.eval_samples), seconds=SCORE_ON_FAILURE_S)
-        record = build_record(run, mode="mpi", world_size=comm.size, parts=parts, offsets=offsets, origin=start,
-                              logs=logs, provenance=provenance(),
-                              failure=(failure_status(exc), where_from(exc, comm.host), parts[0]["end"]))
-        path = write_result(cfg, record)
-    except Exception as write_error:  # the run's own error is the one to report
-        print(f"hpcbench: could not keep a record of the failed run: {write_error}", file=sys.stderr, flush=True)
-        return
-    print(f"hpcbench: the run ended as {record.attrs['status']!r}; what rank 0 recorded until then is in {path}",
-          file=sys.stderr, flush=True)
+class Keeper:
+    """Rank 0's record of the run while it goes on: the result file is written when training starts,
+    rewritten every ``flush_s`` seconds with status "incomplete" (so a kill of any rank, rank 0
+    included, leaves what was measured until then), and finally as "ok" or how the run failed."""
+
+    def __init__(self, run: Run, comm: MpiComm, placed: list[dict[str, Any]], offsets: np.ndarray | None,
+                 timeline: Timeline) -> None:
+        assert offsets is not None
+        self.run, self.comm, self.placed, self.offsets, self.timeline = run, comm, placed, offsets, timeline
+        self.logs = run.logs()
+        self.file = ResultFile(run.cfg, comm.size - 1, "mpi")
+        self.provenance = provenance()
+        self.start = 0.0
+        self.next_flush = math.inf
+
+    def record(self, parts: list[dict[str, Any]], failure: tuple[str, str, float] | None) -> RunRecord:
+        return build_record(self.run, mode="mpi", world_size=self.comm.size, parts=parts, offsets=self.offsets,
+                            origin=self.start, logs=self.logs, provenance=self.provenance, failure=failure)
+
+    def own_parts(self, now: float) -> list[dict[str, Any]]:
+        """Rank 0's timeline; the workers' are gathered only at the end."""
+        parts = [{**p, "start": self.start, "end": self.start, "timeline": Timeline(p["rank"]).columns()}
+                 for p in self.placed]
+        parts[0].update(end=now, timeline=self.timeline.columns())
+        return parts
+
+    def claim(self) -> None:
+        """Write the file for the first time (an empty record, "incomplete")."""
+        self.start = self.comm.wtime()
+        self.flush(self.start)
+
+    def begin(self, start: float) -> None:
+        """Training started at ``start``: flushes count from there."""
+        self.start = start
+        self.next_flush = start + self.run.cfg.flush_s
+
+    def flush(self, now: float) -> None:
+        when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        line = (f"the run had not finished when rank 0 last wrote this file, {now - self.start:.1f} s into it "
+                f"({when}): it was killed, or is still running")
+        self.file.write(self.record(self.own_parts(now), ("incomplete", line, now)))
+        self.next_flush = self.comm.wtime() + self.run.cfg.flush_s
+
+    def maybe_flush(self, step: int) -> None:
+        t0 = self.comm.wtime()
+        if t0 >= self.next_flush:
+            self.next_flush = math.inf  # no flush within a flush
+            self.flush(t0)
+            self.timeline.add(step, "flush", t0, self.comm.wtime())
+
+    def finish(self, gathered: list[dict[str, Any]]) -> tuple[RunRecord, str]:
+        """The complete record, written over the last flush; → (record, path)."""
+        cfg = self.run.cfg
+        self.logs.score(lambda params: self.run.trainer.evaluate(params, cfg.eval_samples))
+        final = self.record(gathered, None)
+        try:
+            return final, self.file.write(final)
+        except ResultWriteError as exc:
+            raise ResultWriteError(f"{exc}; {self.file.path} keeps the run as of its last flush "
+                                   "(status 'incomplete')") from None
+
+    def fail(self, exc: BaseException) -> None:
+        """When the run cannot finish: what rank 0 recorded until now (its own timeline, the
+        evaluations it can score in a few seconds, the server's tables) with the status and error."""
+        cfg = self.run.cfg
+        now = self.comm.wtime()
+        try:
+            self.logs.score(lambda params: self.run.trainer.evaluate(params, cfg.eval_samples),
+                            seconds=SCORE_ON_FAILURE_S)
+            record = self.record(self.own_parts(now),
+                                 (failure_status(exc), where_from(exc, self.comm.host), now))
+            path = self.file.write(record)
+        except Exception as write_error:  # the run's own error is the one to report
+            print(f"hpcbench: could not keep a record of the failed run: {write_error}", file=sys.stderr, flush=True)
+            return
+        print(f"hpcbench: the run ended as {record.attrs['status']!r}; what rank 0 recorded until then is in {path}",
+              file=sys.stderr, flush=True)

@@ -38,7 +38,8 @@ def header(name: str, nodes: int, tasks_per_node: int, res: Resources, log: str)
     ]
     if res.gpus_per_task:
         lines.append(f"#SBATCH --gpus-per-task={res.gpus_per_task}")
-    lines += [f"#SBATCH --time={res.time}", f"#SBATCH --output={log}"]
+    # A warning before the time limit: rank 0 keeps the run's record as "aborted" (SIGTERM also works).
+    lines += [f"#SBATCH --time={res.time}", "#SBATCH --signal=USR1@60", f"#SBATCH --output={log}"]
     if res.partition:
         lines.append(f"#SBATCH --partition={res.partition}")
     if res.account:

@@ -108,15 +108,25 @@ def load_digits(data_dir: str) -> Dataset:
 CIFAR_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
 
 
-def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+def read_cifar_batch(path: Path, classes: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """One pickle batch → (N×3×32×32 uint8 images, N int64 labels), or one line saying what is wrong."""
     with open(path, "rb") as fh:
         try:
             batch = pickle.load(fh, encoding="bytes")
-            data, labels = batch[b"data"], batch[b"labels"]
+            data, labels = np.asarray(batch[b"data"]), np.asarray(batch[b"labels"])
         except Exception:
             raise UsageError(f"{path} is not a CIFAR-10 python pickle batch") from None
-    x = np.asarray(data, dtype=np.uint8).reshape(-1, 3, 32, 32)
-    return x, np.asarray(labels, dtype=np.int64)
+    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or data.dtype != np.uint8:
+        raise UsageError(f"{path}: data has shape {data.shape} and type {data.dtype}; expected N x 3072 uint8"
+                         if data.dtype != np.uint8 else f"{path}: data has shape {data.shape}; expected N x 3072")
+    if labels.ndim != 1 or len(labels) != len(data):
+        raise UsageError(f"{path}: {len(data)} images but {labels.size} labels")
+    if labels.dtype.kind not in "iu":
+        raise UsageError(f"{path}: labels are {labels.dtype}, not integers")
+    bad = labels[(labels < 0) | (labels >= classes)]
+    if bad.size:
+        raise UsageError(f"{path}: label {int(bad[0])} is outside 0..{classes - 1}")
+    return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
 
 
 @describe("cifar10", "CIFAR-10 from --data-dir (python pickle format: data_batch_1..5, test_batch)")

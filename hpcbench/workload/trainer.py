@@ -5,6 +5,8 @@ pinned buffers on CUDA), runs forward/backward, and hands the flat gradient back
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 from torch import nn
@@ -76,12 +78,17 @@ class Trainer:
             torch.cuda.current_stream(self.device).synchronize()
         return host.numpy().copy(), float(loss.detach()), correct
 
-    def warm_up(self, indices: np.ndarray, steps: int) -> None:
+    def warm_up(self, indices: np.ndarray, steps: int) -> float:
         """``steps`` gradient computations at the initial parameters, applied nowhere: the first calls
-        pay for allocation, kernel selection and cold caches, which the timed steps should not."""
+        pay for allocation, kernel selection and cold caches, which the timed steps should not.
+        → seconds the last of them took (NaN for none)."""
         x, y = self.batch(indices)
+        last = float("nan")
         for _ in range(steps):
+            t0 = time.perf_counter()
             self.gradient(self.initial, x, y)
+            last = time.perf_counter() - t0
+        return last
 
     @torch.no_grad()
     def recalibrate_batchnorm(self) -> None:

@@ -13,7 +13,8 @@ from hpcbench.runtime.assemble import Run, assemble
 from hpcbench.runtime.placement import thread_count
 from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.provenance import software
-from hpcbench.runtime.record import build_record, result_line, write_result
+from hpcbench.results.paths import check_room
+from hpcbench.runtime.record import ResultFile, build_record, expected_bytes, result_line
 from hpcbench.runtime.sim.engine import Engine, GradientFn
 from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig
 
@@ -54,13 +55,16 @@ def timing_gradient(size: int, batch: int) -> GradientFn:
     return gradient
 
 
-def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True) -> tuple[RunRecord, str]:
-    """Run the simulation; → its result record and a note on the engine's work."""
+def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out: str = "") -> tuple[RunRecord, str]:
+    """Run the simulation; → its result record and a note on the engine's work. ``out``: where the
+    record will be written (checked for room before the simulation starts)."""
     sim.validate()
     cfg, n = plan.cfg, sim.workers
     torch.set_num_threads(thread_count(cfg.threads, 1))
     run = assemble(plan, n, stand_in=0 if sim.numerics else STAND_IN_FLOATS)
     trainer, algo = run.trainer, run.algo
+    if out:
+        check_room(out, expected_bytes(run))
     sim = resolve(sim, trainer.size, plan.algo.family == "parameter-server")
     gradient = numerics_gradient(run) if sim.numerics else timing_gradient(STAND_IN_FLOATS, cfg.batch_size)
     logs = run.logs()
@@ -90,7 +94,8 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True) -> 
 
 
 def simulate(plan: Plan, sim: SimConfig) -> int:
-    record, work = simulated_record(plan, sim)
-    path = write_result(plan.cfg, record)
+    result = ResultFile(plan.cfg, sim.workers, "sim")
+    record, work = simulated_record(plan, sim, out=result.wanted)
+    path = result.write(record)
     print(result_line(record, path) + f" [{work}]", flush=True)
     return 0

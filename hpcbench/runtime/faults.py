@@ -1,0 +1,47 @@
+"""Faults injected on purpose (``--set fault=...``), so failures can be reproduced and measured."""
+from __future__ import annotations
+
+import os
+import signal
+
+from hpcbench.config import Fault
+from hpcbench.errors import InjectedFault
+
+
+class Injector:
+    """One rank's view of the run's fault: checked between operations and while waiting.
+
+    Times count from the start of the timed window (``start``, this rank's clock); steps are the
+    rank's own step counter.
+    """
+
+    def __init__(self, fault: Fault, rank: int, start: float) -> None:
+        self.fault = fault if fault.rank == rank else Fault()
+        self.start = start
+
+    def at_phase(self, phase: str) -> None:
+        """Set-up and the final gather: a fault meant for ``phase`` happens now."""
+        if self.fault.phase == phase:
+            kind = self.fault.kind
+            text, self.fault = str(self.fault), Fault()
+            if kind == "raise":
+                raise InjectedFault(f"injected fault {text}")
+            os.kill(os.getpid(), signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+
+    def check(self, now: float, step: int) -> None:
+        if self.fault.phase:
+            return
+        kind, at = self.fault.kind, self.fault.at
+        if kind == "kill" and now - self.start >= at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif kind == "stop" and now - self.start >= at:
+            self.fault = Fault()  # once: after SIGCONT the rank goes on
+            os.kill(os.getpid(), signal.SIGSTOP)
+        elif kind == "raise" and step >= at:
+            text, self.fault = str(self.fault), Fault()
+            raise InjectedFault(f"injected fault {text}")
+
+    def slow_factor(self, now: float) -> float:
+        """How much longer this rank's computes last from now on (``slow``)."""
+        fault = self.fault
+        return fault.factor if fault.kind == "slow" and now - self.start >= fault.at else 1.0

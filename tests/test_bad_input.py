@@ -1,0 +1,192 @@
+"""Nothing is wasted on a doomed run: every input that cannot work is refused before the first step,
+on every rank, with one line and exit 2 (and no result file)."""
+import pickle
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import mpirun, requires_mpi
+
+pytestmark = [requires_mpi, pytest.mark.timeout(300)]
+
+
+def refused_here(capsys, argv, out, message):
+    """Checks made from the configuration alone, before MPI starts, are the same on every rank: run
+    them in this process (test_mpi_errors shows every rank of a real launch exiting 2 on one line)."""
+    from hpcbench.cli import main
+
+    capsys.readouterr()
+    code = main(argv)
+    err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert code == 2 and len(err) == 1 and message in err[0], (code, err)
+    if out is not None:
+        assert not any(out.parent.glob(out.name + "*"))
+
+
+def refused(proc, out, message):
+    lines = [l for l in proc.stderr.splitlines() if l.strip() and "warning" not in l]
+    assert proc.returncode == 2, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert len(lines) == 1, proc.stderr
+    assert message in lines[0], lines[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "samples/s" not in proc.stdout  # no training happened
+    if out is not None:
+        assert not any(out.parent.glob(out.name + "*")), list(out.parent.iterdir())
+
+
+# Checked from the configuration alone, before MPI starts.
+@pytest.mark.parametrize("args, message", [
+    (["--epochs", "nan"], "epochs = nan is not a finite number"),
+    (["--lr", "nan"], "lr = nan is not a finite number"),
+    (["--lr", "inf"], "lr = inf is not a finite number"),
+    (["--momentum", "nan"], "momentum = nan is not a finite number"),
+    (["--set", "timeout_s=nan"], "timeout_s = nan is not a finite number"),
+    (["--set", "timeout_s=inf"], "timeout_s = inf is not a finite number"),
+    (["--set", "warmup_epochs=nan"], "warmup_epochs = nan is not a finite number"),
+    (["--set", "lr_decay_epochs=[nan]"], "lr_decay_epochs = nan is not a finite number"),
+    (["--set", "ga-asgd.beta=nan"], "ga-asgd.beta = nan is not a finite number"),
+    (["--seed", "-1"], "seed must be >= 0, got -1"),
+    (["--set", "flush_s=0"], "flush_s must be > 0 seconds, got 0"),
+    (["--set", "fault=explode:1@2"], "fault 'explode:1@2' is not one of kill:RANK@SECONDS"),
+])
+def test_impossible_numbers_are_refused_before_mpi(tmp_path, capsys, args, message):
+    out = tmp_path / "never.h5"
+    refused_here(capsys, ["run", "--algo", "ga-asgd", *args, "--out", str(out)], out, message)
+
+
+def test_a_config_file_that_is_not_utf8(tmp_path, capsys):
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes("algo = 'asgd'\n# caf\xe9\n".encode("latin-1"))
+    out = tmp_path / "never.h5"
+    refused_here(capsys, ["run", "--config", str(bad), "--out", str(out)], out,
+                 f"config file '{bad}' is not UTF-8 text")
+
+
+@pytest.mark.parametrize("args", [["--epochs", "1e30"], ["--steps", "1000000000000000"]])
+def test_a_budget_too_large_to_count_is_refused_on_every_rank(tmp_path, args):
+    out = tmp_path / "never.h5"
+    refused(mpirun(3, "run", "--algo", "asgd", *args, "--out", str(out), timeout=90), out, "a budget of")
+
+
+# Checked on every rank once data and model are loaded, and agreed before the first step.
+@pytest.mark.parametrize("args, message", [
+    (["--batch-size", "100000000"], "batch size 100000000 is larger than a worker's shard (718 of the 1437 training samples of digits"),
+    (["--batch-size", "719"], "batch size 719 is larger than a worker's shard"),
+    (["--set", "threads=100000"], "threads = 100000 is more than the"),
+    (["--algo", "ga-asgd", "--set", "ga-asgd.history=-1"], "ga-asgd.history must be >= 0"),
+])
+def test_sizes_that_cannot_work_are_refused_before_training(tmp_path, args, message):
+    out = tmp_path / "never.h5"
+    proc = mpirun(3, "run", "--algo", "asgd", "--steps", "2", *args, "--out", str(out), timeout=90)
+    refused(proc, out, message)
+
+
+def test_a_budget_longer_than_the_job_can_run_is_refused_with_its_estimate(tmp_path):
+    out = tmp_path / "never.h5"
+    proc = mpirun(3, "run", "--algo", "asgd", "--steps", "300000", "--set", "time_limit_s=60", "--out", str(out),
+                  timeout=90)
+    refused(proc, out, "300000 steps per worker would take about")
+    assert "allowed by time_limit_s" in proc.stderr
+
+
+def write_cifar(root, n_train=20, n_test=10, test_labels=None, train_shape=None, short_labels=False):
+    root.mkdir()
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        n = n_test if name == "test_batch" else n_train
+        data = rng.integers(0, 255, size=(n, 3072), dtype=np.uint8)
+        labels = list(rng.integers(0, 10, size=n))
+        if name == "test_batch" and test_labels is not None:
+            labels = test_labels
+        if name == "data_batch_3" and train_shape is not None:
+            data = rng.integers(0, 255, size=train_shape, dtype=np.uint8)
+        if name == "data_batch_2" and short_labels:
+            labels = labels[:-3]
+        with open(root / name, "wb") as f:
+            pickle.dump({b"data": data, b"labels": labels}, f)
+    return root
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("test_label", "test_batch: label 10 is outside 0..9"),
+    ("shape", "data_batch_3: data has shape (20, 1000); expected N x 3072"),
+    ("labels", "data_batch_2: 20 images but 17 labels"),
+])
+def test_malformed_cifar_files_are_refused_before_training(tmp_path, kind, message):
+    root = write_cifar(tmp_path / "cifar", test_labels=[1] * 9 + [10] if kind == "test_label" else None,
+                       train_shape=(20, 1000) if kind == "shape" else None, short_labels=kind == "labels")
+    out = tmp_path / "never.h5"
+    proc = mpirun(3, "run", "--algo", "asgd", "--dataset", "cifar10", "--data-dir", str(root), "--steps", "1",
+                  "--batch-size", "4", "--out", str(out), timeout=90)
+    refused(proc, out, message)
+
+
+def test_out_paths_that_cannot_hold_a_file(tmp_path, capsys):
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("x")
+    for target, message in ((tmp_path / "adir", "is a directory"),
+                            (tmp_path / "afile" / "r.h5", "a part of the path is a file"),
+                            ("/dev/null", "is not a regular file")):
+        refused_here(capsys, ["run", "--algo", "asgd", "--steps", "1", "--out", str(target)], None, message)
+
+
+def chattr(flag, path):
+    if shutil.which("chattr") is None:
+        return False
+    return subprocess.run(["chattr", flag, str(path)], capture_output=True).returncode == 0
+
+
+def test_an_out_directory_that_cannot_be_written_is_refused_before_training(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    if not chattr("+i", locked):
+        pytest.skip("chattr +i is not available here (needs root and a filesystem with attributes)")
+    try:
+        proc = mpirun(3, "run", "--algo", "asgd", "--steps", "1", "--out", str(locked / "r.h5"), timeout=90)
+        refused(proc, None, f"--out {str(locked / 'r.h5')!r}: cannot write in {str(locked)!r}")
+    finally:
+        chattr("-i", locked)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 200 KiB tmpfs (root only); read-only when asked."""
+    mounts = []
+
+    def make(name, options):
+        where = tmp_path / name
+        where.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        mounts.append(where)
+        return where
+
+    yield make
+    for where in mounts:
+        subprocess.run(["umount", str(where)], capture_output=True)
+
+
+def test_a_read_only_filesystem_is_refused_before_training(small_disk):
+    ro = small_disk("ro", "ro,size=200k")
+    proc = mpirun(3, "run", "--algo", "asgd", "--steps", "1", "--out", str(ro / "r.h5"), timeout=90)
+    refused(proc, None, "Read-only file system")
+
+
+def test_too_little_free_disk_is_refused_with_the_estimate(small_disk):
+    tiny = small_disk("tiny", "size=200k")
+    proc = mpirun(3, "run", "--algo", "asgd", "--model", "cnn", "--steps", "2000", "--out", str(tiny / "r.h5"),
+                  timeout=90)
+    refused(proc, None, "free for a result file of about")
+
+
+def test_the_simulator_refuses_non_finite_cluster_parameters(tmp_path, capsys):
+    for args, message in ((["--network", "alpha=nan"], "sim.alpha_s = nan is not a finite number"),
+                          (["--pauses", "nan:1"], "sim.pause_prob = nan is not a finite number"),
+                          (["--heterogeneity", "nan"], "sim.heterogeneity = nan is not a finite number"),
+                          (["--set", "sim.jitter_s=inf"], "sim.jitter_s = inf is not a finite number")):
+        out = tmp_path / "never.h5"
+        refused_here(capsys, ["simulate", "--algo", "asgd", "--workers", "2", "--steps", "2", *args, "--out",
+                              str(out)], out, message)

@@ -1,0 +1,107 @@
+"""Faults injected with --set fault=...: every run ends within timeout_s + 10 s, the rank at fault is
+named, and the file left behind says how the run ended and holds what was measured until then."""
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import mpirun, requires_mpi
+from hpcbench.results.store import read_run
+
+pytestmark = [requires_mpi, pytest.mark.timeout(600)]
+
+TIMEOUT_S = 3
+
+
+def faulty(tmp_path, algo, fault, *extra, ranks=3, steps=400):
+    out = tmp_path / f"{algo}.h5"
+    t0 = time.monotonic()
+    proc = mpirun(ranks, "run", "--algo", algo, "--steps", str(steps), "--set", f"fault={fault}",
+                  "--set", f"timeout_s={TIMEOUT_S}", "--set", "flush_s=0.5", "--set", "evals=40", *extra,
+                  "--out", str(out), timeout=120)
+    return proc, out, time.monotonic() - t0
+
+
+ALGOS = ["asgd", "allreduce", "gossip"]  # a parameter server, a synchronous and a decentralised method
+
+
+@pytest.mark.parametrize("algo, victim", [("asgd", 1), ("allreduce", 0), ("gossip", 2)])
+def test_kill_leaves_a_readable_incomplete_file_with_what_was_measured(tmp_path, algo, victim):
+    proc, out, took = faulty(tmp_path, algo, f"kill:{victim}@2", steps=100000)
+    assert proc.returncode != 0
+    assert took < TIMEOUT_S + 30
+    rec = read_run(out)  # no flag to clear, no torn file: the last complete rewrite
+    assert rec.attrs["status"] == "incomplete", rec.attrs
+    assert "had not finished when rank 0 last wrote this file" in rec.attrs["error"]
+    assert rec.summary["wall_s"] > 1.0  # flushed during training, not only at its start
+    assert (rec.timeline["rank"] == 0).sum() > 0 and len(rec.evals["t"]) >= 1
+    assert not list(tmp_path.glob("*.partial"))
+
+
+@pytest.mark.parametrize("algo, victim", [("asgd", 2), ("allreduce", 1), ("gossip", 1)])
+def test_a_stopped_rank_is_named_and_the_run_ends_as_timeout(tmp_path, algo, victim):
+    proc, out, took = faulty(tmp_path, algo, f"stop:{victim}@0.5", steps=100000)
+    assert proc.returncode != 0
+    assert took < TIMEOUT_S + 10 + 8  # + start-up of 4 ranks on 2 cores
+    assert f"rank {victim} on" in proc.stderr and "stopped answering" in proc.stderr, proc.stderr
+    rec = read_run(out)
+    assert rec.attrs["status"] == "timeout"
+    assert f"rank {victim} on" in rec.attrs["error"]
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_an_exception_on_a_worker_fails_the_run_with_its_line(tmp_path, algo):
+    proc, out, _ = faulty(tmp_path, algo, "raise:2@20")
+    assert proc.returncode != 0
+    assert "injected fault raise:2@20" in proc.stderr
+    rec = read_run(out)
+    assert rec.attrs["status"] == "failed"
+    assert rec.attrs["error"].startswith("rank 2 on") and "injected fault raise:2@20" in rec.attrs["error"]
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_a_slowed_rank_finishes_ok_and_computes_slower(tmp_path, algo):
+    proc, out, _ = faulty(tmp_path, algo, "slow:1@0:4", steps=40)
+    assert proc.returncode == 0, proc.stderr
+    rec = read_run(out)
+    assert rec.attrs["status"] == "ok" and rec.attrs["config"]["fault"] == "slow:1@0:4"
+    tl = rec.timeline
+    compute = rec.phases.index("compute")
+    median = {r: np.median((tl["t_end"] - tl["t_start"])[(tl["rank"] == r) & (tl["phase"] == compute)])
+              for r in (1, 2)}
+    assert median[1] > 2 * median[2], median
+
+
+@pytest.mark.parametrize("fault, named", [("stop:2@setup", "rank 2 on"), ("stop:0@setup", "rank 0"),
+                                          ("stop:1@gather", "rank 1 on")])
+def test_a_rank_stalled_outside_training_is_named_within_the_deadline(tmp_path, fault, named):
+    proc, out, took = faulty(tmp_path, "asgd", fault, steps=20)
+    assert proc.returncode != 0
+    assert took < TIMEOUT_S + 10 + 8
+    assert named in proc.stderr and "timed out" in proc.stderr, proc.stderr
+    if fault.endswith("@gather"):  # training was over: the file keeps it, as a timeout
+        assert read_run(out).attrs["status"] == "timeout"
+    else:  # nothing was measured yet: no file
+        assert not out.exists()
+
+
+def test_report_shows_an_incomplete_run_with_how_far_it_got_and_skips_a_malformed_file(tmp_path, capsys):
+    from hpcbench.cli import main
+
+    proc, out, _ = faulty(tmp_path, "asgd", "kill:0@2", steps=100000)
+    assert read_run(out).attrs["status"] == "incomplete"
+    ok_proc = mpirun(3, "run", "--algo", "asgd", "--steps", "5", "--out", str(tmp_path / "fine.h5"), timeout=120)
+    assert ok_proc.returncode == 0, ok_proc.stderr
+    broken = tmp_path / "broken.h5"
+    with h5py.File(tmp_path / "fine.h5", "r") as src, h5py.File(broken, "w") as dst:
+        for k, v in src.attrs.items():
+            dst.attrs[k] = v
+        dst.attrs["config"] = "{not json"
+    capsys.readouterr()
+    assert main(["report", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert f"skipped: {broken} has a config attribute that is not JSON" in captured.err
+    assert "incomplete" in captured.out and "samples (" in captured.out
+    assert "Runs that did not finish (1" in captured.out
+    assert main(["report", "--strict", str(tmp_path)]) == 1
