@@ -15,8 +15,8 @@ import numpy as np
 from hpcbench.algorithms.api import ChannelSpec, Context, Layout, Program, Sub, WindowSpec
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.meter import TrainingMeter
-from hpcbench.algorithms.ops import (SERVER, Compute, Evaluate, FetchAdd, Gradient, Publish, Read, Record, Recv,
-                                     Send)
+from hpcbench.algorithms.ops import (SERVER, WATCHED, Compute, Evaluate, FetchAdd, Gradient, Publish, Read, Record,
+                                     Recv, Send)
 from hpcbench.algorithms.rules import momentum_direction
 
 # samples: done so far; loss_sum, correct, seen: training loss and right answers since the last report;
@@ -89,7 +89,7 @@ def coordinate(ctx: Context, centre: Centre | None = None) -> Program:
     total, done, next_eval = 0, 0, ctx.eval_every
     meter = TrainingMeter()
     while done < ctx.workers:
-        src, raw = yield Recv("progress")
+        src, raw = yield Recv("progress", timeout=WATCHED)  # reports come as often as the run's pace allows
         samples = PROGRESS.integer(raw, "samples")
         total += samples - reported[src]
         reported[src] = samples

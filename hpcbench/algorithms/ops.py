@@ -9,6 +9,8 @@ NamedTuple is several times cheaper to create.
 """
 from __future__ import annotations
 
+import math
+
 import re
 from typing import NamedTuple
 
@@ -88,11 +90,17 @@ class Send(NamedTuple):
     data: np.ndarray
 
 
+# A Recv timeout: wait as long as every rank is alive. For waits whose length follows the run's
+# (a coordinator's next progress report): heartbeats end them when a rank stops answering for timeout_s.
+WATCHED = math.inf
+
+
 class Recv(NamedTuple):
     """Next message on ``channel`` from ``src`` (``ANY``: arrival order). → (src, array).
 
     With ``timeout`` (seconds of the driver's clock) it returns None when nothing came in time;
-    0 means "only if already here". Without one the run's own timeout applies.
+    0 means "only if already here"; ``WATCHED``: no deadline of its own. Without one the run's own
+    timeout applies.
     """
 
     channel: str

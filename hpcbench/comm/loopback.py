@@ -107,7 +107,7 @@ class LoopbackEndpoint:
         with self.hub.lock:
             got = take()
             while got is None and time.monotonic() < deadline:
-                self.hub.lock.wait(deadline - time.monotonic())
+                self.hub.lock.wait(min(deadline - time.monotonic(), 1.0))  # a WATCHED wait has no deadline
                 got = take()
             return got
 

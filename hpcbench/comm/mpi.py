@@ -316,10 +316,10 @@ class MpiComm:
             for dst in self._beat_from:
                 self.world.Isend([BEAT, MPI.BYTE], dst, HEARTBEAT_TAG).Free()
             quiet = self.silent(self._beat_deadline, now)
-            if quiet:
-                rank, seconds = quiet[0]
-                raise WaitTimeout(f"{self.name(rank)} has stopped answering: nothing heard from it for "
-                                  f"{seconds:.0f} s (timeout_s)", peer=rank)
+            if quiet:  # all of them: a rank blocked in a transfer to a stopped one falls silent too
+                who = ", ".join(f"{self.name(r)} for {s:.0f} s" for r, s in quiet)
+                raise WaitTimeout(f"{'a rank has' if len(quiet) == 1 else 'ranks have'} stopped answering "
+                                  f"(nothing heard past timeout_s): {who}", peer=quiet[0][0])
 
     def silent(self, longer_than: float, now: float | None = None) -> list[tuple[int, float]]:
         """The peers not heard from for ``longer_than`` seconds, as (rank, seconds), longest first."""

@@ -81,9 +81,12 @@ class RunRow:
 def how_far(rec: RunRecord) -> str:
     """"N of B samples (P%) in T s" from a file's summary; "" when it does not say."""
     samples, wall = rec.summary.get("samples"), rec.summary.get("wall_s")
-    budget = rec.attrs["config"].get("budget_samples")
+    config = rec.attrs["config"]
+    budget = config.get("budget_samples")
     if not isinstance(samples, (int, float)) or not isinstance(wall, (int, float)) or not budget:
         return ""
+    applied = len(rec.tables.get("updates", {}).get("t", ()))  # a server applies one batch per update
+    samples = max(samples, applied * int(config.get("batch_size", 0)))
     return f"{int(samples)} of {int(budget)} samples ({100 * samples / budget:.0f}%) in {wall:.1f} s"
 
 

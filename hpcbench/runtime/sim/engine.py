@@ -17,7 +17,7 @@ import numpy as np
 
 from hpcbench.algorithms.api import Algorithm, Layout
 from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, FetchAdd,
-                                     Gradient, Progress, Publish, Read, Record, Recv, Send, handler_name)
+                                     Gradient, Progress, Publish, Read, Record, Recv, Send, WATCHED, handler_name)
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig, barrier_s, ring_allreduce_s
@@ -273,7 +273,7 @@ class Engine:
             return None
         token = next(self.counter)
         self.waiting[rank] = (op.channel, op.src, token, self.now)
-        if op.timeout is not None:
+        if op.timeout is not None and op.timeout != WATCHED:
             self.at(self.now + op.timeout, self.expire, rank, token)
         return BLOCKED
 
