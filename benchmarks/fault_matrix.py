@@ -35,10 +35,15 @@ FAULTS = {
 def said(proc: subprocess.CompletedProcess) -> str:
     """The line a user sees: hpcbench's last error line, else its result line, else the MPI
     launcher's last word (a rank killed outright leaves hpcbench no time to speak)."""
-    lines = [l for l in (proc.stderr + proc.stdout).splitlines() if l.startswith("hpcbench: error") or " -> " in l]
-    others = [l.strip() for l in proc.stderr.splitlines() if l.strip() and "warning" not in l and not l.startswith("=")]
-    text = lines[-1] if lines else next((l for l in others if "KILLED BY SIGNAL" in l or "BAD TERMINATION" in l),
-                                        others[-1] if others else "(nothing)")
+    everything = proc.stderr + proc.stdout
+    lines = [l for l in everything.splitlines() if l.startswith("hpcbench: error") or " -> " in l]
+    if lines:
+        text = lines[-1]
+    elif "BAD TERMINATION" in everything:
+        text = "(mpiexec's BAD TERMINATION banner only)"
+    else:
+        others = [l.strip() for l in proc.stderr.splitlines() if l.strip() and "warning" not in l]
+        text = others[-1] if others else "(nothing)"
     return text if len(text) < 110 else text[:107] + "..."
 
 

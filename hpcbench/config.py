@@ -127,7 +127,7 @@ class RunConfig:
     target_accuracy: float = 0.9
     stragglers: Stragglers = Stragglers()  # from "FRACTION:FACTOR"
     timeout_s: float = 120.0  # longest any blocking wait may last before the run fails
-    flush_s: float = 10.0  # rank 0 rewrites the result file (status "incomplete") at least this often
+    flush_s: float = 10.0  # rank 0 rewrites the result file (status "incomplete") this often (less when large)
     time_limit_s: float = 0.0  # longest the run may take; 0 = until the Slurm job ends, else 7 days
     fault: Fault = Fault()  # from "KIND:RANK@WHEN[:FACTOR]": a fault injected on purpose
     progress_s: float = 30.0  # seconds between rank 0's progress lines when its output is not a terminal

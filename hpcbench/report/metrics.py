@@ -86,7 +86,9 @@ def how_far(rec: RunRecord) -> str:
     if not isinstance(samples, (int, float)) or not isinstance(wall, (int, float)) or not budget:
         return ""
     applied = len(rec.tables.get("updates", {}).get("t", ()))  # a server applies one batch per update
-    samples = max(samples, applied * int(config.get("batch_size", 0)))
+    reports = rec.tables.get("learning_rate", {})  # decentralised workers' progress reports to rank 0
+    reported = sum(int(reports["samples"][reports["worker"] == w].max()) for w in set(reports.get("worker", ())))
+    samples = max(samples, applied * int(config.get("batch_size", 0)), reported)
     return f"{int(samples)} of {int(budget)} samples ({100 * samples / budget:.0f}%) in {wall:.1f} s"
 
 

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 # ends every rank); rank 0 spends at most SCORE_ON_FAILURE_S of it scoring the evaluations.
 NOTICE_GRACE_S = 30.0
 SCORE_ON_FAILURE_S = 3.0
+FLUSH_SHARE = 0.05  # the most of rank 0's time that rewriting the result file mid-run may take
 
 
 def prepare(plan: Plan, rank: int, workers: int, local: tuple[int, int], on_rank0_node: bool) -> tuple[Run, str, int]:
@@ -284,7 +285,9 @@ class Keeper:
         line = (f"the run had not finished when rank 0 last wrote this file, {now - self.start:.1f} s into it "
                 f"({when}): it was killed, or is still running")
         self.file.write(self.record(self.own_parts(now), ("incomplete", line, now)))
-        self.next_flush = self.comm.wtime() + self.run.cfg.flush_s
+        done = self.comm.wtime()
+        # Each rewrite costs in proportion to the file: never spend over FLUSH_SHARE of rank 0's time on them.
+        self.next_flush = done + max(self.run.cfg.flush_s, (done - now) / FLUSH_SHARE)
 
     def maybe_flush(self, step: int) -> None:
         t0 = self.comm.wtime()
