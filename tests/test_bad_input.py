@@ -76,6 +76,7 @@ def test_a_budget_too_large_to_count_is_refused_on_every_rank(tmp_path, args):
     (["--batch-size", "719"], "batch size 719 is larger than a worker's shard"),
     (["--set", "threads=100000"], "threads = 100000 is more than the"),
     (["--algo", "ga-asgd", "--set", "ga-asgd.history=-1"], "ga-asgd.history must be >= 0"),
+    (["--set", "fault=kill:7@1"], "fault kill:7@1: there is no rank 7 (ranks 0..2)"),
 ])
 def test_sizes_that_cannot_work_are_refused_before_training(tmp_path, args, message):
     out = tmp_path / "never.h5"

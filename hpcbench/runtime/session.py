@@ -130,6 +130,8 @@ def set_up(plan: Plan, comm: MpiComm) -> tuple[Run, str, int, float] | None:
     prepared, error, warmup_s = None, None, 0.0
     Injector(cfg.fault, rank, 0.0).at_phase("setup")
     try:
+        if cfg.fault and cfg.fault.rank >= comm.size:
+            raise UsageError(f"fault {cfg.fault}: there is no rank {cfg.fault.rank} (ranks 0..{comm.size - 1})")
         if cfg.threads > cpu_count():
             raise UsageError(f"threads = {cfg.threads} is more than the {cpu_count()} cores rank {rank} may use")
         prepared = prepare(plan, rank, workers, local, comm.hosts[rank] == comm.hosts[0])
