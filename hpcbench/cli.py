@@ -43,6 +43,8 @@ def add_run_flags(p: argparse.ArgumentParser, prefix: str = "") -> list[tuple[st
         p.add_argument("--lr", type=float, help=f"{prefix}learning rate of the single-worker recipe (default 0.05)"),
         p.add_argument("--momentum", type=float, help=f"{prefix}momentum (default 0)"),
         p.add_argument("--stragglers", help=f"{prefix}FRACTION:FACTOR, e.g. 0.25:3 slows a quarter of the workers 3x"),
+        p.add_argument("--compute", help=f"{prefix}gamma:shape=K,mean=SECONDS per batch: the simulator's compute "
+                       "model, and --model payload's (default gamma:shape=100,mean=0.05)"),
     ]
     return [(a.option_strings[0], a.dest) for a in added]
 
@@ -73,6 +75,9 @@ def configs_from_args(args: argparse.Namespace) -> tuple[RunConfig, SimConfig]:
     sim_flags = flag_values(**{k: getattr(args, k, None) for k in SIM_FLAG_KEYS})
     cfg, sim = from_sources(args.config, {k: getattr(args, k, None) for k in FLAG_KEYS}, args.set,
                             ALGORITHMS.names(), sim_flags)
+    if args.compute and args.command != "simulate" and cfg.model != "payload":
+        raise UsageError(f"--compute models the compute of --model payload (model {cfg.model!r} computes for "
+                         "real); use it with --model payload, or with simulate")
     return cfg, build_options(SimConfig, sim, "sim.")
 
 
@@ -332,7 +337,6 @@ def build_parser() -> Parser:
     add_run_options(p)
     p.add_argument("--workers", type=int, help="virtual workers (default 8)")
     p.add_argument("--numerics", choices=("on", "off"), help="real model math (on, default) or timing only")
-    p.add_argument("--compute", help="gamma:shape=K,mean=SECONDS per batch (default gamma:shape=100,mean=0.05)")
     p.add_argument("--network", help="alpha=SECONDS,bandwidth=BYTES_PER_S (default alpha=5e-6,bandwidth=1.25e9)")
     p.add_argument("--heterogeneity", type=float, help="coefficient of variation of per-worker speeds (default 0)")
     p.add_argument("--pauses", help="PROB:SECONDS transient pauses per step (default none)")

@@ -264,11 +264,26 @@ def from_sources(config_path: str | None, flags: Mapping[str, Any], sets: list[s
     where a ``--set sim.KEY=...`` names the same key (the last source wins, as everywhere).
     """
     toml = load_toml(config_path) if config_path else {}
-    run, options = merge_sources(toml, flags, sets, algorithms + ["sim"])
+    run, options = merge_sources(toml, flags, sets, algorithms + ["sim", "payload"])
     sim = options.pop("sim", {})
     overridden = {item.partition("=")[0][len("sim."):] for item in sets if item.startswith("sim.")}
     sim.update({k: v for k, v in sim_flags.items() if k not in overridden})
+    if run.get("model") == "payload":
+        share_compute(options.setdefault("payload", {}), sim)
     return make_config(run, options), sim
+
+
+COMPUTE_KEYS = ("compute_shape", "compute_mean_s")
+
+
+def share_compute(payload: dict[str, Any], sim: dict[str, Any]) -> None:
+    """``--model payload`` computes as the simulator models it: one compute model for ``run`` and
+    ``simulate``, from ``payload.compute_*`` where given, else from ``--compute`` or ``[sim]``."""
+    for key in COMPUTE_KEYS:
+        if key in payload:
+            sim[key] = payload[key]
+        elif key in sim:
+            payload[key] = sim[key]
 
 
 def make_config(run: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]]) -> RunConfig:

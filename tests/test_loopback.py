@@ -39,7 +39,7 @@ def run_threads(cfg: RunConfig, workers: int, timeout: float = 60.0):
         open_layout(end, runs[rank].layout, workers)
     logs = runs[0].logs()
     timelines = [Timeline(rank) for rank in range(workers + 1)]
-    drivers = [MpiDriver(ends[r], timelines[r], timeout, runs[r].trainer, runs[r].stream(r) if r else None,
+    drivers = [MpiDriver(ends[r], timelines[r], timeout, runs[r].workload, runs[r].stream(r) if r else None,
                          logs=logs if r == 0 else None) for r in range(workers + 1)]
     errors: dict[int, BaseException] = {}
 

@@ -7,6 +7,7 @@ oversubscribed ranks leave the cores to those computing) and fails with a clear 
 from __future__ import annotations
 
 import json
+import math
 import socket
 import time
 from typing import Any, Callable, TypeVar
@@ -30,16 +31,18 @@ BEAT = np.zeros(1, dtype=np.uint8)  # what a heartbeat carries (never changes, s
 NOTICE_BYTES = 4096
 SPIN_S = 0.002  # with a core to itself, test without sleeping this long (collectives advance only when tested)
 FIRST_SLEEP_S = 0.00005  # then sleep between tests, doubling while nothing happens ...
-MAX_SLEEP_S = 0.0002  # ... up to this: an idle rank costs the computing ones little
+MAX_SLEEP_S = 0.0002  # ... up to this: an idle rank costs the computing ones little (workers on an
+# oversubscribed node sleep up to this times the ranks per core: 64 idle workers per core polling
+# every 0.2 ms would take the cores from rank 0 and from the workers that compute)
 
 
 def wait_for(test: Callable[[], T | None], timeout: float, what: str, fail: bool = True,
-             spin: float = SPIN_S, peer: int | None = None) -> T | None:
+             spin: float = SPIN_S, peer: int | None = None, nap: float = MAX_SLEEP_S) -> T | None:
     """Call ``test`` until it returns non-None; after ``timeout`` seconds fail or return None.
 
     Each test calls into MPI, so operations aimed at this rank progress while it waits. ``spin``:
     how long to test back to back before sleeping between tests; 0 when ranks outnumber cores,
-    where a spinning rank takes CPU from the ranks that compute.
+    where a spinning rank takes CPU from the ranks that compute; ``nap``: the longest sleep.
     """
     result = test()
     if result is not None or timeout == 0:
@@ -57,7 +60,7 @@ def wait_for(test: Callable[[], T | None], timeout: float, what: str, fail: bool
             return None
         if waited > spin:
             time.sleep(pause)
-            pause = min(2 * pause, MAX_SLEEP_S)
+            pause = min(2 * pause, nap)
 
 
 class Window:
@@ -84,13 +87,20 @@ class Window:
         self.win.Unlock(self.rank)
         return out
 
-    def read(self, ranks: tuple[int, ...], nbytes: int) -> list[np.ndarray]:
+    def read(self, ranks: tuple[int, ...], nbytes: int,
+             wait: Callable[[Callable[[], Any]], Any] | None = None) -> list[np.ndarray]:
         # One lock per target, one target at a time: each owner is held only while its own bytes
         # move (Lock_all would keep every owner from publishing until the last transfer ends).
+        # A request-based get, waited for by ``wait``: a reader naps while the owner is busy instead of
+        # spinning inside MPI.
         bufs = [np.empty(nbytes, dtype=np.uint8) for _ in ranks]
         for rank, buf in zip(ranks, bufs):
             self.win.Lock(rank, self.read_lock)
-            self.win.Get([buf, MPI.BYTE], rank, target=(0, nbytes, MPI.BYTE))
+            req = self.win.Rget([buf, MPI.BYTE], rank, target=(0, nbytes, MPI.BYTE))
+            if wait is None:
+                req.Wait()
+            else:
+                wait(lambda: True if req.Test() else None)
             self.win.Unlock(rank)
         return bufs
 
@@ -168,6 +178,8 @@ class MpiComm:
         self.local_rank, self.local_size = local.rank, local.size
         local.Free()
         self.spin = SPIN_S  # receives: how long to test back to back before sleeping
+        self.spin_collective = math.inf  # collectives advance only while tested: spin, given a core
+        self.nap = MAX_SLEEP_S  # the longest sleep between tests
         self.windows: dict[str, Window] = {}
         self.window_sizes: dict[str, int] = {}
         self.channels: dict[str, Channel] = {}
@@ -220,7 +232,8 @@ class MpiComm:
         self.windows[window].publish(data)
 
     def read(self, window: str, ranks: tuple[int, ...], nbytes: int) -> list[np.ndarray]:
-        return self.windows[window].read(ranks, nbytes)
+        return self.windows[window].read(ranks, nbytes, lambda test: self._wait(
+            test, math.inf, f"a read of window {window!r}", spin=self.spin))
 
     def accumulate(self, window: str, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> None:
         self.windows[window].accumulate(rank, parts)
@@ -249,12 +262,12 @@ class MpiComm:
         out = np.empty_like(data)
         req = self.workers.Iallreduce(data, out, op=MPI.SUM)
         # Partners of a collective arrive soon and it advances only while tested: keep testing.
-        self._wait(lambda: True if req.Test() else None, timeout, "the workers' all-reduce", spin=timeout)
+        self._wait(lambda: True if req.Test() else None, timeout, "the workers' all-reduce", spin=self.spin_collective)
         return out
 
     def barrier(self, comm: MPI.Comm, timeout: float) -> None:
         req = comm.Ibarrier()
-        self._wait(lambda: True if req.Test() else None, timeout, "a barrier", spin=timeout)
+        self._wait(lambda: True if req.Test() else None, timeout, "a barrier", spin=self.spin_collective)
 
     def _wait(self, test: Callable[[], T | None], timeout: float, what: str, fail: bool = True,
               spin: float = SPIN_S, peer: int | None = None) -> T | None:
@@ -265,7 +278,7 @@ class MpiComm:
             self.tick()
             return test()
 
-        return wait_for(watched, timeout, what, fail, spin, peer)
+        return wait_for(watched, timeout, what, fail, spin, peer, self.nap)
 
     def tick(self) -> None:
         """Between operations and while waiting: notices and heartbeats, then the ``on_wait`` hook."""
@@ -429,9 +442,13 @@ class MpiComm:
                     offsets[rank] = ping[0] - (t0 + t1) / 2
         return offsets
 
-    def oversubscribed(self, yes: bool) -> None:
-        """More ranks than cores on this node: never spin while waiting for a message."""
-        self.spin = 0.0 if yes else SPIN_S
+    def oversubscribed(self, ranks_per_core: float) -> None:
+        """More ranks than cores on this node: never spin while waiting, and workers sleep longer
+        between tests the more ranks share a core (rank 0 serves them all, so it stays prompt)."""
+        if ranks_per_core > 1:
+            self.spin = self.spin_collective = 0.0
+            if self.rank != 0:
+                self.nap = MAX_SLEEP_S * ranks_per_core
 
     def node_local(self) -> tuple[int, int]:
         """(rank among the ranks on this node, number of ranks on this node)."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -11,10 +12,12 @@ from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.plan import Plan, make_context, straggler_ranks
+from hpcbench.runtime.sim.models import ComputeModel, SimConfig
 from hpcbench.telemetry.progress import ProgressLine
-from hpcbench.workload.datasets import load_dataset
+from hpcbench.workload.base import Workload
+from hpcbench.workload.datasets import Dataset, load_dataset
+from hpcbench.workload.payload import Payload
 from hpcbench.workload.sharding import BatchStream, shard_indices
-from hpcbench.workload.trainer import Trainer
 
 
 @dataclass(frozen=True)
@@ -24,8 +27,10 @@ class Run:
     plan: Plan
     algo: Algorithm
     layout: Layout
-    trainer: Trainer
+    workload: Workload
     stragglers: tuple[int, ...]  # the worker ranks slowed by ``cfg.stragglers.factor``
+    # --model payload: each compute lasts a time drawn from this model (the simulator's, same seeds).
+    compute: ComputeModel | None = None
 
     @property
     def cfg(self) -> RunConfig:
@@ -40,9 +45,14 @@ class Run:
 
     def stream(self, rank: int) -> BatchStream:
         """Worker ``rank``'s batches: its own shard of the training set, in its own seeded order."""
-        n_train = len(self.trainer.data.y_train)
+        n_train = len(self.workload.data.y_train)
         shard = shard_indices(n_train, self.workers, rank - 1, self.cfg.seed)
         return BatchStream(shard, self.cfg.batch_size, self.cfg.seed, rank)
+
+    def modeled(self, rank: int) -> Callable[[], float] | None:
+        """Worker ``rank``'s modeled compute times (payload), or None when it computes for real."""
+        compute = self.compute
+        return None if compute is None else lambda: compute.sample(rank)
 
     def logs(self) -> RunLogs:
         return RunLogs(self.layout.tables)
@@ -64,12 +74,27 @@ def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0) -
     if workers > len(data.y_train):
         raise UsageError(f"{workers} workers but only {len(data.y_train)} training samples in {cfg.dataset}")
     smallest = len(data.y_train) // workers
-    if not stand_in and cfg.batch_size > smallest:
+    payload = cfg.model == "payload"  # reads no data: its samples only count toward the budget
+    if not stand_in and not payload and cfg.batch_size > smallest:
         raise UsageError(f"batch size {cfg.batch_size} is larger than a worker's shard ({smallest} of the "
                          f"{len(data.y_train)} training samples of {cfg.dataset} with {workers} workers); use --batch-size {smallest} "
                          "or less, or fewer workers")
-    trainer = Trainer(cfg.model, data, cfg.seed, device)
-    params = np.zeros(stand_in, np.float32) if stand_in else trainer.initial
+    workload = make_workload(plan, data, device)
+    params = np.zeros(stand_in, np.float32) if stand_in else workload.initial
     ctx = make_context(cfg, plan.algo, workers, params, len(data.y_train), plan.options)
     algo = plan.algo(ctx)
-    return Run(plan, algo, algo.layout(), trainer, straggler_ranks(cfg.stragglers, workers, cfg.seed))
+    compute = None
+    if payload:
+        model = SimConfig(workers=workers, compute_shape=plan.payload.compute_shape,
+                          compute_mean_s=plan.payload.compute_mean_s)
+        compute = ComputeModel(model, cfg.seed, {})
+    return Run(plan, algo, algo.layout(), workload, straggler_ranks(cfg.stragglers, workers, cfg.seed), compute)
+
+
+def make_workload(plan: Plan, data: Dataset, device: str) -> Workload:
+    """The payload stand-in, or the model to train (torch is imported only for the latter)."""
+    if plan.cfg.model == "payload":
+        return Payload(plan.payload, data)
+    from hpcbench.workload.trainer import Trainer
+
+    return Trainer(plan.cfg.model, data, plan.cfg.seed, device)

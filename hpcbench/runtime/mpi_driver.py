@@ -14,8 +14,8 @@ from hpcbench.errors import WaitTimeout
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.telemetry.timeline import Timeline
+from hpcbench.workload.base import Workload
 from hpcbench.workload.sharding import BatchStream
-from hpcbench.workload.trainer import Trainer
 
 
 class MpiDriver:
@@ -26,16 +26,19 @@ class MpiDriver:
     rank 0, "update" on workers.
     """
 
-    def __init__(self, comm: Transport, timeline: Timeline, timeout: float, trainer: Trainer | None = None,
+    def __init__(self, comm: Transport, timeline: Timeline, timeout: float, workload: Workload | None = None,
                  stream: BatchStream | None = None, slow_factor: float = 1.0, logs: RunLogs | None = None,
                  progress: ProgressLine | None = None, tick: Callable[[], None] | None = None,
-                 slowdown: Callable[[float], float] | None = None) -> None:
+                 slowdown: Callable[[float], float] | None = None,
+                 modeled: Callable[[], float] | None = None) -> None:
         """``tick``: called before every operation (notices, heartbeats, faults, flushes); ``slowdown``:
-        an injected fault's factor on the compute time at a given time."""
+        an injected fault's factor on the compute time at a given time; ``modeled``: each compute's
+        length drawn from a model (the payload workload) instead of the time the gradient took."""
         self.comm = comm
         self.timeline = timeline
         self.timeout = timeout
-        self.trainer = trainer
+        self.workload = workload
+        self.modeled = modeled
         self.stream = stream
         self.slow_factor = slow_factor
         self.logs = logs
@@ -75,17 +78,19 @@ class MpiDriver:
         return out
 
     def compute(self, op: Compute) -> Gradient:
-        assert self.trainer is not None and self.stream is not None
+        assert self.workload is not None and self.stream is not None
         self.step += 1
         t0 = self.clock()
         indices = self.stream.next()
-        x, y = self.trainer.batch(indices)
+        x, y = self.workload.batch(indices)
         t1 = self.clock()
-        grad, loss, correct = self.trainer.gradient(op.params, x, y)
+        grad, loss, correct = self.workload.gradient(op.params, x, y)
         factor = self.slow_factor * (self.slowdown(t1) if self.slowdown is not None else 1.0)
-        if factor > 1.0:
-            # An injected straggler: stretch this compute to factor times its real length.
-            time.sleep((self.clock() - t1) * (factor - 1.0))
+        # A straggler (injected or modeled) computes factor times as long as it took (or as the model drew).
+        length = (self.modeled() if self.modeled is not None else self.clock() - t1) * factor
+        left = t1 + length - self.clock()
+        if left > 0:
+            time.sleep(left)
         t2 = self.clock()
         self.timeline.add(self.step, "data", t0, t1, op="Compute")
         self.timeline.add(self.step, "compute", t1, t2, op="Compute")

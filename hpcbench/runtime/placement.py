@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 
+from hpcbench.config import RunConfig
+
 
 def cpu_count() -> int:
     try:
@@ -27,7 +29,17 @@ def worker_slot(rank: int, local_rank: int, on_rank0_node: bool) -> int:
     return local_rank - 1 if on_rank0_node and rank != 0 else local_rank
 
 
-def choose_device(rank: int, local_rank: int, on_rank0_node: bool) -> str:
+def set_threads(cfg: RunConfig, threads: int) -> None:
+    """torch's threads, for a model that trains (a payload run never imports torch)."""
+    if cfg.model != "payload":
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def choose_device(cfg: RunConfig, rank: int, local_rank: int, on_rank0_node: bool) -> str:
+    if cfg.model == "payload":
+        return "cpu"
     import torch  # only ranks that train need it: `hpcbench --help` and `report` stay fast
 
     if not torch.cuda.is_available():

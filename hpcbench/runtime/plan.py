@@ -14,6 +14,7 @@ from hpcbench.errors import UsageError
 from hpcbench.results.paths import check_target
 from hpcbench.workload.datasets import DATASETS
 from hpcbench.workload.models import MODELS
+from hpcbench.workload.payload import PayloadOptions
 
 DEFAULT_STEPS = 100
 MAX_SAMPLES = 2**53  # sample counts beyond this are no longer exact in the float64 columns of a result file
@@ -27,6 +28,7 @@ class Plan:
     cfg: RunConfig
     algo: type[Algorithm]
     options: Any
+    payload: PayloadOptions = PayloadOptions()  # what --model payload sends and how long it computes
 
 
 def validate(cfg: RunConfig) -> Plan:
@@ -37,12 +39,16 @@ def validate(cfg: RunConfig) -> Plan:
     MODELS.get(cfg.model)
     DATASETS.get(cfg.dataset)
     tables = {table: build_options(ALGORITHMS.get(table).Options, values, f"{table}.")
-              for table, values in cfg.options.items()}
+              for table, values in cfg.options.items() if table != "payload"}
+    if "payload" in cfg.options and cfg.model != "payload":
+        raise UsageError(f"payload.* options go with --model payload (the model is {cfg.model!r})")
+    payload = build_options(PayloadOptions, cfg.options.get("payload", {}), "payload.")
+    payload.validate()
     validate_numbers(cfg)
     if cfg.out:
         check_target(cfg.out, cfg.overwrite)
     options = tables.get(algo.name)
-    return Plan(cfg, algo, options if options is not None else algo.Options())
+    return Plan(cfg, algo, options if options is not None else algo.Options(), payload)
 
 
 def options_for(cfg: RunConfig, algo: type[Algorithm]) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -42,16 +43,15 @@ def progress_mode() -> str:
 
 
 def software() -> dict[str, object]:
-    import torch
-
+    torch = sys.modules.get("torch")  # a payload run never loads it: its version is read from the package
     commit, dirty = git_state()
     info = {
         "hpcbench_version": hpcbench.__version__,
         "python_version": platform.python_version(),
-        "torch_version": str(torch.__version__),
+        "torch_version": str(torch.__version__) if torch is not None else installed("torch"),
         "numpy_version": np.__version__,
         "h5py_version": metadata.version("h5py"),
-        "cuda_version": torch.version.cuda or "none",
+        "cuda_version": (torch.version.cuda or "none") if torch is not None else "none (torch not loaded)",
         "git_commit": commit,
         "git_dirty": dirty,
         "platform": platform.platform(),
@@ -61,3 +61,10 @@ def software() -> dict[str, object]:
     for name in SLURM_IDS:
         info[name.lower()] = os.environ.get(name, "")
     return info
+
+
+def installed(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"

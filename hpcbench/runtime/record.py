@@ -1,6 +1,7 @@
 """Assemble a run's result record on rank 0 (shared by the MPI driver and the simulator)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from datetime import datetime, timezone
@@ -12,7 +13,6 @@ import hpcbench
 from hpcbench.config import RunConfig
 from hpcbench.results.paths import run_id
 from hpcbench.results.schema import RunRecord
-from hpcbench.results.store import rewrite_run, write_run
 from hpcbench.runtime.assemble import Run, assemble
 from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.logs import RunLogs
@@ -37,6 +37,8 @@ class ResultFile:
         self.path = ""
 
     def write(self, rec: RunRecord) -> str:
+        from hpcbench.results.store import rewrite_run, write_run  # here: workers never load h5py
+
         if self.path:
             rewrite_run(self.path, rec)
             return self.path
@@ -70,6 +72,8 @@ def resolved_config(run: Run, parameters: int) -> dict[str, Any]:
                          "scaling": sched.scaling, "decay_epochs": list(sched.decay_epochs),
                          "decay_factor": sched.decay_factor, "text": sched.describe()},
                straggler_ranks=list(run.stragglers), straggler_factor=run.cfg.stragglers.factor)
+    if run.cfg.model == "payload":
+        out["payload"] = dataclasses.asdict(run.plan.payload)
     return out
 
 
@@ -77,7 +81,7 @@ def dry_run_text(plan: Plan, workers: int) -> str:
     """What ``run --dry-run`` prints: the configuration resolved for ``workers`` workers, as the result
     file would record it (steps, budget, schedule, straggler ranks, the algorithm's options)."""
     run = assemble(plan, workers)
-    config = resolved_config(run, run.trainer.size)
+    config = resolved_config(run, run.workload.size)
     return (f"{plan.algo.name} with {workers} workers (world size {workers + 1}): "
             f"{config['budget_samples']} samples, {config['steps_per_worker']} steps per worker, "
             f"{config['schedule']['text']}\n{json.dumps(config, indent=1)}")

@@ -11,7 +11,6 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from hpcbench.algorithms.api import Layout, Program
 from hpcbench.comm.transport import Cluster
@@ -22,9 +21,8 @@ from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
 from hpcbench.runtime.faults import Injector
 from hpcbench.runtime.mpi_driver import MpiDriver
-from hpcbench.runtime.placement import choose_device, cpu_count, thread_count
+from hpcbench.runtime.placement import choose_device, cpu_count, set_threads, thread_count
 from hpcbench.runtime.plan import Plan, check_duration, time_limit
-from hpcbench.runtime.provenance import software
 from hpcbench.runtime.record import ResultFile, build_record, default_out, expected_bytes, result_line
 from hpcbench.runtime.signals import signals_held, stop_on_signals
 from hpcbench.runtime.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
@@ -45,8 +43,8 @@ def prepare(plan: Plan, rank: int, workers: int, local: tuple[int, int], on_rank
     """Everything a rank sets up alone; → (run, device, torch threads). May raise UsageError (agreed on
     by all ranks afterwards)."""
     threads = thread_count(plan.cfg.threads, local[1])
-    torch.set_num_threads(threads)
-    device = choose_device(rank, local[0], on_rank0_node)
+    set_threads(plan.cfg, threads)
+    device = choose_device(plan.cfg, rank, local[0], on_rank0_node)
     return assemble(plan, workers, device), device, threads
 
 
@@ -125,7 +123,7 @@ def set_up(plan: Plan, comm: MpiComm) -> tuple[Run, str, int, float] | None:
     warm-up seconds), or None when a rank found the run cannot work (rank 0 has said why)."""
     cfg, rank, workers = plan.cfg, comm.rank, comm.size - 1
     local = comm.node_local()
-    comm.oversubscribed(local[1] > cpu_count())
+    comm.oversubscribed(local[1] / cpu_count())
     comm.hosts = comm.exchange(comm.host, cfg.timeout_s, "the set-up (every rank saying where it runs)")
     prepared, error, warmup_s = None, None, 0.0
     Injector(cfg.fault, rank, 0.0).at_phase("setup")
@@ -139,8 +137,10 @@ def set_up(plan: Plan, comm: MpiComm) -> tuple[Run, str, int, float] | None:
         if rank == 0:
             check_room(cfg.out or default_out(cfg, workers), expected_bytes(run))
         elif cfg.warmup_steps:  # before the timed window: counts toward nothing
-            step_s = run.trainer.warm_up(np.resize(run.stream(rank).shard, cfg.batch_size), cfg.warmup_steps)
+            step_s = run.workload.warm_up(np.resize(run.stream(rank).shard, cfg.batch_size), cfg.warmup_steps)
             warmup_s = step_s * cfg.warmup_steps
+            if run.compute is not None:
+                step_s += run.compute.mean(rank)
             check_duration(run.algo.ctx.steps, step_s * run.slow_factor(rank),
                            time_limit(cfg, os.environ, time.time()))
     except UsageError as exc:
@@ -176,9 +176,9 @@ def execute(plan: Plan, comm: MpiComm) -> int:
     comm.world_barrier(cfg.timeout_s, "the start of training")
     start = comm.wtime()
     injector = Injector(cfg.fault, rank, start)
-    driver = MpiDriver(comm, timeline, cfg.timeout_s, run.trainer, stream, run.slow_factor(rank),
+    driver = MpiDriver(comm, timeline, cfg.timeout_s, run.workload, stream, run.slow_factor(rank),
                        keeper.logs if keeper is not None else None, progress, tick=comm.tick,
-                       slowdown=injector.slow_factor)
+                       slowdown=injector.slow_factor, modeled=run.modeled(rank))
 
     def on_wait() -> None:
         injector.check(comm.wtime(), driver.step)
@@ -237,6 +237,7 @@ def blamed(comm: MpiComm, exc: BaseException, timeout: float) -> BaseException:
 
 def provenance() -> dict[str, Any]:
     from hpcbench.comm.probe import mpi_library
+    from hpcbench.runtime.provenance import software
 
     return {**software(), **mpi_library()}
 
@@ -301,7 +302,7 @@ class Keeper:
     def finish(self, gathered: list[dict[str, Any]]) -> tuple[RunRecord, str]:
         """The complete record, written over the last flush; → (record, path)."""
         cfg = self.run.cfg
-        self.logs.score(lambda params: self.run.trainer.evaluate(params, cfg.eval_samples))
+        self.logs.score(lambda params: self.run.workload.evaluate(params, cfg.eval_samples))
         final = self.record(gathered, None)
         try:
             return final, self.file.write(final)
@@ -315,7 +316,7 @@ class Keeper:
         cfg = self.run.cfg
         now = self.comm.wtime()
         try:
-            self.logs.score(lambda params: self.run.trainer.evaluate(params, cfg.eval_samples),
+            self.logs.score(lambda params: self.run.workload.evaluate(params, cfg.eval_samples),
                             seconds=SCORE_ON_FAILURE_S)
             record = self.record(self.own_parts(now),
                                  (failure_status(exc), where_from(exc, self.comm.host), now))

@@ -1,1 +1,1 @@
-"""Models, datasets, shards and the flat-parameter trainer."""
+"""Models, datasets, shards, the flat-parameter trainer and the payload stand-in."""

@@ -13,6 +13,8 @@ for _name, _text in (
     ("mlp", "two hidden layers of 128 ReLU units"),
     ("cnn", "two 3x3 conv + max-pool stages (32, 64 channels) and a 128-unit dense layer"),
     ("resnet20", "ResNet-20 for CIFAR (3 stages of 3 basic blocks, 16/32/64 channels, BatchNorm)"),
+    ("payload", "no network and no torch: real messages of payload.params float32 and modeled compute "
+                "(--compute), for scale tests and message-size studies; accuracy is NaN"),
 ):
     MODELS.register(_name)(_text)
 

@@ -138,7 +138,8 @@ def plan_of(rec: RunRecord) -> plan.Plan:
     c = rec.attrs["config"]
     run = {k: c[k] for k in RUN_KEYS if c.get(k) is not None and k not in ("epochs", "out")}
     run["steps"] = int(c["steps_per_worker"])
-    return plan.validate(make_config(run, c.get("options", {})))
+    tables = {**c.get("options", {}), **({"payload": c["payload"]} if "payload" in c else {})}
+    return plan.validate(make_config(run, tables))
 
 
 def fit_jitter(rec: RunRecord, sim: SimConfig, ranks: np.ndarray) -> float:
@@ -194,6 +195,8 @@ def simulate_command(rec: RunRecord, sim: dict[str, Any]) -> str:
     ]
     if cfg.get("stragglers"):
         parts.append(f"--stragglers {cfg['stragglers']}")
+    if "payload" in cfg:  # the message size; the compute model is --compute's, fitted above
+        parts.append(f"--set payload.params={cfg['payload']['params']}")
     for table, options in cfg.get("options", {}).items():
         parts += [f"--set {table}.{k}={v!r}".replace("'", "") for k, v in options.items()]
     return " \\\n    ".join(parts)

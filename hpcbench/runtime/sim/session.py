@@ -6,11 +6,10 @@ import time
 from typing import Any
 
 import numpy as np
-import torch
 
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
-from hpcbench.runtime.placement import thread_count
+from hpcbench.runtime.placement import set_threads, thread_count
 from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.provenance import software
 from hpcbench.results.paths import check_room
@@ -37,12 +36,12 @@ def resolve(sim: SimConfig, parameters: int, serves: bool) -> SimConfig:
 
 def numerics_gradient(run: Run) -> GradientFn:
     """Real gradients: one model shared by all virtual workers, each with its own shard stream."""
-    trainer = run.trainer
+    workload = run.workload
     streams = {r: run.stream(r) for r in range(1, run.workers + 1)}
 
     def gradient(rank: int, params: np.ndarray) -> tuple[np.ndarray, float, int, int]:
         indices = streams[rank].next()
-        grad, loss, correct = trainer.gradient(params, *trainer.batch(indices))
+        grad, loss, correct = workload.gradient(params, *workload.batch(indices))
         return grad, loss, len(indices), correct
 
     return gradient
@@ -60,18 +59,18 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     record will be written (checked for room before the simulation starts)."""
     sim.validate()
     cfg, n = plan.cfg, sim.workers
-    torch.set_num_threads(thread_count(cfg.threads, 1))
+    set_threads(cfg, thread_count(cfg.threads, 1))
     run = assemble(plan, n, stand_in=0 if sim.numerics else STAND_IN_FLOATS)
-    trainer, algo = run.trainer, run.algo
+    workload, algo = run.workload, run.algo
     if out:
         check_room(out, expected_bytes(run))
-    sim = resolve(sim, trainer.size, plan.algo.family == "parameter-server")
+    sim = resolve(sim, workload.size, plan.algo.family == "parameter-server")
     gradient = numerics_gradient(run) if sim.numerics else timing_gradient(STAND_IN_FLOATS, cfg.batch_size)
     logs = run.logs()
     progress = run.progress("simulating ") if show_progress else None
     jitter = Jitter(sim, cfg.seed) if sim.jitter_s > 0 else None
     slow = {r: run.slow_factor(r) for r in run.stragglers}
-    engine = Engine(algo, run.layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, trainer.size, progress,
+    engine = Engine(algo, run.layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, workload.size, progress,
                     jitter)
     wall0 = time.perf_counter()
     engine.run()
@@ -79,7 +78,7 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
         progress.close()
     wall = time.perf_counter() - wall0
     if sim.numerics:
-        logs.score(lambda p: trainer.evaluate(p, cfg.eval_samples))
+        logs.score(lambda p: workload.evaluate(p, cfg.eval_samples))
     else:
         logs.score(lambda p: (float("nan"), float("nan")))
     parts = [{"rank": r, "host": "virtual", "device": "virtual", "start": 0.0, "end": engine.end[r], "threads": 1,
@@ -87,9 +86,9 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     provenance: dict[str, Any] = {**software(), "mpi_library_version": "none (simulated)", "mpi_vendor": "none",
                                   "mpi_standard": "none", "mpi4py_version": "none", "sim_wall_s": wall,
                                   "sim_events": engine.events}
-    simulation = {**dataclasses.asdict(sim), "model_parameters": trainer.size, "algorithm_parameters": algo.ctx.size}
+    simulation = {**dataclasses.asdict(sim), "model_parameters": workload.size, "algorithm_parameters": algo.ctx.size}
     record = build_record(run, mode="sim", world_size=n + 1, parts=parts, offsets=np.zeros(n + 1), origin=0.0,
-                          logs=logs, provenance=provenance, simulation=simulation, model_parameters=trainer.size)
+                          logs=logs, provenance=provenance, simulation=simulation, model_parameters=workload.size)
     return record, f"{engine.events} events in {wall:.1f} s"
 
 

@@ -1,0 +1,31 @@
+"""What a worker computes with: the interface ``Trainer`` (a real model) and ``Payload`` (messages only) share."""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from hpcbench.workload.datasets import Dataset
+
+
+class Workload(Protocol):
+    data: Dataset
+    size: int  # float32 parameters in the flat vector the algorithms exchange
+    initial: np.ndarray  # the initial flat parameters, identical on every rank
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def batch(self, indices: np.ndarray) -> tuple[Any, Any]: ...
+
+    def gradient(self, params: np.ndarray, x: Any, y: Any) -> tuple[np.ndarray, float, int]:
+        """(flat float32 gradient at ``params``, loss, correctly classified samples)."""
+        ...
+
+    def warm_up(self, indices: np.ndarray, steps: int) -> float:
+        """Untimed gradients before the run; → seconds the last one took (NaN for none)."""
+        ...
+
+    def evaluate(self, params: np.ndarray, limit: int) -> tuple[float, float]:
+        """(mean loss, accuracy) of ``params`` on at most ``limit`` held-out samples."""
+        ...

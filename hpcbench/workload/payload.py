@@ -1,0 +1,69 @@
+"""The payload workload: real messages of a chosen size, modeled compute, no model and no torch.
+
+Algorithms exchange real float32 vectors of ``payload.params`` elements through their real programs;
+the runtime makes each gradient last the time the simulator's compute model draws for that worker
+(the same seeded gamma stream), so a real run and a simulation of it can be compared step for step.
+Nothing is learned: losses and accuracies are NaN, every other number in the result file is measured.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+import numpy as np
+
+from hpcbench.errors import UsageError
+from hpcbench.workload.datasets import Dataset
+
+# The gradient's value: small and constant, so parameters drift slowly and stay finite for any budget.
+GRADIENT_VALUE = 1e-6
+MAX_PARAMS = 2**31 // 4  # a message of at most 2 GiB: MPI counts are 32-bit in the calls every algorithm uses
+
+
+@dataclass(frozen=True)
+class PayloadOptions:
+    """``--set payload.KEY=VALUE``; the compute model comes from ``--compute gamma:shape=K,mean=S``."""
+
+    params: int = 1_000_000  # float32 elements per message (25.6M: a ResNet-50-sized message)
+    compute_shape: float = 100.0  # gamma shape of one batch's modeled compute time
+    compute_mean_s: float = 0.05  # its mean in seconds; 0 = no compute at all
+
+    def validate(self) -> None:
+        if not 1 <= self.params <= MAX_PARAMS:
+            raise UsageError(f"payload.params must be between 1 and {MAX_PARAMS} (2 GiB of float32), got {self.params}")
+        if not self.compute_shape > 0:
+            raise UsageError(f"payload compute shape must be > 0, got {self.compute_shape:g}")
+        if not self.compute_mean_s >= 0:
+            raise UsageError(f"payload compute mean must be >= 0 seconds, got {self.compute_mean_s:g}")
+
+
+class Payload:
+    """What a worker computes with, for ``--model payload``: the ``Trainer`` interface without a model."""
+
+    def __init__(self, options: PayloadOptions, data: Dataset) -> None:
+        self.options = options
+        self.data = data
+        self.size = options.params
+        self.initial = np.zeros(self.size, np.float32)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * 4
+
+    def batch(self, indices: np.ndarray) -> tuple[np.ndarray, None]:
+        return indices, None
+
+    def gradient(self, params: np.ndarray, x: object, y: object) -> tuple[np.ndarray, float, int]:
+        """A fresh vector of the payload's size (filled, as a real gradient is written); NaN loss."""
+        return np.full(self.size, GRADIENT_VALUE, np.float32), float("nan"), 0
+
+    def warm_up(self, indices: np.ndarray, steps: int) -> float:
+        """Seconds the last of ``steps`` gradients took to write (the modeled compute comes on top)."""
+        last = float("nan")
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            self.gradient(self.initial, indices, None)
+            last = time.perf_counter() - t0
+        return last
+
+    def evaluate(self, params: np.ndarray, limit: int) -> tuple[float, float]:
+        return float("nan"), float("nan")
