@@ -14,6 +14,7 @@ from hpcbench.algorithms import ALGORITHMS
 from hpcbench.config import RunConfig
 from hpcbench.workload.datasets import DATASET_HELP
 from hpcbench.workload.models import MODELS
+from hpcbench.workload.payload import PayloadOptions
 
 
 RECIPE = ("lr is the single-worker rate. Asynchronous algorithms apply every gradient at lr; synchronous ones\n"
@@ -35,11 +36,12 @@ def listing() -> str:
     for name, cls in ALGORITHMS.items():
         for f in dataclasses.fields(cls.Options):
             options.append([f"{name}.{f.name}", repr(_default(f))])
+    options += [[f"payload.{f.name}", repr(_default(f))] for f in dataclasses.fields(PayloadOptions)]
     run_options = [[f.name, repr(_default(f))] for f in dataclasses.fields(RunConfig) if f.name != "options"]
     parts = [
         "Algorithms",
         tabulate(algos, headers=["name", "family", "min ranks", "what it does"]),
-        "Algorithm options (--set NAME.OPTION=VALUE, or a [NAME] table in --config)",
+        "Algorithm and payload options (--set NAME.OPTION=VALUE, or a [NAME] table in --config)",
         tabulate(options, headers=["option", "default"]) if options else "(none)",
         "Models",
         tabulate(sorted(MODELS.items()), headers=["name", "what it is"]),

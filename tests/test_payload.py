@@ -66,16 +66,6 @@ def test_a_real_workers_compute_times_are_the_simulators_draws(tmp_path):
         assert (took <= draws + 0.015).all(), (took, draws)  # woken late on a loaded machine, never early
 
 
-@requires_mpi
-@pytest.mark.timeout(120)
-def test_parameter_server_staleness_is_near_n_minus_1_with_equal_workers(tmp_path):
-    out = tmp_path / "asgd.h5"
-    ok(mpirun(9, "run", "--algo", "asgd", *PAYLOAD, "--compute", "gamma:shape=100,mean=0.04", "--steps", "15",
-              "--out", str(out)))
-    s = read_run(out).summary
-    assert 0.7 * 7 <= s["staleness_mean"] <= 1.3 * 7, s["staleness_mean"]
-
-
 @pytest.mark.parametrize("argv, message", [
     (["run", "--algo", "asgd", *PAYLOAD[:2], "--set", "payload.params=0"],
      "payload.params must be between 1 and 536870912"),

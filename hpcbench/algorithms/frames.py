@@ -40,6 +40,10 @@ class Frame:
         self._integers = {n: v for n, v in self._scalars.items()
                           if self.fields[n].dtype.kind in "iu"}
         self._reals = {n: v for n, v in self._scalars.items() if self.fields[n].dtype.kind == "f"}
+        # The bytes between fields (alignment): zeroed by ``pack``, which writes every field itself.
+        ends = [f.offset + f.nbytes for f in self.fields.values()]
+        starts = [f.offset for f in self.fields.values()][1:] + [self.nbytes]
+        self._gaps = [(end, start) for end, start in zip(ends, starts) if start > end]
 
     def new(self) -> np.ndarray:
         return np.zeros(self.nbytes, dtype=np.uint8)
@@ -52,7 +56,13 @@ class Frame:
         return self.fields[name].offset
 
     def pack(self, **values: object) -> np.ndarray:
-        buf = np.zeros(self.nbytes, dtype=np.uint8)
+        """A new buffer holding ``values``; fields not given are zero."""
+        if len(values) < len(self.fields):
+            buf = np.zeros(self.nbytes, dtype=np.uint8)
+        else:  # every field is written below: only the gaps between them need zeroing
+            buf = np.empty(self.nbytes, dtype=np.uint8)
+            for start, stop in self._gaps:
+                buf[start:stop] = 0
         scalars = self._scalars
         for name, value in values.items():
             if type(value) is not np.ndarray and name in scalars:

@@ -108,10 +108,11 @@ class ServerRule:
         return n + (self.moment.v.nbytes if self.moment is not None else 0)
 
     def published(self, lr: float) -> np.ndarray:
-        """What workers read: θ, or DANA's look-ahead θ − ηγS."""
+        """What workers read: θ, or DANA's look-ahead θ − ηγS (θ itself, not a copy: valid until the
+        next ``apply``)."""
         if self.per_worker:
             return (self.theta - lr * self.momentum * self.total).astype(np.float32)
-        return self.theta.copy()
+        return self.theta
 
     def direction_buffer(self, worker: int) -> np.ndarray | None:
         if self.per_worker:
@@ -122,7 +123,9 @@ class ServerRule:
               lr: float) -> tuple[float, float]:
         """Apply one gradient from ``worker`` (0-based). Returns (mean divisor, mean |Δ|/C)."""
         self.lr_max = max(self.lr_max, lr)
-        d_p = grad.astype(np.float32, copy=True)
+        # Weight decay and the penalties change the direction in place: only then is a copy needed.
+        changed = bool(self.weight_decay) or self.penalty != "none"
+        d_p = grad.astype(np.float32, copy=changed)
         if self.weight_decay:
             d_p += np.float32(self.weight_decay) * self.theta
         penalty_mean, gap_mean = 1.0, float("nan")
