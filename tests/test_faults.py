@@ -28,7 +28,8 @@ ALGOS = ["asgd", "allreduce", "gossip"]  # a parameter server, a synchronous and
 
 @pytest.mark.parametrize("algo, victim", [("asgd", 1), ("allreduce", 0), ("gossip", 2)])
 def test_kill_leaves_a_readable_incomplete_file_with_what_was_measured(tmp_path, algo, victim):
-    proc, out, took = faulty(tmp_path, algo, f"kill:{victim}@2", steps=100000)
+    # At 5 s: a rewrite that takes 0.2 s on a loaded machine stretches the next flush to 4 s (FLUSH_SHARE).
+    proc, out, took = faulty(tmp_path, algo, f"kill:{victim}@5", steps=100000)
     assert proc.returncode != 0
     assert took < TIMEOUT_S + 30
     rec = read_run(out)  # no flag to clear, no torn file: the last complete rewrite
