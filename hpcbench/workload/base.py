@@ -1,7 +1,8 @@
 """What a worker computes with: the interface ``Trainer`` (a real model) and ``Payload`` (messages only) share."""
 from __future__ import annotations
 
-from typing import Any, Protocol
+import time
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -29,3 +30,13 @@ class Workload(Protocol):
     def evaluate(self, params: np.ndarray, limit: int) -> tuple[float, float]:
         """(mean loss, accuracy) of ``params`` on at most ``limit`` held-out samples."""
         ...
+
+
+def last_of(steps: int, gradient: Callable[[], object]) -> float:
+    """Call ``gradient`` ``steps`` times; → seconds the last call took (NaN for none): a warm-up."""
+    last = float("nan")
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        gradient()
+        last = time.perf_counter() - t0
+    return last

@@ -7,11 +7,12 @@ Nothing is learned: losses and accuracies are NaN, every other number in the res
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+
 import numpy as np
 
 from hpcbench.errors import UsageError
+from hpcbench.workload.base import last_of
 from hpcbench.workload.datasets import Dataset
 
 # The gradient's value: small and constant, so parameters drift slowly and stay finite for any budget.
@@ -58,12 +59,7 @@ class Payload:
 
     def warm_up(self, indices: np.ndarray, steps: int) -> float:
         """Seconds the last of ``steps`` gradients took to write (the modeled compute comes on top)."""
-        last = float("nan")
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            self.gradient(self.initial, indices, None)
-            last = time.perf_counter() - t0
-        return last
+        return last_of(steps, lambda: self.gradient(self.initial, indices, None))
 
     def evaluate(self, params: np.ndarray, limit: int) -> tuple[float, float]:
         return float("nan"), float("nan")

@@ -5,13 +5,12 @@ pinned buffers on CUDA), runs forward/backward, and hands the flat gradient back
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from hpcbench.workload.base import last_of
 from hpcbench.workload.datasets import Dataset
 from hpcbench.workload.models import build_model
 
@@ -83,12 +82,7 @@ class Trainer:
         pay for allocation, kernel selection and cold caches, which the timed steps should not.
         → seconds the last of them took (NaN for none)."""
         x, y = self.batch(indices)
-        last = float("nan")
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            self.gradient(self.initial, x, y)
-            last = time.perf_counter() - t0
-        return last
+        return last_of(steps, lambda: self.gradient(self.initial, x, y))
 
     @torch.no_grad()
     def recalibrate_batchnorm(self) -> None:

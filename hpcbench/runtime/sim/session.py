@@ -7,12 +7,12 @@ from typing import Any
 
 import numpy as np
 
+from hpcbench.results.paths import check_room
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
 from hpcbench.runtime.placement import set_threads, thread_count
 from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.provenance import software
-from hpcbench.results.paths import check_room
 from hpcbench.runtime.record import ResultFile, build_record, expected_bytes, result_line
 from hpcbench.runtime.sim.engine import Engine, GradientFn
 from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig
