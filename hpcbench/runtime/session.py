@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from hpcbench.comm.mpi import MpiComm
 
 # A worker that fails tells rank 0 and waits this long for it to write the run's record (rank 0 then
-# ends every rank); rank 0 spends at most SCORE_ON_FAILURE_S of it scoring the evaluations.
+# ends every rank); rank 0 spends at most SCORE_ON_FAILURE_S (and a quarter of timeout_s, the time
+# workers wait to hear from it) scoring the evaluations.
 NOTICE_GRACE_S = 30.0
 SCORE_ON_FAILURE_S = 3.0
 FLUSH_SHARE = 0.05  # the most of rank 0's time that rewriting the result file mid-run may take
@@ -104,18 +105,28 @@ def run_mpi(plan: Plan) -> int:
             return execute(plan, comm)
     except BaseException as exc:
         with signals_held():
-            if isinstance(exc, (PeerFailure, ResultWriteError)):
-                print(f"hpcbench: error: {exc}", file=sys.stderr, flush=True)
-            elif isinstance(exc, HpcbenchError):
-                print(f"hpcbench: error: rank {comm.rank} on {comm.host}: {exc}", file=sys.stderr, flush=True)
-            else:
-                traceback.print_exc()
-                sys.stderr.flush()
+            if not isinstance(exc, Reported):
+                report(exc, comm)
             if comm.rank != 0:  # rank 0 keeps a record of the run, then ends every rank
                 waiting_for_rank0 = isinstance(exc, WaitTimeout) and exc.peer == 0
                 comm.tell_failure(failure_status(exc), error_line(exc), 0.0 if waiting_for_rank0 else NOTICE_GRACE_S)
             comm.abort(1)
     return 1
+
+
+class Reported(Exception):
+    """Rank 0 has printed the run's error and kept its record: what is left is to end every rank."""
+
+
+def report(exc: BaseException, comm: MpiComm) -> None:
+    """The error, once, on this rank's stderr: one line for the failures we know, a traceback otherwise."""
+    if isinstance(exc, (PeerFailure, ResultWriteError)):
+        print(f"hpcbench: error: {exc}", file=sys.stderr, flush=True)
+    elif isinstance(exc, HpcbenchError):
+        print(f"hpcbench: error: rank {comm.rank} on {comm.host}: {exc}", file=sys.stderr, flush=True)
+    else:
+        traceback.print_exc()
+        sys.stderr.flush()
 
 
 def set_up(plan: Plan, comm: MpiComm) -> tuple[Run, str, int, float] | None:
@@ -206,9 +217,10 @@ def execute(plan: Plan, comm: MpiComm) -> int:
             with signals_held():
                 if progress is not None:
                     progress.close()
+                # Said first: a worker that stops hearing rank 0 while it writes the record ends every rank.
+                report(named, comm)
                 keeper.fail(named)
-            if named is not exc:
-                raise named from None
+            raise Reported() from None
         raise
     if keeper is not None:
         assert gathered is not None
@@ -317,7 +329,7 @@ class Keeper:
         now = self.comm.wtime()
         try:
             self.logs.score(lambda params: self.run.workload.evaluate(params, cfg.eval_samples),
-                            seconds=SCORE_ON_FAILURE_S)
+                            seconds=min(SCORE_ON_FAILURE_S, cfg.timeout_s / 4))
             record = self.record(self.own_parts(now),
                                  (failure_status(exc), where_from(exc, self.comm.host), now))
             path = self.file.write(record)
