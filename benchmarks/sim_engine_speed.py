@@ -2,7 +2,9 @@
 
 hpcbench runs the real asgd programs (versions, frames, logs, timelines) in its engine; the SimPy
 model is the bare minimum of the same system (gamma compute times, one FIFO server), so it is a
-floor, not an equal. Reports updates per wall second for both, and their ratio, median of rounds.
+floor, not an equal. Reports updates per wall second for both, and their ratio, median of rounds,
+and what the asgd programs alone cost per update when a do-nothing driver answers their operations
+(no virtual time, no events): the floor for any engine that runs the real programs.
 Run by hand: python benchmarks/sim_engine_speed.py
 """
 import argparse
@@ -51,6 +53,61 @@ def hpcbench_seconds(workers: int, steps: int) -> tuple[float, float]:
     return total, engine
 
 
+def programs_only_s(workers: int, steps: int) -> tuple[int, float]:
+    """(updates, seconds) for the real asgd server and worker programs driven with no engine at all:
+    reads answered with the window, computes with a zero gradient, messages handed over in a FIFO."""
+    from collections import deque
+
+    from hpcbench.algorithms.ops import Compute, Evaluate, Gradient, Progress, Publish, Read, Record, Recv, Send
+    from hpcbench.cli import build_parser, configs_from_args
+    from hpcbench.runtime.assemble import assemble
+    from hpcbench.runtime.plan import validate
+    from hpcbench.runtime.sim.session import STAND_IN_FLOATS
+
+    args = build_parser().parse_args(["simulate", "--algo", "asgd", "--workers", str(workers), "--steps",
+                                      str(steps), "--numerics", "off"])
+    cfg, _ = configs_from_args(args)
+    run = assemble(validate(cfg), workers, stand_in=STAND_IN_FLOATS)
+    logs, window = run.logs(), run.layout.windows["params"].initial.copy()
+    programs = [run.algo.server()] + [run.algo.worker(r) for r in range(1, workers + 1)]
+    sent: deque = deque()  # (from, to, bytes)
+
+    def drive(rank: int, value: object) -> bool:
+        """Run ``rank`` until it waits for a message; False when its program has ended."""
+        try:
+            while True:
+                op = programs[rank].send(value)
+                value, kind = None, type(op)
+                if kind is Read:
+                    value = [window.copy()]
+                elif kind is Compute:
+                    value = Gradient(np.zeros(STAND_IN_FLOATS, np.float32), float("nan"), cfg.batch_size, 0)
+                elif kind is Send:
+                    sent.append((rank, op.dest, np.ascontiguousarray(op.data).view(np.uint8).copy()))
+                elif kind is Publish:
+                    window[:] = op.data.view(np.uint8)
+                elif kind is Record:
+                    logs.record(0.0, op)
+                elif kind is Recv:
+                    return True
+                elif kind not in (Evaluate, Progress):
+                    raise TypeError(kind)
+        except StopIteration:
+            return False
+
+    t0 = time.perf_counter()
+    for rank in range(workers + 1):
+        drive(rank, None)
+    updates = 0
+    while sent:
+        src, _, grad = sent.popleft()
+        drive(0, (src, grad))
+        updates += 1
+        _, dest, ack = sent.pop()  # the acknowledgement, just sent
+        drive(dest, (0, ack))  # the worker's next gradient joins the back of the queue
+    return updates, time.perf_counter() - t0
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--workers", type=int, default=1024)
@@ -72,6 +129,9 @@ def main() -> None:
     print(f"  hpcbench engine: {statistics.median(engines):.1f} s = {ours:,.0f} updates/s")
     print(f"  minimal SimPy model of the same system: {theirs:,.0f} updates/s")
     print(f"  ratio hpcbench / SimPy: {ours / theirs:.2f}")
+    done, seconds = programs_only_s(args.workers, steps)
+    print(f"  per update: hpcbench engine {1e6 / ours:.0f} us, of which the asgd programs alone "
+          f"{1e6 * seconds / done:.0f} us ({done} updates, no engine); SimPy model {1e6 / theirs:.0f} us")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ class Schedule:
         epoch = samples / self.train_size
         if epoch < self.warmup_epochs:
             return self.warmup_from + (self.lr - self.warmup_from) * epoch / self.warmup_epochs
+        if not self.decay_epochs:  # (a server asks twice per update: keep the common case cheap)
+            return self.lr
         drops = sum(1 for e in self.decay_epochs if epoch >= e)
         return self.lr * self.decay_factor**drops
 
