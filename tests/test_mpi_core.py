@@ -24,6 +24,9 @@ def runs(run_dir):
     for name, ranks, args in [
         ("allreduce-3", 3, ("--algo", "allreduce", "--steps", "12", *COMMON)),
         ("allreduce-5", 5, ("--algo", "allreduce", "--steps", "12", *COMMON)),
+        # buckets of 10 KiB: several all-reduces per step, started from the backward pass's hooks
+        ("allreduce-3-buckets", 3, ("--algo", "allreduce", "--steps", "12", *COMMON,
+                                    "--set", "allreduce.bucket_mb=0.01")),
         ("asgd-2", 2, ("--algo", "asgd", "--steps", "25", *COMMON)),
         # modeled compute long next to the server's work, so oversubscribed workers really overlap
         ("asgd-3", 3, ("--algo", "asgd", *PAYLOAD, "--steps", "15")),
@@ -36,7 +39,7 @@ def runs(run_dir):
     return out
 
 
-@pytest.mark.parametrize("name, workers", [("allreduce-3", 2), ("allreduce-5", 4)])
+@pytest.mark.parametrize("name, workers", [("allreduce-3", 2), ("allreduce-5", 4), ("allreduce-3-buckets", 2)])
 def test_allreduce_replicas_identical_and_equal_to_union_batch_sgd(runs, name, workers):
     rec = runs[name]
     assert rec.evals["consensus"][-1] == 0.0  # every replica bit-identical to the average
@@ -89,6 +92,7 @@ def test_result_file_has_every_required_field(runs, name):
     server = SERVER_SUMMARY_KEYS if rec.algorithm == "asgd" else ()
     assert sorted(rec.summary) == sorted(SUMMARY_KEYS + server)
     assert rec.summary["samples_per_s"] > 0 and 0 < rec.summary["compute_fraction"] < 1
+    assert 0 < rec.summary["rank0_cpu_share"] < 2  # rank 0's processor seconds per second of its run
     if rec.algorithm == "asgd":
         assert set(rec.tables["updates"]) == set(TABLES["updates"])
         assert rec.summary["staleness_p99"] >= rec.summary["staleness_p50"] >= 0
@@ -108,7 +112,7 @@ def test_report_lists_every_run_and_the_scaling_view(runs, run_dir):
     with contextlib.redirect_stdout(buf):
         assert main(["report", str(run_dir), "--format", "md"]) == 0
     text = buf.getvalue()
-    assert text.count("| allreduce ") == 4 and text.count("| asgd ") == 6  # 2+3 runs, each in both tables
+    assert text.count("| allreduce ") == 6 and text.count("| asgd ") == 6  # 3+3 runs, each in both tables
     assert "speedup" in text and "efficiency" in text and "staleness" in text
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -134,3 +138,11 @@ def test_warmup_steps_are_untimed_and_change_nothing(runs, run_dir):
     for rec in (warm, cold):
         computes = rec.timeline["rank"][rec.timeline["phase"] == PHASE_CODE["compute"]]
         assert sorted(np.unique(computes, return_counts=True)[1].tolist()) == [12, 12]
+
+
+def test_calibrate_does_not_fit_the_network_to_overlapped_all_reduces(runs):
+    from hpcbench.runtime.sim.calibrate import calibrate, describe
+
+    assert "not fitted" not in describe(runs["allreduce-3"])  # one bucket: the whole all-reduce is exposed
+    assert "not fitted from them" in describe(runs["allreduce-3-buckets"])
+    assert calibrate(runs["allreduce-3-buckets"])["bandwidth"] != calibrate(runs["allreduce-3"])["bandwidth"]

@@ -70,6 +70,14 @@ class Context:
     eval_every: int  # samples between evaluations of the global model
     seed: int
     options: Any
+    # Where each of the model's parameters starts in the flat vector, then its size (gradient buckets
+    # are whole parameters); () for one parameter spanning the vector. In the model's own elements,
+    # also when the algorithm runs on a stand-in vector (the simulator without numerics).
+    bounds: tuple[int, ...] = ()
+
+    @property
+    def model_bounds(self) -> tuple[int, ...]:
+        return self.bounds or (0, self.size)
 
     @property
     def budget(self) -> int:

@@ -183,9 +183,13 @@ class Reporter:
         self.seen += result.samples
         self.lr = lr
 
+    def due(self, step: int, done: bool = False) -> bool:
+        """Whether a report goes out after ``step`` local steps; ``done``: the last step."""
+        return done or step % self.every == 0
+
     def report(self, step: int, done: bool = False) -> Program:
         """After ``step`` local steps; ``done``: the last report."""
-        if done or step % self.every == 0:
+        if self.due(step, done):
             yield Send("progress", SERVER, PROGRESS.pack(samples=step * self.ctx.batch_size, done=int(done),
                                                          loss_sum=self.loss_sum, correct=self.correct,
                                                          seen=self.seen, lr=self.lr))

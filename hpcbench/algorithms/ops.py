@@ -21,9 +21,14 @@ ANY = -1  # any sender, in arrival order
 
 
 class Compute(NamedTuple):
-    """Worker: gradient of the loss on the next local batch, taken at ``params``. → ``Gradient``."""
+    """Worker: gradient of the loss on the next local batch, taken at ``params``. → ``Gradient``.
+
+    With ``buckets`` (flat ranges of the model's vector, in the order the backward pass finishes
+    them; every worker at once): the gradient summed over the workers, each bucket all-reduced as
+    soon as it is ready while the backward pass goes on (PyTorch DDP's overlap)."""
 
     params: np.ndarray
+    buckets: tuple[tuple[int, int], ...] = ()
 
 
 class Gradient(NamedTuple):

@@ -126,6 +126,16 @@ class LoopbackEndpoint:
         self._wait(hub.reduce_barrier, timeout, "the workers' all-reduce")
         return out
 
+    def start_allreduce(self, data: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return data, out  # carried out, in order, when finished
+
+    def progress(self, started: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        pass
+
+    def finish_allreduces(self, started: list[tuple[np.ndarray, np.ndarray]], timeout: float) -> None:
+        for data, out in started:
+            out[:] = self.allreduce(data, timeout)
+
     def worker_barrier(self, timeout: float) -> None:
         assert self.hub.reduce_barrier is not None and self.rank > 0, "the barrier is among the workers"
         self._wait(self.hub.reduce_barrier, timeout, "a barrier")

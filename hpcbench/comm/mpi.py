@@ -31,6 +31,9 @@ BEAT = np.zeros(1, dtype=np.uint8)  # what a heartbeat carries (never changes, s
 NOTICE_BYTES = 4096
 SPIN_S = 0.002  # with a core to itself, test without sleeping this long (collectives advance only when tested)
 FIRST_SLEEP_S = 0.00005  # then sleep between tests, doubling while nothing happens ...
+# A wait with no deadline of its own (a coordinator's next progress report) on a rank that holds no
+# window others read or write: nothing needs it inside MPI, so it sleeps up to this between tests.
+IDLE_SLEEP_S = 0.01
 MAX_SLEEP_S = 0.0002  # ... up to this: an idle rank costs the computing ones little (workers on an
 # oversubscribed node sleep up to this times the ranks per core: 64 idle workers per core polling
 # every 0.2 ms would take the cores from rank 0 and from the workers that compute)
@@ -195,6 +198,7 @@ class MpiComm:
         self.spin = SPIN_S  # receives: how long to test back to back before sleeping
         self.spin_collective = math.inf  # collectives advance only while tested: spin, given a core
         self.nap = MAX_SLEEP_S  # the longest sleep between tests
+        self.serves = False  # whether this rank holds a window that other ranks read or write
         self._next_tick = 0.0
         self.windows: dict[str, Window] = {}
         self.window_sizes: dict[str, int] = {}
@@ -221,6 +225,7 @@ class MpiComm:
         """Collective: a window of ``nbytes`` on the ranks that own it, empty on the others."""
         self.windows[name] = Window(self.world, nbytes if owned else 0, accumulated)
         self.window_sizes[name] = nbytes
+        self.serves = self.serves or (owned and nbytes > 0)
 
     def open_channel(self, name: str, nbytes: int, sources: tuple[int, ...]) -> None:
         self.channels[name] = Channel(self.world, len(self.channels) + 1, nbytes, sources)
@@ -271,7 +276,9 @@ class MpiComm:
         ch = self.channels[channel]
         poll = ch.poll_any if src < 0 else (lambda: ch.poll_from(src))
         who = "any rank" if src < 0 else f"rank {src}"
-        return self._wait(poll, timeout, f"a {channel!r} message from {who}", fail=False, spin=self.spin)
+        idle = timeout == math.inf and not self.serves
+        return self._wait(poll, timeout, f"a {channel!r} message from {who}", fail=False,
+                          spin=0.0 if idle else self.spin, nap=max(self.nap, IDLE_SLEEP_S) if idle else self.nap)
 
     # --- collectives --------------------------------------------------------------------------
     def allreduce(self, data: np.ndarray, timeout: float) -> np.ndarray:
@@ -281,12 +288,22 @@ class MpiComm:
         self._wait(lambda: True if req.Test() else None, timeout, "the workers' all-reduce", spin=self.spin_collective)
         return out
 
+    def start_allreduce(self, data: np.ndarray, out: np.ndarray) -> MPI.Request:
+        return self.workers.Iallreduce(data, out, op=MPI.SUM)
+
+    def progress(self, started: list[MPI.Request]) -> None:
+        MPI.Request.Testall(started)
+
+    def finish_allreduces(self, started: list[MPI.Request], timeout: float) -> None:
+        self._wait(lambda: True if MPI.Request.Testall(started) else None, timeout, "the workers' all-reduce",
+                   spin=self.spin_collective)
+
     def barrier(self, comm: MPI.Comm, timeout: float) -> None:
         req = comm.Ibarrier()
         self._wait(lambda: True if req.Test() else None, timeout, "a barrier", spin=self.spin_collective)
 
     def _wait(self, test: Callable[[], T | None], timeout: float, what: str, fail: bool = True,
-              spin: float = SPIN_S, peer: int | None = None) -> T | None:
+              spin: float = SPIN_S, peer: int | None = None, nap: float | None = None) -> T | None:
         """``wait_for``; on rank 0 a failure notice from a worker ends the wait (``PeerFailure``); on
         every rank the ``on_wait`` hook and heartbeats run while it waits."""
 
@@ -294,7 +311,7 @@ class MpiComm:
             self.tick()
             return test()
 
-        return wait_for(watched, timeout, what, fail, spin, peer, self.nap)
+        return wait_for(watched, timeout, what, fail, spin, peer, self.nap if nap is None else nap)
 
     def tick(self) -> None:
         """Between operations and while waiting: notices and heartbeats, then the ``on_wait`` hook; at

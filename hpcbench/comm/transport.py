@@ -46,6 +46,17 @@ class Transport(Protocol):
     def allreduce(self, data: np.ndarray, timeout: float) -> np.ndarray:
         """Workers only: element-wise sum of ``data`` over the workers."""
 
+    def start_allreduce(self, data: np.ndarray, out: np.ndarray) -> Any:
+        """Workers only, nonblocking: ``out`` becomes the element-wise sum of ``data`` over the workers
+        once ``finish_allreduces`` returns (every worker starts the same all-reduces in the same order;
+        ``data`` stays untouched until then); → a handle for the two calls below."""
+
+    def progress(self, started: list[Any]) -> None:
+        """Let started all-reduces advance (MPI moves them only inside its calls)."""
+
+    def finish_allreduces(self, started: list[Any], timeout: float) -> None:
+        """Wait until every started all-reduce has ended."""
+
     def worker_barrier(self, timeout: float) -> None:
         """Workers only: wait until every worker is here."""
 

@@ -47,7 +47,8 @@ DISTRIBUTIONS = tuple(f"{name}_{stat}" for name in ("staleness", "penalty", "gap
 SUMMARY_KEYS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "final_accuracy", "best_accuracy",
                 "target_accuracy", "time_to_target_s", "median_step_s", "step_p90_s", "step_p99_s",
                 "step_worker_min_s", "step_worker_max_s", "eval_s", "final_consensus",
-                *PHASE_FRACTIONS, *DISTRIBUTIONS, "server_state_bytes", "too_stale", "warmup_s")
+                *PHASE_FRACTIONS, *DISTRIBUTIONS, "server_state_bytes", "too_stale", "warmup_s",
+                "rank0_cpu_share")
 # Parameter servers only: how every gradient the workers computed was accounted for.
 SERVER_SUMMARY_KEYS = ("late_gradients", "echoed_updates", "echo_bytes")
 

@@ -81,7 +81,7 @@ def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0) -
                          "or less, or fewer workers")
     workload = make_workload(plan, data, device)
     params = np.zeros(stand_in, np.float32) if stand_in else workload.initial
-    ctx = make_context(cfg, plan.algo, workers, params, len(data.y_train), plan.options)
+    ctx = make_context(cfg, plan.algo, workers, params, len(data.y_train), plan.options, workload.bounds)
     algo = plan.algo(ctx)
     compute = None
     if payload:

@@ -7,6 +7,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hpcbench.algorithms.api import Program
+from hpcbench.algorithms.buckets import ready_fractions
 from hpcbench.algorithms.ops import (ALL_OPS, UNTIMED_OPS, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate,
                                      FetchAdd, Gradient, Progress, Publish, Read, Record, Recv, Send, handler_name)
 from hpcbench.comm.transport import Transport
@@ -16,6 +17,9 @@ from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.telemetry.timeline import Timeline
 from hpcbench.workload.base import Workload
 from hpcbench.workload.sharding import BatchStream
+
+
+PROGRESS_NAP_S = 0.001  # a stretched or modeled compute with all-reduces under way tests them this often
 
 
 class MpiDriver:
@@ -78,23 +82,53 @@ class MpiDriver:
         return out
 
     def compute(self, op: Compute) -> Gradient:
+        """A gradient; with ``op.buckets``, summed over the workers: each bucket's all-reduce starts
+        as the backward pass finishes it (from the workload's hooks when the gradient takes the time
+        it takes; at the modeled points of a stretched or modeled compute), and the exposed rest of
+        the all-reduce after the compute is a "communicate" row."""
         assert self.workload is not None and self.stream is not None
         self.step += 1
         t0 = self.clock()
         indices = self.stream.next()
         x, y = self.workload.batch(indices)
         t1 = self.clock()
-        grad, loss, correct = self.workload.gradient(op.params, x, y)
         factor = self.slow_factor * (self.slowdown(t1) if self.slowdown is not None else 1.0)
+        buckets, started = op.buckets, []
+        reduced = np.empty_like(op.params) if buckets else None
+        # One bucket is ready when the backward pass ends: nothing to overlap, and hooks cost ~5% of a
+        # small model's gradient; several are started from the hooks, unless the compute is stretched.
+        hooked = len(buckets) > 1 and self.modeled is None and factor == 1.0
+
+        def start(k: int, vector: np.ndarray) -> None:
+            begin, end = buckets[k]
+            assert reduced is not None
+            started.append(self.comm.start_allreduce(vector[begin:end], reduced[begin:end]))
+            self.comm.progress(started)
+
+        grad, loss, correct = (self.workload.gradient(op.params, x, y, buckets, start) if hooked
+                               else self.workload.gradient(op.params, x, y))
         # A straggler (injected or modeled) computes factor times as long as it took (or as the model drew).
         length = (self.modeled() if self.modeled is not None else self.clock() - t1) * factor
-        left = t1 + length - self.clock()
-        if left > 0:
-            time.sleep(left)
+        if buckets and not hooked:
+            for k, share in enumerate(ready_fractions(buckets)):
+                self._until(t1 + length * share, started)
+                start(k, grad)
+        self._until(t1 + length, started)
         t2 = self.clock()
         self.timeline.add(self.step, "data", t0, t1, op="Compute")
         self.timeline.add(self.step, "compute", t1, t2, op="Compute")
-        return Gradient(grad, loss, len(indices), correct)
+        if reduced is None:
+            return Gradient(grad, loss, len(indices), correct)
+        self.comm.finish_allreduces(started, self.timeout)
+        self.timeline.add(self.step, "communicate", t2, self.clock(), grad.nbytes, "Allreduce")
+        return Gradient(reduced, loss, len(indices), correct)
+
+    def _until(self, t: float, started: list[Any]) -> None:
+        """Sleep until local time ``t``, letting ``started`` all-reduces advance meanwhile."""
+        while (left := t - self.clock()) > 0:
+            if started:
+                self.comm.progress(started)
+            time.sleep(min(left, PROGRESS_NAP_S) if started else left)
 
     def publish(self, op: Publish) -> None:
         self._timed("communicate", op.data.nbytes, op, lambda: self.comm.publish(op.window, op.data))

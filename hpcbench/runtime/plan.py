@@ -78,8 +78,9 @@ def schedule_for(cfg: RunConfig, algo: type[Algorithm], workers: int, train_size
 
 
 def make_context(cfg: RunConfig, algo: type[Algorithm], workers: int, params: np.ndarray,
-                 train_size: int, options: Any = None) -> Context:
-    """``options``: the algorithm's built options (a ``Plan``'s); built from ``cfg`` when not given."""
+                 train_size: int, options: Any = None, bounds: tuple[int, ...] = ()) -> Context:
+    """``options``: the algorithm's built options (a ``Plan``'s); built from ``cfg`` when not given;
+    ``bounds``: the model's parameter boundaries in its flat vector."""
     steps = steps_per_worker(cfg, workers, train_size)
     budget = steps * workers * cfg.batch_size
     if budget > MAX_SAMPLES:
@@ -90,7 +91,7 @@ def make_context(cfg: RunConfig, algo: type[Algorithm], workers: int, params: np
         workers=workers, params=params, batch_size=cfg.batch_size, steps=steps, train_size=train_size,
         schedule=schedule_for(cfg, algo, workers, train_size), momentum=cfg.momentum, nesterov=cfg.nesterov,
         weight_decay=cfg.weight_decay, eval_every=max(1, budget // cfg.evals), seed=cfg.seed,
-        options=options_for(cfg, algo) if options is None else options,
+        options=options_for(cfg, algo) if options is None else options, bounds=bounds,
     )
 
 

@@ -116,6 +116,9 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[dict[str, Any
     summary = summarize(timeline, evals, tables.get("updates", {}), ctx.workers, wall, cfg.target_accuracy)
     summary["server_state_bytes"] = algo.state_bytes()
     summary["warmup_s"] = max(float(p.get("warmup_s", 0.0)) for p in parts)
+    own = parts[0]  # rank 0's processor time over its part of the run (MPI runs; NaN simulated or failed)
+    summary["rank0_cpu_share"] = (own["cpu_s"] / (own["end"] - own["start"])
+                                  if "cpu_s" in own and own["end"] > own["start"] else float("nan"))
     updates = tables.get("updates")
     if updates is not None:
         late = len(tables["late"]["t"])

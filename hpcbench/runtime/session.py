@@ -185,7 +185,7 @@ def execute(plan: Plan, comm: MpiComm) -> int:
     if keeper is not None:
         keeper.claim()  # the file exists before the first step, outside the timed window
     comm.world_barrier(cfg.timeout_s, "the start of training")
-    start = comm.wtime()
+    start, cpu_start = comm.wtime(), time.process_time()
     injector = Injector(cfg.fault, rank, start)
     driver = MpiDriver(comm, timeline, cfg.timeout_s, run.workload, stream, run.slow_factor(rank),
                        keeper.logs if keeper is not None else None, progress, tick=comm.tick,
@@ -203,12 +203,14 @@ def execute(plan: Plan, comm: MpiComm) -> int:
             keeper.begin(start)
         with collector_paused():
             end = driver.run(program_of(run, rank))
+        cpu_s = time.process_time() - cpu_start
         comm.on_wait = None
         if progress is not None:
             progress.close()
         comm.close(cfg.timeout_s)
         injector.at_phase("gather")
         gathered = comm.collect({**placed[rank], "start": start, "end": end, "warmup_s": warmup_s,
+                                 "cpu_s": cpu_s,
                                  "timeline": timeline.columns()}, cfg.timeout_s, "the final gather of timelines")
     except BaseException as exc:
         comm.on_wait = None

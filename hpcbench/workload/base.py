@@ -9,18 +9,25 @@ import numpy as np
 from hpcbench.workload.datasets import Dataset
 
 
+# Called with (k, vector) as soon as bucket k of ``vector`` holds its final gradient, in bucket order.
+Ready = Callable[[int, np.ndarray], None]
+
+
 class Workload(Protocol):
     data: Dataset
     size: int  # float32 parameters in the flat vector the algorithms exchange
     initial: np.ndarray  # the initial flat parameters, identical on every rank
+    bounds: tuple[int, ...]  # where each parameter starts in the flat vector, then ``size``
 
     @property
     def nbytes(self) -> int: ...
 
     def batch(self, indices: np.ndarray) -> tuple[Any, Any]: ...
 
-    def gradient(self, params: np.ndarray, x: Any, y: Any) -> tuple[np.ndarray, float, int]:
-        """(flat float32 gradient at ``params``, loss, correctly classified samples)."""
+    def gradient(self, params: np.ndarray, x: Any, y: Any, buckets: tuple[tuple[int, int], ...] = (),
+                 ready: Ready | None = None) -> tuple[np.ndarray, float, int]:
+        """(flat float32 gradient at ``params``, loss, correctly classified samples). With ``ready``:
+        called for each of ``buckets`` (flat ranges) once the returned vector holds its values."""
         ...
 
     def warm_up(self, indices: np.ndarray, steps: int) -> float:

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcbench.errors import UsageError
-from hpcbench.workload.base import last_of
+from hpcbench.workload.base import Ready, last_of
 from hpcbench.workload.datasets import Dataset
 
 # The gradient's value: small and constant, so parameters drift slowly and stay finite for any budget.
 GRADIENT_VALUE = 1e-6
+PIECE = 65536  # floats per stand-in "parameter" (256 KiB), the unit buckets are built from
 MAX_PARAMS = 2**31 // 4  # a message of at most 2 GiB: MPI counts are 32-bit in the calls every algorithm uses
 
 
@@ -45,6 +46,8 @@ class Payload:
         self.data = data
         self.size = options.params
         self.initial = np.zeros(self.size, np.float32)
+        # No parameters: pieces of PIECE floats stand in for them, so buckets come out near their size.
+        self.bounds = tuple(range(0, self.size, PIECE)) + (self.size,)
 
     @property
     def nbytes(self) -> int:
@@ -53,9 +56,15 @@ class Payload:
     def batch(self, indices: np.ndarray) -> tuple[np.ndarray, None]:
         return indices, None
 
-    def gradient(self, params: np.ndarray, x: object, y: object) -> tuple[np.ndarray, float, int]:
-        """A fresh vector of the payload's size (filled, as a real gradient is written); NaN loss."""
-        return np.full(self.size, GRADIENT_VALUE, np.float32), float("nan"), 0
+    def gradient(self, params: np.ndarray, x: object, y: object, buckets: tuple[tuple[int, int], ...] = (),
+                 ready: Ready | None = None) -> tuple[np.ndarray, float, int]:
+        """A fresh vector of the payload's size (filled, as a real gradient is written); NaN loss. The
+        buckets are ready at once: when they are in a step is the compute model's (``ready_fractions``)."""
+        grad = np.full(self.size, GRADIENT_VALUE, np.float32)
+        if ready is not None:
+            for k in range(len(buckets)):
+                ready(k, grad)
+        return grad, float("nan"), 0
 
     def warm_up(self, indices: np.ndarray, steps: int) -> float:
         """Seconds the last of ``steps`` gradients took to write (the modeled compute comes on top)."""

@@ -5,17 +5,41 @@ pinned buffers on CUDA), runs forward/backward, and hands the flat gradient back
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from hpcbench.workload.base import last_of
+from hpcbench.workload.base import Ready, last_of
 from hpcbench.workload.datasets import Dataset
 from hpcbench.workload.models import build_model
 
 EVAL_CHUNK = 500
 BN_RECALIBRATION_SAMPLES = 512
+
+
+class Bucketing:
+    """One backward pass's buckets: which are complete, and which have been handed to ``ready``
+    (strictly in order: every worker must start the same collectives in the same order)."""
+
+    def __init__(self, offsets: list[int], buckets: tuple[tuple[int, int], ...], ready: Ready) -> None:
+        self.bucket_of = [next(k for k, (start, stop) in enumerate(buckets) if start <= o < stop) for o in offsets]
+        self.missing = [0] * len(buckets)
+        for k in self.bucket_of:
+            self.missing[k] += 1
+        self.ready, self.launched = ready, 0
+
+    def complete(self, i: int) -> bool:
+        k = self.bucket_of[i]
+        self.missing[k] -= 1
+        return self.missing[k] == 0
+
+    def launch(self, vector: np.ndarray) -> None:
+        while self.launched < len(self.missing) and self.missing[self.launched] == 0:
+            self.ready(self.launched, vector)
+            self.launched += 1
 
 
 class Trainer:
@@ -28,13 +52,18 @@ class Trainer:
         params = list(self.model.parameters())
         self.size = sum(p.numel() for p in params)
         self.flat = torch.zeros(self.size, dtype=torch.float32, device=self.device)
-        offset = 0
-        for p in params:
+        offset, offsets = 0, []
+        for i, p in enumerate(params):
             n = p.numel()
             self.flat[offset:offset + n].copy_(p.data.view(-1))
             p.data = self.flat[offset:offset + n].view_as(p)
+            offsets.append(offset)
             offset += n
+            p.register_post_accumulate_grad_hook(partial(self._grad_ready, i))
         self._params = params
+        self._offsets = offsets
+        self.bounds = tuple(offsets) + (self.size,)
+        self._bucketing: Bucketing | None = None  # while a bucketed gradient is computed
         self.initial = self.flat.cpu().numpy().copy()
         self.has_batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules())
         pin = self.device.type == "cuda"
@@ -55,27 +84,55 @@ class Trainer:
         y = torch.from_numpy(self.data.y_train[indices])
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
-    def gradient(self, params: np.ndarray, x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, float, int]:
-        """(mean cross-entropy gradient at ``params`` as a new host float32 vector, loss, correct)."""
+    def gradient(self, params: np.ndarray, x: torch.Tensor, y: torch.Tensor, buckets: tuple[tuple[int, int], ...] = (),
+                 ready: Ready | None = None) -> tuple[np.ndarray, float, int]:
+        """(mean cross-entropy gradient at ``params`` as a new host float32 vector, loss, correct).
+
+        With ``ready``: each of ``buckets`` (flat ranges of whole parameters) is copied to the host as
+        soon as the backward pass has finished all its parameters, and ``ready(k, vector)`` is called,
+        in bucket order, while the backward pass goes on (DDP's overlap)."""
         self.load(params)
         self.model.train()
         for p in self._params:
             p.grad = None
         out = self.model(x)
         loss = F.cross_entropy(out, y)
-        loss.backward()
-        correct = int((out.detach().argmax(1) == y).sum())
-        offset = 0
         host = self._host_grad
-        for p in self._params:
-            n, grad = p.numel(), p.grad
-            assert grad is not None  # every parameter takes part in the loss
-            host[offset:offset + n].copy_(grad.view(-1), non_blocking=True)
-            offset += n
-        if self.device.type == "cuda":
-            # The copies above are asynchronous; MPI must not read the buffer before they land.
-            torch.cuda.current_stream(self.device).synchronize()
+        if ready is not None:
+            self._bucketing = Bucketing(self._offsets, buckets, ready)
+            try:
+                loss.backward()
+            finally:
+                state, self._bucketing = self._bucketing, None
+            assert state.launched == len(buckets), "every parameter takes part in the loss"
+        else:
+            loss.backward()
+            for i in range(len(self._params)):
+                self._to_host(i)
+            self._landed()
+        correct = int((out.detach().argmax(1) == y).sum())
         return host.numpy().copy(), float(loss.detach()), correct
+
+    def _to_host(self, i: int) -> None:
+        p, offset = self._params[i], self._offsets[i]
+        assert p.grad is not None  # every parameter takes part in the loss
+        self._host_grad[offset:offset + p.numel()].copy_(p.grad.view(-1), non_blocking=True)
+
+    def _landed(self) -> None:
+        if self.device.type == "cuda":
+            # The copies to the host are asynchronous; MPI must not read the buffer before they land.
+            torch.cuda.current_stream(self.device).synchronize()
+
+    def _grad_ready(self, i: int, param: torch.Tensor) -> None:
+        """Backward hook: parameter ``i``'s gradient is final (the suite's models use each parameter
+        once). Copy it; launch the buckets now complete."""
+        state = self._bucketing
+        if state is None:
+            return
+        self._to_host(i)
+        if state.complete(i):
+            self._landed()
+            state.launch(self._host_grad.numpy())
 
     def warm_up(self, indices: np.ndarray, steps: int) -> float:
         """``steps`` gradient computations at the initial parameters, applied nowhere: the first calls

@@ -92,7 +92,7 @@ def calibrate(rec: RunRecord) -> dict[str, Any]:
     fit = fit_network(tl["nbytes"][blocking], (tl["t_end"] - tl["t_start"])[blocking])
     alpha, bandwidth = fit if fit is not None else (DEFAULT_ALPHA_S, SimConfig().bandwidth)
     reduce = np.isin(tl["rank"], np.arange(1, n + 1)) & (tl["op"] == op["Allreduce"])
-    if reduce.any() and n > 1:
+    if reduce.any() and n > 1 and not overlapped(rec):
         durations = (tl["t_end"] - tl["t_start"])[reduce]
         steps = tl["step"][reduce]
         fastest = np.array([durations[steps == s].min() for s in np.unique(steps)])
@@ -209,9 +209,21 @@ def as_toml(sim: dict[str, Any]) -> str:
     return "[sim]\n" + "\n".join(f"{k} = {value(v)}" for k, v in sim.items())
 
 
+def overlapped(rec: RunRecord) -> bool:
+    """Whether the run all-reduced several buckets during backward: its all-reduce rows then hold only
+    what the backward pass did not hide, which says nothing exact about the network."""
+    cfg = rec.attrs["config"]
+    opts = cfg.get("options", {}).get("allreduce", {})
+    return (rec.algorithm == "allreduce" and bool(opts.get("overlap", False))
+            and 4 * cfg["parameters"] > opts.get("bucket_mb", 25.0) * 2**20)
+
+
 def describe(rec: RunRecord) -> str:
     sim = calibrate(rec)
     s = rec.summary
     head = (f"# calibrated from {rec.path}: {rec.algorithm}, {rec.workers} workers, "
             f"{g(s['samples_per_s'])} samples/s on {rec.per_rank['hostnames'][0]}")
+    if overlapped(rec):
+        head += ("\n# its all-reduces overlapped the backward pass in buckets: the network was not fitted from "
+                 "them (calibrate from a run with --set allreduce.overlap=false)")
     return "\n".join([head, "", simulate_command(rec, sim), "", "# or, in a --config file:", as_toml(sim)])

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hpcbench.algorithms.api import Algorithm, Layout
+from hpcbench.algorithms.buckets import FLOAT_BYTES, overlapped_end, ready_fractions
 from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, FetchAdd,
                                      Gradient, Progress, Publish, Read, Record, Recv, Send, WATCHED, handler_name)
 from hpcbench.errors import RuntimeFailure
@@ -62,6 +63,7 @@ class Engine:
         self.inbox: dict[tuple[str, int], deque[tuple[int, np.ndarray]]] = {}
         self.waiting: dict[int, tuple[str, int, int, float]] = {}  # rank → (channel, src, token, since)
         self.collective: list[tuple[int, float, np.ndarray | None]] = []
+        self.reducing: list[tuple[int, float, float, Gradient]] = []  # (rank, start, compute done, result)
         self.heap: list[tuple[float, int, Callable[..., None], tuple]] = []
         self.counter = itertools.count()
         self.now = 0.0
@@ -134,12 +136,39 @@ class Engine:
         t = self.now
         grad, loss, samples, correct = self.gradient(rank, op.params)
         done = t + self.compute_model.sample(rank)
+        if op.buckets:
+            self.reducing.append((rank, t, done, Gradient(grad, loss, samples, correct)))
+            return self.reduced(op) if len(self.reducing) == self.cfg.workers else BLOCKED
         self.row(rank, "compute", t, done, 0, "Compute")
-        resume = done + self.cfg.update_s
+        return self.later(rank, self.updated(rank, done), Gradient(grad, loss, samples, correct))
+
+    def updated(self, rank: int, t: float) -> float:
+        """The worker's own math after ``t``: → when it is done."""
+        resume = t + self.cfg.update_s
         self.outside_mpi_until[rank] = resume
-        if resume > done:
-            self.row(rank, "update", done, resume)
-        return self.later(rank, resume, Gradient(grad, loss, samples, correct))
+        if resume > t:
+            self.row(rank, "update", t, resume)
+        return resume
+
+    def reduced(self, op: Compute) -> object:
+        """Every worker has started a bucketed compute: bucket k's all-reduce starts once the last
+        worker's backward pass has finished it and bucket k−1's has ended; each worker goes on when
+        its compute and the last all-reduce are done (the exposed part is its "communicate" row)."""
+        arrivals, self.reducing = sorted(self.reducing, key=lambda a: a[0]), []
+        p, cfg = self.cfg.workers, self.cfg
+        ready = [max(t + (done - t) * share for _, t, done, _ in arrivals) for share in ready_fractions(op.buckets)]
+        costs = [ring_allreduce_s(FLOAT_BYTES * (stop - start), p, cfg.alpha_s, cfg.bandwidth)
+                 for start, stop in op.buckets]
+        end = overlapped_end(ready, costs)
+        total = arrivals[0][3].grad.copy()
+        for _, _, _, result in arrivals[1:]:
+            total += result.grad
+        for rank, t, done, result in arrivals:
+            self.row(rank, "compute", t, done, 0, "Compute")
+            if end > done:
+                self.row(rank, "communicate", done, end, self.modeled(result.grad.nbytes), "Allreduce")
+            self.later(rank, self.updated(rank, max(done, end)), result._replace(grad=total.copy()))
+        return BLOCKED
 
     # Local operations and posting a send are instant in virtual time and leave no timeline row
     # (the bytes of a message are on its receiver's row).
