@@ -48,7 +48,7 @@ def spread(ratios: list[float]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--workers", default="1,2,4")
+    p.add_argument("--workers", default="1,2,4", help="worker counts for the cnn comparison ('' for none)")
     p.add_argument("--model", default="cnn")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--rounds", type=int, default=3)
@@ -63,7 +63,7 @@ def main() -> None:
           f"{'vs DDP':>17} {'rank 0 CPU':>10}")
     port = 29517
     with tempfile.TemporaryDirectory() as tmp:
-        for n in map(int, args.workers.split(",")):
+        for n in [int(w) for w in args.workers.split(",") if w]:
             bare, ddp, ours, flat, cpu = [], [], [], [], []
             for r in range(args.rounds):
                 port += 1
@@ -79,12 +79,14 @@ def main() -> None:
                   f"{100 * statistics.median(cpu):>9.1f}%")
         n, steps = args.resnet_workers, args.resnet_steps
         resnet = ["--model", "resnet20", "--dataset", "synthetic"]
+        scored = ["--set", "evals=1", "--set", "eval_samples=64"]  # scoring resnet20 after the run is not the point
         on, off, ddp = [], [], []
         for r in range(args.rounds):
             port += 1
-            on.append(harness(n, steps, [*resnet, "--set", f"allreduce.bucket_mb={args.bucket_mb}"],
+            on.append(harness(n, steps, [*resnet, *scored, "--set", f"allreduce.bucket_mb={args.bucket_mb}"],
                               Path(tmp) / "on.h5")[0])
-            off.append(harness(n, steps, [*resnet, "--set", "allreduce.overlap=false"], Path(tmp) / "off.h5")[0])
+            off.append(harness(n, steps, [*resnet, *scored, "--set", "allreduce.overlap=false"],
+                               Path(tmp) / "off.h5")[0])
             ddp.append(reference("ddp_allreduce.py", n, steps, [*resnet, "--bucket-mb", str(args.bucket_mb),
                                                                   "--port", str(port)]))
         print(f"\nresnet20, synthetic 32x32x3, {n} workers, {steps} timed steps, buckets of {args.bucket_mb} MiB:")
