@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from common import simulated
 from hpcbench.results.store import read_run
 from hpcbench.runtime.launch import launch_env, mpi_command, mpiexec_path
 
@@ -92,6 +93,18 @@ def main() -> None:
         print(f"\nresnet20, synthetic 32x32x3, {n} workers, {steps} timed steps, buckets of {args.bucket_mb} MiB:")
         print(f"  hpcbench overlapped {median_ms(on)} ms, not overlapped {median_ms(off)} ms "
               f"(overlapped/not {spread([a / b for a, b in zip(on, off)])}); DDP {median_ms(ddp)} ms")
+        # The same model on a virtual cluster whose network matters: the measured compute, 1 Gb/s links.
+        compute = statistics.median(off)
+        for workers in (8, 64):
+            medians = {}
+            for label, option in (("on", f"allreduce.bucket_mb={args.bucket_mb}"), ("off", "allreduce.overlap=false")):
+                rec = simulated(workers, [*resnet, "--algo", "allreduce", "--numerics", "off", "--steps", "20",
+                                          "--compute", f"gamma:shape=100,mean={compute}", "--network",
+                                          "alpha=2e-5,bandwidth=1.25e8", "--set", option],
+                                Path(tmp) / f"sim-{workers}-{label}.h5")
+                medians[label] = rec.summary["median_step_s"]
+            print(f"  simulated, {workers} workers, 1 Gb/s: overlapped {1e3 * medians['on']:.1f} ms, not "
+                  f"{1e3 * medians['off']:.1f} ms ({medians['on'] / medians['off']:.2f})")
 
 
 if __name__ == "__main__":
