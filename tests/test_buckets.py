@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from hpcbench.algorithms.buckets import BACKWARD_SHARE, overlapped_end, plan_buckets, ready_fractions
 from hpcbench.config import RunConfig
@@ -107,3 +106,13 @@ def test_simulated_overlap_hides_all_but_the_first_bucket_behind_the_backward_pa
     ready0 = (1 - BACKWARD_SHARE) + BACKWARD_SHARE * first / params
     np.testing.assert_allclose(step_times(on), c * ready0 + ring, rtol=1e-3)
     np.testing.assert_allclose(step_times(off), c + ring, rtol=1e-3)
+
+
+def test_a_bucket_size_that_is_not_positive_is_one_error_line(tmp_path, capsys):
+    from hpcbench.cli import main
+
+    code = main(["simulate", "--algo", "allreduce", "--workers", "2", "--steps", "2", "--set", "allreduce.bucket_mb=0",
+                 "--out", str(tmp_path / "x.h5")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == "hpcbench: error: allreduce.bucket_mb must be > 0 MiB, got 0"
+    assert not (tmp_path / "x.h5").exists()
