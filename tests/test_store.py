@@ -75,3 +75,22 @@ def test_a_rewrite_that_finds_the_disk_full_keeps_the_last_file_and_says_why(tmp
         assert not list(disk.glob("*.partial"))
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_a_writer_killed_mid_write_leaves_no_file_behind(tmp_path):
+    # SIGKILL (what mpiexec sends the other ranks when one dies) runs no cleanup: the file being
+    # written must have no name until it is complete.
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import os, signal, sys; from pathlib import Path; from hpcbench.results.store import _unnamed_file; "
+            "f = _unnamed_file(Path(sys.argv[1])); assert f is not None, 'no O_TMPFILE here'; "
+            "f.write(b'x' * 100000); os.kill(os.getpid(), signal.SIGKILL)")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
+    if "no O_TMPFILE here" in proc.stderr:
+        pytest.skip("this system or file system has no unnamed files (O_TMPFILE)")
+    assert proc.returncode == -signal.SIGKILL
+    assert list(tmp_path.iterdir()) == []
+    path = write_run(tmp_path / "r.h5", record())  # and a complete write still gets its name
+    assert [p.name for p in tmp_path.iterdir()] == ["r.h5"] and read_run(path).final_params.size == 5

@@ -1,8 +1,10 @@
 """Write and read result files (the only module that imports h5py).
 
-A file is written under a temporary name of its own run with status "running", marked with its
-final status ("ok", or how a failed run ended) last, then given its name without replacing anything (``paths.publish``): a crash leaves only that run's
-``.partial`` file, never one that reads as complete, and no run's result is lost to another's.
+A file is written with status "running", marked with its final status ("ok", or how a failed run
+ended) last, then given its name without replacing anything (``paths.publish``). On Linux it is
+written with no name at all until it is complete (``O_TMPFILE``), so a writer killed meanwhile, even
+by SIGKILL, leaves nothing; elsewhere under a temporary ``.partial`` name of its own run. Never a
+file that reads as complete, and no run's result is lost to another's.
 """
 from __future__ import annotations
 
@@ -64,9 +66,11 @@ def _write_file(partial: Path, rec: RunRecord, final: Path) -> None:
     unknown = undeclared(rec)
     if unknown:
         raise ValueError(f"names not declared in hpcbench/results/schema.py: {', '.join(unknown)}")
+    unnamed = None
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        with h5py.File(partial, "w") as f:
+        unnamed = _unnamed_file(final.parent)
+        with h5py.File(unnamed if unnamed is not None else partial, "w") as f:
             for key, value in rec.attrs.items():
                 f.attrs[key] = _attr(value)
             f.attrs["schema_version"] = SCHEMA_VERSION
@@ -102,11 +106,40 @@ def _write_file(partial: Path, rec: RunRecord, final: Path) -> None:
                 for key, value in rec.simulation.items():
                     sim.attrs[key] = _attr(value)
             f.attrs["status"] = _attr(rec.attrs.get("status", "ok"))
+        if unnamed is not None:  # complete: now it may have a name
+            unnamed.flush()
+            _name(unnamed.fileno(), partial)
     except BaseException as exc:
         partial.unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise ResultWriteError(f"could not write the result file {str(final)!r}: {cause(exc)}") from None
         raise
+    finally:
+        if unnamed is not None:
+            unnamed.close()  # unbuffered: nothing left to write that could fail here
+
+
+def _name(fd: int, path: Path) -> None:
+    """Give the unnamed file open as ``fd`` the name ``path``: linkat(2) with AT_SYMLINK_FOLLOW on its
+    /proc/self/fd entry (os.link takes that path only when given a directory descriptor)."""
+    root = os.open("/", os.O_RDONLY)
+    try:
+        os.link(f"/proc/self/fd/{fd}", path, src_dir_fd=root, follow_symlinks=True)
+    finally:
+        os.close(root)
+
+
+def _unnamed_file(directory: Path) -> Any:
+    """A new file in ``directory`` that has no name yet (Linux's O_TMPFILE), or None where the system
+    or the file system cannot make one."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if not flag or not Path("/proc/self/fd").is_dir():
+        return None
+    try:
+        fd = os.open(directory, flag | os.O_RDWR, 0o644)
+    except OSError:
+        return None
+    return os.fdopen(fd, "w+b", buffering=0)
 
 
 def cause(exc: OSError) -> str:

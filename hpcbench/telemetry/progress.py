@@ -25,8 +25,10 @@ def mode_for(stream: TextIO) -> str:
 
 
 class ProgressLine:
-    def __init__(self, label: str, budget: int, stream: TextIO = sys.stderr, mode: str | None = None,
+    def __init__(self, label: str, budget: int, stream: TextIO | None = None, mode: str | None = None,
                  every_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        """``stream``: stderr as it is when the line is made (not when this module was imported)."""
+        stream = sys.stderr if stream is None else stream
         self.label, self.budget, self.stream, self.clock = label, budget, stream, clock
         self.mode = mode_for(stream) if mode is None else mode
         self.every_s = REFRESH_S if self.mode == "live" else every_s
