@@ -85,8 +85,8 @@ def test_a_writer_killed_mid_write_leaves_no_file_behind(tmp_path):
     import sys
 
     code = ("import os, signal, sys; from pathlib import Path; from hpcbench.results.store import _unnamed_file; "
-            "f = _unnamed_file(Path(sys.argv[1])); assert f is not None, 'no O_TMPFILE here'; "
-            "f.write(b'x' * 100000); os.kill(os.getpid(), signal.SIGKILL)")
+            "fd = _unnamed_file(Path(sys.argv[1])); assert fd is not None, 'no O_TMPFILE here'; "
+            "os.write(fd, b'x' * 100000); os.kill(os.getpid(), signal.SIGKILL)")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
     if "no O_TMPFILE here" in proc.stderr:
         pytest.skip("this system or file system has no unnamed files (O_TMPFILE)")

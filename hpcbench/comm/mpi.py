@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib, pkl5
 
-from hpcbench.errors import PeerFailure, WaitTimeout
+from hpcbench.errors import PeerFailure, Stopped, WaitTimeout
 
 T = TypeVar("T")
 CLOCK_TAG = 32_000
@@ -113,11 +113,15 @@ class Window:
         bufs = [np.empty(nbytes, dtype=np.uint8) for _ in ranks]
         for rank, buf in zip(ranks, bufs):
             self.win.Lock(rank, self.read_lock)
-            req = self.win.Rget([buf, MPI.BYTE], rank, target=(0, nbytes, MPI.BYTE))
-            if wait is None:
-                req.Wait()
-            else:
-                wait(lambda: True if req.Test() else None)
+            try:
+                req = self.win.Rget([buf, MPI.BYTE], rank, target=(0, nbytes, MPI.BYTE))
+                if wait is None:
+                    req.Wait()
+                else:
+                    wait(lambda: True if req.Test() else None)
+            except Stopped:  # let go of the owner (alive: it is we who were stopped), or its publish waits on us
+                self.win.Unlock(rank)
+                raise
             self.win.Unlock(rank)
         return bufs
 

@@ -1,9 +1,10 @@
 """Write and read result files (the only module that imports h5py).
 
-A file is written with status "running", marked with its final status ("ok", or how a failed run
-ended) last, then given its name without replacing anything (``paths.publish``). On Linux it is
-written with no name at all until it is complete (``O_TMPFILE``), so a writer killed meanwhile, even
-by SIGKILL, leaves nothing; elsewhere under a temporary ``.partial`` name of its own run. Never a
+A file is built in memory with status "running", marked with its final status ("ok", or how a failed
+run ended) last, written out in one go, then given its name without replacing anything
+(``paths.publish``). On Linux the bytes go to a file with no name until all are there (``O_TMPFILE``),
+so a writer killed meanwhile, even by SIGKILL, leaves nothing; elsewhere to a temporary ``.partial``
+name of its own run. Never a
 file that reads as complete, and no run's result is lost to another's.
 """
 from __future__ import annotations
@@ -66,11 +67,10 @@ def _write_file(partial: Path, rec: RunRecord, final: Path) -> None:
     unknown = undeclared(rec)
     if unknown:
         raise ValueError(f"names not declared in hpcbench/results/schema.py: {', '.join(unknown)}")
-    unnamed = None
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        unnamed = _unnamed_file(final.parent)
-        with h5py.File(unnamed if unnamed is not None else partial, "w") as f:
+        # Built in memory, then written out in one go: the file exists on disk only for that write.
+        with h5py.File(partial.name, "w", driver="core", backing_store=False) as f:
             for key, value in rec.attrs.items():
                 f.attrs[key] = _attr(value)
             f.attrs["schema_version"] = SCHEMA_VERSION
@@ -106,17 +106,28 @@ def _write_file(partial: Path, rec: RunRecord, final: Path) -> None:
                 for key, value in rec.simulation.items():
                     sim.attrs[key] = _attr(value)
             f.attrs["status"] = _attr(rec.attrs.get("status", "ok"))
-        if unnamed is not None:  # complete: now it may have a name
-            unnamed.flush()
-            _name(unnamed.fileno(), partial)
+            f.flush()
+            image = f.id.get_file_image()
+        _store(image, partial)
     except BaseException as exc:
         partial.unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise ResultWriteError(f"could not write the result file {str(final)!r}: {cause(exc)}") from None
         raise
+
+
+def _store(image: bytes, partial: Path) -> None:
+    """The file's bytes at ``partial``, named only once all are written where the system allows."""
+    unnamed = _unnamed_file(partial.parent)
+    fd = unnamed if unnamed is not None else os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(image)
+        while view:
+            view = view[os.write(fd, view):]
+        if unnamed is not None:  # complete: now it may have a name
+            _name(fd, partial)
     finally:
-        if unnamed is not None:
-            unnamed.close()  # unbuffered: nothing left to write that could fail here
+        os.close(fd)
 
 
 def _name(fd: int, path: Path) -> None:
@@ -129,17 +140,16 @@ def _name(fd: int, path: Path) -> None:
         os.close(root)
 
 
-def _unnamed_file(directory: Path) -> Any:
-    """A new file in ``directory`` that has no name yet (Linux's O_TMPFILE), or None where the system
-    or the file system cannot make one."""
+def _unnamed_file(directory: Path) -> int | None:
+    """A descriptor of a new file in ``directory`` that has no name yet (Linux's O_TMPFILE), or None
+    where the system or the file system cannot make one."""
     flag = getattr(os, "O_TMPFILE", 0)
     if not flag or not Path("/proc/self/fd").is_dir():
         return None
     try:
-        fd = os.open(directory, flag | os.O_RDWR, 0o644)
+        return os.open(directory, flag | os.O_RDWR, 0o644)
     except OSError:
         return None
-    return os.fdopen(fd, "w+b", buffering=0)
 
 
 def cause(exc: OSError) -> str:
