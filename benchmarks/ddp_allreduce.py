@@ -4,28 +4,20 @@ this host). DDP buckets gradients (``--bucket-mb``) and all-reduces them during 
 Prints the median step time over all ranks after an untimed warm-up.
 Run: mpiexec -n WORKERS python benchmarks/ddp_allreduce.py --model cnn --steps 200 --port 29517
 """
-import argparse
 import os
 from datetime import timedelta
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
 from hpcbench.workload.datasets import load_dataset
 from hpcbench.workload.models import build_model
-from hpcbench.workload.sharding import BatchStream, shard_indices
+from reference_loop import arguments, timed_steps
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--model", default="cnn")
-    p.add_argument("--dataset", default="digits")
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=0.05)
+    p = arguments()
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--port", type=int, default=29517)
     args = p.parse_args()
@@ -38,23 +30,14 @@ def main() -> None:
     model = torch.nn.parallel.DistributedDataParallel(build_model(args.model, data.input_shape, data.classes, seed=0),
                                                       bucket_cap_mb=args.bucket_mb)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
-    stream = BatchStream(shard_indices(len(data.y_train), comm.size, comm.rank, 0), args.batch_size, 0,
-                         comm.rank + 1)
-    times = []
-    for step in range(args.warmup + args.steps):
-        t0 = MPI.Wtime()
-        idx = stream.next()
-        x = torch.from_numpy(data.normalise(data.x_train[idx]))
-        y = torch.from_numpy(data.y_train[idx])
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
         opt.zero_grad(set_to_none=True)
         torch.nn.functional.cross_entropy(model(x), y).backward()  # DDP averages the gradients
         opt.step()
-        if step >= args.warmup:
-            times.append(MPI.Wtime() - t0)
-    everything = comm.gather(times, root=0)
+
+    timed_steps(comm, args, data, step)
     dist.destroy_process_group()
-    if comm.rank == 0:
-        print(f"median_step_s={np.median(np.concatenate(everything)):.6f}")
 
 
 if __name__ == "__main__":

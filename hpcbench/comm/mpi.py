@@ -202,7 +202,6 @@ class MpiComm:
         self.spin = SPIN_S  # receives: how long to test back to back before sleeping
         self.spin_collective = math.inf  # collectives advance only while tested: spin, given a core
         self.nap = MAX_SLEEP_S  # the longest sleep between tests
-        self.serves = False  # whether this rank holds a window that other ranks read or write
         self._next_tick = 0.0
         self.windows: dict[str, Window] = {}
         self.window_sizes: dict[str, int] = {}
@@ -229,7 +228,6 @@ class MpiComm:
         """Collective: a window of ``nbytes`` on the ranks that own it, empty on the others."""
         self.windows[name] = Window(self.world, nbytes if owned else 0, accumulated)
         self.window_sizes[name] = nbytes
-        self.serves = self.serves or (owned and nbytes > 0)
 
     def open_channel(self, name: str, nbytes: int, sources: tuple[int, ...]) -> None:
         self.channels[name] = Channel(self.world, len(self.channels) + 1, nbytes, sources)
@@ -280,16 +278,15 @@ class MpiComm:
         ch = self.channels[channel]
         poll = ch.poll_any if src < 0 else (lambda: ch.poll_from(src))
         who = "any rank" if src < 0 else f"rank {src}"
-        idle = timeout == math.inf and not self.serves
+        # Serving no window (none with bytes here), nothing needs this rank inside MPI while it waits.
+        idle = timeout == math.inf and not any(w.local.size for w in self.windows.values())
         return self._wait(poll, timeout, f"a {channel!r} message from {who}", fail=False,
                           spin=0.0 if idle else self.spin, nap=max(self.nap, IDLE_SLEEP_S) if idle else self.nap)
 
     # --- collectives --------------------------------------------------------------------------
     def allreduce(self, data: np.ndarray, timeout: float) -> np.ndarray:
         out = np.empty_like(data)
-        req = self.workers.Iallreduce(data, out, op=MPI.SUM)
-        # Partners of a collective arrive soon and it advances only while tested: keep testing.
-        self._wait(lambda: True if req.Test() else None, timeout, "the workers' all-reduce", spin=self.spin_collective)
+        self.finish_allreduces([self.start_allreduce(data, out)], timeout)
         return out
 
     def start_allreduce(self, data: np.ndarray, out: np.ndarray) -> MPI.Request:
@@ -299,6 +296,7 @@ class MpiComm:
         MPI.Request.Testall(started)
 
     def finish_allreduces(self, started: list[MPI.Request], timeout: float) -> None:
+        # Partners of a collective arrive soon and it advances only while tested: keep testing.
         self._wait(lambda: True if MPI.Request.Testall(started) else None, timeout, "the workers' all-reduce",
                    spin=self.spin_collective)
 

@@ -4,8 +4,7 @@ A file is built in memory with status "running", marked with its final status ("
 run ended) last, written out in one go, then given its name without replacing anything
 (``paths.publish``). On Linux the bytes go to a file with no name until all are there (``O_TMPFILE``),
 so a writer killed meanwhile, even by SIGKILL, leaves nothing; elsewhere to a temporary ``.partial``
-name of its own run. Never a
-file that reads as complete, and no run's result is lost to another's.
+name of its own run. Never a file that reads as complete, and no run's result is lost to another's.
 """
 from __future__ import annotations
 

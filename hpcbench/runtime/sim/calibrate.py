@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hpcbench.algorithms import ALGORITHMS
+from hpcbench.algorithms.buckets import FLOAT_BYTES
 from hpcbench.config import RUN_KEYS, Stragglers, make_config
 from hpcbench.errors import UsageError
 from hpcbench.results.schema import RunRecord
@@ -215,7 +216,7 @@ def overlapped(rec: RunRecord) -> bool:
     cfg = rec.attrs["config"]
     opts = cfg.get("options", {}).get("allreduce", {})
     return (rec.algorithm == "allreduce" and bool(opts.get("overlap", False))
-            and 4 * cfg["parameters"] > opts.get("bucket_mb", 25.0) * 2**20)
+            and FLOAT_BYTES * cfg["parameters"] > opts.get("bucket_mb", 25.0) * 2**20)
 
 
 def describe(rec: RunRecord) -> str:

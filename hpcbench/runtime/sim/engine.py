@@ -160,9 +160,7 @@ class Engine:
         costs = [ring_allreduce_s(FLOAT_BYTES * (stop - start), p, cfg.alpha_s, cfg.bandwidth)
                  for start, stop in op.buckets]
         end = overlapped_end(ready, costs)
-        total = arrivals[0][3].grad.copy()
-        for _, _, _, result in arrivals[1:]:
-            total += result.grad
+        total = summed([result.grad for _, _, _, result in arrivals])
         for rank, t, done, result in arrivals:
             self.row(rank, "compute", t, done, 0, "Compute")
             if end > done:
@@ -330,10 +328,7 @@ class Engine:
         if data is None:
             result, cost, phase, name = None, barrier_s(p, self.cfg.alpha_s), "wait", "Barrier"
         else:
-            parts = [part for _, _, part in arrivals if part is not None]  # every rank's, in rank order
-            result = parts[0].copy()
-            for other in parts[1:]:
-                result += other
+            result = summed([part for _, _, part in arrivals if part is not None])
             cost = ring_allreduce_s(self.modeled(data.nbytes), p, self.cfg.alpha_s, self.cfg.bandwidth)
             phase, name = "communicate", "Allreduce"
         done = max(t for _, t, _ in arrivals) + cost
@@ -354,3 +349,11 @@ class Engine:
     def record(self, rank: int, op: Record) -> None:
         self.steps[rank] += 1
         self.logs.record(self.now, op)
+
+
+def summed(parts: list[np.ndarray]) -> np.ndarray:
+    """The element-wise sum of every worker's vector, added in rank order (as given)."""
+    total = parts[0].copy()
+    for other in parts[1:]:
+        total += other
+    return total
