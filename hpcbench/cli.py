@@ -309,6 +309,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from hpcbench.reproduce.runner import reproduce
+
+    preset = "quick" if args.quick else args.preset
+    return reproduce(args.study, args.out_dir, preset, args.mode, args.max_ranks, args.timeout)
+
+
 def strict_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true", help="exit 1 when a result file could not be read (by "
                    "default such files are listed on stderr and skipped)")
@@ -414,6 +421,17 @@ def build_parser() -> Parser:
     p.add_argument("path", metavar="FILE.h5")
     p.add_argument("-o", "--output", required=True, help="trace file to write, e.g. trace.json")
     p.set_defaults(func=cmd_trace)
+
+    p = sub.add_parser("reproduce", help="test a published finding: gap-aware | jin | sgp (runs, report, verdict)")
+    p.add_argument("study", metavar="STUDY", help="gap-aware | jin | sgp")
+    p.add_argument("--out-dir", required=True, help="where the result files, report.md, the plot and verdict.json go")
+    p.add_argument("--quick", action="store_true", help="fewer sizes, one seed, a shorter budget (< 10 min on 2 cores)")
+    p.add_argument("--preset", default="full", choices=("full", "quick", "toy"), help="study size (default full; "
+                   "toy: seconds, for tests)")
+    p.add_argument("--mode", default="sim", choices=("sim", "mpi"), help="simulator (default) or real MPI runs here")
+    p.add_argument("--max-ranks", type=int, default=9, help="with --mode mpi: the largest world size run (default 9)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="with --mode mpi: seconds allowed per run")
+    p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("list", help="algorithms, models, datasets and options with defaults")
     p.set_defaults(func=cmd_list)

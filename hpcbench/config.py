@@ -264,7 +264,7 @@ def from_sources(config_path: str | None, flags: Mapping[str, Any], sets: list[s
     where a ``--set sim.KEY=...`` names the same key (the last source wins, as everywhere).
     """
     toml = load_toml(config_path) if config_path else {}
-    run, options = merge_sources(toml, flags, sets, algorithms + ["sim", "payload"])
+    run, options = merge_sources(toml, flags, sets, algorithms + ["sim", "payload", "teacher"])
     sim = options.pop("sim", {})
     overridden = {item.partition("=")[0][len("sim."):] for item in sets if item.startswith("sim.")}
     sim.update({k: v for k, v in sim_flags.items() if k not in overridden})

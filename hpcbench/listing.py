@@ -15,6 +15,7 @@ from hpcbench.config import RunConfig
 from hpcbench.workload.datasets import DATASET_HELP
 from hpcbench.workload.models import MODELS
 from hpcbench.workload.payload import PayloadOptions
+from hpcbench.workload.teacher import TeacherOptions
 
 
 RECIPE = ("lr is the single-worker rate. Asynchronous algorithms apply every gradient at lr; synchronous ones\n"
@@ -36,12 +37,13 @@ def listing() -> str:
     for name, cls in ALGORITHMS.items():
         for f in dataclasses.fields(cls.Options):
             options.append([f"{name}.{f.name}", repr(_default(f))])
-    options += [[f"payload.{f.name}", repr(_default(f))] for f in dataclasses.fields(PayloadOptions)]
+    for table, table_options in (("payload", PayloadOptions), ("teacher", TeacherOptions)):
+        options += [[f"{table}.{f.name}", repr(_default(f))] for f in dataclasses.fields(table_options)]
     run_options = [[f.name, repr(_default(f))] for f in dataclasses.fields(RunConfig) if f.name != "options"]
     parts = [
         "Algorithms",
         tabulate(algos, headers=["name", "family", "min ranks", "what it does"]),
-        "Algorithm and payload options (--set NAME.OPTION=VALUE, or a [NAME] table in --config)",
+        "Algorithm, payload and teacher options (--set NAME.OPTION=VALUE, or a [NAME] table in --config)",
         tabulate(options, headers=["option", "default"]) if options else "(none)",
         "Models",
         tabulate(sorted(MODELS.items()), headers=["name", "what it is"]),

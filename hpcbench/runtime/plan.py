@@ -15,6 +15,7 @@ from hpcbench.results.paths import check_target
 from hpcbench.workload.datasets import DATASETS
 from hpcbench.workload.models import MODELS
 from hpcbench.workload.payload import PayloadOptions
+from hpcbench.workload.teacher import TeacherOptions
 
 DEFAULT_STEPS = 100
 MAX_SAMPLES = 2**53  # sample counts beyond this are no longer exact in the float64 columns of a result file
@@ -29,6 +30,7 @@ class Plan:
     algo: type[Algorithm]
     options: Any
     payload: PayloadOptions = PayloadOptions()  # what --model payload sends and how long it computes
+    teacher: TeacherOptions = TeacherOptions()  # the size and noise of --dataset teacher
 
 
 def validate(cfg: RunConfig) -> Plan:
@@ -39,16 +41,20 @@ def validate(cfg: RunConfig) -> Plan:
     MODELS.get(cfg.model)
     DATASETS.get(cfg.dataset)
     tables = {table: build_options(ALGORITHMS.get(table).Options, values, f"{table}.")
-              for table, values in cfg.options.items() if table != "payload"}
+              for table, values in cfg.options.items() if table not in ("payload", "teacher")}
     if "payload" in cfg.options and cfg.model != "payload":
         raise UsageError(f"payload.* options go with --model payload (the model is {cfg.model!r})")
+    if "teacher" in cfg.options and cfg.dataset != "teacher":
+        raise UsageError(f"teacher.* options go with --dataset teacher (the dataset is {cfg.dataset!r})")
     payload = build_options(PayloadOptions, cfg.options.get("payload", {}), "payload.")
     payload.validate()
+    teacher = build_options(TeacherOptions, cfg.options.get("teacher", {}), "teacher.")
+    teacher.validate()
     validate_numbers(cfg)
     if cfg.out:
         check_target(cfg.out, cfg.overwrite)
     options = tables.get(algo.name)
-    return Plan(cfg, algo, options if options is not None else algo.Options(), payload)
+    return Plan(cfg, algo, options if options is not None else algo.Options(), payload, teacher)
 
 
 def options_for(cfg: RunConfig, algo: type[Algorithm]) -> Any:

@@ -74,6 +74,8 @@ def resolved_config(run: Run, parameters: int) -> dict[str, Any]:
                straggler_ranks=list(run.stragglers), straggler_factor=run.cfg.stragglers.factor)
     if run.cfg.model == "payload":
         out["payload"] = dataclasses.asdict(run.plan.payload)
+    if run.cfg.dataset == "teacher":
+        out["teacher"] = dataclasses.asdict(run.plan.teacher)
     return out
 
 

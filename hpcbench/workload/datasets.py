@@ -1,4 +1,5 @@
-"""Datasets held in memory: synthetic (from code), digits (shipped by scikit-learn), cifar10 (local files).
+"""Datasets held in memory: synthetic and teacher (from code), digits (shipped by scikit-learn),
+cifar10 (local files).
 
 Nothing is downloaded: digits is read from scikit-learn's installed package data, CIFAR-10 from a
 directory the user gives in the standard python pickle format.
@@ -16,6 +17,7 @@ import numpy as np
 
 from hpcbench.errors import UsageError
 from hpcbench.registry import Registry
+from hpcbench.workload import teacher
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,15 @@ class Dataset:
         return (x.astype(np.float32) / self.scale - mean) / std
 
 
-Loader = Callable[[str], Dataset]
+@dataclass(frozen=True)
+class Source:
+    """Where a dataset comes from: ``--data-dir`` (cifar10), ``teacher.*`` options (teacher)."""
+
+    data_dir: str = ""
+    teacher: teacher.TeacherOptions = teacher.TeacherOptions()
+
+
+Loader = Callable[[Source], Dataset]
 DATASETS: Registry[Loader] = Registry("dataset")
 DATASET_HELP: dict[str, str] = {}
 
@@ -64,7 +74,7 @@ def split(x: np.ndarray, y: np.ndarray, test: int, seed: int) -> tuple[np.ndarra
 
 
 @describe("synthetic", "10 classes of 3x32x32 noisy smooth patterns, 4096 train / 1024 test, made from code")
-def load_synthetic(data_dir: str) -> Dataset:
+def load_synthetic(source: Source) -> Dataset:
     # Fixed data seed: runs with different --seed see the same data, as with a real dataset.
     rng = np.random.default_rng(20201909)
     classes, n_train, n_test, shape = 10, 4096, 1024, (3, 32, 32)
@@ -86,7 +96,7 @@ def digits_file() -> Path | None:
 
 
 @describe("digits", "scikit-learn's 1,797 8x8 handwritten digits, 1437 train / 360 test")
-def load_digits(data_dir: str) -> Dataset:
+def load_digits(source: Source) -> Dataset:
     path = digits_file()
     if path is not None:
         # Reading scikit-learn's shipped file directly avoids a 2 s import on every rank.
@@ -130,7 +140,8 @@ def read_cifar_batch(path: Path, classes: int = 10) -> tuple[np.ndarray, np.ndar
 
 
 @describe("cifar10", "CIFAR-10 from --data-dir (python pickle format: data_batch_1..5, test_batch)")
-def load_cifar10(data_dir: str) -> Dataset:
+def load_cifar10(source: Source) -> Dataset:
+    data_dir = source.data_dir
     if not data_dir:
         raise UsageError("dataset 'cifar10' needs --data-dir DIR holding data_batch_1..5 and test_batch")
     root = Path(data_dir)
@@ -146,5 +157,14 @@ def load_cifar10(data_dir: str) -> Dataset:
                    (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), 255.0)
 
 
-def load_dataset(name: str, data_dir: str = "") -> Dataset:
-    return DATASETS.get(name)(data_dir)
+@describe("teacher", "64 Gaussian features (1x8x8), labels from a fixed random teacher network with 5% label "
+                     "noise; 50,000 train / 10,000 test (--set teacher.samples=N), made from code")
+def load_teacher(source: Source) -> Dataset:
+    options = source.teacher
+    x_tr, y_tr = teacher.generate(options.samples, options.noise, stream=0)
+    x_te, y_te = teacher.generate(options.test_samples, options.noise, stream=1)
+    return Dataset("teacher", x_tr, y_tr, x_te, y_te, teacher.CLASSES, (0.0,), (1.0,), 1.0)
+
+
+def load_dataset(name: str, data_dir: str = "", teacher_options: teacher.TeacherOptions | None = None) -> Dataset:
+    return DATASETS.get(name)(Source(data_dir, teacher_options or teacher.TeacherOptions()))

@@ -139,7 +139,7 @@ def plan_of(rec: RunRecord) -> plan.Plan:
     c = rec.attrs["config"]
     run = {k: c[k] for k in RUN_KEYS if c.get(k) is not None and k not in ("epochs", "out")}
     run["steps"] = int(c["steps_per_worker"])
-    tables = {**c.get("options", {}), **({"payload": c["payload"]} if "payload" in c else {})}
+    tables = {**c.get("options", {}), **{k: c[k] for k in ("payload", "teacher") if k in c}}
     return plan.validate(make_config(run, tables))
 
 

@@ -1,9 +1,10 @@
 """Discrete-event execution of every rank's program in virtual time, on one process.
 
 The same algorithm programs as under MPI; each operation costs virtual time from the models:
-compute from the compute model, transfers α + bytes/bandwidth through per-rank links taken in FIFO
-order (so rank 0's link saturates the way a parameter server's does), ring all-reduce cost for
-collectives, and fixed per-message and per-step costs for rank 0's and the workers' own math.
+compute from the compute model, transfers α + bytes/bandwidth through per-rank full-duplex links
+(a send and a receive direction), each taken in FIFO order (so rank 0's links saturate the way a
+parameter server's do), ring all-reduce cost for collectives, and fixed per-message and per-step
+costs for rank 0's and the workers' own math.
 Events at equal times run in the order they were scheduled, so a run is deterministic.
 """
 from __future__ import annotations
@@ -28,8 +29,28 @@ from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE, Timeline
 
 BLOCKED = object()  # a handler's answer when the program must wait for an event
 EAGER_BYTES = 64 * 1024  # smaller messages go out eagerly: they cost time but hold no link
-# (rank, params) → (gradient, loss, samples, correct)
-GradientFn = Callable[[int, np.ndarray], tuple[np.ndarray, float, int, int]]
+
+
+class Pending:
+    """A gradient whose computation is deferred until some worker needs its result: by then every
+    gradient started before it can be computed in the same batched pass. Programs are suspended
+    while their compute is pending, so the parameters they handed over do not change."""
+
+    __slots__ = ("flush", "value")
+
+    def __init__(self, flush: Callable[[], None]) -> None:
+        self.flush = flush
+        self.value: Gradient | None = None
+
+    def result(self) -> Gradient:
+        if self.value is None:
+            self.flush()
+        assert self.value is not None
+        return self.value
+
+
+# (rank, params) → the gradient now, or one that will be computed when needed
+GradientFn = Callable[[int, np.ndarray], "Gradient | Pending"]
 
 
 class Engine:
@@ -48,7 +69,9 @@ class Engine:
         self.steps = [0] * (n + 1)
         self.end = [0.0] * (n + 1)
         self.finished = [False] * (n + 1)
-        self.link_free = [0.0] * (n + 1)
+        # Full-duplex links: each rank sends and receives at the link's bandwidth at the same time.
+        self.send_free = [0.0] * (n + 1)
+        self.recv_free = [0.0] * (n + 1)
         self.outside_mpi_until = [0.0] * (n + 1)  # computing or applying: with polling progress, no RMA
         self.polling = cfg.progress == "polling"
         self.windows: dict[tuple[str, int], np.ndarray] = {}
@@ -63,7 +86,7 @@ class Engine:
         self.inbox: dict[tuple[str, int], deque[tuple[int, np.ndarray]]] = {}
         self.waiting: dict[int, tuple[str, int, int, float]] = {}  # rank → (channel, src, token, since)
         self.collective: list[tuple[int, float, np.ndarray | None]] = []
-        self.reducing: list[tuple[int, float, float, Gradient]] = []  # (rank, start, compute done, result)
+        self.reducing: list[tuple[int, float, float, Gradient | Pending]] = []  # (rank, start, compute done, result)
         self.heap: list[tuple[float, int, Callable[..., None], tuple]] = []
         self.counter = itertools.count()
         self.now = 0.0
@@ -92,6 +115,8 @@ class Engine:
     def resume(self, rank: int, value: Any) -> None:
         program = self.programs[rank]
         while True:
+            if isinstance(value, Pending):
+                value = value.result()
             try:
                 op = program.send(value)
             except StopIteration:
@@ -125,22 +150,22 @@ class Engine:
         size = self.modeled(nbytes)
         if size < EAGER_BYTES:
             return t + self.cfg.alpha_s + size / self.cfg.bandwidth
-        start = max(t + self.cfg.alpha_s, self.link_free[src], self.link_free[dst])
+        start = max(t + self.cfg.alpha_s, self.send_free[src], self.recv_free[dst])
         end = start + size / self.cfg.bandwidth
-        self.link_free[src] = self.link_free[dst] = end
+        self.send_free[src] = self.recv_free[dst] = end
         return end
 
     # --- operations ---------------------------------------------------------------------------
     def compute(self, rank: int, op: Compute) -> object:
         self.steps[rank] += 1
         t = self.now
-        grad, loss, samples, correct = self.gradient(rank, op.params)
+        result = self.gradient(rank, op.params)
         done = t + self.compute_model.sample(rank)
         if op.buckets:
-            self.reducing.append((rank, t, done, Gradient(grad, loss, samples, correct)))
+            self.reducing.append((rank, t, done, result))
             return self.reduced(op) if len(self.reducing) == self.cfg.workers else BLOCKED
         self.row(rank, "compute", t, done, 0, "Compute")
-        return self.later(rank, self.updated(rank, done), Gradient(grad, loss, samples, correct))
+        return self.later(rank, self.updated(rank, done), result)
 
     def updated(self, rank: int, t: float) -> float:
         """The worker's own math after ``t``: → when it is done."""
@@ -157,11 +182,14 @@ class Engine:
         arrivals, self.reducing = sorted(self.reducing, key=lambda a: a[0]), []
         p, cfg = self.cfg.workers, self.cfg
         ready = [max(t + (done - t) * share for _, t, done, _ in arrivals) for share in ready_fractions(op.buckets)]
-        costs = [ring_allreduce_s(FLOAT_BYTES * (stop - start), p, cfg.alpha_s, cfg.bandwidth)
+        # The buckets partition the model's parameters; count them at the modeled message size.
+        scale = self.modeled(self.float_bytes) / (FLOAT_BYTES * sum(stop - start for start, stop in op.buckets))
+        costs = [ring_allreduce_s(FLOAT_BYTES * (stop - start) * scale, p, cfg.alpha_s, cfg.bandwidth)
                  for start, stop in op.buckets]
         end = overlapped_end(ready, costs)
-        total = summed([result.grad for _, _, _, result in arrivals])
-        for rank, t, done, result in arrivals:
+        results = [value.result() if isinstance(value, Pending) else value for _, _, _, value in arrivals]
+        total = summed([result.grad for result in results])
+        for (rank, t, done, _), result in zip(arrivals, results):
             self.row(rank, "compute", t, done, 0, "Compute")
             if end > done:
                 self.row(rank, "communicate", done, end, self.modeled(result.grad.nbytes), "Allreduce")

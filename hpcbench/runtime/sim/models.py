@@ -19,6 +19,12 @@ class SimConfig:
 
     workers: int = 8
     numerics: bool = True  # run the real model math; off = timing only, for very large worker counts
+    # With numerics: compute the gradients of workers whose computations overlap in virtual time in
+    # one batched pass (same results to float rounding); false = one worker at a time.
+    batch_gradients: bool = True
+    # Bytes on the wire count as if the model had this many parameters (0: its own size): numerics on
+    # a small model, messages (and the per-parameter costs of rank 0 and the workers) of a large one.
+    message_params: int = 0
     compute_shape: float = 100.0  # gamma shape of a batch's compute time (100: coefficient of variation 0.1)
     compute_mean_s: float = 0.05  # mean compute time of one batch on a worker of speed 1
     heterogeneity: float = 0.0  # coefficient of variation of fixed per-worker speed factors
@@ -39,6 +45,8 @@ class SimConfig:
     def validate(self) -> None:
         if not 1 <= self.workers <= 4096:
             raise UsageError(f"--workers must be between 1 and 4096, got {self.workers}")
+        if self.message_params < 0:
+            raise UsageError(f"simulation message_params must be >= 0 (0: the model's own size), got {self.message_params}")
         positive = {"compute_shape": self.compute_shape, "compute_mean_s": self.compute_mean_s,
                     "bandwidth": self.bandwidth}
         for name, value in positive.items():

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcbench.algorithms.ops import Gradient
 from hpcbench.results.paths import check_room
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
@@ -14,7 +15,7 @@ from hpcbench.runtime.placement import set_threads, thread_count
 from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.provenance import software
 from hpcbench.runtime.record import ResultFile, build_record, expected_bytes, result_line
-from hpcbench.runtime.sim.engine import Engine, GradientFn
+from hpcbench.runtime.sim.engine import Engine, GradientFn, Pending
 from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig
 
 STAND_IN_FLOATS = 64  # the parameter vector algorithms see when numerics are off
@@ -35,23 +36,54 @@ def resolve(sim: SimConfig, parameters: int, serves: bool) -> SimConfig:
 
 
 def numerics_gradient(run: Run) -> GradientFn:
-    """Real gradients: one model shared by all virtual workers, each with its own shard stream."""
+    """Real gradients, one at a time: one model shared by all virtual workers, each with its own shard stream."""
     workload = run.workload
     streams = {r: run.stream(r) for r in range(1, run.workers + 1)}
 
-    def gradient(rank: int, params: np.ndarray) -> tuple[np.ndarray, float, int, int]:
+    def gradient(rank: int, params: np.ndarray) -> Gradient:
         indices = streams[rank].next()
         grad, loss, correct = workload.gradient(params, *workload.batch(indices))
-        return grad, loss, len(indices), correct
+        return Gradient(grad, loss, len(indices), correct)
 
     return gradient
 
 
-def timing_gradient(size: int, batch: int) -> GradientFn:
-    def gradient(rank: int, params: np.ndarray) -> tuple[np.ndarray, float, int, int]:
-        return np.zeros(size, dtype=np.float32), float("nan"), batch, 0
+def batched_gradient(run: Run) -> GradientFn:
+    """Real gradients, deferred until the first of them is needed and then computed together with
+    every other one started by then (each worker's batches drawn in its own order, as above)."""
+    from hpcbench.workload.batched import BatchedGradients
+
+    batched = BatchedGradients(run.workload)  # type: ignore[arg-type]
+    streams = {r: run.stream(r) for r in range(1, run.workers + 1)}
+    waiting: list[tuple[Pending, np.ndarray, np.ndarray]] = []
+
+    def flush() -> None:
+        results = batched.gradients([params for _, params, _ in waiting], [indices for _, _, indices in waiting])
+        for (pending, _, indices), (grad, loss, correct) in zip(waiting, results):
+            pending.value = Gradient(grad, loss, len(indices), correct)
+        waiting.clear()
+
+    def gradient(rank: int, params: np.ndarray) -> Pending:
+        pending = Pending(flush)
+        waiting.append((pending, params, streams[rank].next()))
+        return pending
 
     return gradient
+
+
+def gradients_for(run: Run, sim: SimConfig) -> tuple[GradientFn, str]:
+    """How the simulation computes gradients, and a word for it (recorded with the run)."""
+    if not sim.numerics:
+        zero = Gradient(np.zeros(STAND_IN_FLOATS, dtype=np.float32), float("nan"), run.cfg.batch_size, 0)
+        return (lambda rank, params: zero._replace(grad=zero.grad.copy())), "none"
+    from hpcbench.workload.trainer import Trainer
+
+    if sim.batch_gradients and isinstance(run.workload, Trainer):
+        from hpcbench.workload.batched import batchable
+
+        if batchable(run.workload):
+            return batched_gradient(run), "batched"
+    return numerics_gradient(run), "one at a time"
 
 
 def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out: str = "") -> tuple[RunRecord, str]:
@@ -64,14 +96,15 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     workload, algo = run.workload, run.algo
     if out:
         check_room(out, expected_bytes(run))
-    sim = resolve(sim, workload.size, plan.algo.family == "parameter-server")
-    gradient = numerics_gradient(run) if sim.numerics else timing_gradient(STAND_IN_FLOATS, cfg.batch_size)
+    message_params = sim.message_params or workload.size
+    sim = resolve(sim, message_params, plan.algo.family == "parameter-server")
+    gradient, gradients = gradients_for(run, sim)
     logs = run.logs()
     progress = run.progress("simulating ") if show_progress else None
     jitter = Jitter(sim, cfg.seed) if sim.jitter_s > 0 else None
     slow = {r: run.slow_factor(r) for r in run.stragglers}
-    engine = Engine(algo, run.layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, workload.size, progress,
-                    jitter)
+    engine = Engine(algo, run.layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, message_params,
+                    progress, jitter)
     wall0 = time.perf_counter()
     engine.run()
     if progress is not None:
@@ -86,7 +119,8 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     provenance: dict[str, Any] = {**software(), "mpi_library_version": "none (simulated)", "mpi_vendor": "none",
                                   "mpi_standard": "none", "mpi4py_version": "none", "sim_wall_s": wall,
                                   "sim_events": engine.events}
-    simulation = {**dataclasses.asdict(sim), "model_parameters": workload.size, "algorithm_parameters": algo.ctx.size}
+    simulation = {**dataclasses.asdict(sim), "model_parameters": workload.size, "algorithm_parameters": algo.ctx.size,
+                  "gradients": gradients}
     record = build_record(run, mode="sim", world_size=n + 1, parts=parts, offsets=np.zeros(n + 1), origin=0.0,
                           logs=logs, provenance=provenance, simulation=simulation, model_parameters=workload.size)
     return record, f"{engine.events} events in {wall:.1f} s"

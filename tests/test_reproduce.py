@@ -1,0 +1,191 @@
+"""``hpcbench reproduce``: verdicts computed from the data, and each study end to end at toy sizes."""
+import dataclasses
+import json
+import math
+
+import pytest
+
+from conftest import requires_mpi
+from hpcbench.cli import main
+from hpcbench.reproduce.runner import reproduce
+from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR, Cell, crossing, gap_aware, jin, sgp
+from hpcbench.results.store import read_run, rewrite_run
+
+INF = math.inf
+
+
+def cell(algo, n, acc=0.5, ttt=1.0, wall=1.0, variant=""):
+    accs = acc if isinstance(acc, tuple) else (acc,)
+    return Cell(algo, n, variant, accs, (ttt,) * len(accs), (wall,) * len(accs))
+
+
+def ga_cells(margins, dana=0.01, spread=0.0):
+    """GA ahead of the better of SA and ASGD by ``margins[i]`` at size i; DANA-GA ``dana`` ahead of GA."""
+    out = []
+    for n, m in zip((8, 32, 128), margins):
+        base = 0.7
+        out += [cell("asgd", n, (base - 0.05 - spread, base - 0.05 + spread)),
+                cell("sa-asgd", n, (base - spread, base + spread)),
+                cell("ga-asgd", n, (base + m - spread, base + m + spread)),
+                cell("dana-ga", n, (base + m + dana - spread, base + m + dana + spread))]
+    return out
+
+
+def test_gap_aware_verdict_follows_the_numbers():
+    holds = gap_aware(ga_cells([0.01, 0.03, 0.06]))
+    assert holds.outcome == HOLDS and [c.result for c in holds.checks] == [True, True, True]
+    # GA behind SA at the largest size: the claim is contradicted.
+    assert gap_aware(ga_cells([0.01, 0.03, -0.02])).outcome == FAILS
+    # The margin shrinks with n.
+    shrinking = gap_aware(ga_cells([0.06, 0.03, 0.01]))
+    assert shrinking.outcome == FAILS and shrinking.checks[1].result is False
+    # DANA-GA behind GA everywhere.
+    weak = gap_aware(ga_cells([0.01, 0.03, 0.06], dana=-0.02))
+    assert weak.outcome == FAILS and weak.checks[2].result is False
+    # Differences inside the spread over seeds cannot tell.
+    noisy = gap_aware(ga_cells([0.01, 0.02, 0.03], spread=0.05))
+    assert noisy.outcome == UNCLEAR
+    assert gap_aware([]).outcome == UNCLEAR
+
+
+def jin_cells(times, eval_gap=0.0):
+    """times: n → (all-reduce, easgd, gossip) time to target."""
+    return [dataclasses.replace(cell(a, n, ttt=t), eval_gap=eval_gap)
+            for n, ts in times.items() for a, t in zip(("allreduce", "easgd", "gossip"), ts)]
+
+
+def test_jin_verdict_and_crossing_follow_the_numbers():
+    claim = {8: (10, 5, 6), 32: (8, 7, 9), 64: (5, 6, 8), 128: (4, 9, INF)}
+    v = jin(jin_cells(claim))
+    assert v.outcome == HOLDS
+    assert crossing(jin_cells(claim)) == "the curves cross between n=32 and n=64"
+    # All-reduce first everywhere: the first half of the claim is contradicted.
+    always = {n: (1, 5, 6) for n in (8, 32, 64, 128)}
+    assert jin(jin_cells(always)).outcome == FAILS
+    assert crossing(jin_cells(always)) == "all-reduce is first from the smallest size measured (n=8)"
+    # The asynchronous methods stay ahead at 128: the second half is contradicted.
+    never = {n: (10, 5, 6) for n in (8, 32, 64, 128)}
+    assert jin(jin_cells(never)).outcome == FAILS
+    assert crossing(jin_cells(never)) == "all-reduce is never first at the sizes measured"
+    # Nobody reaches the target: cannot tell.
+    assert jin(jin_cells({8: (INF, INF, INF), 64: (INF, INF, INF)})).outcome == UNCLEAR
+    # Times within one evaluation interval are a tie: a tie at 32 leaves the claim standing, ties
+    # everywhere cannot tell.
+    tie_at_32 = jin(jin_cells({8: (10, 5, 6), 32: (8.0, 8.05, 9), 64: (5, 6, 8)}, eval_gap=0.1))
+    assert tie_at_32.outcome == HOLDS and "n=32: all-reduce 8 s, easgd 8.05 s (a tie" in tie_at_32.checks[0].numbers
+    assert crossing(jin_cells({8: (10, 5, 6), 32: (8.0, 8.05, 9), 64: (5, 6, 8)}, eval_gap=0.1)) == \
+        "the curves meet at n=32 (within one evaluation interval)"
+    assert jin(jin_cells({8: (8.0, 8.05, 9), 64: (5, 5.05, 8)}, eval_gap=0.1)).outcome == UNCLEAR
+
+
+def sgp_cells(slow_ratio, fast_ratio, acc_gap=0.0):
+    out = []
+    for variant, ratio in (("slow", slow_ratio), ("fast", fast_ratio)):
+        out += [cell("allreduce", 32, 0.7, wall=ratio, variant=variant),
+                cell("sgp", 32, 0.7 + acc_gap, wall=1.0, variant=variant),
+                cell("osgp", 32, 0.7, wall=0.5, variant=variant)]
+    return out
+
+
+def test_sgp_verdict_follows_the_numbers():
+    assert sgp(sgp_cells(3.0, 1.2), "slow", "fast").outcome == HOLDS
+    too_slow = sgp(sgp_cells(1.3, 1.1), "slow", "fast")
+    assert too_slow.outcome == FAILS and too_slow.checks[0].result is False
+    assert "1.30x" in too_slow.checks[0].numbers
+    assert sgp(sgp_cells(3.0, 1.2, acc_gap=-0.05), "slow", "fast").outcome == FAILS
+    assert sgp(sgp_cells(3.0, 3.5), "slow", "fast").outcome == FAILS  # the gap grows on the fast network
+    assert sgp(sgp_cells(6.0, 1.2), "slow", "fast").outcome == UNCLEAR  # faster than claimed: not "about 3x"
+
+
+def edit_accuracy(path, accuracy):
+    """A result file whose final accuracy (and last evaluation) says ``accuracy``."""
+    rec = read_run(path)
+    rec.summary["final_accuracy"] = accuracy
+    rec.evals["accuracy"][-1] = accuracy
+    rewrite_run(path, rec)
+
+
+def report_of(out):
+    return (out / "report.md").read_text(), json.loads((out / "verdict.json").read_text())
+
+
+@pytest.mark.timeout(240)
+def test_gap_aware_at_toy_size_reports_what_its_files_say_and_flips_with_them(tmp_path, capsys):
+    out = tmp_path / "ga"
+    assert reproduce("gap-aware", str(out), "toy") == 0
+    text, verdict = report_of(out)
+    for heading in ("# Gap-Aware", "**Claim.**", "**Verdict: ", "## Measured", "## How it was measured"):
+        assert heading in text
+    assert (out / "gap-aware.png").stat().st_size > 1000
+    files = sorted((out / "runs").glob("*.h5"))
+    assert len(files) == 8  # 4 algorithms x 2 sizes x 1 seed
+    # The table shows each file's final accuracy.
+    for f in files:
+        rec = read_run(f)
+        assert f"{100 * rec.summary['final_accuracy']:.1f}" in text
+    # Make the claim true in the files, run again (every point is kept): the verdict holds.
+    for n, margin in ((2, 0.02), (4, 0.08)):
+        edit_accuracy(out / "runs" / f"asgd-n{n}-s0.h5", 0.5)
+        edit_accuracy(out / "runs" / f"sa-asgd-n{n}-s0.h5", 0.6)
+        edit_accuracy(out / "runs" / f"ga-asgd-n{n}-s0.h5", 0.6 + margin)
+        edit_accuracy(out / "runs" / f"dana-ga-n{n}-s0.h5", 0.7 + margin)
+    assert reproduce("gap-aware", str(out), "toy") == 0
+    assert "kept" in capsys.readouterr().out
+    text, verdict = report_of(out)
+    assert verdict["outcome"] == HOLDS and "**Verdict: holds.**" in text
+    # And false: GA far behind SA at the larger size.
+    edit_accuracy(out / "runs" / "ga-asgd-n4-s0.h5", 0.1)
+    assert reproduce("gap-aware", str(out), "toy") == 0
+    assert report_of(out)[1]["outcome"] == FAILS
+
+
+@requires_mpi
+@pytest.mark.timeout(240)
+def test_jin_at_toy_size_calibrates_from_a_real_run_and_reports(tmp_path):
+    out = tmp_path / "jin"
+    assert reproduce("jin", str(out), "toy") == 0
+    text, verdict = report_of(out)
+    assert "calibration: a real all-reduce run here" in text
+    assert (out / "calibration-allreduce-n2.h5").exists()
+    assert verdict["outcome"] in (HOLDS, FAILS, UNCLEAR)
+    assert "time to 70%" in text and "where the curves cross" in text
+    # The simulated runs used the calibrated compute model.
+    mean = json.loads(json.dumps(read_run(out / "runs" / "allreduce-n2-s0.h5").simulation))["compute_mean_s"]
+    assert f"{1e3 * mean:.3g} ms per batch" in text
+
+
+@pytest.mark.timeout(240)
+def test_sgp_at_toy_size_runs_both_networks_at_the_modeled_message_size(tmp_path):
+    out = tmp_path / "sgp"
+    assert reproduce("sgp", str(out), "toy") == 0
+    text, verdict = report_of(out)
+    assert len(list((out / "runs").glob("*.h5"))) == 12  # 3 algorithms x 2 sizes x 2 networks
+    rec = read_run(out / "runs" / "sgp-n4-s0-10gbe.h5")
+    assert rec.simulation["message_params"] == 25_557_032 and rec.simulation["bandwidth"] == 1.25e9
+    assert "| 10 GbE" in text and "| 100 Gb/s InfiniBand" in text
+    # The speed check is the ratio of the two runs' times, as their files hold them.
+    wall = {a: read_run(out / "runs" / f"{a}-n4-s0-10gbe.h5").summary["wall_s"] for a in ("allreduce", "sgp")}
+    assert f"{wall['allreduce'] / wall['sgp']:.2f}x" in verdict["checks"][0]["numbers"]
+
+
+def test_an_unknown_study_is_one_line(tmp_path, capsys):
+    assert main(["reproduce", "gossip", "--out-dir", str(tmp_path / "x")]) == 2
+    assert capsys.readouterr().err.strip() == "hpcbench: error: unknown study 'gossip'; valid: gap-aware, jin, sgp"
+    assert not (tmp_path / "x").exists()
+
+
+
+@requires_mpi
+@pytest.mark.timeout(240)
+def test_sgp_with_real_runs_uses_this_machine_and_skips_what_does_not_fit(tmp_path):
+    out = tmp_path / "sgp-mpi"
+    assert reproduce("sgp", str(out), "toy", mode="mpi", max_ranks=3) == 0
+    text, verdict = report_of(out)
+    files = sorted(p.name for p in (out / "runs").glob("*.h5"))
+    assert files == ["allreduce-n2-s0-thismachine.h5", "osgp-n2-s0-thismachine.h5", "sgp-n2-s0-thismachine.h5"]
+    rec = read_run(out / "runs" / files[0])
+    assert rec.mode == "mpi" and rec.workers == 2
+    assert "skipped: allreduce-n4-s0-thismachine (5 ranks > --max-ranks 3)" in text
+    assert "| this machine" in text and "message_params" not in text
+    # No run over a second network: that part of the claim cannot be told.
+    assert verdict["checks"][2]["result"] is None
