@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from hpcbench.algorithms import ALGORITHMS
+from hpcbench.algorithms.ops import Gradient
 from hpcbench.config import RunConfig
 from hpcbench.runtime import plan
 from hpcbench.runtime.logs import RunLogs
@@ -29,7 +30,7 @@ def run_quadratic(name: str, workers: int, slow: dict[int, float]) -> tuple[np.n
     sim = SimConfig(workers=workers, apply_s=0.0, update_s=0.0, compute_shape=1e12, compute_mean_s=1.0,
                     alpha_s=0.0, bandwidth=1e30)
     logs = RunLogs(layout.tables)
-    engine = Engine(algo, layout, sim, ComputeModel(sim, 0, slow), lambda r, p: (np.float32(H) * p, 0.0, 1, 0),
+    engine = Engine(algo, layout, sim, ComputeModel(sim, 0, slow), lambda r, p: Gradient(np.float32(H) * p, 0.0, 1, 0),
                     logs, X0.size)
     engine.run()
     steps = {int(row[1]): int(row[3]) for row in logs.tables["final_models"]}  # (t, worker, samples, updates, …)

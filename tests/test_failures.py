@@ -125,11 +125,15 @@ def test_a_run_past_its_timeout_leaves_a_timeout_file_and_a_failed_cell(tmp_path
     proc = mpirun(RANKS, "run", "--algo", "allreduce", "--steps", "200", "--stragglers", "0.5:1000",
                   "--set", "timeout_s=3", "--out", str(out))
     assert proc.returncode != 0
-    assert "timed out after 3 s" in proc.stderr
     rec = read_run(out)
     assert rec.attrs["status"] == "timeout"
-    assert rec.attrs["error"].startswith("rank ") and "timed out after 3 s" in rec.attrs["error"]
-    assert rec.attrs["error"] in proc.stderr
+    # Two clocks run out at about the same moment, and either may end the run: the other worker's wait
+    # for the all-reduce (3 s), or rank 0 hearing nothing from the straggler, whose 1000x compute
+    # sleeps without a heartbeat, for timeout_s.
+    error = rec.attrs["error"]
+    assert error.startswith("rank ") and ("timed out after 3 s" in error or (
+        "a rank has stopped answering (nothing heard past timeout_s)" in error and error.endswith("for 3 s")))
+    assert error in proc.stderr
     row, text = failed_cell(tmp_path)
     assert (row["result"], row["repeats"], row["failed"]) == ("timeout", "0", "1")
     assert "TIMEOUT" in text and rec.attrs["error"] in text
