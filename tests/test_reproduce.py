@@ -168,6 +168,14 @@ def test_sgp_at_toy_size_runs_both_networks_at_the_modeled_message_size(tmp_path
     assert f"{wall['allreduce'] / wall['sgp']:.2f}x" in verdict["checks"][0]["numbers"]
 
 
+def test_a_study_with_no_size_that_fits_is_one_line(tmp_path, capsys):
+    assert main(["reproduce", "sgp", "--mode", "mpi", "--out-dir", str(tmp_path / "x")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "hpcbench: error: no size of study 'sgp' (full) fits in --max-ranks 9: the smallest needs 17 ranks; "
+        "raise --max-ranks or use the simulator (--mode sim)")
+    assert not (tmp_path / "x").exists()
+
+
 def test_an_unknown_study_is_one_line(tmp_path, capsys):
     assert main(["reproduce", "gossip", "--out-dir", str(tmp_path / "x")]) == 2
     assert capsys.readouterr().err.strip() == "hpcbench: error: unknown study 'gossip'; valid: gap-aware, jin, sgp"

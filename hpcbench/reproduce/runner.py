@@ -117,11 +117,6 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
         raise UsageError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
     if mode not in MODES:
         raise UsageError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
-    out = Path(out_dir)
-    runs = out / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    if not os.access(runs, os.W_OK):
-        raise UsageError(f"cannot write to {runs}")
     points = s.points(preset)
     if mode == "mpi":  # this machine's own network: one variant, and only the sizes that fit
         first = s.networks[0].name if s.networks else ""
@@ -129,6 +124,18 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
                   for p in points if p.variant == first]
     skipped = [p for p in points if not fits(p, mode, max_ranks)]
     points = [p for p in points if fits(p, mode, max_ranks)]
+    if not points:
+        smallest = min(p.workers for p in skipped) + 1
+        raise UsageError(f"no size of study {name!r} ({preset}) fits in --max-ranks {max_ranks}: the smallest "
+                         f"needs {smallest} ranks; raise --max-ranks or use the simulator (--mode sim)")
+    out = Path(out_dir)
+    runs = out / "runs"
+    try:
+        runs.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot make {runs}: {exc.strerror}") from None
+    if not os.access(runs, os.W_OK):
+        raise UsageError(f"cannot write to {runs}")
     estimate = expected_seconds(s, preset, points) * (3 if mode == "mpi" else 1)
     print(f"{s.title}\n{len(points)} runs ({preset}, {mode}); expected running time about "
           f"{estimate / 60:.0f} min on a 2-core machine. Result files: {runs}/", flush=True)
