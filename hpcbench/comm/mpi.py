@@ -127,16 +127,20 @@ class Window:
 
     def accumulate(self, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> None:
         self.win.Lock(rank, MPI.LOCK_SHARED)
-        for offset, array in parts:
-            dtype = dtlib.from_numpy_dtype(array.dtype)
-            self.win.Accumulate([array, dtype], rank, target=(offset, array.size, dtype), op=MPI.SUM)
-        self.win.Unlock(rank)
+        try:  # a stop signal between lock and unlock must not leave the owner's window locked
+            for offset, array in parts:
+                dtype = dtlib.from_numpy_dtype(array.dtype)
+                self.win.Accumulate([array, dtype], rank, target=(offset, array.size, dtype), op=MPI.SUM)
+        finally:
+            self.win.Unlock(rank)
 
     def fetch_add(self, rank: int, value: int) -> int:
         add, before = np.array([value], dtype=np.int64), np.zeros(1, dtype=np.int64)
         self.win.Lock(rank, MPI.LOCK_SHARED)
-        self.win.Fetch_and_op([add, MPI.INT64_T], [before, MPI.INT64_T], rank, 0, op=MPI.SUM)
-        self.win.Unlock(rank)
+        try:  # as above: rank 0 takes this window's exclusive lock and would wait for us forever
+            self.win.Fetch_and_op([add, MPI.INT64_T], [before, MPI.INT64_T], rank, 0, op=MPI.SUM)
+        finally:
+            self.win.Unlock(rank)
         return int(before[0])
 
     def free(self) -> None:
