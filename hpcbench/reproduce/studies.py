@@ -7,7 +7,7 @@ sizes, one seed, a shorter budget) and ``toy`` (seconds, for tests).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 from hpcbench.errors import one_of
@@ -71,12 +71,11 @@ class Study:
     networks: tuple[Network, ...] = ()  # sgp: one set of runs per network (the simulator's)
     message_params: int = 0  # sgp: messages as large as this many parameters
     setup: str = ""  # the model of the cluster, in words
-    extra: dict[str, tuple[str, ...]] = field(default_factory=dict)  # per-algorithm run options
 
     def points(self, preset: str) -> list[Point]:
         size = self.sizes[preset]
         variants: list[tuple[str, tuple[str, ...]]] = [(n.name, ("--network", n.flag())) for n in self.networks]
-        return [Point(a, w, s, v, flags + self.extra.get(a, ()))
+        return [Point(a, w, s, v, flags)
                 for v, flags in variants or [("", ())] for w in size.workers for a in self.algos for s in size.seeds]
 
     def run_args(self, preset: str, steps: int = 0) -> list[str]:
@@ -86,6 +85,8 @@ class Study:
         return [*self.common, *budget, "--set", f"teacher.samples={size.samples}",
                 "--set", f"target_accuracy={self.target:g}"]
 
+
+TOY = Size((2, 4), (0,), 1, 1_000)  # every study's toy size: seconds, for tests
 
 # One recipe for every study: the mlp on the teacher task, single-worker rate 0.05, momentum 0.9, a
 # warm-up of one epoch from 1/n of the rate, 25 evaluations of the global model over the budget.
@@ -102,7 +103,7 @@ GAP_AWARE = Study(
     algos=("asgd", "sa-asgd", "ga-asgd", "dana-ga"),
     sizes={"full": Size((8, 16, 32, 64, 128), (0, 1, 2), 10, 50_000),
            "quick": Size((8, 32, 128), (0,), 4, 50_000),
-           "toy": Size((2, 4), (0,), 1, 1_000)},
+           "toy": TOY},
     common=COMMON,
     target=0.7,
     setup="Simulated parameter server; worker compute gamma-distributed with shape 100 (coefficient of "
@@ -118,7 +119,7 @@ JIN = Study(
     algos=("allreduce", "easgd", "gossip"),
     sizes={"full": Size((8, 16, 32, 64, 128), (0,), 10, 50_000),
            "quick": Size((8, 32, 128), (0,), 4, 50_000),
-           "toy": Size((2, 4), (0,), 1, 1_000)},
+           "toy": TOY},
     common=COMMON + ("--set", "lr_scaling=sqrt"),
     target=0.7,
     setup="Compute calibrated from a real all-reduce run on this machine; links of the stated cluster: "
@@ -134,7 +135,7 @@ SGP = Study(
     algos=("allreduce", "sgp", "osgp"),
     sizes={"full": Size((16, 32), (0,), 10, 50_000),
            "quick": Size((16, 32), (0,), 3, 50_000),
-           "toy": Size((2, 4), (0,), 1, 1_000)},
+           "toy": TOY},
     common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
     target=0.7,
     networks=(ETHERNET_10G, INFINIBAND_100G),

@@ -139,34 +139,38 @@ def seconds(x: float) -> str:
     return "never" if math.isinf(x) else f"{x:.3g} s"
 
 
+ASYNC = ("easgd", "gossip")
+
+
+def race(c: Cells, n: int) -> tuple[float, float, str, bool | None]:
+    """At ``n`` workers: (all-reduce's time to target, the best asynchronous time, that method, whether
+    it was first). None for the last: neither reached the target, or both did within one evaluation
+    interval of each other (a tie)."""
+    ar = c[("allreduce", n, "")]
+    name = min(ASYNC, key=lambda a: c[(a, n, "")].ttt)
+    asy = c[(name, n, "")]
+    if (math.isinf(ar.ttt) and math.isinf(asy.ttt)) or abs(asy.ttt - ar.ttt) <= max(ar.eval_gap, asy.eval_gap):
+        return ar.ttt, asy.ttt, name, None
+    return ar.ttt, asy.ttt, name, asy.ttt < ar.ttt
+
+
 def jin(cells: Sequence[Cell]) -> Verdict:
     """Asynchronous methods reach the target first at n ≤ 32; all-reduce first at n ≥ 64; where they cross."""
     c = index(cells)
-    sizes = sizes_with(c, ("allreduce", "easgd", "gossip"))
+    sizes = sizes_with(c, ("allreduce", *ASYNC))
     if not sizes:
         return Verdict(UNCLEAR, (Check("runs of all three algorithms at one size", None, "none finished"),))
-    lead = {}  # n → (time of all-reduce, best asynchronous time, its name)
-    for n in sizes:
-        ar = c[("allreduce", n, "")].ttt
-        name = min(("easgd", "gossip"), key=lambda a: c[(a, n, "")].ttt)
-        lead[n] = (ar, c[(name, n, "")].ttt, name)
-
-    def faster_async(n: int) -> bool | None:
-        """None: neither reached the target, or they did within one evaluation interval of each other."""
-        ar, asy, name = lead[n]
-        resolution = max(c[("allreduce", n, "")].eval_gap, c[(name, n, "")].eval_gap)
-        if (math.isinf(ar) and math.isinf(asy)) or abs(asy - ar) <= resolution:
-            return None
-        return asy < ar
+    races = {n: race(c, n) for n in sizes}
 
     def said(ns: list[int]) -> str:
-        return ", ".join(f"n={n}: all-reduce {seconds(lead[n][0])}, {lead[n][2]} {seconds(lead[n][1])}"
-                         + (" (a tie: within one evaluation interval)" if faster_async(n) is None else "") for n in ns)
+        return ", ".join(f"n={n}: all-reduce {seconds(ar)}, {name} {seconds(asy)}"
+                         + (" (a tie: within one evaluation interval)" if first is None else "")
+                         for n in ns for ar, asy, name, first in [races[n]])
 
     def first(ns: list[int], expect_async: bool) -> bool | None:
         """True: the expected side is first wherever the two are apart, at one size at least; False:
         the other side is first somewhere; None: ties (or nothing reached) only."""
-        results = [faster_async(n) for n in ns]
+        results = [races[n][3] for n in ns]
         if (not expect_async) in results:
             return False
         return True if expect_async in results else None
@@ -184,15 +188,12 @@ def jin(cells: Sequence[Cell]) -> Verdict:
 def crossing(cells: Sequence[Cell]) -> str:
     """Where all-reduce's time to target first drops below the best asynchronous method's, in words."""
     c = index(cells)
-    sizes = sizes_with(c, ("allreduce", "easgd", "gossip"))
     previous = None
-    for n in sizes:
-        ar = c[("allreduce", n, "")].ttt
-        name = min(("easgd", "gossip"), key=lambda a: c[(a, n, "")].ttt)
-        asy = c[(name, n, "")].ttt
-        if not math.isinf(ar) and abs(ar - asy) <= max(c[("allreduce", n, "")].eval_gap, c[(name, n, "")].eval_gap):
+    for n in sizes_with(c, ("allreduce", *ASYNC)):
+        ar, _, _, async_first = race(c, n)
+        if async_first is None and not math.isinf(ar):
             return f"the curves meet at n={n} (within one evaluation interval)"
-        if ar < asy:
+        if async_first is False:
             return (f"all-reduce is first from the smallest size measured (n={n})" if previous is None
                     else f"the curves cross between n={previous} and n={n}")
         previous = n
