@@ -26,9 +26,9 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def add_run_flags(p: argparse.ArgumentParser, prefix: str = "") -> list[tuple[str, str]]:
+def add_run_flags(p: argparse.ArgumentParser, prefix: str = "", grid: bool = False) -> list[tuple[str, str]]:
     """The run flags ``run`` and ``sweep`` share (``prefix`` starts each help text); → (flag, attribute)
-    of each, for passing them on."""
+    of each, for passing them on. ``grid``: without --lr and --momentum (``tune`` takes lists there)."""
     from hpcbench.workload.datasets import DATASETS
     from hpcbench.workload.models import MODELS
 
@@ -40,8 +40,9 @@ def add_run_flags(p: argparse.ArgumentParser, prefix: str = "") -> list[tuple[st
         budget.add_argument("--steps", type=int, help=f"{prefix}steps per worker (default 100)"),
         budget.add_argument("--epochs", type=float, help=f"{prefix}passes over the training set, over all workers"),
         p.add_argument("--batch-size", type=int, help=f"{prefix}samples per worker step (default 32)"),
-        p.add_argument("--lr", type=float, help=f"{prefix}learning rate of the single-worker recipe (default 0.05)"),
-        p.add_argument("--momentum", type=float, help=f"{prefix}momentum (default 0)"),
+        *(() if grid else (
+            p.add_argument("--lr", type=float, help=f"{prefix}learning rate of the single-worker recipe (default 0.05)"),
+            p.add_argument("--momentum", type=float, help=f"{prefix}momentum (default 0)"))),
         p.add_argument("--stragglers", help=f"{prefix}FRACTION:FACTOR, e.g. 0.25:3 slows a quarter of the workers 3x"),
         p.add_argument("--compute", help=f"{prefix}gamma:shape=K,mean=SECONDS per batch: the simulator's compute "
                        "model, and --model payload's (default gamma:shape=100,mean=0.05)"),
@@ -313,7 +314,65 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from hpcbench.reproduce.runner import reproduce
 
     preset = "quick" if args.quick else args.preset
-    return reproduce(args.study, args.out_dir, preset, args.mode, args.max_ranks, args.timeout)
+    from hpcbench.tuning.execute import default_jobs
+
+    if args.jobs < 0:
+        raise UsageError(f"--jobs must be >= 1 (0: the cores here), got {args.jobs}")
+    return reproduce(args.study, args.out_dir, preset, args.mode, args.max_ranks, args.timeout,
+                     args.jobs or default_jobs())
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from hpcbench.config import RUN_KEYS
+    from hpcbench.runtime import plan
+    from hpcbench.runtime.sim.models import SimConfig
+    from hpcbench.slurm.sweep import parse_algos
+    from hpcbench.tuning.execute import default_jobs
+    from hpcbench.tuning.grid import expand, parse_decays, parse_floats
+    from hpcbench.tuning.tune import Grid, tune
+
+    algos = parse_algos(args.algo or "")
+    workers = [int(w) for w in parse_floats(args.workers, "--workers") if w == int(w) and w >= 1]
+    if len(workers) != len(args.workers.split(",")):
+        raise UsageError(f"--workers {args.workers!r}: give positive integers, e.g. 8,32")
+    seeds = [int(s) for s in parse_floats(args.seeds, "--seeds") if s == int(s) and s >= 0]
+    if len(seeds) != len(args.seeds.split(",")):
+        raise UsageError(f"--seeds {args.seeds!r}: give integers >= 0, e.g. 0,1,2")
+    settings = expand(parse_floats(args.lr, "--lr"),
+                      parse_floats(args.momentum, "--momentum") if args.momentum else (),
+                      parse_floats(args.warmup_epochs, "--warmup-epochs") if args.warmup_epochs else (),
+                      parse_decays(args.lr_decay_epochs) if args.lr_decay_epochs else (),
+                      [x for x in args.lr_scaling.split(",") if x] if args.lr_scaling else ())
+    run_args = (["--config", str(Path(args.config).resolve())] if args.config else []) + \
+        [a for flag, key in args.run_flags if getattr(args, key) is not None for a in (flag, str(getattr(args, key)))] + \
+        [a for key in ("network", "heterogeneity", "pauses") if getattr(args, key) is not None
+         for a in (f"--{key}", str(getattr(args, key)))] + [a for item in args.set for a in ("--set", item)]
+    # The shared options as ``simulate`` or ``run`` would read them (the grid's own flags left out).
+    shared = argparse.Namespace(**{**vars(args), "lr": None, "momentum": None, "seed": None, "algo": None,
+                                   "out": None, "overwrite": None, "workers": None,
+                                   "command": "simulate" if args.mode == "sim" else "run"})
+    cfg, sim = configs_from_args(shared)
+    if cfg.val_fraction == 0:
+        print("tune: holding out 10% of the training set as the validation split (val_fraction=0.1)")
+        cfg = cfg.with_updates(val_fraction=0.1)
+        run_args += ["--set", "val_fraction=0.1"]
+    for a in algos:  # refuse a bad grid before running anything
+        for st in settings:
+            plan.validate(cfg.with_updates(algo=a, **{k: tuple(v) if isinstance(v, list) else v
+                                                      for k, v in st.values().items()}))
+            if args.mode == "sim":
+                for n in workers:
+                    dataclasses.replace(sim, workers=n).validate()
+    defaults = RunConfig().to_dict()
+    base = {k: v for k, v in cfg.to_dict().items()
+            if k in RUN_KEYS and k not in ("algo", "seed", "out", "overwrite") and v != defaults[k]}
+    sim_values = {k: v for k, v in dataclasses.asdict(sim).items()
+                  if k != "workers" and v != getattr(SimConfig(), k)}
+    grid = Grid(tuple(algos), tuple(workers), tuple(settings), tuple(seeds))
+    return tune(grid, run_args, base, cfg.options, sim_values, args.out_dir, args.mode,
+                args.jobs or default_jobs(), args.timeout)
 
 
 def strict_option(p: argparse.ArgumentParser) -> None:
@@ -425,13 +484,40 @@ def build_parser() -> Parser:
     p = sub.add_parser("reproduce", help="test a published finding: gap-aware | jin | sgp (runs, report, verdict)")
     p.add_argument("study", metavar="STUDY", help="gap-aware | jin | sgp")
     p.add_argument("--out-dir", required=True, help="where the result files, report.md, the plot and verdict.json go")
-    p.add_argument("--quick", action="store_true", help="fewer sizes, one seed, a shorter budget (< 10 min on 2 cores)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes, grid points and seeds, a shorter budget "
+                   "(minutes on 2 cores)")
     p.add_argument("--preset", default="full", choices=("full", "quick", "toy"), help="study size (default full; "
                    "toy: seconds, for tests)")
     p.add_argument("--mode", default="sim", choices=("sim", "mpi"), help="simulator (default) or real MPI runs here")
     p.add_argument("--max-ranks", type=int, default=9, help="with --mode mpi: the largest world size run (default 9)")
-    p.add_argument("--timeout", type=float, default=1800.0, help="with --mode mpi: seconds allowed per run")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per run")
+    p.add_argument("--jobs", type=int, default=0, help="simulated runs at a time (default: the cores here; "
+                   "real runs go one at a time)")
     p.set_defaults(func=cmd_reproduce)
+
+    p = sub.add_parser("tune", help="a grid of learning-rate recipes, chosen on the validation split "
+                       "(table, plot, TOML for --config)")
+    p.add_argument("--algo", required=True, help="algorithm(s), comma-separated")
+    p.add_argument("--workers", required=True, help="worker counts, comma-separated, e.g. 1,8,32")
+    p.add_argument("--lr", required=True, help="rates to try, comma-separated, e.g. 0.01,0.02,0.05,0.1")
+    p.add_argument("--momentum", help="momenta to try, comma-separated (default: the run options' momentum)")
+    p.add_argument("--warmup-epochs", help="warm-ups to try, comma-separated (default: the run options')")
+    p.add_argument("--lr-decay-epochs", help="decay schedules to try, ';'-separated, each epochs or none, "
+                   "e.g. 'none;10,15'")
+    p.add_argument("--lr-scaling", help="synchronous rate scalings to try: none,sqrt,linear")
+    p.add_argument("--seeds", default="0,1,2", help="seeds per setting, comma-separated (default 0,1,2)")
+    p.add_argument("--mode", default="sim", choices=("sim", "mpi"), help="simulator (default) or real MPI runs here")
+    p.add_argument("--jobs", type=int, default=0, help="simulated runs at a time (default: the cores here)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per run")
+    p.add_argument("--out-dir", required=True, help="where runs/, tune.md, tune.png, tune.json and best/*.toml go")
+    p.add_argument("--config", help="TOML file of run options for every run")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="run option for every run "
+                   "(val_fraction defaults to 0.1 here)")
+    tune_flags = [(flag, key) for flag, key in add_run_flags(p, prefix="every run: ", grid=True)]
+    p.add_argument("--network", help="with --mode sim: alpha=SECONDS,bandwidth=BYTES_PER_S")
+    p.add_argument("--heterogeneity", type=float, help="with --mode sim: per-worker speed variation")
+    p.add_argument("--pauses", help="with --mode sim: PROB:SECONDS transient pauses per step")
+    p.set_defaults(func=cmd_tune, run_flags=tune_flags, numerics=None)
 
     p = sub.add_parser("list", help="algorithms, models, datasets and options with defaults")
     p.set_defaults(func=cmd_list)

@@ -123,7 +123,8 @@ class RunConfig:
     lr_decay_factor: float = 0.1
     seed: int = 0
     evals: int = 20  # evaluations of the global model spread over the sample budget
-    eval_samples: int = 2000  # held-out samples per evaluation (at most)
+    eval_samples: int = 2000  # test (and validation) samples per evaluation (at most)
+    val_fraction: float = 0.0  # training samples held out as the validation split, the same for every seed
     target_accuracy: float = 0.9
     stragglers: Stragglers = Stragglers()  # from "FRACTION:FACTOR"
     timeout_s: float = 120.0  # longest any blocking wait may last before the run fails
@@ -149,6 +150,7 @@ class RunConfig:
         return d
 
 
+MAX_VAL_FRACTION = 0.5
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name != "options")
 
 
@@ -311,6 +313,8 @@ def validate_numbers(cfg: RunConfig) -> None:
         raise UsageError(f"evals must be >= 1, got {cfg.evals}")
     if cfg.eval_samples < 1:
         raise UsageError(f"eval samples must be >= 1, got {cfg.eval_samples}")
+    if not 0.0 <= cfg.val_fraction <= MAX_VAL_FRACTION:
+        raise UsageError(f"val_fraction must be in [0, {MAX_VAL_FRACTION:g}], got {cfg.val_fraction:g}")
     if not 0.0 < cfg.target_accuracy <= 1.0:
         raise UsageError(f"target accuracy must be in (0, 1], got {cfg.target_accuracy}")
     if cfg.seed < 0:

@@ -7,9 +7,11 @@ import pytest
 
 from conftest import requires_mpi
 from hpcbench.cli import main
+from hpcbench.reproduce.protocol import DEPENDS
 from hpcbench.reproduce.runner import reproduce
 from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR, Cell, crossing, gap_aware, jin, sgp
 from hpcbench.results.store import read_run, rewrite_run
+from hpcbench.tuning.grid import Setting
 
 INF = math.inf
 
@@ -105,8 +107,23 @@ def edit_accuracy(path, accuracy):
     rewrite_run(path, rec)
 
 
+def strict_json(path):
+    """The file as JSON that JSON.parse and jq accept: no Infinity, no NaN."""
+    def refuse(name):
+        raise AssertionError(f"{path} holds {name}")
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
 def report_of(out):
-    return (out / "report.md").read_text(), json.loads((out / "verdict.json").read_text())
+    return (out / "report.md").read_text(), strict_json(out / "verdict.json")
+
+
+def edit_all(runs, accuracy_of):
+    """Every arm's file of each (algorithm, workers) says ``accuracy_of(algo, n)``."""
+    for path in runs.glob("*.h5"):
+        algo, n = path.name.split("-n")[0], int(path.name.split("-n")[1].split("-")[0])
+        if n > 1:
+            edit_accuracy(path, accuracy_of(algo, n))
 
 
 @pytest.mark.timeout(240)
@@ -114,29 +131,38 @@ def test_gap_aware_at_toy_size_reports_what_its_files_say_and_flips_with_them(tm
     out = tmp_path / "ga"
     assert reproduce("gap-aware", str(out), "toy") == 0
     text, verdict = report_of(out)
-    for heading in ("# Gap-Aware", "**Claim.**", "**Verdict: ", "## Measured", "## How it was measured"):
+    for heading in ("# Gap-Aware", "(TOY size", "**Claim.**", "**Verdict: ", "## Protocol", "## Arm: shared",
+                    "## Arm: own lr", "## Arm: momentum 0", "## Arm: momentum 0.9", "## How it was measured"):
         assert heading in text
-    assert (out / "gap-aware.png").stat().st_size > 1000
+    assert [a["name"] for a in verdict["arms"]] == ["shared", "own lr", "momentum 0", "momentum 0.9"]
+    assert verdict["protocol"]["schedule"].startswith("linear warm-up over 0 epochs")
+    for arm in ("shared", "own-lr", "momentum-0", "momentum-0.9"):
+        assert (out / f"gap-aware-{arm}.png").stat().st_size > 1000
     files = sorted((out / "runs").glob("*.h5"))
-    assert len(files) == 8  # 4 algorithms x 2 sizes x 1 seed
-    # The table shows each file's final accuracy.
-    for f in files:
-        rec = read_run(f)
-        assert f"{100 * rec.summary['final_accuracy']:.1f}" in text
-    # Make the claim true in the files, run again (every point is kept): the verdict holds.
-    for n, margin in ((2, 0.02), (4, 0.08)):
-        edit_accuracy(out / "runs" / f"asgd-n{n}-s0.h5", 0.5)
-        edit_accuracy(out / "runs" / f"sa-asgd-n{n}-s0.h5", 0.6)
-        edit_accuracy(out / "runs" / f"ga-asgd-n{n}-s0.h5", 0.6 + margin)
-        edit_accuracy(out / "runs" / f"dana-ga-n{n}-s0.h5", 0.7 + margin)
+    # The recipe grid (2 runs of one worker), then 3 settings per algorithm and size: own lr's two
+    # rates at the recipe's momentum, and the other momentum (the arms share the rest).
+    assert len(files) == 2 + 4 * 2 * 3
+    assert len([f for f in files if f.name.startswith("asgd-n1-")]) == 2
+    # Each arm's table shows the final accuracy of the file its cell's setting chose on validation.
+    for arm in verdict["arms"]:
+        for c in arm["cells"]:
+            stem = f"{c['algo']}-n{c['workers']}-{Setting(**c['setting']).stem()}-s0.h5"
+            assert read_run(out / "runs" / stem).summary["final_accuracy"] == c["accuracy"][0]
+    # Make the claim true in every file, run again (every run is kept): every arm holds, so does the study.
+    margin = {2: 0.02, 4: 0.08}
+    edit_all(out / "runs", lambda a, n: {"asgd": 0.5, "sa-asgd": 0.6, "ga-asgd": 0.6 + margin[n],
+                                         "dana-ga": 0.7 + margin[n]}[a])
     assert reproduce("gap-aware", str(out), "toy") == 0
-    assert "kept" in capsys.readouterr().out
+    assert "runs kept from an earlier invocation" in capsys.readouterr().out
     text, verdict = report_of(out)
     assert verdict["outcome"] == HOLDS and "**Verdict: holds.**" in text
-    # And false: GA far behind SA at the larger size.
-    edit_accuracy(out / "runs" / "ga-asgd-n4-s0.h5", 0.1)
+    # False in one arm only (GA far behind SA without momentum): the verdict depends on the protocol.
+    edit_accuracy(out / "runs" / "ga-asgd-n4-lr0.05-m0-s0.h5", 0.1)
     assert reproduce("gap-aware", str(out), "toy") == 0
-    assert report_of(out)[1]["outcome"] == FAILS
+    text, verdict = report_of(out)
+    outcomes = {a["name"]: a["outcome"] for a in verdict["arms"]}
+    assert outcomes["momentum 0"] == FAILS and outcomes["momentum 0.9"] == HOLDS
+    assert verdict["outcome"] == DEPENDS and "**Verdict: depends on the protocol.**" in text
 
 
 @requires_mpi
@@ -147,10 +173,16 @@ def test_jin_at_toy_size_calibrates_from_a_real_run_and_reports(tmp_path):
     text, verdict = report_of(out)
     assert "calibration: a real all-reduce run here" in text
     assert (out / "calibration-allreduce-n2.h5").exists()
-    assert verdict["outcome"] in (HOLDS, FAILS, UNCLEAR)
+    assert verdict["outcome"] in (HOLDS, FAILS, UNCLEAR, DEPENDS)
+    assert [a["name"] for a in verdict["arms"]] == ["shared", "scaling none", "scaling linear", "scaling sqrt",
+                                                     "own lr"]
     assert "time to 70%" in text and "where the curves cross" in text
+    # A scaling arm's all-reduce runs with that scaling; the shared arm's is one of the three.
+    sqrt_arm = next(a for a in verdict["arms"] if a["name"] == "scaling sqrt")
+    assert {c["setting"].get("lr_scaling") for c in sqrt_arm["cells"] if c["algo"] == "allreduce"} == {"sqrt"}
     # The simulated runs used the calibrated compute model.
-    mean = json.loads(json.dumps(read_run(out / "runs" / "allreduce-n2-s0.h5").simulation))["compute_mean_s"]
+    path = next((out / "runs").glob("allreduce-n2-*-s0.h5"))
+    mean = read_run(path).simulation["compute_mean_s"]
     assert f"{1e3 * mean:.3g} ms per batch" in text
 
 
@@ -159,13 +191,15 @@ def test_sgp_at_toy_size_runs_both_networks_at_the_modeled_message_size(tmp_path
     out = tmp_path / "sgp"
     assert reproduce("sgp", str(out), "toy") == 0
     text, verdict = report_of(out)
-    assert len(list((out / "runs").glob("*.h5"))) == 12  # 3 algorithms x 2 sizes x 2 networks
-    rec = read_run(out / "runs" / "sgp-n4-s0-10gbe.h5")
+    assert len(list((out / "runs").glob("*.h5"))) == 2 + 3 * 2 * 2 * 2  # recipe; 3 algorithms x 2 sizes x 2 networks x 2 rates
+    shared = verdict["arms"][0]
+    setting = Setting(**shared["cells"][0]["setting"]).stem()
+    rec = read_run(out / "runs" / f"sgp-n4-{setting}-s0-10gbe.h5")
     assert rec.simulation["message_params"] == 25_557_032 and rec.simulation["bandwidth"] == 1.25e9
     assert "| 10 GbE" in text and "| 100 Gb/s InfiniBand" in text
     # The speed check is the ratio of the two runs' times, as their files hold them.
-    wall = {a: read_run(out / "runs" / f"{a}-n4-s0-10gbe.h5").summary["wall_s"] for a in ("allreduce", "sgp")}
-    assert f"{wall['allreduce'] / wall['sgp']:.2f}x" in verdict["checks"][0]["numbers"]
+    wall = {a: read_run(out / "runs" / f"{a}-n4-{setting}-s0-10gbe.h5").summary["wall_s"] for a in ("allreduce", "sgp")}
+    assert f"{wall['allreduce'] / wall['sgp']:.2f}x" in shared["checks"][0]["numbers"]
 
 
 def test_a_study_with_no_size_that_fits_is_one_line(tmp_path, capsys):
@@ -184,16 +218,16 @@ def test_an_unknown_study_is_one_line(tmp_path, capsys):
 
 
 @requires_mpi
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_sgp_with_real_runs_uses_this_machine_and_skips_what_does_not_fit(tmp_path):
     out = tmp_path / "sgp-mpi"
     assert reproduce("sgp", str(out), "toy", mode="mpi", max_ranks=3) == 0
     text, verdict = report_of(out)
     files = sorted(p.name for p in (out / "runs").glob("*.h5"))
-    assert files == ["allreduce-n2-s0-thismachine.h5", "osgp-n2-s0-thismachine.h5", "sgp-n2-s0-thismachine.h5"]
-    rec = read_run(out / "runs" / files[0])
+    assert len(files) == 2 + 3 * 2 and all(f.endswith("-thismachine.h5") for f in files)
+    rec = read_run(out / "runs" / next(f for f in files if f.startswith("allreduce-n2-")))
     assert rec.mode == "mpi" and rec.workers == 2
-    assert "skipped: allreduce-n4-s0-thismachine (5 ranks > --max-ranks 3)" in text
+    assert "skipped: 4 workers (5 ranks > --max-ranks 3)" in text
     assert "| this machine" in text and "message_params" not in text
     # No run over a second network: that part of the claim cannot be told.
-    assert verdict["checks"][2]["result"] is None
+    assert verdict["arms"][0]["checks"][2]["result"] is None

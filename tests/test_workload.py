@@ -112,7 +112,8 @@ def test_flat_gradient_matches_autograd_on_a_fresh_model():
 def test_evaluate_reports_loss_and_accuracy_and_recalibrates_batchnorm(tmp_path):
     data = load_dataset("cifar10", str(write_tiny_cifar(tmp_path / "c")))
     trainer = Trainer("resnet20", data, seed=0)
-    loss, acc = trainer.evaluate(trainer.initial, limit=20)
+    loss, acc, val_loss, val_acc = trainer.evaluate(trainer.initial, limit=20)
     assert np.isfinite(loss) and 0.0 <= acc <= 1.0
+    assert np.isnan(val_loss) and np.isnan(val_acc)  # no validation split was held out
     bn = next(m for m in trainer.model.modules() if isinstance(m, torch.nn.BatchNorm2d))
     assert int(bn.num_batches_tracked) > 0  # statistics were rebuilt for these parameters

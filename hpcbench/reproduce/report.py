@@ -7,8 +7,10 @@ from typing import Any, Sequence
 
 from tabulate import tabulate
 
-from hpcbench.reproduce.studies import Study, mpi_args
+from hpcbench.reproduce.protocol import DEPENDS, OWN_LR, Recipe, arm_text
+from hpcbench.reproduce.studies import VAL_FRACTION, Study, mpi_args
 from hpcbench.reproduce.verdicts import Cell, Verdict, crossing, gap_aware, jin, sgp
+from hpcbench.tuning.grid import Trial
 
 
 def judge(s: Study, cells: Sequence[Cell], network: str = "") -> Verdict:
@@ -101,21 +103,81 @@ def plot(s: Study, cells: Sequence[Cell], path: Path) -> str:
     return path.name
 
 
-def markdown(s: Study, cells: Sequence[Cell], verdict: Verdict, notes: dict[str, Any], plot_file: str) -> str:
-    lines = [f"# {s.title}", "", f"**Claim.** {s.claim}", "", f"**Verdict: {verdict.outcome}.**", ""]
-    lines += verdict.lines()
-    if s.name == "jin":
-        lines += [f"- where the curves cross: {crossing(cells)}"]
-    lines += ["", "## Measured", "", table(s, cells) if cells else "(no run finished)", ""]
+def protocol(s: Study, preset: str, recipe: Recipe, mode: str) -> dict[str, Any]:
+    """How every setting of the study was chosen, as data (verdict.json) and text (report.md)."""
+    size = s.sizes[preset]
+    return {
+        "task": f"teacher task, {size.samples:,} training samples of which {VAL_FRACTION:g} held out for validation; "
+                "accuracy on the whole test set (10,000 samples)",
+        "budget_epochs": size.epochs, "seeds": list(size.seeds), "workers": list(size.workers),
+        "schedule": f"linear warm-up over {size.warmup_epochs:g} epochs from 1/n of the rate, then x0.1 at epochs "
+                    + " and ".join(f"{e:g}" for e in size.decay_epochs) + f" of {size.epochs:g}",
+        "recipe": f"sequential SGD (one asgd worker) over rates {', '.join(f'{x:g}' for x in size.recipe_lrs)} x "
+                  f"momenta {', '.join(f'{x:g}' for x in size.recipe_momenta)}, {len(size.seeds)} seed(s) each, "
+                  "chosen on final validation accuracy (ties: the smaller rate)",
+        "chosen_recipe": recipe.best.values(),
+        "best_rate_at_momentum": {f"{m:g}": st.lr for m, st in recipe.by_momentum.items()},
+        "own_lr_factors": list(size.lr_factors),
+        "arms": {arm: arm_text(arm) for arm in s.arms},
+        "rule": "each arm's verdict from its own cells; the study holds (or does not hold) only when every arm "
+                f"agrees, else {DEPENDS!r}; differences within the seeds' spread are inconclusive",
+        "quick": preset != "full", "mode": mode,
+    }
+
+
+def recipe_table(trials: Sequence[Trial], recipe: Recipe) -> str:
+    rows = [[t.setting.lr, t.setting.momentum, "diverged" if math.isinf(t.score) else f"{100 * t.score:.1f}"
+             + (f" ± {100 * t.spread:.1f}" if len(t.val) > 1 else ""), "chosen" if t.setting == recipe.best else ""]
+            for t in sorted(trials, key=lambda t: (t.setting.momentum or 0.0, t.setting.lr))]
+    return tabulate(rows, headers=["lr", "momentum", "validation acc %", ""], tablefmt="github")
+
+
+def chosen_text(arm: Any) -> str:
+    """Which setting each cell's numbers come from, where the arm chose among several."""
+    settings = {k: v.label() for k, v in arm.chosen.items()}
+    if len(set(settings.values())) <= 1:
+        return ""
+    return "Chosen on validation: " + "; ".join(f"{a} n={n}{' ' + v if v else ''}: {label}"
+                                               for (a, n, v), label in settings.items()) + "."
+
+
+def markdown(s: Study, arms: Sequence[Any], outcome: str, recipe: Recipe, recipe_trials: Sequence[Trial],
+             notes: dict[str, Any], plots: dict[str, str]) -> str:
+    proto = protocol(s, notes["preset"], recipe, notes["mode"])
+    label = {"full": "", "quick": " (QUICK: fewer sizes, grid points and seeds, a shorter budget; see the full "
+             "study for the finding)", "toy": " (TOY size: a test of the machinery, not a finding)"}[notes["preset"]]
+    lines = [f"# {s.title}{label}", "", f"**Claim.** {s.claim}", "", f"**Verdict: {outcome}.**", ""]
+    lines += [f"- arm *{a.name}*: **{a.verdict.outcome}**" for a in arms]
+    lines += ["", "## Protocol", "",
+              f"- task: {proto['task']}; budget {proto['budget_epochs']:g} epochs; seeds "
+              f"{', '.join(map(str, proto['seeds']))}",
+              f"- schedule: {proto['schedule']}",
+              f"- recipe: {proto['recipe']}: **{recipe.best.label()}** (best rate at each momentum: "
+              + ", ".join(f"momentum {m:g}: lr {st.lr:g}" for m, st in recipe.by_momentum.items()) + ")",
+              *[f"- arm *{arm}*: {text}" for arm, text in proto["arms"].items()],
+              *([f"- own-lr grid: {', '.join(f'{f:g}' for f in proto['own_lr_factors'])} x the recipe's rate"]
+                if any(a.name == OWN_LR for a in arms) else []),
+              f"- verdict rule: {proto['rule']}", "", recipe_table(recipe_trials, recipe), ""]
+    for a in arms:
+        lines += [f"## Arm: {a.name}", "", f"{arm_text(a.name)}. Verdict: **{a.verdict.outcome}**.", ""]
+        lines += a.verdict.lines()
+        if s.name == "jin":
+            lines += [f"- where the curves cross: {crossing(list(a.cells))}"]
+        lines += ["", table(s, list(a.cells)) if a.cells else "(no run finished)", ""]
+        chosen = chosen_text(a)
+        if chosen:
+            lines += [chosen, ""]
+        plot_file = plots.get(a.name, "")
+        lines += [f"![{s.name} {a.name}]({plot_file})" if plot_file.endswith(".png") else f"({plot_file})", ""]
     if s.name == "gap-aware":
-        lines += ["Final test accuracy of the global model, mean over seeds ± half their range.", ""]
-    lines += [f"![{s.name}]({plot_file})" if plot_file.endswith(".png") else f"({plot_file})", ""]
+        lines += ["Accuracies: final test accuracy of the global model on the whole test set, mean over seeds "
+                  "± half their range.", ""]
     run_args = s.run_args(notes["preset"])
     run_args = run_args if notes["mode"] == "sim" else mpi_args(run_args)
     lines += ["## How it was measured", "", f"- command: `{notes['command']}` ({notes['preset']} sizes, "
-              f"mode {notes['mode']}; {notes['runs'] - notes['kept']} runs in {notes['elapsed_s'] / 60:.1f} min"
-              + (f", {notes['kept']} kept from an earlier invocation" if notes["kept"] else "") + ")",
-              f"- runs: {' '.join(run_args)}; per point --algo, --workers, --seed"
+              f"mode {notes['mode']}; {notes['runs']} runs, {notes['jobs']} at a time, "
+              f"{notes['elapsed_s'] / 60:.1f} min for this invocation; runs whose files were already ok are kept)",
+              f"- runs: {' '.join(run_args)}; per run --algo, --workers, --seed and the setting"
               + (", --network" if s.networks and notes["mode"] == "sim" else "")
               + ("; calibrated --compute" if notes["calibration"] else ""),
               f"- setup: {notes['setup']}"]

@@ -1,56 +1,88 @@
-"""``hpcbench reproduce STUDY``: run a study's points, read the result files back, judge the claim, write the report.
+"""``hpcbench reproduce STUDY``: tune the recipe, run every arm's cells, read the files back, judge, report.
 
-Result files go to OUT_DIR/runs/ (a point with an ``ok`` file is kept, so an interrupted study
-resumes); the report to OUT_DIR/report.md with its plot OUT_DIR/STUDY.png and the verdict as
-OUT_DIR/verdict.json.
+Result files go to OUT_DIR/runs/ (a run with an ``ok`` file is kept, so an interrupted study
+resumes); the report to OUT_DIR/report.md with one plot per arm (OUT_DIR/STUDY-ARM.png) and the
+verdicts as OUT_DIR/verdict.json.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-import subprocess
-import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from hpcbench.errors import UsageError
 from hpcbench.reproduce import report
-from hpcbench.reproduce.studies import PRESETS, Point, Study, mpi_args, study
+from hpcbench.reproduce.protocol import SEQUENTIAL, Recipe, arm_text, candidates, choose_recipe, overall, recipe_grid
+from hpcbench.reproduce.studies import PRESETS, Study, mpi_args, study
 from hpcbench.reproduce.verdicts import Cell
+from hpcbench.tuning.execute import MODES, Job, run_jobs
+from hpcbench.tuning.grid import Setting, Trial, choose
 
-MODES = ("sim", "mpi")
 HERE = "this machine"  # the network of real runs
 MPI_SETUP = "Real runs under mpiexec on this machine: its own compute and network, the mlp's own message size."
-# Seconds of this machine (2 cores) per simulated gradient of the teacher mlp, and per run started:
-# the basis of the full study's stated running time (measured with the batched simulator).
-SECONDS_PER_GRADIENT = 1.6e-3
+# Seconds of this machine (one core) per simulated gradient of the teacher mlp, and per run started:
+# the basis of the stated running time (measured with the batched simulator; one worker is not batched).
+SECONDS_PER_GRADIENT = 0.6e-3
+SECONDS_PER_SEQUENTIAL_GRADIENT = 1.6e-3
 SECONDS_PER_RUN = 3.0
 CALIBRATION_STEPS = {"full": 200, "quick": 100, "toy": 20}
 
 
-def expected_seconds(s: Study, preset: str, points: Sequence[Point]) -> float:
+@dataclass(frozen=True)
+class Planned:
+    """One run of the study: which cell of which arm it may decide, and its job."""
+
+    cell: tuple[str, int, str]  # (algorithm, workers, variant)
+    setting: Setting
+    seed: int
+    job: Job
+
+
+def stem(algo: str, workers: int, variant: str, setting: Setting, seed: int) -> str:
+    net = "-" + "".join(c for c in variant.lower() if c.isalnum()) if variant else ""
+    return f"{algo}-n{workers}-{setting.stem()}-s{seed}{net}"
+
+
+def planned(s: Study, preset: str, runs: Path, cell: tuple[str, int, str], setting: Setting, seed: int,
+            mode: str, extra: Sequence[str]) -> Planned:
+    algo, n, variant = cell
+    flags = dict(s.variants()).get(variant, ()) if mode == "sim" else ()
+    args = [*s.run_args(preset), *flags, *extra, "--seed", str(seed), *setting.args()]
+    if mode == "sim" and s.message_params:
+        args += ["--set", f"sim.message_params={s.message_params}"]
+    args = args if mode == "sim" else mpi_args(args)
+    label = f"{algo}, {n} workers, {setting.label()}, seed {seed}" + (f", {variant}" if variant else "")
+    return Planned(cell, setting, seed, Job(algo, n, tuple(args), runs / f"{stem(algo, n, variant, setting, seed)}.h5",
+                                            label))
+
+
+def expected_seconds(s: Study, preset: str, arm_runs: int, recipe_runs: int, jobs: int) -> float:
     size = s.sizes[preset]
-    gradients = size.epochs * size.samples / 32
-    return len(points) * (SECONDS_PER_RUN + gradients * SECONDS_PER_GRADIENT)
+    gradients = size.epochs * size.samples * 0.9 / 32
+    return (arm_runs * (SECONDS_PER_RUN + gradients * SECONDS_PER_GRADIENT)
+            + recipe_runs * (SECONDS_PER_RUN + gradients * SECONDS_PER_SEQUENTIAL_GRADIENT)) / max(1, jobs)
 
 
-def fits(point: Point, mode: str, max_ranks: int) -> bool:
-    return mode == "sim" or point.workers + 1 <= max_ranks
+def fits(workers: int, mode: str, max_ranks: int) -> bool:
+    return mode == "sim" or workers + 1 <= max_ranks
 
 
 def calibrate_compute(out_dir: Path, s: Study, preset: str, timeout: float) -> tuple[list[str], str]:
     """The jin study's compute model from a short real all-reduce run here: (simulate flags, what was found)."""
+    import subprocess
+
     from hpcbench.results.store import read_run, result_status
     from hpcbench.runtime.launch import run_ranks
     from hpcbench.runtime.sim.calibrate import calibrate
 
     path = out_dir / "calibration-allreduce-n2.h5"
-    args = ["run", "--algo", "allreduce", *s.run_args(preset, steps=CALIBRATION_STEPS[preset]),
+    args = ["run", "--algo", "allreduce", *mpi_args(s.run_args(preset, steps=CALIBRATION_STEPS[preset])),
             "--set", "allreduce.overlap=false", "--out", str(path), "--overwrite"]
     try:
         if result_status(path) != "ok":  # a study resumed keeps the calibration its runs used
@@ -58,7 +90,7 @@ def calibrate_compute(out_dir: Path, s: Study, preset: str, timeout: float) -> t
             if proc.returncode != 0:
                 raise RuntimeError((proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1])
         fitted = calibrate(read_run(path))
-    except Exception as exc:  # no MPI here, or the run failed: say so and keep the simulator's default
+    except (Exception, subprocess.TimeoutExpired) as exc:  # no MPI here, or the run failed: keep the default
         return [], f"calibration run failed ({exc}); the simulator's default compute model (50 ms, shape 100) is used"
     mean, shape = fitted["compute_mean_s"], fitted["compute_shape"]
     text = (f"a real all-reduce run here (2 workers, {CALIBRATION_STEPS[preset]} steps, {path.name}): compute "
@@ -67,124 +99,159 @@ def calibrate_compute(out_dir: Path, s: Study, preset: str, timeout: float) -> t
     return ["--compute", f"gamma:shape={shape:.6g},mean={mean:.6g}"], text
 
 
-def run_point(point: Point, s: Study, preset: str, mode: str, extra: Sequence[str], path: Path,
-              timeout: float) -> str:
-    """Run one point to ``path``; → "" or why it failed."""
-    args = [*s.run_args(preset), *point.args, *extra, "--seed", str(point.seed), "--out", str(path), "--overwrite"]
-    if mode == "sim":
-        from hpcbench.cli import main
+def final_val(path: Path, ok: bool) -> float:
+    from hpcbench.tuning.tune import validation_accuracy
 
-        sim = ["--set", f"sim.message_params={s.message_params}"] if s.message_params else []
-        try:
-            code = main(["simulate", "--algo", point.algo, "--workers", str(point.workers), *args, *sim])
-        except Exception as exc:  # a deadlock or a bug in one point must not lose the others
-            return f"{type(exc).__name__}: {exc}"
-        return "" if code == 0 else f"exit code {code}"
-    from hpcbench.runtime.launch import run_ranks
-
-    try:
-        proc = run_ranks(point.workers + 1, ["run", "--algo", point.algo, *mpi_args(args)], timeout, capture=True)
-    except subprocess.TimeoutExpired:
-        return f"killed after {timeout:g} s"
-    if proc.returncode == 0:
-        print(proc.stdout.strip().splitlines()[-1], flush=True)
-        return ""
-    return (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+    return validation_accuracy(path) if ok else math.nan
 
 
-def cells_of(points: Sequence[tuple[Point, Path]], target: float) -> list[Cell]:
-    """Each (algorithm, size, variant) over its seeds, from the result files read back."""
+def trials(runs: Sequence[Planned], outcome: Mapping[Path, str]) -> list[Trial]:
+    """Each (cell, setting) over its seeds, with each seed's final validation accuracy."""
+    by: dict[tuple[tuple[str, int, str], Setting], list[float]] = {}
+    for r in runs:
+        ok = outcome.get(r.job.path) == ""
+        by.setdefault((r.cell, r.setting), []).append(final_val(r.job.path, ok))
+    return [Trial(cell[0], cell[1], setting, tuple(vals)) for (cell, setting), vals in by.items()]
+
+
+def cell_of(cell: tuple[str, int, str], paths: Sequence[Path], target: float) -> Cell:
+    """A cell over its seeds, from the result files read back (test accuracy on the whole test set)."""
     from hpcbench.results.store import read_run
     from hpcbench.telemetry.summary import time_to_target
 
-    groups: dict[tuple[str, int, str], list[tuple[float, float, float, float]]] = {}
-    for point, path in points:
+    acc, ttt, wall, gaps = [], [], [], []
+    for path in paths:
         rec = read_run(path)
         t = time_to_target(rec.evals["t"], rec.evals["accuracy"], target)
-        gap = float(np.max(np.diff(rec.evals["t"]))) if len(rec.evals["t"]) > 1 else 0.0
-        groups.setdefault((point.algo, point.workers, point.variant), []).append(
-            (float(rec.summary["final_accuracy"]), math.inf if math.isnan(t) else t, float(rec.summary["wall_s"]), gap))
-    return [Cell(a, n, v, tuple(x[0] for x in runs), tuple(x[1] for x in runs), tuple(x[2] for x in runs),
-                 max(x[3] for x in runs))
-            for (a, n, v), runs in groups.items()]
+        acc.append(float(rec.summary["final_accuracy"]))
+        ttt.append(math.inf if math.isnan(t) else t)
+        wall.append(float(rec.summary["wall_s"]))
+        gaps.append(float(np.max(np.diff(rec.evals["t"]))) if len(rec.evals["t"]) > 1 else 0.0)
+    return Cell(cell[0], cell[1], cell[2], tuple(acc), tuple(ttt), tuple(wall), max(gaps))
 
 
-def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", max_ranks: int = 9,
-              timeout: float = 1800.0) -> int:
-    """Run study ``name``; → 0 when every point ran (whatever the verdict), 1 when some failed."""
-    s = study(name)
-    if preset not in PRESETS:
-        raise UsageError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
-    if mode not in MODES:
-        raise UsageError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
-    points = s.points(preset)
-    if mode == "mpi":  # this machine's own network: one variant, and only the sizes that fit
-        first = s.networks[0].name if s.networks else ""
-        points = [replace(p, variant=HERE if p.variant else "", args=tuple(mpi_args(p.args)))
-                  for p in points if p.variant == first]
-    skipped = [p for p in points if not fits(p, mode, max_ranks)]
-    points = [p for p in points if fits(p, mode, max_ranks)]
-    if not points:
-        smallest = min(p.workers for p in skipped) + 1
-        raise UsageError(f"no size of study {name!r} ({preset}) fits in --max-ranks {max_ranks}: the smallest "
-                         f"needs {smallest} ranks; raise --max-ranks or use the simulator (--mode sim)")
-    out = Path(out_dir)
-    runs = out / "runs"
+@dataclass(frozen=True)
+class ArmResult:
+    name: str
+    cells: tuple[Cell, ...]
+    chosen: dict[tuple[str, int, str], Setting]  # the setting each cell's numbers come from
+    verdict: Any  # verdicts.Verdict
+
+
+def decide_arm(name: str, runs: Sequence[Planned], outcome: Mapping[Path, str], s: Study, network: str) -> ArmResult:
+    """Each cell's setting chosen on validation among the arm's candidates; its cell from that setting's
+    seeds (cells whose chosen setting has a failed seed are left out)."""
+    cells, chosen = [], {}
+    keys = list(dict.fromkeys(r.cell for r in runs))
+    for key in keys:
+        mine = [r for r in runs if r.cell == key]
+        best = choose(trials(mine, outcome)).setting
+        paths = [r.job.path for r in mine if r.setting == best]
+        if all(outcome.get(p) == "" for p in paths):
+            chosen[key] = best
+            cells.append(cell_of(key, paths, s.target))
+    return ArmResult(name, tuple(cells), chosen, report.judge(s, cells, network))
+
+
+def prepare(out_dir: str) -> Path:
+    runs = Path(out_dir) / "runs"
     try:
         runs.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot make {runs}: {exc.strerror}") from None
     if not os.access(runs, os.W_OK):
         raise UsageError(f"cannot write to {runs}")
-    estimate = expected_seconds(s, preset, points) * (3 if mode == "mpi" else 1)
-    print(f"{s.title}\n{len(points)} runs ({preset}, {mode}); expected running time about "
-          f"{estimate / 60:.0f} min on a 2-core machine. Result files: {runs}/", flush=True)
+    return runs
+
+
+def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", max_ranks: int = 9,
+              timeout: float = 1800.0, jobs: int = 1) -> int:
+    """Run study ``name`` under its protocol; → 0 when every run ran (whatever the verdict), 1 when some failed."""
+    s = study(name)
+    if preset not in PRESETS:
+        raise UsageError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
+    if mode not in MODES:
+        raise UsageError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    size = s.sizes[preset]
+    workers = [n for n in size.workers if fits(n, mode, max_ranks)]
+    skipped = [n for n in size.workers if not fits(n, mode, max_ranks)]
+    if not workers:
+        raise UsageError(f"no size of study {name!r} ({preset}) fits in --max-ranks {max_ranks}: the smallest "
+                         f"needs {min(skipped) + 1} ranks; raise --max-ranks or use the simulator (--mode sim)")
+    variants = [v for v, _ in s.variants()] if mode == "sim" else [HERE if s.networks else ""]
+    runs = prepare(out_dir)
+    out = Path(out_dir)
+    stand_in = Recipe(Setting(1.0, 0.0), {m: Setting(1.0, m) for m in size.recipe_momenta})
+    per_cell = sum(len(candidates(arm, a, stand_in, size.lr_factors, s.scales)) for arm in s.arms for a in s.algos)
+    recipe_settings = recipe_grid(size.recipe_lrs, size.recipe_momenta)
+    estimate = expected_seconds(s, preset, per_cell * len(workers) * len(variants) * len(size.seeds),
+                                len(recipe_settings) * len(size.seeds), jobs if mode == "sim" else 1)
+    print(f"{s.title}\n{preset} study ({mode}): the recipe grid ({len(recipe_settings) * len(size.seeds)} runs), "
+          f"then arms {', '.join(s.arms)} at {len(workers)} size(s) (at most {per_cell * len(workers) * len(variants) * len(size.seeds)} "
+          f"runs, fewer where arms share runs); expected running time about {estimate / 60:.0f} min "
+          f"({jobs if mode == 'sim' else 1} run(s) at a time; measured on a 2-core machine, "
+          f"{3 if mode == 'mpi' else 1}x for real runs). Result files: {runs}/", flush=True)
+    t0 = time.monotonic()
     extra: list[str] = []
     calibration = ""
     if name == "jin" and mode == "sim":
         extra, calibration = calibrate_compute(out, s, preset, timeout)
         print(f"calibration: {calibration}", flush=True)
-    from hpcbench.results.store import result_status
 
-    done: list[tuple[Point, Path]] = []
-    kept = 0
-    failures: list[str] = []
-    t0 = time.monotonic()
-    for i, point in enumerate(points, 1):
-        path = runs / f"{point.stem}.h5"
-        label = f"[{i}/{len(points)}] {point.algo}, {point.workers} workers, seed {point.seed}" + \
-            (f", {point.variant}" if point.variant else "")
-        if result_status(path) == "ok":
-            print(f"{label}: kept ({path.name})", flush=True)
-            kept += 1
-            done.append((point, path))
-            continue
-        print(f"{label}:", flush=True)
-        why = run_point(point, s, preset, mode, extra, path, timeout)
-        if why:
-            failures.append(f"{point.stem}: {why}")
-            print(f"{label}: FAILED: {why}", file=sys.stderr, flush=True)
-        else:
-            done.append((point, path))
+    print("\nstage 1: the single-worker recipe, chosen on the validation split", flush=True)
+    algo, one = SEQUENTIAL
+    # One worker learns the same whatever the network and compute: the recipe runs are the same in every study.
+    stage1 = [planned(s, preset, runs, (algo, one, ""), st, seed, mode, ()) for st in recipe_settings
+              for seed in size.seeds]
+    outcome = run_jobs([r.job for r in stage1], mode, jobs, timeout)
+    recipe_trials = trials(stage1, outcome)
+    recipe = choose_recipe(recipe_trials)
+    print(f"recipe: {recipe.best.label()}", flush=True)
+
+    print(f"\nstage 2: arms {', '.join(s.arms)}", flush=True)
+    arm_runs = {arm: [planned(s, preset, runs, (a, n, v), st, seed, mode, extra)
+                      for v in variants for n in workers for a in s.algos
+                      for st in candidates(arm, a, recipe, size.lr_factors, s.scales) for seed in size.seeds]
+                for arm in s.arms}
+    outcome.update(run_jobs([r.job for rs in arm_runs.values() for r in rs], mode, jobs, timeout))
+    network = HERE if mode == "mpi" else ""
+    arms = [decide_arm(arm, arm_runs[arm], outcome, s, network) for arm in s.arms]
+    outcome_text = overall([a.verdict.outcome for a in arms])
     elapsed = time.monotonic() - t0
-    cells = cells_of(done, s.target)
-    verdict = report.judge(s, cells, HERE if mode == "mpi" else "")
-    notes = {"preset": preset, "mode": mode, "elapsed_s": elapsed, "runs": len(points), "kept": kept,
-             "calibration": calibration,
-             "setup": s.setup if mode == "sim" else MPI_SETUP,
-             "skipped": [f"{p.stem} ({p.workers + 1} ranks > --max-ranks {max_ranks})" for p in skipped],
-             "failed": failures, "command": command_line(name, out_dir, preset, mode)}
-    text = report.markdown(s, cells, verdict, notes, report.plot(s, cells, out / f"{s.name}.png"))
+    failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
+    ran = len(outcome)
+    notes = {"preset": preset, "mode": mode, "elapsed_s": elapsed, "runs": ran, "jobs": jobs if mode == "sim" else 1,
+             "calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
+             "skipped": [f"{n} workers ({n + 1} ranks > --max-ranks {max_ranks})" for n in skipped],
+             "failed": failed, "command": command_line(name, out_dir, preset, mode)}
+    plots = {a.name: report.plot(s, list(a.cells), out / f"{s.name}-{a.name.replace(' ', '-')}.png") for a in arms}
+    text = report.markdown(s, arms, outcome_text, recipe, recipe_trials, notes, plots)
     (out / "report.md").write_text(text, encoding="utf-8")
-    (out / "verdict.json").write_text(json.dumps({"study": s.name, "outcome": verdict.outcome,
-                                                  "checks": [asdict(c) for c in verdict.checks],
-                                                  "cells": [asdict(c) for c in cells], **notes},
-                                                 indent=1, default=str), encoding="utf-8")
+    (out / "verdict.json").write_text(json.dumps(strict({
+        "study": s.name, "outcome": outcome_text,
+        "protocol": report.protocol(s, preset, recipe, mode),
+        "recipe_grid": [{"setting": t.setting.values(), "val_accuracy": list(t.val), "chosen": t.setting == recipe.best}
+                        for t in recipe_trials],
+        "arms": [{"name": a.name, "what": arm_text(a.name), "outcome": a.verdict.outcome,
+                  "checks": [asdict(c) for c in a.verdict.checks],
+                  "cells": [{**asdict(c), "setting": a.chosen[(c.algo, c.workers, c.variant)].values()}
+                            for c in a.cells]} for a in arms],
+        **notes}), indent=1, allow_nan=False), encoding="utf-8")
     print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
-    return 1 if failures else 0
+    return 1 if failed else 0
+
+
+def strict(value: Any) -> Any:
+    """``value`` with every non-finite float as None (JSON has no infinity: "never" or "none")."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    return value
 
 
 def command_line(name: str, out_dir: str, preset: str, mode: str) -> str:
     flags = {"quick": " --quick", "toy": " --preset toy"}.get(preset, "")
     return f"hpcbench reproduce {name}{flags}{' --mode mpi' if mode == 'mpi' else ''} --out-dir {out_dir}"
-

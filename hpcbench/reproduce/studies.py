@@ -1,16 +1,18 @@
-"""The three studies ``hpcbench reproduce`` runs: what each claims, and the runs that test it (pure).
+"""The three studies ``hpcbench reproduce`` runs: what each claims, its sizes, schedule and arms (pure).
 
-Every study runs on the teacher task (``--dataset teacher``, the mlp) with one learning-rate recipe
-for all its algorithms; a study's runs differ only in algorithm, worker count, seed and, for sgp,
-the modeled network. Sizes come in three presets: ``full`` (the study as stated), ``quick`` (fewer
-sizes, one seed, a shorter budget) and ``toy`` (seconds, for tests).
+Every study runs on the teacher task (``--dataset teacher``, the mlp) under the protocol of
+``reproduce.protocol``: a single-worker recipe tuned on the validation split, the papers' schedule
+(linear warm-up, ×0.1 decays at half and three quarters of the budget), arms that vary the
+contestable choices. Sizes come in three presets: ``full`` (the study as stated), ``quick`` (fewer
+sizes, grid points and seeds, a shorter budget) and ``toy`` (seconds, for tests).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from hpcbench.errors import one_of
+from hpcbench.reproduce.protocol import MOMENTUM_ARM, OWN_LR, SCALING_ARMS, SHARED
 
 PRESETS = ("full", "quick", "toy")
 RESNET50_PARAMS = 25_557_032  # torchvision's ResNet-50: the message size of the sgp study
@@ -34,28 +36,24 @@ INFINIBAND_100G = Network("100 Gb/s InfiniBand", 1.5e-6, 12.5e9)
 
 @dataclass(frozen=True)
 class Size:
-    """How big a preset makes a study."""
+    """How big a preset makes a study, and the grids its protocol searches."""
 
     workers: tuple[int, ...]
     seeds: tuple[int, ...]
     epochs: float
-    samples: int  # teacher training samples
-
-
-@dataclass(frozen=True)
-class Point:
-    """One run of a study."""
-
-    algo: str
-    workers: int
-    seed: int
-    variant: str = ""  # the sgp study's network; "" elsewhere
-    args: tuple[str, ...] = ()  # run options beyond the study's common ones
+    samples: int  # teacher training samples (a tenth of them held out for validation)
+    warmup_epochs: float  # linear warm-up from 1/n of the rate; then ×0.1 at DECAY_FRACTIONS of the budget
+    recipe_lrs: tuple[float, ...]  # the single-worker grid
+    recipe_momenta: tuple[float, ...]
+    lr_factors: tuple[float, ...]  # the "own lr" arm: multiples of the recipe's rate
 
     @property
-    def stem(self) -> str:
-        variant = "-" + "".join(c for c in self.variant.lower() if c.isalnum()) if self.variant else ""
-        return f"{self.algo}-n{self.workers}-s{self.seed}{variant}"
+    def decay_epochs(self) -> tuple[float, ...]:
+        return tuple(round(f * self.epochs, 6) for f in DECAY_FRACTIONS)
+
+
+DECAY_FRACTIONS = (0.5, 0.75)  # ×0.1 step decays at these fractions of the budget (the papers' schedule)
+VAL_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
@@ -66,32 +64,37 @@ class Study:
     claim: str
     algos: tuple[str, ...]
     sizes: dict[str, Size]
-    common: tuple[str, ...]  # run options every point shares
+    common: tuple[str, ...]  # run options every run shares
     target: float  # accuracy for time to target
+    arms: tuple[str, ...]  # the protocol's arms (reproduce.protocol)
+    scales: bool = False  # all-reduce's rate scaling is one of the study's choices (jin)
     networks: tuple[Network, ...] = ()  # sgp: one set of runs per network (the simulator's)
     message_params: int = 0  # sgp: messages as large as this many parameters
     setup: str = ""  # the model of the cluster, in words
 
-    def points(self, preset: str) -> list[Point]:
-        size = self.sizes[preset]
-        variants: list[tuple[str, tuple[str, ...]]] = [(n.name, ("--network", n.flag())) for n in self.networks]
-        return [Point(a, w, s, v, flags)
-                for v, flags in variants or [("", ())] for w in size.workers for a in self.algos for s in size.seeds]
+    def variants(self) -> list[tuple[str, tuple[str, ...]]]:
+        """(name, run flags) of each network the study models; one unnamed variant without networks."""
+        return [(n.name, ("--network", n.flag())) for n in self.networks] or [("", ())]
 
     def run_args(self, preset: str, steps: int = 0) -> list[str]:
-        """The options every point shares; ``steps``: that many steps per worker instead of the epochs."""
+        """The options every run shares; ``steps``: that many steps per worker instead of the epochs."""
         size = self.sizes[preset]
         budget = ["--steps", str(steps)] if steps else ["--epochs", f"{size.epochs:g}"]
+        decays = ",".join(f"{e:g}" for e in size.decay_epochs)
         return [*self.common, *budget, "--set", f"teacher.samples={size.samples}",
-                "--set", f"target_accuracy={self.target:g}"]
+                "--set", f"target_accuracy={self.target:g}", "--set", f"warmup_epochs={size.warmup_epochs:g}",
+                "--set", f"lr_decay_epochs=[{decays}]"]
 
 
-TOY = Size((2, 4), (0,), 1, 1_000)  # every study's toy size: seconds, for tests
+RECIPE_LRS = (0.005, 0.01, 0.02, 0.05, 0.1)
+FULL = Size((8, 16, 32, 64, 128), (0, 1, 2), 20, 25_000, 5, RECIPE_LRS, (0.0, 0.9), (0.25, 1, 4))
+QUICK = Size((8, 128), (0,), 8, 25_000, 2, (0.01, 0.03, 0.1), (0.0, 0.9), (0.25, 1, 4))
+TOY = Size((2, 4), (0,), 1, 1_000, 0, (0.05,), (0.0, 0.9), (0.5, 1))  # every study's toy size: for tests
 
-# One recipe for every study: the mlp on the teacher task, single-worker rate 0.05, momentum 0.9, a
-# warm-up of one epoch from 1/n of the rate, 25 evaluations of the global model over the budget.
-COMMON = ("--dataset", "teacher", "--model", "mlp", "--batch-size", "32", "--lr", "0.05", "--momentum", "0.9",
-          "--set", "warmup_epochs=1", "--set", "evals=25")
+# One task for every study: the mlp on the teacher task, 25 evaluations of the global model over the
+# budget, each on the whole test set and the validation split (a tenth of the training set).
+COMMON = ("--dataset", "teacher", "--model", "mlp", "--batch-size", "32", "--set", "evals=25",
+          "--set", f"val_fraction={VAL_FRACTION:g}", "--set", "eval_samples=10000")
 
 GAP_AWARE = Study(
     name="gap-aware",
@@ -101,11 +104,10 @@ GAP_AWARE = Study(
           "dividing by its staleness (SA) and than plain ASGD, by a margin that grows with the number of workers; "
           "DANA-GA (GA on a look-ahead with per-worker momentum) is the strongest.",
     algos=("asgd", "sa-asgd", "ga-asgd", "dana-ga"),
-    sizes={"full": Size((8, 16, 32, 64, 128), (0, 1, 2), 10, 50_000),
-           "quick": Size((8, 32, 128), (0,), 4, 50_000),
-           "toy": TOY},
-    common=COMMON,
+    sizes={"full": FULL, "quick": QUICK, "toy": TOY},
+    common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
     target=0.7,
+    arms=(SHARED, OWN_LR, MOMENTUM_ARM.format(0), MOMENTUM_ARM.format(0.9)),
     setup="Simulated parameter server; worker compute gamma-distributed with shape 100 (coefficient of "
           "variation 0.1), 10 Gb/s links.",
 )
@@ -117,13 +119,14 @@ JIN = Study(
     claim="Asynchronous methods (elastic averaging, gossip) reach the target accuracy sooner than synchronous "
           "all-reduce SGD up to about 32 nodes; all-reduce scales better toward about 100 nodes.",
     algos=("allreduce", "easgd", "gossip"),
-    sizes={"full": Size((8, 16, 32, 64, 128), (0,), 10, 50_000),
-           "quick": Size((8, 32, 128), (0,), 4, 50_000),
-           "toy": TOY},
-    common=COMMON + ("--set", "lr_scaling=sqrt"),
+    sizes={"full": FULL, "quick": QUICK, "toy": TOY},
+    common=COMMON,
     target=0.7,
+    arms=(SHARED, *SCALING_ARMS, OWN_LR),
+    scales=True,
     setup="Compute calibrated from a real all-reduce run on this machine; links of the stated cluster: "
-          "10 GbE (30 µs, 1.25 GB/s). All-reduce scales its rate by √n (its global batch is n·32).",
+          "10 GbE (30 µs, 1.25 GB/s). All-reduce's global batch is n·32: its rate scaling (none, √n, n) is "
+          "an arm of its own and, in the shared arm, chosen on validation at each size.",
 )
 
 SGP = Study(
@@ -133,11 +136,10 @@ SGP = Study(
     claim="On 32 nodes over 10 GbE with a ResNet-50-sized model, SGP trains about 3x faster than all-reduce SGD "
           "with final accuracy within about one point; over a fast interconnect the gap shrinks.",
     algos=("allreduce", "sgp", "osgp"),
-    sizes={"full": Size((16, 32), (0,), 10, 50_000),
-           "quick": Size((16, 32), (0,), 3, 50_000),
-           "toy": TOY},
+    sizes={"full": replace(FULL, workers=(16, 32)), "quick": replace(QUICK, workers=(16, 32)), "toy": TOY},
     common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
     target=0.7,
+    arms=(SHARED, OWN_LR),
     networks=(ETHERNET_10G, INFINIBAND_100G),
     message_params=RESNET50_PARAMS,
     setup="Numerics of the mlp on the teacher task; every message and every per-parameter cost counted at "

@@ -11,7 +11,9 @@ import numpy as np
 
 # 2: /server/updates gained lr and echo_bytes; /server/too_stale became /server/late (gradients after
 #    the budget); final_models' x_sum became mass (Σ w·z); /server/learning_rate; config.schedule.
-SCHEMA_VERSION = 2
+# 3: /evals gained val_loss and val_accuracy (the validation split held out by val_fraction; NaN
+#    without one); /summary gained final_val_loss and final_val_accuracy.
+SCHEMA_VERSION = 3
 
 # Every name a result file holds is declared here, once; the writer refuses any other, the reader,
 # the report and the algorithms take their names from here.
@@ -30,7 +32,7 @@ PROVENANCE_ATTRS = ("hpcbench_version", "python_version", "torch_version", "nump
 SIM_PROVENANCE_ATTRS = ("sim_wall_s", "sim_events")  # the simulator's own cost, in sim mode only
 PROVENANCE_PER_RANK = ("hostnames", "devices", "threads")
 TIMELINE_COLUMNS = ("rank", "step", "phase", "op", "t_start", "t_end", "nbytes")
-EVAL_COLUMNS = ("t", "samples", "updates", "loss", "accuracy", "consensus")
+EVAL_COLUMNS = ("t", "samples", "updates", "loss", "accuracy", "consensus", "val_loss", "val_accuracy")
 # /server/<table>: rows an algorithm records on rank 0, "t" first (stamped by the driver), then the
 # values of its ``Record(table, values)`` in this order.
 TABLES = {
@@ -45,6 +47,7 @@ UPDATE_COLUMNS = TABLES["updates"]
 PHASE_FRACTIONS = tuple(f"{p}_fraction" for p in ("data", "compute", "communicate", "wait", "update"))
 DISTRIBUTIONS = tuple(f"{name}_{stat}" for name in ("staleness", "penalty", "gap") for stat in ("mean", "p50", "p99"))
 SUMMARY_KEYS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "final_accuracy", "best_accuracy",
+                "final_val_loss", "final_val_accuracy",
                 "target_accuracy", "time_to_target_s", "median_step_s", "step_p90_s", "step_p99_s",
                 "step_worker_min_s", "step_worker_max_s", "eval_s", "final_consensus",
                 *PHASE_FRACTIONS, *DISTRIBUTIONS, "server_state_bytes", "too_stale", "warmup_s",

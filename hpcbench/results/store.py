@@ -225,6 +225,9 @@ def _read(f: h5py.File, path: str | os.PathLike) -> RunRecord:
     # Columns added after a file was written read as their neutral value ("names may grow").
     timeline.setdefault("op", np.zeros(len(timeline["rank"]), dtype=np.uint8))
     ops = tuple(json.loads(tl.attrs["ops"])) if "ops" in tl.attrs else ("none",)
+    evals = _read_columns(f["evals"])
+    for name in ("val_loss", "val_accuracy"):  # schema 3: no validation split before
+        evals.setdefault(name, np.full(len(evals["t"]), np.nan))
     return RunRecord(
         attrs=attrs,
         provenance={k: _plain(v) for k, v in prov.attrs.items()},
@@ -233,7 +236,7 @@ def _read(f: h5py.File, path: str | os.PathLike) -> RunRecord:
         phases=tuple(json.loads(tl.attrs["phases"])),
         ops=ops,
         clock_offsets=tl["clock_offset_s"][()],
-        evals=_read_columns(f["evals"]),
+        evals=evals,
         tables={name: _read_columns(f["server"][name]) for name in f["server"]},
         summary=summary,
         final_params=f["model"]["final_params"][()],

@@ -70,7 +70,7 @@ def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0) -
     """
     cfg = plan.cfg
     plan.algo.check(cfg, plan.options, workers)
-    data = load_dataset(cfg.dataset, cfg.data_dir, plan.teacher)
+    data = load_dataset(cfg.dataset, cfg.data_dir, plan.teacher, cfg.val_fraction)
     if workers > len(data.y_train):
         raise UsageError(f"{workers} workers but only {len(data.y_train)} training samples in {cfg.dataset}")
     smallest = len(data.y_train) // workers

@@ -23,13 +23,15 @@ class RunLogs:
     def snapshot(self, t: float, op: Evaluate) -> None:
         self.snapshots.append((t, Evaluate(op.params.copy(), op.samples, op.updates, op.consensus)))
 
-    def score(self, evaluate: Callable[[np.ndarray], tuple[float, float]], seconds: float = math.inf) -> None:
-        """Evaluate every snapshot, in order, with ``evaluate(params) -> (loss, accuracy)``; after
-        ``seconds`` the rest are kept unscored (NaN loss and accuracy)."""
+    def score(self, evaluate: Callable[[np.ndarray], tuple[float, float, float, float]],
+              seconds: float = math.inf) -> None:
+        """Evaluate every snapshot, in order, with ``evaluate(params) -> (loss, accuracy, val_loss,
+        val_accuracy)``; after ``seconds`` the rest are kept unscored (NaN)."""
         deadline = time.monotonic() + seconds
         for t, op in self.snapshots:
-            loss, accuracy = evaluate(op.params) if time.monotonic() < deadline else (math.nan, math.nan)
-            self.evals.append((t, op.samples, op.updates, loss, accuracy, op.consensus))
+            loss, accuracy, val_loss, val_accuracy = \
+                evaluate(op.params) if time.monotonic() < deadline else (math.nan,) * 4
+            self.evals.append((t, op.samples, op.updates, loss, accuracy, op.consensus, val_loss, val_accuracy))
 
     @property
     def last_params(self) -> np.ndarray | None:
@@ -43,7 +45,7 @@ class RunLogs:
 
     def eval_columns(self, shift: float = 0.0) -> dict[str, np.ndarray]:
         """Scored evaluations, then the snapshots not scored yet (NaN loss and accuracy)."""
-        rows = self.evals + [(t, op.samples, op.updates, math.nan, math.nan, op.consensus)
+        rows = self.evals + [(t, op.samples, op.updates, math.nan, math.nan, op.consensus, math.nan, math.nan)
                              for t, op in self.snapshots[len(self.evals):]]
         cols = {name: np.array([row[i] for row in rows], dtype=np.float64)
                 for i, name in enumerate(EVAL_COLUMNS)}

@@ -67,7 +67,7 @@ def resolved_config(run: Run, parameters: int) -> dict[str, Any]:
     out["options"] = {run.algo.name: {k: getattr(ctx.options, k) for k in vars(ctx.options)}}
     sched = ctx.schedule
     out.update(steps_per_worker=ctx.steps, budget_samples=ctx.budget, eval_every=ctx.eval_every,
-               parameters=parameters, train_size=ctx.train_size,
+               parameters=parameters, train_size=ctx.train_size, val_size=len(run.workload.data.y_val),
                schedule={"lr": sched.lr, "warmup_from": sched.warmup_from, "warmup_epochs": sched.warmup_epochs,
                          "scaling": sched.scaling, "decay_epochs": list(sched.decay_epochs),
                          "decay_factor": sched.decay_factor, "text": sched.describe()},
@@ -159,6 +159,8 @@ def result_line(rec: RunRecord, path: str) -> str:
     s = rec.summary
     line = (f"{rec.algorithm} ({rec.mode}, {rec.workers} workers): {s['samples']} samples in {s['wall_s']:.1f} s "
             f"= {s['samples_per_s']:.0f} samples/s, final accuracy {s['final_accuracy']:.3f}")
+    if s["final_val_accuracy"] == s["final_val_accuracy"]:  # a validation split was held out
+        line += f" (validation {s['final_val_accuracy']:.3f})"
     if "late_gradients" in s:  # a parameter server: say that every gradient was applied
         line += f", {s['too_stale']} gradients dropped"
         if s["echoed_updates"]:

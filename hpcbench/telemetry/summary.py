@@ -86,6 +86,8 @@ def summarize(tl: Mapping[str, np.ndarray], evals: Mapping[str, np.ndarray], upd
         "final_loss": float(evals["loss"][-1]) if len(evals["loss"]) else float("nan"),
         "final_accuracy": float(evals["accuracy"][-1]) if len(evals["accuracy"]) else float("nan"),
         "best_accuracy": float(np.max(evals["accuracy"])) if len(evals["accuracy"]) else float("nan"),
+        "final_val_loss": float(evals["val_loss"][-1]) if len(evals["val_loss"]) else float("nan"),
+        "final_val_accuracy": float(evals["val_accuracy"][-1]) if len(evals["val_accuracy"]) else float("nan"),
         "target_accuracy": target,
         "time_to_target_s": time_to_target(evals["t"], evals["accuracy"], target),
         "eval_s": float(((tl["t_end"] - tl["t_start"])[(tl["rank"] == 0) & (tl["phase"] == PHASE_CODE["eval"])]).sum()),

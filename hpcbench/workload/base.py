@@ -34,8 +34,9 @@ class Workload(Protocol):
         """Untimed gradients before the run; → seconds the last one took (NaN for none)."""
         ...
 
-    def evaluate(self, params: np.ndarray, limit: int) -> tuple[float, float]:
-        """(mean loss, accuracy) of ``params`` on at most ``limit`` held-out samples."""
+    def evaluate(self, params: np.ndarray, limit: int) -> tuple[float, float, float, float]:
+        """(loss, accuracy, validation loss, validation accuracy) of ``params`` on at most ``limit``
+        samples of the test set and of the validation split (NaN where there is none)."""
         ...
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -22,7 +22,7 @@ from hpcbench.workload import teacher
 
 @dataclass(frozen=True)
 class Dataset:
-    """Train and test split as numpy arrays, N×C×H×W images and int64 labels."""
+    """Train, test and (optionally) validation splits as numpy arrays, N×C×H×W images and int64 labels."""
 
     name: str
     x_train: np.ndarray
@@ -33,6 +33,9 @@ class Dataset:
     mean: tuple[float, ...]  # per-channel normalisation applied to each batch
     std: tuple[float, ...]
     scale: float  # raw value that maps to 1.0 (255 for uint8 images)
+    # Held out from the training set by ``hold_out``: what settings are chosen on, never the test set.
+    x_val: np.ndarray = field(default_factory=lambda: np.zeros((0, 1, 1, 1), np.float32))
+    y_val: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -166,5 +169,24 @@ def load_teacher(source: Source) -> Dataset:
     return Dataset("teacher", x_tr, y_tr, x_te, y_te, teacher.CLASSES, (0.0,), (1.0,), 1.0)
 
 
-def load_dataset(name: str, data_dir: str = "", teacher_options: teacher.TeacherOptions | None = None) -> Dataset:
-    return DATASETS.get(name)(Source(data_dir, teacher_options or teacher.TeacherOptions()))
+VALIDATION_SEED = 0x7A11D  # one split per dataset and fraction: the same for every --seed, algorithm and size
+
+
+def hold_out(data: Dataset, fraction: float) -> Dataset:
+    """Move ``round(fraction · n)`` training samples, drawn by a fixed seed, to the validation split;
+    the rest keep their order. ``fraction`` 0 returns ``data`` as it is."""
+    n = len(data.y_train)
+    count = round(fraction * n)
+    if count == 0:
+        return data
+    if count >= n:
+        raise UsageError(f"val_fraction {fraction:g} leaves no training sample of the {n} in {data.name}")
+    held = np.zeros(n, dtype=bool)
+    held[np.random.default_rng(VALIDATION_SEED).permutation(n)[:count]] = True
+    return replace(data, x_train=data.x_train[~held], y_train=data.y_train[~held],
+                   x_val=data.x_train[held], y_val=data.y_train[held])
+
+
+def load_dataset(name: str, data_dir: str = "", teacher_options: teacher.TeacherOptions | None = None,
+                 val_fraction: float = 0.0) -> Dataset:
+    return hold_out(DATASETS.get(name)(Source(data_dir, teacher_options or teacher.TeacherOptions())), val_fraction)

@@ -155,18 +155,25 @@ class Trainer:
             self.model(x)
 
     @torch.no_grad()
-    def evaluate(self, params: np.ndarray, limit: int) -> tuple[float, float]:
-        """(mean loss, accuracy) of ``params`` on the first ``limit`` held-out samples."""
+    def evaluate(self, params: np.ndarray, limit: int) -> tuple[float, float, float, float]:
+        """(loss, accuracy, validation loss, validation accuracy) of ``params`` on the first ``limit``
+        samples of the test and of the validation split (NaN for a split that is empty)."""
         self.load(params)
         if self.has_batchnorm:
             self.recalibrate_batchnorm()
         self.model.eval()
-        n = min(limit, len(self.data.y_test))
+        return (*self._score(self.data.x_test, self.data.y_test, limit),
+                *self._score(self.data.x_val, self.data.y_val, limit))
+
+    def _score(self, xs: np.ndarray, ys: np.ndarray, limit: int) -> tuple[float, float]:
+        n = min(limit, len(ys))
+        if n == 0:
+            return float("nan"), float("nan")
         loss_sum, correct = 0.0, 0
         for start in range(0, n, EVAL_CHUNK):
             stop = min(start + EVAL_CHUNK, n)
-            x = torch.from_numpy(self.data.normalise(self.data.x_test[start:stop])).to(self.device)
-            y = torch.from_numpy(self.data.y_test[start:stop]).to(self.device)
+            x = torch.from_numpy(self.data.normalise(xs[start:stop])).to(self.device)
+            y = torch.from_numpy(ys[start:stop]).to(self.device)
             out = self.model(x)
             loss_sum += float(F.cross_entropy(out, y, reduction="sum"))
             correct += int((out.argmax(1) == y).sum())

@@ -113,7 +113,7 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     if sim.numerics:
         logs.score(lambda p: workload.evaluate(p, cfg.eval_samples))
     else:
-        logs.score(lambda p: (float("nan"), float("nan")))
+        logs.score(lambda p: (float("nan"),) * 4)
     parts = [{"rank": r, "host": "virtual", "device": "virtual", "start": 0.0, "end": engine.end[r], "threads": 1,
               "timeline": engine.timelines[r].columns()} for r in range(n + 1)]
     provenance: dict[str, Any] = {**software(), "mpi_library_version": "none (simulated)", "mpi_vendor": "none",

@@ -1,0 +1,1 @@
+"""hpcbench tune: grids of learning-rate recipes, chosen on the validation split."""

@@ -1,0 +1,148 @@
+"""Run many independent runs (simulated or under mpiexec), a few at a time, each to its own result file.
+
+A run whose file already says ``ok`` is kept, so an interrupted study or grid resumes. Simulated
+runs are separate processes with one thread each, so ``jobs`` of them share the cores without
+changing any result; real runs go one at a time (they would time each other).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+MODES = ("sim", "mpi")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run: ``hpcbench simulate`` (or ``run`` under mpiexec) of ``algo`` at ``workers`` with ``args``."""
+
+    algo: str
+    workers: int
+    args: tuple[str, ...]
+    path: Path
+    label: str
+
+    def argv(self, mode: str) -> list[str]:
+        command = ["simulate", "--workers", str(self.workers)] if mode == "sim" else ["run"]
+        return [*command, "--algo", self.algo, *self.args, "--out", str(self.path), "--overwrite"]
+
+
+def default_jobs() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def start(job: Job, mode: str) -> subprocess.Popen:
+    from hpcbench.runtime.launch import launch_env, mpi_command
+
+    if mode == "sim":
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        argv = [sys.executable, "-m", "hpcbench", *job.argv(mode), "--set", "threads=1"]
+    else:
+        env = launch_env(job.workers + 1)
+        argv = mpi_command(job.workers + 1, job.argv(mode))
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def why_failed(code: int, stderr: str) -> str:
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit code {code}"
+
+
+def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float) -> dict[Path, str]:
+    """Run every job; → for each result file, "" when it is ok (run now or kept), else why it failed.
+
+    Prints one line per job as it ends: ``[k/N] label: the run's result line`` (or kept / FAILED)."""
+    from hpcbench.results.store import result_status
+
+    width = 1 if mode == "mpi" else max(1, parallel)
+    outcome: dict[Path, str] = {}
+    todo: list[Job] = []
+    for job in jobs:
+        if job.path in outcome or job in todo:
+            continue
+        if result_status(job.path) == "ok":
+            outcome[job.path] = ""
+        else:
+            todo.append(job)
+    done = len(outcome)
+    total = done + len(todo)
+    if done:
+        print(f"{done} of {total} runs kept from an earlier invocation (their files say ok)", flush=True)
+    if mode == "sim" and width == 1:  # one at a time: in this process, without a start-up per run
+        for job in todo:
+            done += 1
+            outcome[job.path] = inline(job, done, total)
+        return outcome
+    running: list[tuple[Job, subprocess.Popen, float]] = []
+    queue = list(todo)
+    try:
+        while queue or running:
+            while queue and len(running) < width:
+                job = queue.pop(0)
+                running.append((job, start(job, mode), time.monotonic()))
+            time.sleep(0.05)
+            for entry in list(running):
+                job, proc, t0 = entry
+                code = proc.poll()
+                if code is None and time.monotonic() - t0 < timeout:
+                    continue
+                running.remove(entry)
+                if code is None:
+                    stop(proc)
+                    why = f"killed after {timeout:g} s"
+                else:
+                    out, err = proc.communicate()
+                    why = "" if code == 0 else why_failed(code, err)
+                done += 1
+                outcome[job.path] = why
+                if why:
+                    print(f"[{done}/{total}] {job.label}: FAILED: {why}", file=sys.stderr, flush=True)
+                else:
+                    last = (out.strip().splitlines() or [""])[-1]
+                    print(f"[{done}/{total}] {job.label}: {last.split(' -> ')[0]}", flush=True)
+    finally:
+        for _, proc, _ in running:
+            stop(proc)
+    return outcome
+
+
+def inline(job: Job, done: int, total: int) -> str:
+    """Simulate ``job`` in this process; → "" or why it failed (printed as run_jobs prints)."""
+    import contextlib
+    import io
+
+    from hpcbench.cli import main
+
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            code = main([*job.argv("sim"), "--set", "threads=1"])
+        why = "" if code == 0 else f"exit code {code}"
+    except Exception as exc:  # a deadlock or a bug in one run must not lose the others
+        why = f"{type(exc).__name__}: {exc}"
+    if why:
+        print(f"[{done}/{total}] {job.label}: FAILED: {why}", file=sys.stderr, flush=True)
+    else:
+        last = (out.getvalue().strip().splitlines() or [""])[-1]
+        print(f"[{done}/{total}] {job.label}: {last.split(' -> ')[0]}", flush=True)
+    return why
+
+
+def stop(proc: subprocess.Popen) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.communicate()

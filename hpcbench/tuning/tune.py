@@ -1,0 +1,166 @@
+"""``hpcbench tune``: run a grid of recipes, choose on the validation split, write the table, plot and TOML.
+
+OUT_DIR/runs/ holds one result file per (algorithm, workers, setting, seed); OUT_DIR/tune.md the
+table (validation accuracy only), OUT_DIR/tune.png validation accuracy against the rate,
+OUT_DIR/tune.json the same as data, and OUT_DIR/best/ALGO-nN.toml the chosen recipe for
+``run``/``simulate``/``sweep --config``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from tabulate import tabulate
+
+from hpcbench.errors import UsageError
+from hpcbench.tuning.execute import Job, run_jobs
+from hpcbench.tuning.grid import Setting, Trial, best_per_group, toml_literal
+
+
+@dataclass(frozen=True)
+class Grid:
+    algos: tuple[str, ...]
+    workers: tuple[int, ...]
+    settings: tuple[Setting, ...]
+    seeds: tuple[int, ...]
+
+
+def job_path(runs: Path, algo: str, workers: int, setting: Setting, seed: int) -> Path:
+    return runs / f"{algo}-n{workers}-{setting.stem()}-s{seed}.h5"
+
+
+def grid_jobs(grid: Grid, runs: Path, run_args: Sequence[str]) -> list[Job]:
+    return [Job(a, n, (*run_args, "--seed", str(s), *st.args()), job_path(runs, a, n, st, s),
+                f"{a}, {n} workers, {st.label()}, seed {s}")
+            for a in grid.algos for n in grid.workers for st in grid.settings for s in grid.seeds]
+
+
+def validation_accuracy(path: Path) -> float:
+    """The run's final validation accuracy (NaN when it has none): the only number a choice reads."""
+    from hpcbench.results.store import read_run
+
+    return float(read_run(path).summary.get("final_val_accuracy", math.nan))
+
+
+def trials_of(grid: Grid, runs: Path, outcome: Mapping[Path, str]) -> list[Trial]:
+    """Each setting's trial at each (algorithm, workers); a failed seed counts as no accuracy."""
+    out = []
+    for a in grid.algos:
+        for n in grid.workers:
+            for st in grid.settings:
+                paths = [job_path(runs, a, n, st, s) for s in grid.seeds]
+                out.append(Trial(a, n, st, tuple(validation_accuracy(p) if not outcome.get(p, "?") else math.nan
+                                                 for p in paths)))
+    return out
+
+
+def table(trials: Sequence[Trial], chosen: Mapping[tuple[str, int], Trial]) -> str:
+    rows = [[t.algo, t.workers, t.setting.label(), fmt_acc(t), "chosen" if chosen[(t.algo, t.workers)] is t else ""]
+            for t in trials]
+    return tabulate(rows, headers=["algorithm", "workers", "setting", "validation acc % (mean ± half range)", ""],
+                    tablefmt="github", disable_numparse=True)
+
+
+def fmt_acc(t: Trial) -> str:
+    if math.isinf(t.score):
+        return "diverged or failed"
+    return f"{100 * t.score:.1f}" + (f" ± {100 * t.spread:.1f}" if len(t.val) > 1 else "")
+
+
+def plot(trials: Sequence[Trial], path: Path, title: str) -> str:
+    """Validation accuracy against the rate, one line per (algorithm, workers, other settings)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return "no plot: matplotlib is not installed (pip install 'hpcbench-mpi[plot]')"
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines: dict[str, list[Trial]] = {}
+    for t in trials:
+        rest = ", ".join(t.setting.label().split(", ")[1:])
+        lines.setdefault(f"{t.algo}, n={t.workers}" + (f", {rest}" if rest else ""), []).append(t)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, group in lines.items():
+        group = sorted(group, key=lambda t: t.setting.lr)
+        ax.errorbar([t.setting.lr for t in group], [100 * t.score if math.isfinite(t.score) else math.nan
+                                                    for t in group],
+                    yerr=[100 * t.spread for t in group], marker="o", capsize=3, label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate (single-worker recipe)")
+    ax.set_ylabel("final validation accuracy (%)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path.name
+
+
+def recipe_toml(base: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]], trial: Trial,
+                sim: Mapping[str, Any]) -> str:
+    """A config file that runs ``trial``'s setting: the base run options (non-default ones), the chosen
+    values, the option tables given, and the simulator's values (``[sim]``) when tuned in the simulator."""
+    values = {**base, **trial.setting.values(), "algo": trial.algo}
+    lines = [f"# chosen by hpcbench tune on the validation split: {trial.algo} at {trial.workers} workers, "
+             f"validation accuracy {fmt_acc(trial)}"]
+    lines += [f"{k} = {toml_literal(v)}" for k, v in values.items()]
+    for table_name, table_values in {**options, **({"sim": sim} if sim else {})}.items():
+        if table_values:
+            lines += ["", f"[{table_name}]"] + [f"{k} = {toml_literal(v)}" for k, v in table_values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def tune(grid: Grid, run_args: Sequence[str], base: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]],
+         sim: Mapping[str, Any], out_dir: str, mode: str, jobs: int, timeout: float) -> int:
+    """Run the grid, choose per (algorithm, workers); → 0 when every run finished, 1 when some failed.
+
+    ``run_args``: the options every run shares (as flags); ``base``, ``options``, ``sim``: the same as
+    values, for the chosen recipes' TOML files."""
+    out = Path(out_dir)
+    runs = out / "runs"
+    try:
+        (out / "best").mkdir(parents=True, exist_ok=True)
+        runs.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot make {out}: {exc.strerror}") from None
+    all_jobs = grid_jobs(grid, runs, run_args)
+    print(f"tune: {len(grid.algos)} algorithm(s) x {len(grid.workers)} size(s) x {len(grid.settings)} setting(s) x "
+          f"{len(grid.seeds)} seed(s) = {len(all_jobs)} runs ({mode}, {jobs if mode == 'sim' else 1} at a time); "
+          f"result files in {runs}/", flush=True)
+    t0 = time.monotonic()
+    outcome = run_jobs(all_jobs, mode, jobs, timeout)
+    trials = trials_of(grid, runs, outcome)
+    chosen = best_per_group(trials)
+    failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
+    text = table(trials, chosen)
+    plot_file = plot(trials, out / "tune.png", "hpcbench tune: validation accuracy by rate")
+    files = {}
+    for (a, n), t in chosen.items():
+        path = out / "best" / f"{a}-n{n}.toml"
+        path.write_text(recipe_toml(base, options, t, sim if mode == "sim" else {}), encoding="utf-8")
+        files[f"{a}-n{n}"] = str(path.relative_to(out))
+    elapsed = time.monotonic() - t0
+    chosen_lines = [f"- {a} at {n} workers: **{t.setting.label()}** (validation {fmt_acc(t)} %) -> "
+                    f"`{files[f'{a}-n{n}']}`" for (a, n), t in chosen.items()]
+    md = ["# hpcbench tune", "", "Chosen on the validation split (final validation accuracy, mean over seeds; "
+          "ties go to the smaller rate). The test set is not read.", "", *chosen_lines, "", text, "",
+          f"![tune]({plot_file})" if plot_file.endswith(".png") else f"({plot_file})", "",
+          f"- runs: {len(all_jobs)} ({mode}) in {elapsed / 60:.1f} min; options every run shares: "
+          f"`{' '.join(run_args)}`"]
+    if failed:
+        md.append("- failed: " + "; ".join(failed))
+    (out / "tune.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    (out / "tune.json").write_text(json.dumps({
+        "mode": mode, "seeds": list(grid.seeds), "elapsed_s": elapsed, "failed": failed,
+        "trials": [{"algo": t.algo, "workers": t.workers, "setting": t.setting.values(),
+                    "val_accuracy": [v if math.isfinite(v) else None for v in t.val],
+                    "chosen": chosen[(t.algo, t.workers)] is t} for t in trials],
+    }, indent=1, allow_nan=False), encoding="utf-8")
+    print("\n" + "\n".join(chosen_lines) + f"\n\n{text}\n\nreport: {out / 'tune.md'}", flush=True)
+    return 1 if failed else 0

@@ -1,0 +1,188 @@
+"""The validation split, ``hpcbench tune`` (chooses on validation, never on test) and the studies' per-arm verdicts."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from hpcbench.cli import main
+from hpcbench.config import RunConfig
+from hpcbench.reproduce.protocol import DEPENDS, OWN_LR, SHARED, Recipe, candidates, choose_recipe, overall
+from hpcbench.reproduce.report import judge
+from hpcbench.reproduce.studies import GAP_AWARE
+from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR, Cell
+from hpcbench.results.store import read_run, rewrite_run
+from hpcbench.runtime.assemble import assemble
+from hpcbench.runtime.plan import validate
+from hpcbench.tuning.grid import Setting, Trial, choose, expand, parse_decays
+from hpcbench.workload.datasets import load_dataset
+
+TINY = ["--dataset", "teacher", "--set", "teacher.samples=1200", "--set", "teacher.test_samples=400", "--epochs", "1"]
+
+
+def rows(x):
+    return {r.tobytes() for r in x.reshape(len(x), -1)}
+
+
+@pytest.mark.parametrize("dataset", ["teacher", "digits"])
+def test_the_validation_split_is_disjoint_from_training_and_test_and_the_same_for_every_run(dataset):
+    plain = load_dataset(dataset)
+    held = load_dataset(dataset, val_fraction=0.1)
+    n = len(plain.y_train)
+    assert len(held.y_val) == round(0.1 * n) and len(held.y_train) + len(held.y_val) == n
+    # Every sample lands in exactly one of training and validation; none of them is a test sample.
+    assert rows(held.x_val).isdisjoint(rows(held.x_train))
+    assert rows(held.x_val) | rows(held.x_train) == rows(plain.x_train)
+    assert rows(held.x_val).isdisjoint(rows(plain.x_test)) and rows(held.x_train).isdisjoint(rows(plain.x_test))
+    assert np.array_equal(held.x_test, plain.x_test)
+    # The same split whatever the seed, algorithm or number of workers of the run.
+    splits = []
+    for algo, workers, seed in (("asgd", 2, 0), ("allreduce", 4, 7), ("sgp", 3, 123)):
+        cfg = RunConfig(algo=algo, dataset=dataset, seed=seed, val_fraction=0.1)
+        splits.append(assemble(validate(cfg), workers).workload.data)
+    for data in splits:
+        assert np.array_equal(data.x_val, held.x_val) and np.array_equal(data.y_val, held.y_val)
+        assert np.array_equal(data.x_train, held.x_train)
+
+
+def test_a_val_fraction_out_of_range_is_one_line(capsys):
+    assert main(["simulate", "--algo", "asgd", "--workers", "2", "--set", "val_fraction=0.9", *TINY]) == 2
+    assert capsys.readouterr().err.strip() == "hpcbench: error: val_fraction must be in [0, 0.5], got 0.9"
+
+
+def naive_mlp_accuracy(params, x, y):
+    """The mlp (64 → 128 → 128 → 10, ReLU) written out in numpy from its flat parameters."""
+    shapes = [(128, 64), (128,), (128, 128), (128,), (10, 128), (10,)]
+    parts, at = [], 0
+    for shape in shapes:
+        size = int(np.prod(shape))
+        parts.append(params[at:at + size].reshape(shape).astype(np.float64))
+        at += size
+    w1, b1, w2, b2, w3, b3 = parts
+    h = np.maximum(x.reshape(len(x), -1) @ w1.T + b1, 0)
+    h = np.maximum(h @ w2.T + b2, 0)
+    return float(((h @ w3.T + b3).argmax(1) == y).mean())
+
+
+def test_a_run_records_validation_beside_test_accuracy(tmp_path):
+    out = tmp_path / "run.h5"
+    assert main(["simulate", "--algo", "asgd", "--workers", "2", *TINY, "--set", "val_fraction=0.25",
+                 "--set", "evals=3", "--out", str(out)]) == 0
+    rec = read_run(out)
+    data = load_dataset("teacher", val_fraction=0.25, teacher_options=validate(
+        RunConfig(algo="asgd", dataset="teacher", options={"teacher": {"samples": 1200, "test_samples": 400}})).teacher)
+    assert rec.attrs["config"]["val_size"] == 300 and rec.attrs["config"]["train_size"] == 900
+    assert rec.summary["final_val_accuracy"] == pytest.approx(naive_mlp_accuracy(rec.final_params, data.x_val, data.y_val))
+    assert rec.summary["final_accuracy"] == pytest.approx(naive_mlp_accuracy(rec.final_params, data.x_test, data.y_test))
+    assert np.all(np.isfinite(rec.evals["val_accuracy"])) and len(rec.evals["val_loss"]) == len(rec.evals["loss"])
+    # Without a split the columns are there, and NaN.
+    plain = tmp_path / "plain.h5"
+    assert main(["simulate", "--algo", "asgd", "--workers", "2", *TINY, "--out", str(plain)]) == 0
+    assert np.all(np.isnan(read_run(plain).evals["val_accuracy"]))
+
+
+def trial(lr, *val, momentum=0.9):
+    return Trial("asgd", 8, Setting(lr, momentum), tuple(val))
+
+
+def test_choose_takes_the_best_mean_validation_accuracy_ties_to_the_smaller_rate_and_never_a_diverged_one():
+    assert choose([trial(0.01, 0.6, 0.7), trial(0.1, 0.66, 0.66), trial(0.05, 0.8, 0.5)]).setting.lr == 0.1
+    assert choose([trial(0.1, 0.7), trial(0.02, 0.7), trial(0.05, 0.7)]).setting.lr == 0.02
+    assert choose([trial(0.5, math.nan, 0.99), trial(0.05, 0.3, 0.3)]).setting.lr == 0.05
+    recipe = choose_recipe([trial(0.01, 0.70), trial(0.05, 0.69, momentum=0.0), trial(0.1, 0.65, momentum=0.0)])
+    assert recipe.best == Setting(0.01, 0.9) and recipe.by_momentum == {0.0: Setting(0.05, 0.0), 0.9: Setting(0.01, 0.9)}
+
+
+def test_grids_expand_every_combination_and_decays_parse():
+    assert parse_decays("none;10,15") == [(), (10.0, 15.0)]
+    grid = expand([0.01, 0.1], [0, 0.9], decays=[(), (10.0,)])
+    assert len(grid) == 8 and len({s.stem() for s in grid}) == 8
+    assert Setting(0.1, 0.9, 5.0, (10.0, 15.0), "sqrt").stem() == "lr0.1-m0.9-w5-d10_15-sqrt"
+
+
+def set_accuracies(path, val, test):
+    rec = read_run(path)
+    rec.summary["final_val_accuracy"], rec.evals["val_accuracy"][-1] = val, val
+    rec.summary["final_accuracy"], rec.evals["accuracy"][-1] = test, test
+    rewrite_run(path, rec)
+
+
+@pytest.mark.timeout(240)
+def test_tune_chooses_on_validation_never_on_test_and_its_toml_runs_the_choice(tmp_path, capsys):
+    out = tmp_path / "tune"
+    args = ["tune", "--algo", "asgd", "--workers", "2", "--lr", "0.01,0.1", "--momentum", "0.9", "--seeds", "0",
+            "--jobs", "1", "--out-dir", str(out), *TINY, "--set", "evals=2"]
+    assert main(args) == 0
+    runs = {p.name: p for p in (out / "runs").glob("*.h5")}
+    assert sorted(runs) == ["asgd-n2-lr0.01-m0.9-s0.h5", "asgd-n2-lr0.1-m0.9-s0.h5"]
+    assert "[2/2]" in capsys.readouterr().out
+    # Validation says 0.01, test says 0.1: the choice follows validation.
+    set_accuracies(runs["asgd-n2-lr0.01-m0.9-s0.h5"], val=0.8, test=0.1)
+    set_accuracies(runs["asgd-n2-lr0.1-m0.9-s0.h5"], val=0.2, test=0.9)
+    assert main(args) == 0
+    chosen = [t for t in json.loads((out / "tune.json").read_text())["trials"] if t["chosen"]]
+    assert [t["setting"]["lr"] for t in chosen] == [0.01]
+    text = (out / "tune.md").read_text()
+    assert "| asgd        | 2         | lr 0.01, momentum 0.9 | 80.0 " in text and "| chosen |" in text
+    assert (out / "tune.png").stat().st_size > 1000
+    # And the other way round.
+    set_accuracies(runs["asgd-n2-lr0.01-m0.9-s0.h5"], val=0.2, test=0.9)
+    set_accuracies(runs["asgd-n2-lr0.1-m0.9-s0.h5"], val=0.8, test=0.1)
+    assert main(args) == 0
+    toml = out / "best" / "asgd-n2.toml"
+    assert "lr = 0.1\n" in toml.read_text()
+    # The TOML is valid and runs the chosen setting: same resolved configuration as the chosen run.
+    again = tmp_path / "again.h5"
+    assert main(["simulate", "--config", str(toml), "--workers", "2", "--out", str(again)]) == 0
+    want, got = read_run(runs["asgd-n2-lr0.1-m0.9-s0.h5"]).attrs["config"], read_run(again).attrs["config"]
+    for key in ("out", "overwrite", "threads"):
+        want.pop(key), got.pop(key)
+    assert got == want
+
+
+def test_tune_refuses_a_bad_grid_before_running(tmp_path, capsys):
+    base = ["tune", "--algo", "asgd", "--workers", "2", "--out-dir", str(tmp_path / "t"), *TINY]
+    assert main([*base, "--lr", "0.1,fast"]) == 2
+    assert "--lr '0.1,fast' is not a comma-separated list of numbers" in capsys.readouterr().err
+    assert main([*base, "--lr", "0.1", "--momentum", "1.5"]) == 2
+    assert "momentum must be in [0, 1), got 1.5" in capsys.readouterr().err
+    assert main([*base, "--lr", "0.1", "--algo", "nope"]) == 2
+    assert "unknown algorithm 'nope'" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
+
+
+def ga_cell(algo, n, acc):
+    return Cell(algo, n, "", (acc - 0.002, acc + 0.002), (1.0, 1.0), (1.0, 1.0))
+
+
+def ga_arm(ga_lead):
+    """Cells where GA is ``ga_lead[i]`` ahead of SA at size i (ASGD far behind, DANA-GA ahead of all)."""
+    cells = []
+    for n, lead in zip((8, 32, 128), ga_lead):
+        cells += [ga_cell("asgd", n, 0.3), ga_cell("sa-asgd", n, 0.7), ga_cell("ga-asgd", n, 0.7 + lead),
+                  ga_cell("dana-ga", n, 0.75 + max(lead, 0))]
+    return cells
+
+
+def test_each_arm_gets_its_verdict_and_the_study_holds_only_when_every_arm_agrees():
+    holds = judge(GAP_AWARE, ga_arm((0.01, 0.03, 0.06))).outcome
+    fails = judge(GAP_AWARE, ga_arm((-0.01, -0.03, -0.06))).outcome
+    tied = judge(GAP_AWARE, ga_arm((0.0, 0.0, 0.0))).outcome
+    assert (holds, fails, tied) == (HOLDS, FAILS, UNCLEAR)
+    assert overall([holds, holds, holds]) == HOLDS
+    assert overall([fails, fails]) == FAILS
+    assert overall([tied, tied]) == UNCLEAR
+    assert overall([holds, fails, holds]) == DEPENDS
+    assert overall([holds, tied]) == DEPENDS
+
+
+def test_arms_try_what_they_say():
+    recipe = Recipe(Setting(0.02, 0.9), {0.0: Setting(0.05, 0.0), 0.9: Setting(0.02, 0.9)})
+    assert candidates(SHARED, "ga-asgd", recipe, (0.25, 1, 4), False) == [Setting(0.02, 0.9)]
+    assert [s.lr for s in candidates(OWN_LR, "ga-asgd", recipe, (0.25, 1, 4), False)] == [0.005, 0.02, 0.08]
+    assert candidates("momentum 0", "asgd", recipe, (1,), False) == [Setting(0.05, 0.0)]
+    # jin: all-reduce's scaling is chosen on validation in the shared arm, fixed in a scaling arm.
+    assert [s.lr_scaling for s in candidates(SHARED, "allreduce", recipe, (1,), True)] == ["none", "linear", "sqrt"]
+    assert candidates("scaling sqrt", "allreduce", recipe, (1,), True) == [Setting(0.02, 0.9, lr_scaling="sqrt")]
+    assert candidates("scaling sqrt", "easgd", recipe, (1,), True) == [Setting(0.02, 0.9)]
+    assert len(candidates(OWN_LR, "allreduce", recipe, (0.25, 1, 4), True)) == 9
