@@ -354,10 +354,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
                                    "out": None, "overwrite": None, "workers": None,
                                    "command": "simulate" if args.mode == "sim" else "run"})
     cfg, sim = configs_from_args(shared)
-    if cfg.val_fraction == 0:
-        print("tune: holding out 10% of the training set as the validation split (val_fraction=0.1)")
+    held_out = cfg.val_fraction == 0  # tune chooses on the validation split: hold one out unless given
+    if held_out:
         cfg = cfg.with_updates(val_fraction=0.1)
         run_args += ["--set", "val_fraction=0.1"]
+    if args.jobs < 0:
+        raise UsageError(f"--jobs must be >= 1 (0: the cores here), got {args.jobs}")
     for a in algos:  # refuse a bad grid before running anything
         for st in settings:
             plan.validate(cfg.with_updates(algo=a, **{k: tuple(v) if isinstance(v, list) else v
@@ -370,6 +372,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             if k in RUN_KEYS and k not in ("algo", "seed", "out", "overwrite") and v != defaults[k]}
     sim_values = {k: v for k, v in dataclasses.asdict(sim).items()
                   if k != "workers" and v != getattr(SimConfig(), k)}
+    if held_out:
+        print("tune: holding out 10% of the training set as the validation split (val_fraction=0.1)")
     grid = Grid(tuple(algos), tuple(workers), tuple(settings), tuple(seeds))
     return tune(grid, run_args, base, cfg.options, sim_values, args.out_dir, args.mode,
                 args.jobs or default_jobs(), args.timeout)

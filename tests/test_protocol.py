@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from conftest import requires_mpi
 from hpcbench.cli import main
 from hpcbench.config import RunConfig
 from hpcbench.reproduce.protocol import DEPENDS, OWN_LR, SHARED, Recipe, candidates, choose_recipe, overall
@@ -186,3 +187,29 @@ def test_arms_try_what_they_say():
     assert candidates("scaling sqrt", "allreduce", recipe, (1,), True) == [Setting(0.02, 0.9, lr_scaling="sqrt")]
     assert candidates("scaling sqrt", "easgd", recipe, (1,), True) == [Setting(0.02, 0.9)]
     assert len(candidates(OWN_LR, "allreduce", recipe, (0.25, 1, 4), True)) == 9
+
+
+@requires_mpi
+@pytest.mark.timeout(240)
+def test_tune_under_real_mpi_runs_each_setting_with_mpiexec(tmp_path):
+    out = tmp_path / "tune"
+    assert main(["tune", "--mode", "mpi", "--algo", "asgd", "--workers", "2", "--lr", "0.02,0.1", "--seeds", "0",
+                 "--out-dir", str(out), *TINY, "--set", "evals=2"]) == 0
+    records = [read_run(p) for p in sorted((out / "runs").glob("*.h5"))]
+    assert [(r.mode, r.workers, r.attrs["config"]["lr"]) for r in records] == [("mpi", 2, 0.02), ("mpi", 2, 0.1)]
+    best = max(records, key=lambda r: (r.summary["final_val_accuracy"], -r.attrs["config"]["lr"]))
+    assert f"lr = {best.attrs['config']['lr']!r}\n" in (out / "best" / "asgd-n2.toml").read_text()
+    assert "[sim]" not in (out / "best" / "asgd-n2.toml").read_text()
+
+
+def test_the_recipe_runs_are_the_same_in_every_study(tmp_path):
+    from hpcbench.reproduce.runner import planned
+    from hpcbench.reproduce.studies import STUDIES
+
+    def recipe_run(study):
+        return planned(study, "full", tmp_path, ("asgd", 1, ""), Setting(0.01, 0.9), 0, "sim", ["--compute", "x"]).job
+
+    jobs = [recipe_run(s) for s in STUDIES.values()]
+    assert all(j == jobs[0] for j in jobs)
+    assert "--network" not in jobs[0].args and "--compute" not in jobs[0].args
+    assert jobs[0].path.name == "asgd-n1-lr0.01-m0.9-s0.h5"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from hpcbench.algorithms.schedule import SCALINGS
-from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR
+from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR, Cell, Verdict
 from hpcbench.tuning.grid import Setting, Trial, choose
 
 SEQUENTIAL = ("asgd", 1)  # the single-worker reference: one asynchronous worker is sequential SGD
@@ -59,7 +59,17 @@ def choose_recipe(trials: Sequence[Trial]) -> Recipe:
                   {m: choose([t for t in trials if (t.setting.momentum or 0.0) == m]).setting for m in momenta})
 
 
-Cell = tuple[str, int, str]  # (algorithm, workers, variant)
+CellKey = tuple[str, int, str]  # (algorithm, workers, variant)
+
+
+@dataclass(frozen=True)
+class ArmResult:
+    """An arm decided: its cells, the setting each cell's numbers come from, its verdict."""
+
+    name: str
+    cells: tuple[Cell, ...]
+    chosen: dict[CellKey, Setting]
+    verdict: Verdict
 
 
 def candidates(arm: str, algo: str, recipe: Recipe, factors: Sequence[float], scales: bool) -> list[Setting]:

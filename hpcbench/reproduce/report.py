@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from tabulate import tabulate
 
-from hpcbench.reproduce.protocol import DEPENDS, OWN_LR, Recipe, arm_text
+from hpcbench.reproduce.protocol import DEPENDS, OWN_LR, ArmResult, Recipe, arm_text
 from hpcbench.reproduce.studies import VAL_FRACTION, Study, mpi_args
 from hpcbench.reproduce.verdicts import Cell, Verdict, crossing, gap_aware, jin, sgp
 from hpcbench.tuning.grid import Trial
@@ -107,8 +107,8 @@ def protocol(s: Study, preset: str, recipe: Recipe, mode: str) -> dict[str, Any]
     """How every setting of the study was chosen, as data (verdict.json) and text (report.md)."""
     size = s.sizes[preset]
     return {
-        "task": f"teacher task, {size.samples:,} training samples of which {VAL_FRACTION:g} held out for validation; "
-                "accuracy on the whole test set (10,000 samples)",
+        "task": f"teacher task, {size.samples:,} training samples of which {VAL_FRACTION:.0%} are held out as the "
+                "validation split; accuracy on the whole test set (10,000 samples)",
         "budget_epochs": size.epochs, "seeds": list(size.seeds), "workers": list(size.workers),
         "schedule": f"linear warm-up over {size.warmup_epochs:g} epochs from 1/n of the rate, then x0.1 at epochs "
                     + " and ".join(f"{e:g}" for e in size.decay_epochs) + f" of {size.epochs:g}",
@@ -132,7 +132,7 @@ def recipe_table(trials: Sequence[Trial], recipe: Recipe) -> str:
     return tabulate(rows, headers=["lr", "momentum", "validation acc %", ""], tablefmt="github")
 
 
-def chosen_text(arm: Any) -> str:
+def chosen_text(arm: ArmResult) -> str:
     """Which setting each cell's numbers come from, where the arm chose among several."""
     settings = {k: v.label() for k, v in arm.chosen.items()}
     if len(set(settings.values())) <= 1:
@@ -141,7 +141,7 @@ def chosen_text(arm: Any) -> str:
                                                for (a, n, v), label in settings.items()) + "."
 
 
-def markdown(s: Study, arms: Sequence[Any], outcome: str, recipe: Recipe, recipe_trials: Sequence[Trial],
+def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, recipe_trials: Sequence[Trial],
              notes: dict[str, Any], plots: dict[str, str]) -> str:
     proto = protocol(s, notes["preset"], recipe, notes["mode"])
     label = {"full": "", "quick": " (QUICK: fewer sizes, grid points and seeds, a shorter budget; see the full "
@@ -175,8 +175,9 @@ def markdown(s: Study, arms: Sequence[Any], outcome: str, recipe: Recipe, recipe
     run_args = s.run_args(notes["preset"])
     run_args = run_args if notes["mode"] == "sim" else mpi_args(run_args)
     lines += ["## How it was measured", "", f"- command: `{notes['command']}` ({notes['preset']} sizes, "
-              f"mode {notes['mode']}; {notes['runs']} runs, {notes['jobs']} at a time, "
-              f"{notes['elapsed_s'] / 60:.1f} min for this invocation; runs whose files were already ok are kept)",
+              f"mode {notes['mode']}; {notes['runs']} runs: {notes['runs'] - notes['kept']} run now, "
+              f"{notes['jobs']} at a time, in {notes['elapsed_s'] / 60:.1f} min"
+              + (f", {notes['kept']} kept from an earlier invocation" if notes["kept"] else "") + ")",
               f"- runs: {' '.join(run_args)}; per run --algo, --workers, --seed and the setting"
               + (", --network" if s.networks and notes["mode"] == "sim" else "")
               + ("; calibrated --compute" if notes["calibration"] else ""),

@@ -18,9 +18,11 @@ import numpy as np
 
 from hpcbench.errors import UsageError
 from hpcbench.reproduce import report
-from hpcbench.reproduce.protocol import SEQUENTIAL, Recipe, arm_text, candidates, choose_recipe, overall, recipe_grid
+from hpcbench.reproduce.protocol import (SEQUENTIAL, ArmResult, Recipe, arm_text, candidates, choose_recipe, overall,
+                                         recipe_grid)
 from hpcbench.reproduce.studies import PRESETS, Study, mpi_args, study
 from hpcbench.reproduce.verdicts import Cell
+from hpcbench.results.store import result_status
 from hpcbench.tuning.execute import MODES, Job, run_jobs
 from hpcbench.tuning.grid import Setting, Trial, choose
 
@@ -54,9 +56,10 @@ def planned(s: Study, preset: str, runs: Path, cell: tuple[str, int, str], setti
     algo, n, variant = cell
     flags = dict(s.variants()).get(variant, ()) if mode == "sim" else ()
     args = [*s.run_args(preset), *flags, *extra, "--seed", str(seed), *setting.args()]
-    if mode == "sim" and s.message_params:
+    if mode == "sim" and s.message_params and n > 1:
         args += ["--set", f"sim.message_params={s.message_params}"]
-    args = args if mode == "sim" else mpi_args(args)
+    # One worker learns the same whatever the network and compute: its runs are the same in every study.
+    args = args if mode == "sim" and n > 1 else mpi_args(args)
     label = f"{algo}, {n} workers, {setting.label()}, seed {seed}" + (f", {variant}" if variant else "")
     return Planned(cell, setting, seed, Job(algo, n, tuple(args), runs / f"{stem(algo, n, variant, setting, seed)}.h5",
                                             label))
@@ -77,7 +80,7 @@ def calibrate_compute(out_dir: Path, s: Study, preset: str, timeout: float) -> t
     """The jin study's compute model from a short real all-reduce run here: (simulate flags, what was found)."""
     import subprocess
 
-    from hpcbench.results.store import read_run, result_status
+    from hpcbench.results.store import read_run
     from hpcbench.runtime.launch import run_ranks
     from hpcbench.runtime.sim.calibrate import calibrate
 
@@ -128,14 +131,6 @@ def cell_of(cell: tuple[str, int, str], paths: Sequence[Path], target: float) ->
         wall.append(float(rec.summary["wall_s"]))
         gaps.append(float(np.max(np.diff(rec.evals["t"]))) if len(rec.evals["t"]) > 1 else 0.0)
     return Cell(cell[0], cell[1], cell[2], tuple(acc), tuple(ttt), tuple(wall), max(gaps))
-
-
-@dataclass(frozen=True)
-class ArmResult:
-    name: str
-    cells: tuple[Cell, ...]
-    chosen: dict[tuple[str, int, str], Setting]  # the setting each cell's numbers come from
-    verdict: Any  # verdicts.Verdict
 
 
 def decide_arm(name: str, runs: Sequence[Planned], outcome: Mapping[Path, str], s: Study, network: str) -> ArmResult:
@@ -200,9 +195,9 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
 
     print("\nstage 1: the single-worker recipe, chosen on the validation split", flush=True)
     algo, one = SEQUENTIAL
-    # One worker learns the same whatever the network and compute: the recipe runs are the same in every study.
     stage1 = [planned(s, preset, runs, (algo, one, ""), st, seed, mode, ()) for st in recipe_settings
               for seed in size.seeds]
+    kept = sum(result_status(r.job.path) == "ok" for r in stage1)
     outcome = run_jobs([r.job for r in stage1], mode, jobs, timeout)
     recipe_trials = trials(stage1, outcome)
     recipe = choose_recipe(recipe_trials)
@@ -213,14 +208,17 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
                       for v in variants for n in workers for a in s.algos
                       for st in candidates(arm, a, recipe, size.lr_factors, s.scales) for seed in size.seeds]
                 for arm in s.arms}
-    outcome.update(run_jobs([r.job for rs in arm_runs.values() for r in rs], mode, jobs, timeout))
+    stage2 = {r.job.path: r.job for rs in arm_runs.values() for r in rs}
+    kept += sum(result_status(path) == "ok" for path in stage2)
+    outcome.update(run_jobs(list(stage2.values()), mode, jobs, timeout))
     network = HERE if mode == "mpi" else ""
     arms = [decide_arm(arm, arm_runs[arm], outcome, s, network) for arm in s.arms]
     outcome_text = overall([a.verdict.outcome for a in arms])
     elapsed = time.monotonic() - t0
     failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
     ran = len(outcome)
-    notes = {"preset": preset, "mode": mode, "elapsed_s": elapsed, "runs": ran, "jobs": jobs if mode == "sim" else 1,
+    notes = {"preset": preset, "mode": mode, "elapsed_s": elapsed, "runs": ran, "kept": kept,
+             "jobs": jobs if mode == "sim" else 1,
              "calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
              "skipped": [f"{n} workers ({n + 1} ranks > --max-ranks {max_ranks})" for n in skipped],
              "failed": failed, "command": command_line(name, out_dir, preset, mode)}
