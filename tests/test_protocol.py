@@ -213,3 +213,12 @@ def test_the_recipe_runs_are_the_same_in_every_study(tmp_path):
     assert all(j == jobs[0] for j in jobs)
     assert "--network" not in jobs[0].args and "--compute" not in jobs[0].args
     assert jobs[0].path.name == "asgd-n1-lr0.01-m0.9-s0.h5"
+
+
+def test_a_rate_at_the_edge_of_its_grid_is_flagged():
+    from hpcbench.reproduce.protocol import at_edge
+
+    tried = [Setting(lr, 0.9) for lr in (0.01, 0.04, 0.16)] + [Setting(0.5, 0.0)]
+    assert at_edge(Setting(0.16, 0.9), tried) and at_edge(Setting(0.01, 0.9), tried)
+    assert not at_edge(Setting(0.04, 0.9), tried)
+    assert not at_edge(Setting(0.5, 0.0), tried)  # the only rate tried at its momentum: no grid to be at the edge of

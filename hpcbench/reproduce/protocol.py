@@ -70,6 +70,14 @@ class ArmResult:
     cells: tuple[Cell, ...]
     chosen: dict[CellKey, Setting]
     verdict: Verdict
+    edges: tuple[CellKey, ...] = ()  # cells whose chosen rate is the largest or smallest their arm tried
+
+
+def at_edge(chosen: Setting, tried: Sequence[Setting]) -> bool:
+    """The chosen rate is the largest or smallest of several tried (with the same other settings):
+    the algorithm might do better outside the grid, and a report should say so."""
+    rates = {t.lr for t in tried if (t.momentum, t.lr_scaling) == (chosen.momentum, chosen.lr_scaling)}
+    return len(rates) > 1 and chosen.lr in (min(rates), max(rates))
 
 
 def candidates(arm: str, algo: str, recipe: Recipe, factors: Sequence[float], scales: bool) -> list[Setting]:

@@ -137,8 +137,13 @@ def chosen_text(arm: ArmResult) -> str:
     settings = {k: v.label() for k, v in arm.chosen.items()}
     if len(set(settings.values())) <= 1:
         return ""
-    return "Chosen on validation: " + "; ".join(f"{a} n={n}{' ' + v if v else ''}: {label}"
-                                               for (a, n, v), label in settings.items()) + "."
+    text = "Chosen on validation: " + "; ".join(f"{a} n={n}{' ' + v if v else ''}: {label}"
+                                                + (" [edge]" if (a, n, v) in arm.edges else "")
+                                                for (a, n, v), label in settings.items()) + "."
+    if arm.edges:
+        text += (" [edge]: the largest or smallest rate this arm tried, so the algorithm may do better "
+                 "outside the grid.")
+    return text
 
 
 def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, recipe_trials: Sequence[Trial],

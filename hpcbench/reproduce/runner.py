@@ -18,8 +18,8 @@ import numpy as np
 
 from hpcbench.errors import UsageError
 from hpcbench.reproduce import report
-from hpcbench.reproduce.protocol import (SEQUENTIAL, ArmResult, Recipe, arm_text, candidates, choose_recipe, overall,
-                                         recipe_grid)
+from hpcbench.reproduce.protocol import (SEQUENTIAL, ArmResult, Recipe, arm_text, at_edge, candidates, choose_recipe,
+                                         overall, recipe_grid)
 from hpcbench.reproduce.studies import PRESETS, Study, mpi_args, study
 from hpcbench.reproduce.verdicts import Cell
 from hpcbench.results.store import result_status
@@ -136,7 +136,7 @@ def cell_of(cell: tuple[str, int, str], paths: Sequence[Path], target: float) ->
 def decide_arm(name: str, runs: Sequence[Planned], outcome: Mapping[Path, str], s: Study, network: str) -> ArmResult:
     """Each cell's setting chosen on validation among the arm's candidates; its cell from that setting's
     seeds (cells whose chosen setting has a failed seed are left out)."""
-    cells, chosen = [], {}
+    cells, chosen, edges = [], {}, []
     keys = list(dict.fromkeys(r.cell for r in runs))
     for key in keys:
         mine = [r for r in runs if r.cell == key]
@@ -145,7 +145,9 @@ def decide_arm(name: str, runs: Sequence[Planned], outcome: Mapping[Path, str], 
         if all(outcome.get(p) == "" for p in paths):
             chosen[key] = best
             cells.append(cell_of(key, paths, s.target))
-    return ArmResult(name, tuple(cells), chosen, report.judge(s, cells, network))
+            if at_edge(best, [r.setting for r in mine]):
+                edges.append(key)
+    return ArmResult(name, tuple(cells), chosen, report.judge(s, cells, network), tuple(edges))
 
 
 def prepare(out_dir: str) -> Path:
