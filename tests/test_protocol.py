@@ -222,3 +222,18 @@ def test_a_rate_at_the_edge_of_its_grid_is_flagged():
     assert at_edge(Setting(0.16, 0.9), tried) and at_edge(Setting(0.01, 0.9), tried)
     assert not at_edge(Setting(0.04, 0.9), tried)
     assert not at_edge(Setting(0.5, 0.0), tried)  # the only rate tried at its momentum: no grid to be at the edge of
+
+
+def test_the_report_says_which_setting_each_cell_chose_and_flags_the_grid_edge():
+    from hpcbench.reproduce.protocol import ArmResult
+    from hpcbench.reproduce.report import chosen_text
+    from hpcbench.reproduce.verdicts import Verdict
+
+    same = {("sgp", 16, ""): Setting(0.08, 0.9), ("sgp", 32, ""): Setting(0.08, 0.9)}
+    edge = ArmResult(OWN_LR, (), same, Verdict(UNCLEAR), (("sgp", 16, ""),), chose=True)
+    assert chosen_text(edge).startswith("Chosen on validation, in every cell: lr 0.08, momentum 0.9 [edge].")
+    mixed = {("sgp", 16, ""): Setting(0.02, 0.9), ("sgp", 32, ""): Setting(0.08, 0.9)}
+    text = chosen_text(ArmResult(OWN_LR, (), mixed, Verdict(UNCLEAR), (("sgp", 32, ""),), chose=True))
+    assert "sgp n=16: lr 0.02, momentum 0.9;" in text and "sgp n=32: lr 0.08, momentum 0.9 [edge]" in text
+    # An arm that had one setting to run chose nothing.
+    assert chosen_text(ArmResult(SHARED, (), same, Verdict(UNCLEAR), (), chose=False)) == ""

@@ -71,6 +71,7 @@ class ArmResult:
     chosen: dict[CellKey, Setting]
     verdict: Verdict
     edges: tuple[CellKey, ...] = ()  # cells whose chosen rate is the largest or smallest their arm tried
+    chose: bool = False  # some cell had several candidates (its setting was chosen on validation)
 
 
 def at_edge(chosen: Setting, tried: Sequence[Setting]) -> bool:

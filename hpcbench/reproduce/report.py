@@ -135,11 +135,15 @@ def recipe_table(trials: Sequence[Trial], recipe: Recipe) -> str:
 def chosen_text(arm: ArmResult) -> str:
     """Which setting each cell's numbers come from, where the arm chose among several."""
     settings = {k: v.label() for k, v in arm.chosen.items()}
-    if len(set(settings.values())) <= 1:
+    if not arm.chose or not settings:
         return ""
-    text = "Chosen on validation: " + "; ".join(f"{a} n={n}{' ' + v if v else ''}: {label}"
-                                                + (" [edge]" if (a, n, v) in arm.edges else "")
-                                                for (a, n, v), label in settings.items()) + "."
+    if len(set(settings.values())) == 1:
+        text = (f"Chosen on validation, in every cell: {next(iter(settings.values()))}"
+                + (" [edge]" if arm.edges else "") + ".")
+    else:
+        text = "Chosen on validation: " + "; ".join(f"{a} n={n}{' ' + v if v else ''}: {label}"
+                                                    + (" [edge]" if (a, n, v) in arm.edges else "")
+                                                    for (a, n, v), label in settings.items()) + "."
     if arm.edges:
         text += (" [edge]: the largest or smallest rate this arm tried, so the algorithm may do better "
                  "outside the grid.")

@@ -136,10 +136,11 @@ def cell_of(cell: tuple[str, int, str], paths: Sequence[Path], target: float) ->
 def decide_arm(name: str, runs: Sequence[Planned], outcome: Mapping[Path, str], s: Study, network: str) -> ArmResult:
     """Each cell's setting chosen on validation among the arm's candidates; its cell from that setting's
     seeds (cells whose chosen setting has a failed seed are left out)."""
-    cells, chosen, edges = [], {}, []
+    cells, chosen, edges, chose = [], {}, [], False
     keys = list(dict.fromkeys(r.cell for r in runs))
     for key in keys:
         mine = [r for r in runs if r.cell == key]
+        chose = chose or len({r.setting for r in mine}) > 1
         best = choose(trials(mine, outcome)).setting
         paths = [r.job.path for r in mine if r.setting == best]
         if all(outcome.get(p) == "" for p in paths):
@@ -147,7 +148,7 @@ def decide_arm(name: str, runs: Sequence[Planned], outcome: Mapping[Path, str], 
             cells.append(cell_of(key, paths, s.target))
             if at_edge(best, [r.setting for r in mine]):
                 edges.append(key)
-    return ArmResult(name, tuple(cells), chosen, report.judge(s, cells, network), tuple(edges))
+    return ArmResult(name, tuple(cells), chosen, report.judge(s, cells, network), tuple(edges), chose)
 
 
 def prepare(out_dir: str) -> Path:
