@@ -60,7 +60,7 @@ def table(s: Study, cells: Sequence[Cell]) -> str:
     return tabulate(rows, headers=headers, tablefmt="github")
 
 
-def plot(s: Study, cells: Sequence[Cell], path: Path) -> str:
+def plot(s: Study, cells: Sequence[Cell], path: Path, arm: str = "") -> str:
     """Write the study's plot; → its file name, or why there is none."""
     try:
         import matplotlib
@@ -96,7 +96,7 @@ def plot(s: Study, cells: Sequence[Cell], path: Path) -> str:
         ax.set_xlabel("workers")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
-    fig.suptitle(s.source)
+    fig.suptitle(f"{s.source}: arm {arm}" if arm else s.source)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -225,7 +225,8 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
              "calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
              "skipped": [f"{n} workers ({n + 1} ranks > --max-ranks {max_ranks})" for n in skipped],
              "failed": failed, "command": command_line(name, out_dir, preset, mode)}
-    plots = {a.name: report.plot(s, list(a.cells), out / f"{s.name}-{a.name.replace(' ', '-')}.png") for a in arms}
+    plots = {a.name: report.plot(s, list(a.cells), out / f"{s.name}-{a.name.replace(' ', '-')}.png", a.name)
+             for a in arms}
     text = report.markdown(s, arms, outcome_text, recipe, recipe_trials, notes, plots)
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "verdict.json").write_text(json.dumps(strict({
