@@ -314,12 +314,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from hpcbench.reproduce.runner import reproduce
 
     preset = "quick" if args.quick else args.preset
-    from hpcbench.tuning.execute import default_jobs
+    from hpcbench.tuning.execute import jobs_or_cores
 
-    if args.jobs < 0:
-        raise UsageError(f"--jobs must be >= 1 (0: the cores here), got {args.jobs}")
     return reproduce(args.study, args.out_dir, preset, args.mode, args.max_ranks, args.timeout,
-                     args.jobs or default_jobs())
+                     jobs_or_cores(args.jobs))
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -329,17 +327,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from hpcbench.runtime import plan
     from hpcbench.runtime.sim.models import SimConfig
     from hpcbench.slurm.sweep import parse_algos
-    from hpcbench.tuning.execute import default_jobs
-    from hpcbench.tuning.grid import expand, parse_decays, parse_floats
+    from hpcbench.tuning.execute import jobs_or_cores
+    from hpcbench.tuning.grid import expand, parse_decays, parse_floats, parse_ints
     from hpcbench.tuning.tune import Grid, tune
 
     algos = parse_algos(args.algo or "")
-    workers = [int(w) for w in parse_floats(args.workers, "--workers") if w == int(w) and w >= 1]
-    if len(workers) != len(args.workers.split(",")):
-        raise UsageError(f"--workers {args.workers!r}: give positive integers, e.g. 8,32")
-    seeds = [int(s) for s in parse_floats(args.seeds, "--seeds") if s == int(s) and s >= 0]
-    if len(seeds) != len(args.seeds.split(",")):
-        raise UsageError(f"--seeds {args.seeds!r}: give integers >= 0, e.g. 0,1,2")
+    workers = parse_ints(args.workers, "--workers", 1)
+    seeds = parse_ints(args.seeds, "--seeds", 0)
+    jobs = jobs_or_cores(args.jobs)
     settings = expand(parse_floats(args.lr, "--lr"),
                       parse_floats(args.momentum, "--momentum") if args.momentum else (),
                       parse_floats(args.warmup_epochs, "--warmup-epochs") if args.warmup_epochs else (),
@@ -358,8 +353,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if held_out:
         cfg = cfg.with_updates(val_fraction=0.1)
         run_args += ["--set", "val_fraction=0.1"]
-    if args.jobs < 0:
-        raise UsageError(f"--jobs must be >= 1 (0: the cores here), got {args.jobs}")
     for a in algos:  # refuse a bad grid before running anything
         for st in settings:
             plan.validate(cfg.with_updates(algo=a, **{k: tuple(v) if isinstance(v, list) else v
@@ -375,8 +368,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if held_out:
         print("tune: holding out 10% of the training set as the validation split (val_fraction=0.1)")
     grid = Grid(tuple(algos), tuple(workers), tuple(settings), tuple(seeds))
-    return tune(grid, run_args, base, cfg.options, sim_values, args.out_dir, args.mode,
-                args.jobs or default_jobs(), args.timeout)
+    return tune(grid, run_args, base, cfg.options, sim_values, args.out_dir, args.mode, jobs, args.timeout)
 
 
 def strict_option(p: argparse.ArgumentParser) -> None:
@@ -517,7 +509,7 @@ def build_parser() -> Parser:
     p.add_argument("--config", help="TOML file of run options for every run")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="run option for every run "
                    "(val_fraction defaults to 0.1 here)")
-    tune_flags = [(flag, key) for flag, key in add_run_flags(p, prefix="every run: ", grid=True)]
+    tune_flags = add_run_flags(p, prefix="every run: ", grid=True)
     p.add_argument("--network", help="with --mode sim: alpha=SECONDS,bandwidth=BYTES_PER_S")
     p.add_argument("--heterogeneity", type=float, help="with --mode sim: per-worker speed variation")
     p.add_argument("--pauses", help="with --mode sim: PROB:SECONDS transient pauses per step")

@@ -32,8 +32,14 @@ class Job:
         return [*command, "--algo", self.algo, *self.args, "--out", str(self.path), "--overwrite"]
 
 
-def default_jobs() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+def jobs_or_cores(jobs: int) -> int:
+    """``--jobs``: runs at a time; 0 means one per core here."""
+    from hpcbench.errors import UsageError
+    from hpcbench.runtime.placement import cpu_count
+
+    if jobs < 0:
+        raise UsageError(f"--jobs must be >= 1 (0: the cores here), got {jobs}")
+    return jobs or cpu_count()
 
 
 def start(job: Job, mode: str) -> subprocess.Popen:

@@ -129,6 +129,19 @@ def parse_floats(text: str, what: str) -> list[float]:
     return values
 
 
+def parse_ints(text: str, what: str, minimum: int) -> list[int]:
+    """``"8,32"`` → [8, 32], each at least ``minimum``, or one error line."""
+    from hpcbench.errors import UsageError
+
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < minimum for v in values):
+        raise UsageError(f"{what} {text!r}: give integers >= {minimum}, comma-separated")
+    return values
+
+
 def parse_decays(text: str) -> list[tuple[float, ...]]:
     """``"none;8,12"`` → [(), (8.0, 12.0)]: alternatives separated by ';', each epochs or 'none'."""
     return [() if part.strip() == "none" else tuple(parse_floats(part, "--lr-decay-epochs"))
