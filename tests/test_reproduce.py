@@ -224,9 +224,12 @@ def test_sgp_with_real_runs_uses_this_machine_and_skips_what_does_not_fit(tmp_pa
     assert reproduce("sgp", str(out), "toy", mode="mpi", max_ranks=3) == 0
     text, verdict = report_of(out)
     files = sorted(p.name for p in (out / "runs").glob("*.h5"))
-    assert len(files) == 2 + 3 * 2 and all(f.endswith("-thismachine.h5") for f in files)
+    recipe = [f for f in files if f.startswith("asgd-n1-")]
+    assert len(recipe) == 2 and len(files) == 2 + 3 * 2
+    assert all(f.endswith("-thismachine.h5") for f in files if f not in recipe)
     rec = read_run(out / "runs" / next(f for f in files if f.startswith("allreduce-n2-")))
     assert rec.mode == "mpi" and rec.workers == 2
+    assert read_run(out / "runs" / recipe[0]).mode == "mpi"  # the recipe, too, from real runs
     assert "skipped: 4 workers (5 ranks > --max-ranks 3)" in text
     assert "| this machine" in text and "message_params" not in text
     # No run over a second network: that part of the claim cannot be told.
