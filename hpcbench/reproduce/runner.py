@@ -18,8 +18,8 @@ import numpy as np
 
 from hpcbench.errors import UsageError
 from hpcbench.reproduce import report
-from hpcbench.reproduce.protocol import (SEQUENTIAL, ArmResult, Recipe, arm_text, at_edge, candidates, choose_recipe,
-                                         overall, recipe_grid)
+from hpcbench.reproduce.protocol import (SEQUENTIAL, ArmResult, CellKey, Recipe, arm_text, at_edge, candidates,
+                                         choose_recipe, overall, recipe_grid)
 from hpcbench.reproduce.studies import PRESETS, Study, mpi_args, study
 from hpcbench.reproduce.verdicts import Cell
 from hpcbench.results.store import result_status
@@ -40,7 +40,7 @@ CALIBRATION_STEPS = {"full": 200, "quick": 100, "toy": 20}
 class Planned:
     """One run of the study: which cell of which arm it may decide, and its job."""
 
-    cell: tuple[str, int, str]  # (algorithm, workers, variant)
+    cell: CellKey  # (algorithm, workers, variant)
     setting: Setting
     seed: int
     job: Job
@@ -51,7 +51,7 @@ def stem(algo: str, workers: int, variant: str, setting: Setting, seed: int) -> 
     return f"{algo}-n{workers}-{setting.stem()}-s{seed}{net}"
 
 
-def planned(s: Study, preset: str, runs: Path, cell: tuple[str, int, str], setting: Setting, seed: int,
+def planned(s: Study, preset: str, runs: Path, cell: CellKey, setting: Setting, seed: int,
             mode: str, extra: Sequence[str]) -> Planned:
     algo, n, variant = cell
     flags = dict(s.variants()).get(variant, ()) if mode == "sim" else ()
@@ -110,14 +110,14 @@ def final_val(path: Path, ok: bool) -> float:
 
 def trials(runs: Sequence[Planned], outcome: Mapping[Path, str]) -> list[Trial]:
     """Each (cell, setting) over its seeds, with each seed's final validation accuracy."""
-    by: dict[tuple[tuple[str, int, str], Setting], list[float]] = {}
+    by: dict[tuple[CellKey, Setting], list[float]] = {}
     for r in runs:
         ok = outcome.get(r.job.path) == ""
         by.setdefault((r.cell, r.setting), []).append(final_val(r.job.path, ok))
     return [Trial(cell[0], cell[1], setting, tuple(vals)) for (cell, setting), vals in by.items()]
 
 
-def cell_of(cell: tuple[str, int, str], paths: Sequence[Path], target: float) -> Cell:
+def cell_of(cell: CellKey, paths: Sequence[Path], target: float) -> Cell:
     """A cell over its seeds, from the result files read back (test accuracy on the whole test set)."""
     from hpcbench.results.store import read_run
     from hpcbench.telemetry.summary import time_to_target
