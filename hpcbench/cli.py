@@ -241,6 +241,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 
+def passed_on(args: argparse.Namespace) -> list[str]:
+    """The run options a study command (``sweep``, ``tune``) gives every run: config file, flags, ``--set``."""
+    return (["--config", str(Path(args.config).resolve())] if args.config else []) + \
+        [a for flag, key in args.run_flags if getattr(args, key) is not None for a in (flag, str(getattr(args, key)))] + \
+        [a for item in args.set for a in ("--set", item)]
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from hpcbench.results.paths import check_study_dir
     from hpcbench.runtime import plan
@@ -252,9 +259,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not args.algos or not args.out_dir:
         raise UsageError("sweep needs --algos and --out-dir (or --resubmit-failed STUDY_DIR)")
     algos = sweep.parse_algos(args.algos)
-    base_args = (["--config", str(Path(args.config).resolve())] if args.config else []) + \
-        [a for flag, key in args.run_flags if getattr(args, key) is not None for a in (flag, str(getattr(args, key)))] + \
-        [a for item in args.set for a in ("--set", item)]
+    base_args = passed_on(args)
     cfg, _ = configs_from_args(args)
     for a in algos:  # refuse a bad study before writing or submitting anything
         plan.validate(cfg.with_updates(algo=a))
@@ -340,10 +345,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                       parse_floats(args.warmup_epochs, "--warmup-epochs") if args.warmup_epochs else (),
                       parse_decays(args.lr_decay_epochs) if args.lr_decay_epochs else (),
                       [x for x in args.lr_scaling.split(",") if x] if args.lr_scaling else ())
-    run_args = (["--config", str(Path(args.config).resolve())] if args.config else []) + \
-        [a for flag, key in args.run_flags if getattr(args, key) is not None for a in (flag, str(getattr(args, key)))] + \
-        [a for key in ("network", "heterogeneity", "pauses") if getattr(args, key) is not None
-         for a in (f"--{key}", str(getattr(args, key)))] + [a for item in args.set for a in ("--set", item)]
+    run_args = passed_on(args) + [a for key in ("network", "heterogeneity", "pauses") if getattr(args, key) is not None
+                                  for a in (f"--{key}", str(getattr(args, key)))]
     # The shared options as ``simulate`` or ``run`` would read them (the grid's own flags left out).
     shared = argparse.Namespace(**{**vars(args), "lr": None, "momentum": None, "seed": None, "algo": None,
                                    "out": None, "overwrite": None, "workers": None,

@@ -25,6 +25,7 @@ from hpcbench.reproduce.verdicts import Cell
 from hpcbench.results.store import result_status
 from hpcbench.tuning.execute import MODES, Job, run_jobs
 from hpcbench.tuning.grid import Setting, Trial, choose
+from hpcbench.tuning.tune import validation_scores
 
 HERE = "this machine"  # the network of real runs
 MPI_SETUP = "Real runs under mpiexec on this machine: its own compute and network, the mlp's own message size."
@@ -102,18 +103,11 @@ def calibrate_compute(out_dir: Path, s: Study, preset: str, timeout: float) -> t
     return ["--compute", f"gamma:shape={shape:.6g},mean={mean:.6g}"], text
 
 
-def final_val(path: Path, ok: bool) -> float:
-    from hpcbench.tuning.tune import validation_accuracy
-
-    return validation_accuracy(path) if ok else math.nan
-
-
-def trials(runs: Sequence[Planned], outcome: Mapping[Path, str]) -> list[Trial]:
+def trials(runs: Sequence[Planned], scores: Mapping[Path, float]) -> list[Trial]:
     """Each (cell, setting) over its seeds, with each seed's final validation accuracy."""
     by: dict[tuple[CellKey, Setting], list[float]] = {}
     for r in runs:
-        ok = outcome.get(r.job.path) == ""
-        by.setdefault((r.cell, r.setting), []).append(final_val(r.job.path, ok))
+        by.setdefault((r.cell, r.setting), []).append(scores.get(r.job.path, math.nan))
     return [Trial(cell[0], cell[1], setting, tuple(vals)) for (cell, setting), vals in by.items()]
 
 
@@ -133,7 +127,8 @@ def cell_of(cell: CellKey, paths: Sequence[Path], target: float) -> Cell:
     return Cell(cell[0], cell[1], cell[2], tuple(acc), tuple(ttt), tuple(wall), max(gaps))
 
 
-def decide_arm(name: str, runs: Sequence[Planned], outcome: Mapping[Path, str], s: Study, network: str) -> ArmResult:
+def decide_arm(name: str, runs: Sequence[Planned], outcome: Mapping[Path, str], scores: Mapping[Path, float],
+               s: Study, network: str) -> ArmResult:
     """Each cell's setting chosen on validation among the arm's candidates; its cell from that setting's
     seeds (cells whose chosen setting has a failed seed are left out)."""
     cells, chosen, edges, chose = [], {}, [], False
@@ -141,7 +136,7 @@ def decide_arm(name: str, runs: Sequence[Planned], outcome: Mapping[Path, str], 
     for key in keys:
         mine = [r for r in runs if r.cell == key]
         chose = chose or len({r.setting for r in mine}) > 1
-        best = choose(trials(mine, outcome)).setting
+        best = choose(trials(mine, scores)).setting
         paths = [r.job.path for r in mine if r.setting == best]
         if all(outcome.get(p) == "" for p in paths):
             chosen[key] = best
@@ -202,7 +197,8 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
               for seed in size.seeds]
     kept = sum(result_status(r.job.path) == "ok" for r in stage1)
     outcome = run_jobs([r.job for r in stage1], mode, jobs, timeout)
-    recipe_trials = trials(stage1, outcome)
+    scores = validation_scores(outcome)
+    recipe_trials = trials(stage1, scores)
     recipe = choose_recipe(recipe_trials)
     print(f"recipe: {recipe.best.label()}", flush=True)
 
@@ -213,9 +209,11 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
                 for arm in s.arms}
     stage2 = {r.job.path: r.job for rs in arm_runs.values() for r in rs}
     kept += sum(result_status(path) == "ok" for path in stage2)
-    outcome.update(run_jobs(list(stage2.values()), mode, jobs, timeout))
+    arm_outcome = run_jobs(list(stage2.values()), mode, jobs, timeout)
+    outcome.update(arm_outcome)
+    scores.update(validation_scores(arm_outcome))
     network = HERE if mode == "mpi" else ""
-    arms = [decide_arm(arm, arm_runs[arm], outcome, s, network) for arm in s.arms]
+    arms = [decide_arm(arm, arm_runs[arm], outcome, scores, s, network) for arm in s.arms]
     outcome_text = overall([a.verdict.outcome for a in arms])
     elapsed = time.monotonic() - t0
     failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)

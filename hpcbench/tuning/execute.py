@@ -101,17 +101,13 @@ def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float) -> d
                 running.remove(entry)
                 if code is None:
                     stop(proc)
-                    why = f"killed after {timeout:g} s"
+                    why, out = f"killed after {timeout:g} s", ""
                 else:
                     out, err = proc.communicate()
                     why = "" if code == 0 else why_failed(code, err)
                 done += 1
                 outcome[job.path] = why
-                if why:
-                    print(f"[{done}/{total}] {job.label}: FAILED: {why}", file=sys.stderr, flush=True)
-                else:
-                    last = (out.strip().splitlines() or [""])[-1]
-                    print(f"[{done}/{total}] {job.label}: {last.split(' -> ')[0]}", flush=True)
+                say(done, total, job, why, out)
     finally:
         for _, proc, _ in running:
             stop(proc)
@@ -132,12 +128,17 @@ def inline(job: Job, done: int, total: int) -> str:
         why = "" if code == 0 else f"exit code {code}"
     except Exception as exc:  # a deadlock or a bug in one run must not lose the others
         why = f"{type(exc).__name__}: {exc}"
+    say(done, total, job, why, out.getvalue())
+    return why
+
+
+def say(done: int, total: int, job: Job, why: str, stdout: str) -> None:
+    """One progress line for a finished run: its result line (without the file), or why it failed."""
     if why:
         print(f"[{done}/{total}] {job.label}: FAILED: {why}", file=sys.stderr, flush=True)
     else:
-        last = (out.getvalue().strip().splitlines() or [""])[-1]
+        last = (stdout.strip().splitlines() or [""])[-1]
         print(f"[{done}/{total}] {job.label}: {last.split(' -> ')[0]}", flush=True)
-    return why
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -39,23 +39,19 @@ def grid_jobs(grid: Grid, runs: Path, run_args: Sequence[str]) -> list[Job]:
             for a in grid.algos for n in grid.workers for st in grid.settings for s in grid.seeds]
 
 
-def validation_accuracy(path: Path) -> float:
-    """The run's final validation accuracy (NaN when it has none): the only number a choice reads."""
+def validation_scores(outcome: Mapping[Path, str]) -> dict[Path, float]:
+    """Each run's final validation accuracy, read once (NaN for a failed run or one without a split):
+    the only number a choice reads."""
     from hpcbench.results.store import read_run
 
-    return float(read_run(path).summary.get("final_val_accuracy", math.nan))
+    return {path: float(read_run(path).summary.get("final_val_accuracy", math.nan)) if not why else math.nan
+            for path, why in outcome.items()}
 
 
-def trials_of(grid: Grid, runs: Path, outcome: Mapping[Path, str]) -> list[Trial]:
+def trials_of(grid: Grid, runs: Path, scores: Mapping[Path, float]) -> list[Trial]:
     """Each setting's trial at each (algorithm, workers); a failed seed counts as no accuracy."""
-    out = []
-    for a in grid.algos:
-        for n in grid.workers:
-            for st in grid.settings:
-                paths = [job_path(runs, a, n, st, s) for s in grid.seeds]
-                out.append(Trial(a, n, st, tuple(validation_accuracy(p) if not outcome.get(p, "?") else math.nan
-                                                 for p in paths)))
-    return out
+    return [Trial(a, n, st, tuple(scores.get(job_path(runs, a, n, st, s), math.nan) for s in grid.seeds))
+            for a in grid.algos for n in grid.workers for st in grid.settings]
 
 
 def table(trials: Sequence[Trial], chosen: Mapping[tuple[str, int], Trial]) -> str:
@@ -135,7 +131,7 @@ def tune(grid: Grid, run_args: Sequence[str], base: Mapping[str, Any], options: 
           f"result files in {runs}/", flush=True)
     t0 = time.monotonic()
     outcome = run_jobs(all_jobs, mode, jobs, timeout)
-    trials = trials_of(grid, runs, outcome)
+    trials = trials_of(grid, runs, validation_scores(outcome))
     chosen = best_per_group(trials)
     failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
     text = table(trials, chosen)
