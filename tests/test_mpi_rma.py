@@ -14,3 +14,12 @@ def test_workers_never_read_a_torn_parameter_vector():
     assert len(found) == 3, proc.stdout
     assert sum(int(r) for _, r, _ in found) >= 10  # the readers really overlapped the writer
     assert all(int(t) == 0 for _, _, t in found), proc.stdout
+
+
+@pytest.mark.parametrize("op", ["accumulate", "fetch_add", "read"])
+def test_a_stop_signal_while_a_worker_holds_a_lock_leaves_the_window_unlocked(op):
+    # The signal lands as the lock is granted, before the transfer: the transfer and the unlock still
+    # happen, then the worker stops. A lock left behind would block rank 0's next publish forever.
+    proc = ok(mpirun(2, op, module="mpi_programs.stop_in_lock", env={"PYTHONPATH": "tests"}))
+    assert "rank 1 stopped: stopped by SIGUSR1" in proc.stdout
+    assert "rank 0 locked its window" in proc.stdout

@@ -136,3 +136,29 @@ def test_time_to_target_speedup_is_the_ratio_of_times_against_the_smallest_size(
     assert by_n[2].ttt_speedup == 1.0 and by_n[4].ttt_speedup == pytest.approx(3.0)
     assert by_n[4].ttt_efficiency == pytest.approx(1.5)  # 3× faster with 2× the workers
     assert math.isnan(by_n[8].ttt_speedup)  # never reached the target
+
+
+def test_a_stop_signal_inside_a_deferred_section_is_raised_as_the_outermost_one_ends():
+    import signal
+
+    from hpcbench.errors import Stopped
+    from hpcbench.signals import stop_on_signals, stops_deferred
+
+    done = []
+    with stop_on_signals():
+        with pytest.raises(Stopped, match="stopped by SIGUSR1"):
+            with stops_deferred():
+                with stops_deferred():
+                    signal.raise_signal(signal.SIGUSR1)
+                    done.append("inner")
+                done.append("outer")  # the inner section's end does not raise yet
+        assert done == ["inner", "outer"]
+        # A section ending with its own error raises that one, and the held-back stop is dropped.
+        with pytest.raises(ValueError):
+            with stops_deferred():
+                signal.raise_signal(signal.SIGUSR1)
+                raise ValueError("own")
+        with stops_deferred():
+            pass
+        with pytest.raises(Stopped):  # outside any section, a signal raises at once
+            signal.raise_signal(signal.SIGUSR1)

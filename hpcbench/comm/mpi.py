@@ -10,13 +10,15 @@ import json
 import math
 import socket
 import time
-from typing import Any, Callable, TypeVar
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, TypeVar
 
 import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib, pkl5
 
-from hpcbench.errors import PeerFailure, Stopped, WaitTimeout
+from hpcbench.errors import PeerFailure, WaitTimeout
+from hpcbench.signals import stops_deferred
 
 T = TypeVar("T")
 CLOCK_TAG = 32_000
@@ -91,17 +93,27 @@ class Window:
         self.local = (np.frombuffer(self.win.tomemory(), dtype=np.uint8)  # type: ignore[call-overload]
                       if nbytes else np.empty(0, np.uint8))
 
+    @contextmanager
+    def locked(self, rank: int, kind: int) -> Iterator[None]:
+        """Within: ``rank``'s window locked. A stop signal landing inside (even as Lock returns, before
+        a try could catch it) is raised after the unlock: a lock left behind would block the owner, or
+        every reader, inside MPI for good."""
+        with stops_deferred():
+            self.win.Lock(rank, kind)
+            try:  # any other failure (rank 0: a worker's notice seen while waiting) lets go too
+                yield
+            finally:
+                self.win.Unlock(rank)
+
     def publish(self, data: np.ndarray) -> None:
         # An exclusive lock on our own window waits out every reader's shared lock: no torn reads.
-        self.win.Lock(self.rank, MPI.LOCK_EXCLUSIVE)
-        self.local[:data.nbytes] = data.view(np.uint8)
-        self.win.Unlock(self.rank)
+        with self.locked(self.rank, MPI.LOCK_EXCLUSIVE):
+            self.local[:data.nbytes] = data.view(np.uint8)
 
     def drain(self) -> np.ndarray:
-        self.win.Lock(self.rank, MPI.LOCK_EXCLUSIVE)
-        out = self.local.copy()
-        self.local[:] = 0
-        self.win.Unlock(self.rank)
+        with self.locked(self.rank, MPI.LOCK_EXCLUSIVE):
+            out = self.local.copy()
+            self.local[:] = 0
         return out
 
     def read(self, ranks: tuple[int, ...], nbytes: int,
@@ -112,35 +124,24 @@ class Window:
         # spinning inside MPI.
         bufs = [np.empty(nbytes, dtype=np.uint8) for _ in ranks]
         for rank, buf in zip(ranks, bufs):
-            self.win.Lock(rank, self.read_lock)
-            try:
+            with self.locked(rank, self.read_lock):
                 req = self.win.Rget([buf, MPI.BYTE], rank, target=(0, nbytes, MPI.BYTE))
                 if wait is None:
                     req.Wait()
                 else:
                     wait(lambda: True if req.Test() else None)
-            except Stopped:  # let go of the owner (alive: it is we who were stopped), or its publish waits on us
-                self.win.Unlock(rank)
-                raise
-            self.win.Unlock(rank)
         return bufs
 
     def accumulate(self, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> None:
-        self.win.Lock(rank, MPI.LOCK_SHARED)
-        try:  # a stop signal between lock and unlock must not leave the owner's window locked
+        with self.locked(rank, MPI.LOCK_SHARED):
             for offset, array in parts:
                 dtype = dtlib.from_numpy_dtype(array.dtype)
                 self.win.Accumulate([array, dtype], rank, target=(offset, array.size, dtype), op=MPI.SUM)
-        finally:
-            self.win.Unlock(rank)
 
     def fetch_add(self, rank: int, value: int) -> int:
         add, before = np.array([value], dtype=np.int64), np.zeros(1, dtype=np.int64)
-        self.win.Lock(rank, MPI.LOCK_SHARED)
-        try:  # as above: rank 0 takes this window's exclusive lock and would wait for us forever
+        with self.locked(rank, MPI.LOCK_SHARED):
             self.win.Fetch_and_op([add, MPI.INT64_T], [before, MPI.INT64_T], rank, 0, op=MPI.SUM)
-        finally:
-            self.win.Unlock(rank)
         return int(before[0])
 
     def free(self) -> None:

@@ -24,7 +24,7 @@ from hpcbench.runtime.mpi_driver import MpiDriver
 from hpcbench.runtime.placement import choose_device, cpu_count, set_threads, thread_count
 from hpcbench.runtime.plan import Plan, check_duration, time_limit
 from hpcbench.runtime.record import ResultFile, build_record, default_out, expected_bytes, result_line
-from hpcbench.runtime.signals import signals_held, stop_on_signals
+from hpcbench.signals import signals_held, stop_on_signals
 from hpcbench.runtime.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
 from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.telemetry.timeline import Timeline
@@ -77,13 +77,13 @@ def agree(comm: MpiComm, error: str | None, timeout: float) -> tuple[int, str, s
 def place(comm: MpiComm, device: str, threads: int, timeout: float) -> list[dict[str, Any]]:
     """Collective: every rank's host, device and threads; rank 0 warns about shared GPUs and
     oversubscribed nodes (the run goes on)."""
-    reports = comm.exchange((comm.rank, comm.host, device, comm.local_size, cpu_count(), threads), timeout,
-                            "the placement report")
+    reports = comm.exchange((comm.rank, comm.host, device, comm.local_size, cpu_count(), threads, comm.local_rank),
+                            timeout, "the placement report")
     if comm.rank == 0:
-        nodes = {host: (ranks, cores) for _, host, _, ranks, cores, _ in reports}
+        nodes = {host: (ranks, cores) for _, host, _, ranks, cores, *_ in reports}
         for warning in shared_gpus([(r, h, d) for r, h, d, *_ in reports]) + oversubscribed_nodes(nodes):
             print(f"hpcbench: warning: {warning}", file=sys.stderr, flush=True)
-    return [{"rank": r, "host": h, "device": d, "threads": t} for r, h, d, _, _, t in reports]
+    return [{"rank": r, "host": h, "device": d, "threads": t, "local_rank": i} for r, h, d, _, _, t, i in reports]
 
 
 def run_mpi(plan: Plan) -> int:

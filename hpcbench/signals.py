@@ -3,6 +3,8 @@
 Slurm sends SIGTERM at the time limit and on ``scancel`` (SIGKILL follows after its KillWait), mpiexec
 passes Ctrl-C (SIGINT) and SIGTERM on to the ranks, a lost terminal sends SIGHUP. Python runs the
 handler between bytecodes; every wait in ``comm`` is a polling loop, so a waiting rank sees it too.
+A stop that lands inside ``stops_deferred()`` (a lock held on another rank's window) is raised as the
+section ends, so nothing is left half done for another rank to wait on.
 """
 from __future__ import annotations
 
@@ -16,9 +18,34 @@ from hpcbench.errors import Stopped
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGXCPU")
                      if hasattr(signal, name))
 
+# Handlers run in the main thread only, between its bytecodes: plain module state is enough.
+_deferring = 0
+_pending: list[str] = []
+
 
 def _raise_stopped(signum: int, frame: FrameType | None) -> None:
-    raise Stopped(f"stopped by {signal.Signals(signum).name}")
+    reason = f"stopped by {signal.Signals(signum).name}"
+    if _deferring:
+        _pending.append(reason)
+    else:
+        raise Stopped(reason)
+
+
+@contextmanager
+def stops_deferred() -> Iterator[None]:
+    """Within: a stop signal is held back and raised as the outermost such section ends (unless the
+    section is already ending with an exception of its own)."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+        reason = _pending[0] if _pending and not _deferring else None
+        if not _deferring:
+            _pending.clear()
+    if reason is not None:
+        raise Stopped(reason)
 
 
 @contextmanager
