@@ -251,6 +251,7 @@ def passed_on(args: argparse.Namespace) -> list[str]:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from hpcbench.results.paths import check_study_dir
     from hpcbench.runtime import plan
+    from hpcbench.runtime.launch import emulated_nodes
     from hpcbench.runtime.study import parse_ranks, run_local
     from hpcbench.slurm import sweep
 
@@ -263,11 +264,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     cfg, _ = configs_from_args(args)
     for a in algos:  # refuse a bad study before writing or submitting anything
         plan.validate(cfg.with_updates(algo=a))
+    if args.emulated and not args.local:
+        raise UsageError("--emulated runs a local sweep across the emulated nodes: give --local too")
+    if args.emulated:
+        emulated_nodes()  # refuse before the study directory is made
     out_dir = Path(args.out_dir).resolve()
     check_study_dir(out_dir, args.resume)
     if args.local:
         files, failures = run_local(algos, parse_ranks(args.ranks), base_args, str(out_dir), args.timeout,
-                                    args.repeats)
+                                    args.repeats, emulated=args.emulated)
         print_report(files)
         return 1 if failures else 0
     nodes = sweep.parse_counts(args.nodes, "--nodes", 1)
@@ -437,6 +442,8 @@ def build_parser() -> Parser:
                    "a study without an ok result (and a new report job)")
     p.add_argument("--local", action="store_true", help="run the study here with mpiexec, one run at a time")
     p.add_argument("--ranks", default="3,5", help="with --local: world sizes, comma-separated (default 3,5)")
+    p.add_argument("--emulated", action="store_true",
+                   help="with --local: run across the emulated nodes (jobs/local/emulated-cluster.sh up)")
     p.add_argument("--timeout", type=float, default=600.0, help="with --local: seconds allowed per run")
     p.set_defaults(func=cmd_sweep)
 

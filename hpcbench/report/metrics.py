@@ -41,7 +41,8 @@ def settings(rec: RunRecord) -> Settings:
     """Every setting that makes a run what it is, but the algorithm, the worker count and the seed."""
     config = {k: v for k, v in rec.attrs["config"].items() if k not in NOT_SETTINGS}
     sim = {f"sim.{k}": v for k, v in rec.simulation.items() if k not in NOT_SIM_SETTINGS}
-    return tuple(sorted((k, setting_text(v)) for k, v in {**flatten(config), **sim}.items()))
+    network = {"network": rec.provenance["network"]} if rec.provenance.get("network") else {}
+    return tuple(sorted((k, setting_text(v)) for k, v in {**flatten(config), **sim, **network}.items()))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ import numpy as np
 #    the budget); final_models' x_sum became mass (Σ w·z); /server/learning_rate; config.schedule.
 # 3: /evals gained val_loss and val_accuracy (the validation split held out by val_fraction; NaN
 #    without one); /summary gained final_val_loss and final_val_accuracy.
-SCHEMA_VERSION = 3
+# 4: /provenance gained network (the emulated links a run crossed; "" before and elsewhere) and the
+#    per-rank local_ranks.
+SCHEMA_VERSION = 4
 
 # Every name a result file holds is declared here, once; the writer refuses any other, the reader,
 # the report and the algorithms take their names from here.
@@ -28,9 +30,12 @@ PROVENANCE_ATTRS = ("hpcbench_version", "python_version", "torch_version", "nump
                     "cuda_version", "git_commit", "git_dirty", "platform", "environment", "progress_mode",
                     "slurm_job_id", "slurm_array_job_id", "slurm_array_task_id", "slurm_job_nodelist", "slurm_nnodes",
                     "slurm_ntasks", "slurm_tasks_per_node", "mpi_library_version", "mpi_vendor", "mpi_standard",
-                    "mpi4py_version")
+                    "mpi4py_version", "network")
+# "network": the links the ranks ran over when they were emulated (jobs/local/mpiexec-emulated sets
+# HPCBENCH_EMULATED, e.g. "emulated nodes=3,rate=100mbit,burst=256kb"); "" on a real machine or cluster.
 SIM_PROVENANCE_ATTRS = ("sim_wall_s", "sim_events")  # the simulator's own cost, in sim mode only
-PROVENANCE_PER_RANK = ("hostnames", "devices", "threads")
+# local_ranks: each rank's index among the ranks on its node (schema 4; "" in older files)
+PROVENANCE_PER_RANK = ("hostnames", "devices", "threads", "local_ranks")
 TIMELINE_COLUMNS = ("rank", "step", "phase", "op", "t_start", "t_end", "nbytes")
 EVAL_COLUMNS = ("t", "samples", "updates", "loss", "accuracy", "consensus", "val_loss", "val_accuracy")
 # /server/<table>: rows an algorithm records on rank 0, "t" first (stamped by the driver), then the

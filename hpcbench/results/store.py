@@ -228,10 +228,12 @@ def _read(f: h5py.File, path: str | os.PathLike) -> RunRecord:
     evals = _read_columns(f["evals"])
     for name in ("val_loss", "val_accuracy"):  # schema 3: no validation split before
         evals.setdefault(name, np.full(len(evals["t"]), np.nan))
+    per_rank = {k: [_plain(x) for x in prov[k][()]] for k in prov}
+    per_rank.setdefault("local_ranks", [""] * len(per_rank.get("hostnames", ())))  # schema 4 added them
     return RunRecord(
         attrs=attrs,
-        provenance={k: _plain(v) for k, v in prov.attrs.items()},
-        per_rank={k: [_plain(x) for x in prov[k][()]] for k in prov},
+        provenance={"network": "", **{k: _plain(v) for k, v in prov.attrs.items()}},  # schema 4 added network
+        per_rank=per_rank,
         timeline=timeline,
         phases=tuple(json.loads(tl.attrs["phases"])),
         ops=ops,

@@ -1,6 +1,7 @@
 """Launching ``mpiexec`` from Python (demo, local sweeps, tests) and knowing our rank before MPI starts."""
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -22,6 +23,9 @@ MPICH_OVERSUBSCRIBED = {
 }
 OPENMPI_OVERSUBSCRIBED = {"PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
                           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+# The emulated cluster (jobs/local/emulated-cluster.sh) and its launcher, in the repository beside the package.
+EMULATED_STATE = Path("/run/hpcbench-emulated/cluster")
+EMULATED_LAUNCHER = Path(__file__).resolve().parents[2] / "jobs" / "local" / "mpiexec-emulated"
 OPENMPI_AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
@@ -67,11 +71,34 @@ def launch_env(ranks: int, base: dict[str, str] | None = None) -> dict[str, str]
     return env
 
 
-def mpi_command(ranks: int, args: Sequence[str]) -> list[str]:
-    return [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "hpcbench", *args]
+def emulated_nodes() -> int:
+    """How many nodes the emulated cluster (jobs/local/emulated-cluster.sh) has up; UsageError if none."""
+    try:
+        state = dict(line.split("=", 1) for line in EMULATED_STATE.read_text().split())
+        nodes = int(state["nodes"])
+    except (OSError, ValueError, KeyError):
+        raise UsageError("--emulated: no emulated cluster is up; start one as root with "
+                         "jobs/local/emulated-cluster.sh up --nodes N --rate R") from None
+    if not EMULATED_LAUNCHER.exists():
+        raise UsageError(f"--emulated needs the repository's launcher {EMULATED_LAUNCHER} (run from a checkout)")
+    return nodes
 
 
-def run_ranks(ranks: int, args: Sequence[str], timeout: float, capture: bool = False) -> subprocess.CompletedProcess:
-    """Run ``hpcbench ARGS`` on ``ranks`` local MPI ranks, killed after ``timeout`` seconds."""
-    return subprocess.run(mpi_command(ranks, args), env=launch_env(ranks), timeout=timeout, text=True,
+def mpi_command(ranks: int, args: Sequence[str], emulated: bool = False) -> list[str]:
+    """``mpiexec`` running ``hpcbench ARGS`` on ``ranks`` ranks; ``emulated``: across the emulated
+    cluster's nodes, filled in turn as Slurm's block distribution does (rank 0 on the first node)."""
+    program = [sys.executable, "-m", "mpi4py", "-m", "hpcbench", *args]
+    if not emulated:
+        return [mpiexec_path(), "-n", str(ranks), *program]
+    per_node = math.ceil(ranks / emulated_nodes())
+    return [str(EMULATED_LAUNCHER), "-n", str(ranks), "-ppn", str(per_node), *program]
+
+
+def run_ranks(ranks: int, args: Sequence[str], timeout: float, capture: bool = False,
+              emulated: bool = False) -> subprocess.CompletedProcess:
+    """Run ``hpcbench ARGS`` on ``ranks`` MPI ranks here (or across the emulated cluster), killed after
+    ``timeout`` seconds."""
+    env = launch_env(ranks)
+    env["MPIEXEC"] = mpiexec_path()  # the emulated cluster's launcher wraps this one
+    return subprocess.run(mpi_command(ranks, args, emulated), env=env, timeout=timeout, text=True,
                           capture_output=capture)

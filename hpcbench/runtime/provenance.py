@@ -42,6 +42,12 @@ def progress_mode() -> str:
     return "polling (rank 0 tests requests while idle)"
 
 
+def network() -> str:
+    """The emulated network the ranks run over ("" when none): set by jobs/local/mpiexec-emulated."""
+    emulated = os.environ.get("HPCBENCH_EMULATED", "")
+    return f"emulated {emulated}" if emulated else ""
+
+
 def software() -> dict[str, object]:
     torch = sys.modules.get("torch")  # a payload run never loads it: its version is read from the package
     commit, dirty = git_state()
@@ -57,6 +63,7 @@ def software() -> dict[str, object]:
         "platform": platform.platform(),
         "environment": relevant_environment(),
         "progress_mode": progress_mode(),
+        "network": network(),
     }
     for name in SLURM_IDS:
         info[name.lower()] = os.environ.get(name, "")

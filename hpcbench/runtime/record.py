@@ -148,7 +148,7 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[dict[str, Any
         "config": resolved_config(run, model_parameters or ctx.size),
     }
     per_rank = {"hostnames": [p["host"] for p in parts], "devices": [p["device"] for p in parts],
-                "threads": [str(p["threads"]) for p in parts]}
+                "threads": [str(p["threads"]) for p in parts], "local_ranks": [str(p["local_rank"]) for p in parts]}
     return RunRecord(attrs=attrs, provenance=provenance, per_rank=per_rank, timeline=timeline, phases=PHASES, ops=OPS,
                      clock_offsets=np.asarray(offsets, dtype=np.float64), evals=evals, tables=tables,
                      summary=summary, final_params=np.asarray(final, dtype=np.float32),

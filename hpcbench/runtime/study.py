@@ -27,8 +27,10 @@ def parse_ranks(text: str) -> list[int]:
 
 
 def run_local(algos: Sequence[str], ranks: Sequence[int], run_args: Sequence[str], out_dir: str,
-              timeout: float, repeats: int = 1, replace: bool = False) -> tuple[list[Path], list[str]]:
-    """Run each point in turn; returns (result files, failure descriptions).
+              timeout: float, repeats: int = 1, replace: bool = False,
+              emulated: bool = False) -> tuple[list[Path], list[str]]:
+    """Run each point in turn; returns (result files, failure descriptions). ``emulated``: across the
+    emulated cluster's nodes (jobs/local/emulated-cluster.sh).
 
     A point that already has an ``ok`` result is kept and not run again (unless ``replace``: the
     demo, which owns its directory); a failed or unreadable one is run again and replaced.
@@ -60,7 +62,7 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], run_args: Sequence[str
             args += ["--set", f"seed={repeat}"]
         t0 = time.monotonic()
         try:
-            proc = run_ranks(world, args, timeout, capture=True)
+            proc = run_ranks(world, args, timeout, capture=True, emulated=emulated)
             ok = proc.returncode == 0
             why = (proc.stderr.strip().splitlines() or ["exit code %d" % proc.returncode])[-1]
         except subprocess.TimeoutExpired:

@@ -115,9 +115,10 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     else:
         logs.score(lambda p: (float("nan"),) * 4)
     parts = [{"rank": r, "host": "virtual", "device": "virtual", "start": 0.0, "end": engine.end[r], "threads": 1,
+              "local_rank": r,
               "timeline": engine.timelines[r].columns()} for r in range(n + 1)]
     provenance: dict[str, Any] = {**software(), "mpi_library_version": "none (simulated)", "mpi_vendor": "none",
-                                  "mpi_standard": "none", "mpi4py_version": "none", "sim_wall_s": wall,
+                                  "mpi_standard": "none", "mpi4py_version": "none", "network": "", "sim_wall_s": wall,
                                   "sim_events": engine.events}
     simulation = {**dataclasses.asdict(sim), "model_parameters": workload.size, "algorithm_parameters": algo.ctx.size,
                   "gradients": gradients}

@@ -1,0 +1,136 @@
+"""Several nodes on this machine: real MPI runs across network namespaces joined by shaped links.
+
+Opt-in (root): with HPCBENCH_TEST_NETNS=1 (CI sets it) the tests bring up an emulated cluster with
+jobs/local/emulated-cluster.sh, run parameter-server, gossip and all-reduce jobs across its nodes, and
+take it down again; otherwise they skip and say how to enable them.
+"""
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import requires_mpi
+from hpcbench.results.store import read_run
+from hpcbench.runtime.launch import EMULATED_STATE, launch_env, mpi_command
+
+pytestmark = [requires_mpi, pytest.mark.timeout(600)]
+ROOT = Path(__file__).resolve().parent.parent
+CLUSTER = ROOT / "jobs" / "local" / "emulated-cluster.sh"
+NODES = ("enode1", "enode2")
+FLOATS = 100_000  # 400 KB messages
+RATES = {"50mbit": 50e6 / 8, "400mbit": 400e6 / 8}  # bytes per second
+
+
+def cluster(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(CLUSTER), *args], capture_output=True, text=True, timeout=120)
+
+
+def leftovers() -> list[str]:
+    """What an emulated cluster leaves on the machine: namespaces, links, hosts lines, state."""
+    found = [line for line in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
+             if line.startswith("enode")]
+    found += [line for line in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.split("\n")
+              if "enode" in line or "hpcb-br0" in line]
+    found += [line for line in Path("/etc/hosts").read_text().splitlines() if "hpcbench-emulated" in line]
+    found += [str(p) for p in (EMULATED_STATE, *(Path("/etc/netns") / n for n in NODES)) if p.exists()]
+    return found
+
+
+@pytest.fixture(scope="module")
+def nodes():
+    if os.environ.get("HPCBENCH_TEST_NETNS") != "1":
+        pytest.skip("set HPCBENCH_TEST_NETNS=1 (as root) to bring up an emulated cluster of network namespaces "
+                    "with jobs/local/emulated-cluster.sh for these tests")
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
+        pytest.skip("the emulated cluster needs root and iproute2 (ip, tc)")
+    if EMULATED_STATE.exists():
+        pytest.skip("an emulated cluster is already up: these tests make (and remove) their own")
+    made = cluster("up", "--nodes", "2", "--rate", "50mbit")
+    try:
+        if made.returncode != 0:
+            pytest.skip(f"could not bring up the emulated cluster here: {made.stderr.strip()[-300:]}")
+        yield made.stdout
+    finally:
+        cluster("down")
+
+
+def link_bytes(node: str) -> int:
+    """Bytes that crossed ``node``'s link so far, both ways (counted at the bridge's end)."""
+    out = subprocess.run(["ip", "-j", "-s", "link", "show", f"v-{node}"], capture_output=True, text=True, check=True)
+    stats = json.loads(out.stdout)[0]["stats64"]
+    return int(stats["rx"]["bytes"]) + int(stats["tx"]["bytes"])
+
+
+def run_across(tmp: Path, algo: str, *extra: str) -> tuple[object, int]:
+    """``algo`` on 4 ranks over the 2 nodes (payload workload); → (its record, bytes over enode2's link)."""
+    out = tmp / f"{algo}.h5"
+    args = ["run", "--algo", algo, "--model", "payload", "--set", f"payload.params={FLOATS}",
+            "--compute", "gamma:shape=100,mean=0.005", "--steps", "10", "--out", str(out), "--overwrite", *extra]
+    env = {**launch_env(4), "MPIEXEC": mpi_command(1, [])[0]}
+    before = link_bytes("enode2")
+    proc = subprocess.run(mpi_command(4, args, emulated=True), env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    return read_run(out), link_bytes("enode2") - before
+
+
+def test_up_says_what_it_made_and_is_idempotent(nodes):
+    assert "created node enode1 (198.18.0.1)" in nodes and "created bridge hpcb-br0" in nodes
+    again = cluster("up", "--nodes", "2", "--rate", "50mbit")
+    assert again.returncode == 0 and "created" not in again.stdout
+    status = cluster("status").stdout
+    assert "2 nodes, links 50mbit" in status and status.count(" up ") == 2
+    hosts = Path("/etc/hosts").read_text()
+    assert hosts.count("hpcbench-emulated") == 2 and "198.18.0.2 enode2" in hosts
+
+
+def test_bad_options_are_one_line_and_change_nothing(nodes):
+    for args, message in [(("up", "--nodes", "1", "--rate", "1gbit"), "--nodes must be 2..16"),
+                          (("up", "--nodes", "2", "--rate", "fast"), "--rate must be a tc rate"),
+                          (("sideways",), "unknown command 'sideways'; valid: up")]:
+        proc = cluster(*args)
+        assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert "2 nodes, links 50mbit" in cluster("status").stdout
+
+
+@pytest.mark.parametrize("algo", ["asgd", "sgp", "allreduce"])
+def test_a_run_across_nodes_records_its_placement_and_its_traffic_crosses_the_links(nodes, tmp_path, algo):
+    rec, crossed = run_across(tmp_path, algo)
+    assert rec.attrs["status"] == "ok"
+    # Slurm's block placement: rank 0 and worker 1 on the first node, workers 2 and 3 on the second.
+    assert rec.per_rank["hostnames"] == ["enode1", "enode1", "enode2", "enode2"]
+    assert rec.per_rank["local_ranks"] == ["0", "1", "0", "1"]
+    assert rec.provenance["network"] == "emulated nodes=2,rate=50mbit,burst=256kb"
+    assert json.loads(rec.provenance["environment"])["UCX_TLS"] == "tcp,self"
+    # What the second node's ranks sent and received went over its link (over shared memory, almost
+    # nothing would: ~15 KB for 4 MB all-reduced), and not many times more.
+    timeline = rec.timeline
+    remote = (timeline["rank"] >= 2) & (timeline["op"] != rec.ops.index("Compute"))
+    moved = int(timeline["nbytes"][remote].sum())
+    assert moved > 10 * 4 * FLOATS
+    assert 0.5 * moved < crossed < 4 * int(timeline["nbytes"].sum()) + 5_000_000
+
+
+def test_shaped_links_slow_an_all_reduce_as_their_rate_says(nodes, tmp_path):
+    medians = {}
+    for rate in RATES:
+        assert cluster("up", "--nodes", "2", "--rate", rate).returncode == 0  # reshapes in place
+        rec, crossed = run_across(tmp_path, "allreduce", "--set", "evals=1")
+        assert rec.provenance["network"].startswith(f"emulated nodes=2,rate={rate}")
+        # No run moves its bytes faster than its link (each direction carries about half of them; some
+        # crossed before and after the timed window: start-up, the final gather).
+        assert rec.summary["wall_s"] > 0.5 * (crossed / 2) / RATES[rate]
+        medians[rate] = rec.summary["median_step_s"]
+    assert medians["50mbit"] > 3 * medians["400mbit"]  # 8x the rate; start-up and compute do not shrink
+    cluster("up", "--nodes", "2", "--rate", "50mbit")
+
+
+def test_down_removes_exactly_what_up_made(nodes):
+    hosts_before = [line for line in Path("/etc/hosts").read_text().splitlines() if "hpcbench-emulated" not in line]
+    proc = cluster("down")
+    assert proc.returncode == 0 and "removed node enode1" in proc.stdout
+    assert leftovers() == []
+    assert Path("/etc/hosts").read_text().splitlines() == hosts_before
+    assert "no emulated cluster" in cluster("status").stdout
