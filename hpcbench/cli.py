@@ -276,9 +276,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print_report(files)
         return 1 if failures else 0
     nodes = sweep.parse_counts(args.nodes, "--nodes", 1)
-    sweep.check_worlds(algos, nodes, args.tasks_per_node)
     res = sweep.resources(args.tasks_per_node, args.cpus_per_task, args.gpus_per_task, args.time, args.partition,
-                          args.account, args.mpi, args.setup, args.shared, args.mem, args.constraint, args.sbatch_arg)
+                          args.account, args.mpi, args.setup, args.shared, args.mem, args.constraint, args.sbatch_arg,
+                          args.rank0)
+    sweep.check_worlds(algos, nodes, res)
     points = sweep.plan_points(algos, nodes, args.repeats)
     scripts, report = sweep.write_study(out_dir, points, res, base_args)
     print(f"wrote {len(scripts)} run jobs, {report} and {out_dir / 'submit.sh'}")
@@ -424,7 +425,10 @@ def build_parser() -> Parser:
                    "points without an ok result (those are never rewritten)")
     p.add_argument("--tasks-per-node", type=int, default=1, help="MPI ranks per node (default 1)")
     p.add_argument("--cpus-per-task", type=int, default=1, help="cores per rank; sets torch threads (default 1)")
-    p.add_argument("--gpus-per-task", type=int, default=0, help="GPUs per rank, e.g. 1 (default none)")
+    p.add_argument("--gpus-per-task", type=int, default=0, help="GPUs per worker, e.g. 1 (default none)")
+    p.add_argument("--rank0", choices=("extra", "slot"), help="extra: rank 0 is one task more on the first node "
+                   "and every slot trains (default with --gpus-per-task); slot: rank 0 takes a slot (default "
+                   "without GPUs)")
     p.add_argument("--time", default="01:00:00", help="time limit per run job (default 01:00:00)")
     p.add_argument("--partition", help="Slurm partition")
     p.add_argument("--account", help="Slurm account")

@@ -191,3 +191,15 @@ def test_the_simulator_refuses_non_finite_cluster_parameters(tmp_path, capsys):
         out = tmp_path / "never.h5"
         refused_here(capsys, ["simulate", "--algo", "asgd", "--workers", "2", "--steps", "2", *args, "--out",
                               str(out)], out, message)
+
+
+def test_a_sweep_across_emulated_nodes_needs_local_and_a_cluster_that_is_up(tmp_path, capsys, monkeypatch):
+    from hpcbench.runtime import launch
+
+    monkeypatch.setattr(launch, "EMULATED_STATE", tmp_path / "no-cluster")
+    study = ["sweep", "--algos", "asgd", "--steps", "5", "--out-dir", str(tmp_path / "study")]
+    refused_here(capsys, [*study, "--emulated"], None, "--emulated runs a local sweep across the emulated nodes: "
+                 "give --local too")
+    refused_here(capsys, [*study, "--local", "--emulated"], None,
+                 "--emulated: no emulated cluster is up; start one as root with jobs/local/emulated-cluster.sh up")
+    assert not (tmp_path / "study").exists()  # refused before the study directory was made

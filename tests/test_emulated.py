@@ -15,6 +15,7 @@ import pytest
 from conftest import requires_mpi
 from hpcbench.results.store import read_run
 from hpcbench.runtime.launch import EMULATED_STATE, launch_env, mpi_command
+from hpcbench.runtime.placement import gpu_index
 
 pytestmark = [requires_mpi, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,6 +112,24 @@ def test_a_run_across_nodes_records_its_placement_and_its_traffic_crosses_the_li
     moved = int(timeline["nbytes"][remote].sum())
     assert moved > 10 * 4 * FLOATS
     assert 0.5 * moved < crossed < 4 * int(timeline["nbytes"].sum()) + 5_000_000
+
+
+def test_rank0_as_an_extra_task_leaves_each_worker_a_gpu_of_its_own(nodes, tmp_path):
+    # The layout of `sweep --rank0 extra` on 2 nodes × 2 GPUs: 5 tasks, block-placed (3 on the first
+    # node), each seeing its node's 2 GPUs. The run records where each rank was; the mapping a rank makes
+    # from that must give the 4 workers the 4 GPUs, one each.
+    out = tmp_path / "extra.h5"
+    args = ["run", "--algo", "asgd", "--model", "payload", "--set", "payload.params=1000", "--steps", "5",
+            "--compute", "gamma:shape=100,mean=0.001", "--out", str(out)]
+    env = {**launch_env(5), "MPIEXEC": mpi_command(1, [])[0]}
+    proc = subprocess.run(mpi_command(5, args, emulated=True), env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    rec = read_run(out)
+    hosts, local = rec.per_rank["hostnames"], [int(i) for i in rec.per_rank["local_ranks"]]
+    assert hosts == ["enode1"] * 3 + ["enode2"] * 2
+    gpus = [(hosts[r], gpu_index(r, local[r], hosts[r] == hosts[0], visible=2)) for r in range(5)]
+    assert sorted(gpus[1:]) == [("enode1", 0), ("enode1", 1), ("enode2", 0), ("enode2", 1)]
+    assert gpus[0] == ("enode1", 0)  # rank 0 evaluates beside worker 1
 
 
 def test_shaped_links_slow_an_all_reduce_as_their_rate_says(nodes, tmp_path):

@@ -8,8 +8,8 @@ import pytest
 
 from conftest import mpirun, ok, requires_mpi
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.algorithms.decentral import model_frame
-from hpcbench.algorithms.ops import Allreduce, Compute, Gradient, Publish, Send
+from hpcbench.algorithms.decentral import EVALUATE, NO_MORE, model_frame
+from hpcbench.algorithms.ops import Allreduce, Compute, Gradient, Poll, Publish, Recv, Send
 from hpcbench.cli import main
 from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
@@ -33,8 +33,9 @@ def start() -> np.ndarray:
 
 
 def program_models(algo: str, momentum: float, **options) -> dict[int, np.ndarray]:
-    """Drive the n real worker programs in lockstep; → {step: models[worker]} for the steps after which
-    every worker published its model. A bucketed compute is a collective: it returns the summed gradient."""
+    """Drive the n real worker programs in lockstep, as rank 0 asking every worker for a snapshot after
+    every step; → {step: models[worker]} for the steps after which every worker kept (or published) its
+    model. A bucketed compute is a collective: it returns the summed gradient."""
     cfg = RunConfig(algo=algo, steps=STEPS, lr=LR, momentum=momentum, warmup_epochs=0.0,
                     options={algo: options} if options else {})
     cls = ALGORITHMS.get(algo)
@@ -59,11 +60,15 @@ def program_models(algo: str, momentum: float, **options) -> dict[int, np.ndarra
                     break
                 if isinstance(op, Compute):
                     results[r] = Gradient(gradient(r, op.params), 0.0, 1, 0)
-                elif isinstance(op, Publish):
+                elif isinstance(op, Publish):  # its "model" window, or a snapshot it keeps
                     models[r][frame.integer(op.data, "updates")] = frame.view(op.data, "z").copy()
                 elif isinstance(op, Allreduce):
                     waiting[r] = op.data.copy()
                     break
+                elif isinstance(op, Poll):  # rank 0 asks for a snapshot after every step
+                    results[r] = [(0, EVALUATE.pack(k=0))]
+                elif isinstance(op, Recv):  # done: rank 0 says nothing more is coming
+                    results[r] = (0, EVALUATE.pack(k=NO_MORE))
                 else:
                     assert isinstance(op, Send)  # progress reports to rank 0
         if waiting:
@@ -94,8 +99,8 @@ def naive_local_sgd(period: int, momentum: float) -> np.ndarray:
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
 def test_period_one_is_allreduce_step_for_step(momentum):
     local = program_models("local-sgd", momentum, period=1)
-    sync = program_models("allreduce", momentum)  # publishes only when it reports progress
-    assert sorted(local) == list(range(1, STEPS + 1)) and STEPS in sync and len(sync) >= 2
+    sync = program_models("allreduce", momentum)
+    assert sorted(local) == list(range(1, STEPS + 1)) and sorted(sync) == list(range(1, STEPS + 1))
     for step, models in sync.items():
         np.testing.assert_allclose(local[step], models, rtol=2e-6, atol=2e-6)
     assert all((m == m[:1]).all() for m in local.values())  # identical replicas after every average

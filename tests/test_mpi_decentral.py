@@ -17,11 +17,11 @@ pytestmark = [requires_mpi, pytest.mark.timeout(600)]
 SMALL = ("--dataset", "digits", "--model", "mlp", "--steps", "40", "--lr", "0.1", "--set", "evals=5")
 BUDGET = 4 * 40 * 32
 ALGOS = [("easgd", ()), ("easgd-sync", ()), ("gossip", ()), ("gossip", ("--set", "gossip.variant=push")),
-         ("sgp", ()), ("osgp", ())]
+         ("sgp", ()), ("osgp", ()), ("allreduce", ()), ("local-sgd", ())]
 
 
 @pytest.mark.parametrize("algo, extra", ALGOS, ids=["easgd", "easgd-sync", "gossip-pull", "gossip-push", "sgp",
-                                                    "osgp"])
+                                                    "osgp", "allreduce", "local-sgd"])
 def test_runs_learn_and_write_a_complete_file(tmp_path, algo, extra):
     out = tmp_path / "r.h5"
     ok(mpirun(5, "run", "--algo", algo, *SMALL, *extra, "--out", str(out)))
@@ -38,6 +38,27 @@ def test_runs_learn_and_write_a_complete_file(tmp_path, algo, extra):
         assert (final["samples"] == 40 * 32).all()
     assert np.isfinite(rec.evals["consensus"][1:]).all()
     assert np.isfinite(rec.tables["learning_rate"]["lr"]).all()
+    evaluations_moved_no_model_while_the_workers_trained(rec)
+
+
+def evaluations_moved_no_model_while_the_workers_trained(rec) -> None:
+    """Measuring does not perturb: rank 0 reads the workers' models (their kept snapshots) only once
+    every worker has trained its last batch, yet the evaluations stand for times during training."""
+    tl, ops = rec.timeline, rec.ops
+    trained = tl["t_end"][(tl["rank"] > 0) & (tl["op"] == ops.index("Compute"))].max()
+    reads = (tl["rank"] == 0) & (tl["op"] == ops.index("Read"))
+    own_centre = tl["nbytes"] == 4 * rec.attrs["config"]["parameters"]  # easgd: rank 0's own window, no link
+    assert reads.any() and (tl["t_start"][reads & ~own_centre] >= trained).all()
+    t, samples = rec.evals["t"], rec.evals["samples"]
+    assert len(t) >= 5 and (np.diff(t) >= 0).all() and (np.diff(samples) >= 0).all()
+    # Snapshots stand for times during training (the one at the whole budget may be noted as the last
+    # reports come in), the final evaluation for the end.
+    assert (t[1:-2] < trained).all() and t[-1] >= trained
+    # Snapshot k is kept once the workers' reports reach k·eval_every samples, never before.
+    every = rec.attrs["config"]["eval_every"]
+    assert (samples[1:-1] >= every * np.arange(1, len(t) - 1)).all()
+    if rec.algorithm == "allreduce":  # identical replicas: every worker kept the same step
+        assert (rec.evals["consensus"][1:] == 0).all()
 
 
 @pytest.mark.parametrize("algo", ["sgp", "osgp"])

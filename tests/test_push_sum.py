@@ -13,7 +13,7 @@ import pytest
 
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms import decentral
-from hpcbench.algorithms.ops import Compute, FetchAdd, Gradient, Publish, Recv, Send
+from hpcbench.algorithms.ops import Compute, FetchAdd, Gradient, Poll, Publish, Recv, Send
 from hpcbench.algorithms.topology import exponential_hops, exponential_in_peer
 from hpcbench.cli import main
 from hpcbench.config import RunConfig
@@ -53,6 +53,8 @@ def drive_with_slow_in_peers(tau: int, algo: str = "osgp"):
             result = Gradient(np.zeros(4, np.float32), 0.0, 1, 0)
         elif isinstance(op, FetchAdd):  # the shared budget runs out after STOP_AFTER of our steps
             result = 0 if computes < STOP_AFTER else program_owner.ctx.budget
+        elif isinstance(op, (Poll, Recv)) and op.channel == "evaluate":
+            result = coordinator(op)
         elif isinstance(op, Recv):
             assert op.channel == "push"
             if op.timeout == 0:
@@ -67,6 +69,12 @@ def drive_with_slow_in_peers(tau: int, algo: str = "osgp"):
             markers.append(op.dest)
         else:
             assert isinstance(op, (Send, Publish))
+
+
+def coordinator(op: Poll | Recv) -> object:
+    """Rank 0's side of the "evaluate" channel: no snapshot is asked for; a done worker hears that none
+    is coming."""
+    return [] if isinstance(op, Poll) else (0, decentral.EVALUATE.pack(k=decentral.NO_MORE))
 
 
 @pytest.mark.parametrize("tau", [0, 1, 2, 3])
@@ -106,6 +114,8 @@ def test_a_message_that_lands_between_two_probes_is_still_taken_in_order():
             result = 0 if computes < stop else owner.ctx.budget
             if computes == stop and stop - 1 not in on_the_way + absorbed:
                 on_the_way.append(stop - 1)  # the in-peer's last one
+        elif isinstance(op, (Poll, Recv)) and op.channel == "evaluate":
+            result = coordinator(op)
         elif isinstance(op, Recv):
             probes_since_compute += 1
             if op.timeout == 0 and probes_since_compute == 1:

@@ -60,8 +60,9 @@ def wait_for_jobs(ids: list[str], timeout: float) -> None:
 
 
 def test_a_two_point_sweep_runs_under_sbatch_and_its_report_job_follows(slurm, tmp_path):
+    # Rank 0 as an extra task: 2 slots on the node give 2 workers and 3 tasks.
     out = subprocess.run(
-        [sys.executable, "-m", "hpcbench", "sweep", "--nodes", "1", "--tasks-per-node", "3",
+        [sys.executable, "-m", "hpcbench", "sweep", "--nodes", "1", "--tasks-per-node", "2", "--rank0", "extra",
          "--algos", "asgd,allreduce", "--set", "steps=15", "--out-dir", str(tmp_path), "--submit"],
         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -48,6 +48,39 @@ def test_run_job_script_line_by_line():
     ]
 
 
+def test_rank0_as_an_extra_task_gives_every_gpu_slot_a_worker():
+    res = Resources(tasks_per_node=4, gpus_per_task=1, rank0="extra", mpi="pmi2", setup=())
+    script = run_job("j", 8, res, ["run", "--algo", "asgd"], "/l").splitlines()
+    assert script[2:6] == ["#SBATCH --nodes=8", "#SBATCH --ntasks=33", "#SBATCH --cpus-per-task=1",
+                           "#SBATCH --gpus-per-node=4"]
+    assert not any("--ntasks-per-node" in line or "--gpus-per-task" in line for line in script)
+    assert script[-1] == "srun --mpi=pmi2 --distribution=block python -m mpi4py -m hpcbench run --algo asgd"
+    assert res.ranks(8) == 33 and Resources(tasks_per_node=4).ranks(8) == 32
+
+
+@pytest.mark.parametrize("flags, ntasks, gpus", [
+    (["--gpus-per-task", "1"], "#SBATCH --ntasks=9", "#SBATCH --gpus-per-node=4"),  # GPU jobs: extra by default
+    ([], "#SBATCH --ntasks-per-node=4", None),  # CPU jobs: rank 0 takes a slot
+    (["--gpus-per-task", "2", "--rank0", "slot"], "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-task=2"),
+])
+def test_sweep_chooses_where_rank0_goes(tmp_path, flags, ntasks, gpus):
+    code, out, err = cli("sweep", "--algos", "asgd", "--nodes", "2", "--tasks-per-node", "4", "--mpi", "pmi2",
+                         "--out-dir", str(tmp_path), *flags)
+    assert code == 0, err
+    script = (tmp_path / "runs" / "asgd-n2.sbatch").read_text().splitlines()
+    assert ntasks in script
+    assert (gpus in script) if gpus else not any("gpus" in line for line in script)
+
+
+def test_rank0_extra_counts_rank0_when_checking_the_world_size(tmp_path):
+    # One node with one slot is a world of 2 with rank 0 extra: enough for asgd (one worker).
+    code, _, err = cli("sweep", "--algos", "asgd", "--nodes", "1", "--rank0", "extra", "--mpi", "pmi2",
+                       "--out-dir", str(tmp_path))
+    assert code == 0, err
+    code, _, err = cli("sweep", "--algos", "asgd", "--nodes", "1", "--mpi", "pmi2", "--out-dir", str(tmp_path / "b"))
+    assert code == 2 and "asgd needs 2+ ranks but 1 node(s) × 1 task(s) give 1" in err
+
+
 def test_cpu_job_has_no_gpu_line_and_defaults_to_pmi2():
     script = run_job("j", 8, Resources(), ["run", "--algo", "sgp"], "/l")
     assert "--gpus-per-task" not in script and "--partition" not in script

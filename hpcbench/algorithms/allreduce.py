@@ -44,15 +44,15 @@ class AllReduceSgd(Algorithm):
             raise UsageError(f"allreduce.bucket_mb must be > 0 MiB, got {options.bucket_mb:g}")
 
     def layout(self) -> Layout:
-        return decentral.layout(self.ctx.params, until_budget=False)
+        return decentral.layout(self.ctx, until_budget=False)
 
     def server(self) -> Program:
-        return decentral.coordinate(self.ctx)
+        return decentral.coordinate(self.ctx, not self.asynchronous)
 
     def worker(self, rank: int) -> Program:
         ctx = self.ctx
         theta = ctx.params.copy()
-        reporter = decentral.Reporter(ctx)
+        reporter = decentral.Reporter(ctx, not self.asynchronous)
         buf = np.zeros_like(theta) if ctx.momentum else None
         scale = np.float32(1.0 / ctx.workers)
         for step in range(ctx.steps):
@@ -64,6 +64,6 @@ class AllReduceSgd(Algorithm):
                 total = yield Allreduce(result.grad)
             reporter.trained(result, decentral.local_sgd(ctx, theta, total * scale, theta, buf, step))
             done = step + 1 == ctx.steps
-            if reporter.due(step + 1, done):  # rank 0 evaluates only after reports: publish for those
+            if done:  # the final model, for rank 0 to read (snapshots are kept as rank 0 asks)
                 yield decentral.publish(self.frame, ctx, step + 1, theta)
-            yield from reporter.report(step + 1, done)
+            yield from reporter.report(step + 1, lambda: decentral.packed(self.frame, ctx, step + 1, theta), done)

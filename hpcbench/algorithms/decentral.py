@@ -1,22 +1,30 @@
 """Shared parts of the decentralized algorithms: the published worker model and rank 0's coordinator.
 
 Every worker publishes (samples, weight, z) in its own "model" window after each step and reports
-its progress to rank 0 with a small nonblocking message (the last report says it is done). Rank 0
-reads the model windows one-sidedly, without stopping anyone, only when it evaluates: the average
-of the de-biased models z_i, with the consensus distance mean ‖z_i − z̄‖ beside it. Reports, not
-reads, carry progress because a one-sided read of a computing worker waits until that worker next
-enters MPI. Synchronous methods take equal steps; asynchronous ones claim each batch from a shared
-budget counter on rank 0, so fast workers are not held to a straggler's share.
+its progress to rank 0 with a small nonblocking message (the last report says it is done).
+Evaluating measures without moving models while the run goes on. When the workers' reports add up
+to the k-th multiple of ``eval_every`` samples, rank 0 notes the time, and snapshot k is kept by each
+worker in slot k−1 of its own "kept" window (a local copy: no traffic): by workers of a synchronous
+method at the step whose samples (step × batch × workers) first reach that multiple, all at the same
+step (each reports at that step, so rank 0 learns of it then); by workers of an asynchronous one
+after the step during which an 8-byte request from rank 0 arrives, so the snapshots are a cut at one
+time. When every worker is done, rank 0 reads the kept snapshots (a worker that had finished before
+a request is represented by its final model) and evaluates each: the average of the de-biased
+models z_i at the time it noted, with the consensus distance mean ‖z_i − z̄‖ beside it. Synchronous
+methods take equal steps; asynchronous ones claim each batch from a shared budget counter on rank 0,
+so fast workers are not held to a straggler's share.
 """
 from __future__ import annotations
+
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 from hpcbench.algorithms.api import ChannelSpec, Context, Layout, Program, Sub, WindowSpec
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.meter import TrainingMeter
-from hpcbench.algorithms.ops import (SERVER, WATCHED, Compute, Evaluate, FetchAdd, Gradient, Publish, Read, Record,
-                                     Recv, Send)
+from hpcbench.algorithms.ops import (SERVER, WATCHED, Compute, Evaluate, FetchAdd, Gradient, Poll, Publish, Read,
+                                     Record, Recv, Send, Timestamp)
 from hpcbench.algorithms.rules import momentum_direction
 
 # samples: done so far; loss_sum, correct, seen: training loss and right answers since the last report;
@@ -24,6 +32,9 @@ from hpcbench.algorithms.rules import momentum_direction
 PROGRESS = Frame(samples=(np.int64, 1), done=(np.int64, 1), loss_sum=(np.float64, 1), correct=(np.int64, 1),
                  seen=(np.int64, 1), lr=(np.float64, 1))
 # mass: the worker's share of Σ_i w_i·Σ z_i (push-sum numerator), summed in float64
+# rank 0 → a worker: keep your model as snapshot k; NO_MORE: nothing more is coming, you may end
+EVALUATE = Frame(k=(np.int64, 1))
+NO_MORE = -1
 
 
 def model_frame(size: int) -> Frame:
@@ -32,16 +43,31 @@ def model_frame(size: int) -> Frame:
                  z=(np.float32, size))
 
 
-def layout(params: np.ndarray, until_budget: bool, **extra_windows: WindowSpec) -> Layout:
-    """``until_budget``: workers share the sample budget through a counter on rank 0 ("budget")."""
+def snapshots(ctx: Context) -> int:
+    """The most snapshots rank 0 asks for while the workers train: one per ``eval_every`` samples."""
+    return ctx.budget // ctx.eval_every + 1
+
+
+def slot_bytes(ctx: Context, extra: int = 0) -> int:
+    """Bytes of one kept snapshot: the model frame, and ``extra`` bytes after it (EASGD's replicated
+    centre)."""
+    return model_frame(ctx.size).nbytes + extra
+
+
+def layout(ctx: Context, until_budget: bool, extra: int = 0, **extra_windows: WindowSpec) -> Layout:
+    """``until_budget``: workers share the sample budget through a counter on rank 0 ("budget");
+    ``extra``: bytes each kept snapshot holds beyond the model frame."""
+    params = ctx.params
     frame = model_frame(params.size)
     initial = frame.pack(samples=0, updates=0, weight=1.0, mass=params.sum(dtype=np.float64), z=params)
-    windows = {"model": WindowSpec("workers", frame.nbytes, initial), **extra_windows}
+    windows = {"model": WindowSpec("workers", frame.nbytes, initial),
+               "kept": WindowSpec("workers", snapshots(ctx) * slot_bytes(ctx, extra)), **extra_windows}
     if until_budget:
         windows["budget"] = WindowSpec("server", 8, None, "accumulate")
     return Layout(
         windows=windows,
-        channels={"progress": ChannelSpec("workers", "server", PROGRESS.nbytes)},
+        channels={"progress": ChannelSpec("workers", "server", PROGRESS.nbytes),
+                  "evaluate": ChannelSpec("server", "workers", EVALUATE.nbytes)},
         tables=("final_models", "learning_rate"),
     )
 
@@ -76,48 +102,83 @@ def mix(z: np.ndarray, w: float, z_in: np.ndarray, w_in: float) -> float:
 Centre = tuple[Frame, int]  # the layout of a "centre" window and the rank that holds it
 
 
-def coordinate(ctx: Context, centre: Centre | None = None) -> Program:
-    """Rank 0: evaluate every ``eval_every`` samples until every worker has reported it is done.
+class Asked(NamedTuple):
+    """A snapshot as rank 0 noted it: when, its slot, the workers that keep it, the centre rank 0 holds."""
+
+    t: float
+    slot: int
+    ranks: tuple[int, ...]
+    centre: np.ndarray | None
+
+
+def coordinate(ctx: Context, synchronous: bool, centre: Centre | None = None) -> Program:
+    """Rank 0: follow the workers' reports until every one is done, noting a snapshot every
+    ``eval_every`` samples (asking for it, when the workers are ``synchronous``ly stepping, not);
+    then evaluate the snapshots in order, and the final models.
 
     The evaluated model is the workers' de-biased average, or with ``centre`` (EASGD) the "x" of
-    the "centre" window on the given rank.
+    the "centre" window on the given rank (rank 0 copies its own when it notes a snapshot; a worker
+    that holds one keeps it in its snapshots, after the model).
     """
     frame = model_frame(ctx.size)
     ranks = ctx.worker_ranks
+    on_worker = centre is not None and centre[1] != SERVER
+    slot = slot_bytes(ctx, centre[0].nbytes if centre is not None and on_worker else 0)
     yield Evaluate(ctx.params, 0, 0)
     reported = [0] * (ctx.workers + 1)
-    total, done, next_eval = 0, 0, ctx.eval_every
+    total, next_eval = 0, ctx.eval_every
+    training = set(ranks)
+    asked: list[Asked] = []
     meter = TrainingMeter()
-    while done < ctx.workers:
+    while training:
         src, raw = yield Recv("progress", timeout=WATCHED)  # reports come as often as the run's pace allows
         samples = PROGRESS.integer(raw, "samples")
         total += samples - reported[src]
         reported[src] = samples
-        done += PROGRESS.integer(raw, "done")
+        if PROGRESS.integer(raw, "done"):
+            training.discard(src)
+            yield Send("evaluate", src, EVALUATE.pack(k=NO_MORE))  # after every request it was sent
         yield Record("learning_rate", (src, samples, PROGRESS.real(raw, "lr")))
         meter.add(PROGRESS.real(raw, "loss_sum"), PROGRESS.integer(raw, "correct"), PROGRESS.integer(raw, "seen"))
         yield meter.progress(total)
-        if total >= next_eval and done < ctx.workers:
-            yield from evaluate(frame, ranks, centre)
+        if total >= next_eval and training:
+            t = yield Timestamp()
+            k = min(total // ctx.eval_every, snapshots(ctx))
+            whom = ctx.worker_ranks if synchronous else tuple(sorted(training))
+            for rank in () if synchronous else whom:
+                yield Send("evaluate", rank, EVALUATE.pack(k=k - 1))
+            own = None
+            if centre is not None and not on_worker:
+                [raw] = yield Read("centre", (SERVER,), observe=True)  # rank 0's own window: nothing crosses a link
+                own = centre[0].view(raw, "x").copy()
+            asked.append(Asked(t, k - 1, whom, own))
             next_eval = (total // ctx.eval_every + 1) * ctx.eval_every
-    raws = yield from evaluate(frame, ranks, centre)
-    for rank, raw in zip(ranks, raws):
+    finals = yield Read("model", ranks, observe=True)
+    final_centre = None
+    if centre is not None:
+        [raw] = yield Read("centre", (centre[1],), observe=True)
+        final_centre = centre[0].view(raw, "x").copy()
+    for a in asked:
+        kept = dict(zip(a.ranks, (yield Read("kept", a.ranks, slot, observe=True, offset=a.slot * slot))))
+        raws = [kept.get(rank, final) for rank, final in zip(ranks, finals)]
+        x = a.centre
+        if on_worker:
+            assert centre is not None
+            holder = centre[1]
+            x = (centre[0].view(kept[holder][frame.nbytes:], "x").copy() if holder in kept else final_centre)
+        yield evaluation(frame, raws, x, a.t)
+    yield evaluation(frame, finals, final_centre)
+    for rank, raw in zip(ranks, finals):
         yield Record("final_models", (rank, frame.integer(raw, "samples"), frame.integer(raw, "updates"),
                                       frame.real(raw, "weight"), frame.real(raw, "mass")))
 
 
-def evaluate(frame: Frame, ranks: tuple[int, ...], centre: Centre | None) -> Sub[list[np.ndarray]]:
-    """Snapshot the model to evaluate; returns the workers' raw model windows."""
-    raws = yield Read("model", ranks, observe=True)
+def evaluation(frame: Frame, raws: list[np.ndarray], centre_x: np.ndarray | None, at: float = float("nan")) -> Evaluate:
+    """The global model of the workers' models ``raws``: their average (or ``centre_x``), at ``at``."""
     params, consensus = average(frame, raws)
-    if centre is not None:
-        centre_frame, holder = centre
-        [raw] = yield Read("centre", (holder,), observe=True)
-        params = centre_frame.view(raw, "x").copy()
     samples = sum(frame.integer(r, "samples") for r in raws)
     updates = sum(frame.integer(r, "updates") for r in raws)
-    yield Evaluate(params, samples, updates, consensus)
-    return raws
+    return Evaluate(params if centre_x is None else centre_x, samples, updates, consensus, at)
 
 
 def local_sgd(ctx: Context, x: np.ndarray, grad: np.ndarray, at: np.ndarray, buf: np.ndarray | None,
@@ -141,10 +202,15 @@ def local_step(ctx: Context, reporter: "Reporter", x: np.ndarray, buf: np.ndarra
     reporter.trained(result, local_sgd(ctx, x, result.grad, at, buf, step))
 
 
+def packed(frame: Frame, ctx: Context, step: int, z: np.ndarray, weight: float = 1.0) -> np.ndarray:
+    """This worker's model after ``step`` local steps, as its "model" window and its snapshots hold it."""
+    return frame.pack(samples=step * ctx.batch_size, updates=step, weight=weight,
+                      mass=weight * float(z.sum(dtype=np.float64)), z=z)
+
+
 def publish(frame: Frame, ctx: Context, step: int, z: np.ndarray, weight: float = 1.0) -> Publish:
-    """This worker's model after ``step`` local steps, for rank 0 to read."""
-    return Publish("model", frame.pack(samples=step * ctx.batch_size, updates=step, weight=weight,
-                                       mass=weight * float(z.sum(dtype=np.float64)), z=z))
+    """This worker's model after ``step`` local steps, for its peers and rank 0 to read."""
+    return Publish("model", packed(frame, ctx, step, z, weight))
 
 
 def report_every(ctx: Context) -> int:
@@ -170,11 +236,15 @@ class Budget:
 
 
 class Reporter:
-    """A worker's progress reports to rank 0: every few steps, and a last one when it is done."""
+    """A worker's progress reports to rank 0 (every few steps, and a last one when it is done), and
+    its snapshots: at the steps that reach a multiple of ``eval_every`` samples when it steps
+    ``synchronous``ly with the others, else as rank 0 asks."""
 
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+    def __init__(self, ctx: Context, synchronous: bool, extra: int = 0) -> None:
+        self.ctx, self.synchronous = ctx, synchronous
         self.every = report_every(ctx)
+        self.slot = slot_bytes(ctx, extra)
+        self.reached = 0  # synchronous: the multiples of eval_every kept so far
         self.loss_sum, self.correct, self.seen, self.lr = 0.0, 0, 0, float("nan")
 
     def trained(self, result: Gradient, lr: float) -> None:
@@ -183,14 +253,30 @@ class Reporter:
         self.seen += result.samples
         self.lr = lr
 
-    def due(self, step: int, done: bool = False) -> bool:
-        """Whether a report goes out after ``step`` local steps; ``done``: the last step."""
-        return done or step % self.every == 0
-
-    def report(self, step: int, done: bool = False) -> Program:
-        """After ``step`` local steps; ``done``: the last report."""
-        if self.due(step, done):
+    def report(self, step: int, keep: Callable[[], np.ndarray], done: bool = False) -> Program:
+        """After ``step`` local steps; ``keep``: this worker's snapshot as of now (``packed``, and the
+        extra bytes); ``done``: the last report, after which rank 0's last requests are kept until it
+        says no more are coming."""
+        crossed = False
+        if self.synchronous:
+            reached = min(step * self.ctx.batch_size * self.ctx.workers // self.ctx.eval_every, snapshots(self.ctx))
+            for k in range(self.reached + 1, reached + 1):
+                crossed = True
+                yield Publish("kept", keep(), offset=(k - 1) * self.slot)
+            self.reached = max(self.reached, reached)
+        else:
+            for _, raw in (yield Poll("evaluate", SERVER)):
+                yield self.kept(raw, keep)
+        if done or step % self.every == 0 or crossed:  # rank 0 notes a snapshot's time from the one at its step
             yield Send("progress", SERVER, PROGRESS.pack(samples=step * self.ctx.batch_size, done=int(done),
                                                          loss_sum=self.loss_sum, correct=self.correct,
                                                          seen=self.seen, lr=self.lr))
             self.loss_sum, self.correct, self.seen = 0.0, 0, 0
+        while done:
+            _, raw = yield Recv("evaluate", SERVER, timeout=WATCHED)
+            if EVALUATE.integer(raw, "k") == NO_MORE:
+                return
+            yield self.kept(raw, keep)
+
+    def kept(self, request: np.ndarray, keep: Callable[[], np.ndarray]) -> Publish:
+        return Publish("kept", keep(), offset=EVALUATE.integer(request, "k") * self.slot)

@@ -50,18 +50,28 @@ class ElasticAveraging(Algorithm):
         owner = self.centre_owner
         centre = WindowSpec(owner, self.centre.nbytes, self.centre.pack(x=self.ctx.params),
                             "accumulate" if owner == "server" else "publish")
-        return decentral.layout(self.ctx.params, self.asynchronous, centre=centre)
+        return decentral.layout(self.ctx, self.asynchronous, self.kept_extra, centre=centre)
 
     def server(self) -> Program:
         holder = SERVER if self.centre_owner == "server" else 1
-        return decentral.coordinate(self.ctx, centre=(self.centre, holder))
+        return decentral.coordinate(self.ctx, not self.asynchronous, centre=(self.centre, holder))
+
+    @property
+    def kept_extra(self) -> int:
+        """Bytes a worker's snapshot holds beyond its model: the centre, where the workers hold it."""
+        return self.centre.nbytes if self.centre_owner == "workers" else 0
 
     def worker(self, rank: int) -> Program:
         ctx, tau = self.ctx, self.opts.tau
         x = ctx.params.copy()
         replica = ctx.params.copy()  # easgd-sync's copy of the centre; per worker, so kept here
         budget = decentral.Budget(ctx, shared=self.asynchronous)
-        reporter = decentral.Reporter(ctx)
+        reporter = decentral.Reporter(ctx, not self.asynchronous, self.kept_extra)
+
+        def keep() -> np.ndarray:
+            model = decentral.packed(self.frame, ctx, step, x)
+            return np.concatenate([model, self.centre.pack(x=replica)]) if self.kept_extra else model
+
         buf = np.zeros_like(x) if ctx.momentum else None
         step = 0
         while (yield from budget.next_step(step)):
@@ -70,11 +80,11 @@ class ElasticAveraging(Algorithm):
             if step % tau == 0:
                 yield from self.exchange(x, replica)
             yield decentral.publish(self.frame, ctx, step, x)
-            yield from reporter.report(step)
+            yield from reporter.report(step, keep)
         if step % tau:  # a last exchange, so the centre holds all of this worker's work
             yield from self.exchange(x, replica)
         yield decentral.publish(self.frame, ctx, step, x)
-        yield from reporter.report(step, done=True)
+        yield from reporter.report(step, keep, done=True)
 
     def exchange(self, x: np.ndarray, replica: np.ndarray) -> Program:
         raise NotImplementedError

@@ -51,12 +51,12 @@ class Gossip(Algorithm):
 
     def layout(self) -> Layout:
         if self.opts.variant == "pull":
-            return decentral.layout(self.ctx.params, until_budget=True)
+            return decentral.layout(self.ctx, until_budget=True)
         mailbox = WindowSpec("workers", self.mailbox.nbytes, None, "accumulate")
-        return decentral.layout(self.ctx.params, until_budget=True, mailbox=mailbox)
+        return decentral.layout(self.ctx, until_budget=True, mailbox=mailbox)
 
     def server(self) -> Program:
-        return decentral.coordinate(self.ctx)
+        return decentral.coordinate(self.ctx, not self.asynchronous)
 
     def worker(self, rank: int) -> Program:
         return self.pull(rank) if self.opts.variant == "pull" else self.push(rank)
@@ -66,7 +66,7 @@ class Gossip(Algorithm):
         rng = ctx.rng(rank)
         x = decentral.starting_point(ctx, rank, self.opts.init_spread)
         budget = decentral.Budget(ctx, shared=True)
-        reporter = decentral.Reporter(ctx)
+        reporter = decentral.Reporter(ctx, not self.asynchronous)
         buf = np.zeros_like(x) if ctx.momentum else None
         step = 0
         while (yield from budget.next_step(step)):
@@ -77,15 +77,15 @@ class Gossip(Algorithm):
             x += self.frame.view(raw, "z")
             x *= np.float32(0.5)
             yield decentral.publish(self.frame, ctx, step, x)
-            yield from reporter.report(step)
-        yield from reporter.report(step, done=True)
+            yield from reporter.report(step, lambda: decentral.packed(self.frame, ctx, step, x))
+        yield from reporter.report(step, lambda: decentral.packed(self.frame, ctx, step, x), done=True)
 
     def push(self, rank: int) -> Program:
         ctx, box = self.ctx, self.mailbox
         rng = ctx.rng(rank)
         z, w = decentral.starting_point(ctx, rank, self.opts.init_spread, np.float64), 1.0
         budget = decentral.Budget(ctx, shared=True)
-        reporter = decentral.Reporter(ctx)
+        reporter = decentral.Reporter(ctx, not self.asynchronous)
         buf = np.zeros(z.size, np.float32) if ctx.momentum else None
         step = 0
         while (yield from budget.next_step(step)):
@@ -96,11 +96,11 @@ class Gossip(Algorithm):
             yield Accumulate("mailbox", peer, ((box.offset("w"), np.array([w])), (box.offset("x"), w * z)))
             w = yield from self.absorb(z, w)
             yield decentral.publish(self.frame, ctx, step, z, w)
-            yield from reporter.report(step)
+            yield from reporter.report(step, lambda: decentral.packed(self.frame, ctx, step, z, w))
         yield Barrier()  # every push has landed: the last absorb loses nothing
         w = yield from self.absorb(z, w)
         yield decentral.publish(self.frame, ctx, step, z, w)
-        yield from reporter.report(step, done=True)
+        yield from reporter.report(step, lambda: decentral.packed(self.frame, ctx, step, z, w), done=True)
 
     def absorb(self, z: np.ndarray, w: float) -> Sub[float]:
         raw = yield Drain("mailbox")

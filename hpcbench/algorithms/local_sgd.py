@@ -44,20 +44,22 @@ class LocalSgd(Algorithm):
             raise UsageError(f"local-sgd.period must be >= 1 local steps, got {options.period}")
 
     def layout(self) -> Layout:
-        return decentral.layout(self.ctx.params, until_budget=False)
+        return decentral.layout(self.ctx, until_budget=False)
 
     def server(self) -> Program:
-        return decentral.coordinate(self.ctx)
+        return decentral.coordinate(self.ctx, not self.asynchronous)
 
     def worker(self, rank: int) -> Program:
         ctx, period = self.ctx, self.opts.period
         x = ctx.params.copy()
-        reporter = decentral.Reporter(ctx)
+        reporter = decentral.Reporter(ctx, not self.asynchronous)
         buf = np.zeros_like(x) if ctx.momentum else None
         scale = np.float32(1.0 / ctx.workers)
         for step in range(ctx.steps):
             yield from decentral.local_step(ctx, reporter, x, buf, step)
             if (step + 1) % period == 0 or step + 1 == ctx.steps:
                 x[...] = (yield Allreduce(x)) * scale
-            yield decentral.publish(self.frame, ctx, step + 1, x)
-            yield from reporter.report(step + 1, done=step + 1 == ctx.steps)
+            done = step + 1 == ctx.steps
+            if done:  # the final model, for rank 0 to read (snapshots are kept as rank 0 asks)
+                yield decentral.publish(self.frame, ctx, step + 1, x)
+            yield from reporter.report(step + 1, lambda: decentral.packed(self.frame, ctx, step + 1, x), done)

@@ -39,23 +39,27 @@ class Gradient(NamedTuple):
 
 
 class Publish(NamedTuple):
-    """Overwrite this rank's own ``window``; readers see the old or the new bytes, never a mix. → None."""
+    """Overwrite this rank's own ``window`` from byte ``offset`` on; readers see the old or the new
+    bytes, never a mix. → None."""
 
     window: str
     data: np.ndarray
+    offset: int = 0
 
 
 class Read(NamedTuple):
-    """One-sided read of the first ``nbytes`` (-1: all) of ``window`` on each rank. → list of arrays.
+    """One-sided read of ``nbytes`` (-1: all) of ``window`` from byte ``offset`` on, on each rank.
+    → list of arrays.
 
-    ``observe``: the read only measures (rank 0 snapshotting models to evaluate); the simulator
-    charges it no virtual time, so what it predicts is the algorithm, not the measuring.
+    ``observe``: the read only measures (rank 0 collecting the models it evaluates, after the
+    workers are done); the simulator charges it no virtual time.
     """
 
     window: str
     ranks: tuple[int, ...]
     nbytes: int = -1
     observe: bool = False
+    offset: int = 0
 
 
 class Accumulate(NamedTuple):
@@ -124,12 +128,26 @@ class Barrier(NamedTuple):
 
 
 class Evaluate(NamedTuple):
-    """Rank 0: snapshot ``params`` as the global model now; it is scored on held-out data later. → None."""
+    """Rank 0: keep ``params`` as the global model at time ``at`` (a ``Timestamp``; NaN: now); it is scored
+    on held-out data after the run. → None."""
 
     params: np.ndarray
     samples: int
     updates: int
     consensus: float = float("nan")
+    at: float = float("nan")
+
+
+class Timestamp(NamedTuple):
+    """The driver's clock, in the seconds ``Evaluate.at`` takes. → float."""
+
+
+class Poll(NamedTuple):
+    """The messages on ``channel`` from ``src`` that are here already, in arrival order; takes no
+    time worth a timeline row. → list of (src, array)."""
+
+    channel: str
+    src: int = ANY
 
 
 class Progress(NamedTuple):
@@ -148,13 +166,13 @@ class Record(NamedTuple):
 
 
 Op = (Compute | Publish | Read | Accumulate | Drain | Send | Recv | Allreduce | Barrier | Evaluate | FetchAdd
-      | Progress | Record)
+      | Progress | Record | Timestamp | Poll)
 # Operations that take time, in the order of their timeline codes (result files store the codes:
 # append new operations at the end, never reorder).
 TIMED_OPS: tuple[type, ...] = (Compute, Publish, Read, Accumulate, Drain, Send, Recv, Allreduce, Barrier, Evaluate,
                                FetchAdd)
 # Bookkeeping a driver does between operations, at no cost: no timeline row.
-UNTIMED_OPS: tuple[type, ...] = (Progress, Record)
+UNTIMED_OPS: tuple[type, ...] = (Progress, Record, Timestamp, Poll)
 ALL_OPS = TIMED_OPS + UNTIMED_OPS
 
 

@@ -60,12 +60,12 @@ class PushSum(Algorithm):
                              z=(np.float32, ctx.size))
 
     def layout(self) -> Layout:
-        base = decentral.layout(self.ctx.params, self.asynchronous)
+        base = decentral.layout(self.ctx, self.asynchronous)
         push = ChannelSpec("workers", "workers", self.message.nbytes)
         return Layout(base.windows, {**base.channels, "push": push}, base.tables)
 
     def server(self) -> Program:
-        return decentral.coordinate(self.ctx)
+        return decentral.coordinate(self.ctx, not self.asynchronous)
 
     def worker(self, rank: int) -> Program:
         ctx, msg, n, i = self.ctx, self.message, self.ctx.workers, rank - 1
@@ -74,7 +74,7 @@ class PushSum(Algorithm):
         buf = np.zeros(z.size, np.float32) if ctx.momentum else None
         inbox = Inbox()
         budget = decentral.Budget(ctx, shared=self.asynchronous)
-        reporter = decentral.Reporter(ctx)
+        reporter = decentral.Reporter(ctx, not self.asynchronous)
         k = 0
         while (yield from budget.next_step(k)):
             w = yield from self.receive(inbox, z, w, due=k - tau - 1)
@@ -85,7 +85,7 @@ class PushSum(Algorithm):
             k += 1
             w = yield from self.receive(inbox, z, w, due=-1)  # whatever is here already
             yield decentral.publish(self.frame, ctx, k, z, w)
-            yield from reporter.report(k)
+            yield from reporter.report(k, lambda: decentral.packed(self.frame, ctx, k, z, w))
         hops = range(exponential_hops(n))
         for h in hops:
             yield Send("push", (i + 2**h) % n + 1, msg.pack(iteration=k, last=1, w=0.0))
@@ -95,7 +95,7 @@ class PushSum(Algorithm):
                 got = yield from self.take(inbox, src, z, w, expected=None, wait=True)
                 w = w if got is None else got
         yield decentral.publish(self.frame, ctx, k, z, w)
-        yield from reporter.report(k, done=True)
+        yield from reporter.report(k, lambda: decentral.packed(self.frame, ctx, k, z, w), done=True)
 
     def receive(self, inbox: Inbox, z: np.ndarray, w: float, due: int) -> Sub[float]:
         """Absorb the pending messages that are here; wait for those sent at an iteration ≤ ``due``.

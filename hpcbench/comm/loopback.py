@@ -59,13 +59,13 @@ class LoopbackEndpoint:
     def window_size(self, window: str) -> int:
         return self.hub.window_sizes[window]
 
-    def publish(self, window: str, data: np.ndarray) -> None:
+    def publish(self, window: str, data: np.ndarray, offset: int = 0) -> None:
         with self.hub.lock:
-            self.hub.windows[(window, self.rank)][:data.nbytes] = data.view(np.uint8).ravel()
+            self.hub.windows[(window, self.rank)][offset:offset + data.nbytes] = data.view(np.uint8).ravel()
 
-    def read(self, window: str, ranks: tuple[int, ...], nbytes: int) -> list[np.ndarray]:
+    def read(self, window: str, ranks: tuple[int, ...], nbytes: int, offset: int = 0) -> list[np.ndarray]:
         with self.hub.lock:
-            return [self.hub.windows[(window, r)][:nbytes].copy() for r in ranks]
+            return [self.hub.windows[(window, r)][offset:offset + nbytes].copy() for r in ranks]
 
     def accumulate(self, window: str, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> None:
         with self.hub.lock:

@@ -105,10 +105,10 @@ class Window:
             finally:
                 self.win.Unlock(rank)
 
-    def publish(self, data: np.ndarray) -> None:
+    def publish(self, data: np.ndarray, offset: int = 0) -> None:
         # An exclusive lock on our own window waits out every reader's shared lock: no torn reads.
         with self.locked(self.rank, MPI.LOCK_EXCLUSIVE):
-            self.local[:data.nbytes] = data.view(np.uint8)
+            self.local[offset:offset + data.nbytes] = data.view(np.uint8)
 
     def drain(self) -> np.ndarray:
         with self.locked(self.rank, MPI.LOCK_EXCLUSIVE):
@@ -117,7 +117,7 @@ class Window:
         return out
 
     def read(self, ranks: tuple[int, ...], nbytes: int,
-             wait: Callable[[Callable[[], Any]], Any] | None = None) -> list[np.ndarray]:
+             wait: Callable[[Callable[[], Any]], Any] | None = None, offset: int = 0) -> list[np.ndarray]:
         # One lock per target, one target at a time: each owner is held only while its own bytes
         # move (Lock_all would keep every owner from publishing until the last transfer ends).
         # A request-based get, waited for by ``wait``: a reader naps while the owner is busy instead of
@@ -125,7 +125,7 @@ class Window:
         bufs = [np.empty(nbytes, dtype=np.uint8) for _ in ranks]
         for rank, buf in zip(ranks, bufs):
             with self.locked(rank, self.read_lock):
-                req = self.win.Rget([buf, MPI.BYTE], rank, target=(0, nbytes, MPI.BYTE))
+                req = self.win.Rget([buf, MPI.BYTE], rank, target=(offset, nbytes, MPI.BYTE))
                 if wait is None:
                     req.Wait()
                 else:
@@ -256,12 +256,12 @@ class MpiComm:
     def window_size(self, window: str) -> int:
         return self.window_sizes[window]
 
-    def publish(self, window: str, data: np.ndarray) -> None:
-        self.windows[window].publish(data)
+    def publish(self, window: str, data: np.ndarray, offset: int = 0) -> None:
+        self.windows[window].publish(data, offset)
 
-    def read(self, window: str, ranks: tuple[int, ...], nbytes: int) -> list[np.ndarray]:
+    def read(self, window: str, ranks: tuple[int, ...], nbytes: int, offset: int = 0) -> list[np.ndarray]:
         return self.windows[window].read(ranks, nbytes, lambda test: self._wait(
-            test, math.inf, f"a read of window {window!r}", spin=self.spin))
+            test, math.inf, f"a read of window {window!r}", spin=self.spin), offset)
 
     def accumulate(self, window: str, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> None:
         self.windows[window].accumulate(rank, parts)

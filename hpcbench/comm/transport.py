@@ -22,11 +22,11 @@ class Transport(Protocol):
     def window_size(self, window: str) -> int:
         """Bytes of ``window`` on each rank that owns it."""
 
-    def publish(self, window: str, data: np.ndarray) -> None:
-        """Overwrite the start of this rank's own ``window``; readers never see a mix."""
+    def publish(self, window: str, data: np.ndarray, offset: int = 0) -> None:
+        """Overwrite this rank's own ``window`` from byte ``offset``; readers never see a mix."""
 
-    def read(self, window: str, ranks: tuple[int, ...], nbytes: int) -> list[np.ndarray]:
-        """The first ``nbytes`` of ``window`` on each of ``ranks``, as bytes."""
+    def read(self, window: str, ranks: tuple[int, ...], nbytes: int, offset: int = 0) -> list[np.ndarray]:
+        """``nbytes`` of ``window`` from byte ``offset``, on each of ``ranks``, as bytes."""
 
     def accumulate(self, window: str, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> None:
         """Element-wise atomic add of each (byte offset, typed array) into ``window`` on ``rank``."""

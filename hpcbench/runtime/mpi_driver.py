@@ -9,7 +9,8 @@ import numpy as np
 from hpcbench.algorithms.api import Program
 from hpcbench.algorithms.buckets import ready_fractions
 from hpcbench.algorithms.ops import (ALL_OPS, UNTIMED_OPS, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate,
-                                     FetchAdd, Gradient, Progress, Publish, Read, Record, Recv, Send, handler_name)
+                                     FetchAdd, Gradient, Poll, Progress, Publish, Read, Record, Recv, Send,
+                                     Timestamp, handler_name)
 from hpcbench.comm.transport import Transport
 from hpcbench.errors import WaitTimeout
 from hpcbench.runtime.logs import RunLogs
@@ -131,12 +132,12 @@ class MpiDriver:
             time.sleep(min(left, PROGRESS_NAP_S) if started else left)
 
     def publish(self, op: Publish) -> None:
-        self._timed("communicate", op.data.nbytes, op, lambda: self.comm.publish(op.window, op.data))
+        self._timed("communicate", op.data.nbytes, op, lambda: self.comm.publish(op.window, op.data, op.offset))
 
     def read(self, op: Read) -> list:
-        nbytes = op.nbytes if op.nbytes >= 0 else self.comm.window_size(op.window)
+        nbytes = op.nbytes if op.nbytes >= 0 else self.comm.window_size(op.window) - op.offset
         return self._timed("communicate", nbytes * len(op.ranks), op,
-                           lambda: self.comm.read(op.window, op.ranks, nbytes))
+                           lambda: self.comm.read(op.window, op.ranks, nbytes, op.offset))
 
     def accumulate(self, op: Accumulate) -> None:
         nbytes = sum(a.nbytes for _, a in op.parts)
@@ -172,8 +173,17 @@ class MpiDriver:
         assert self.logs is not None
         self.step += 1
         t0 = self.clock()
-        self.logs.snapshot(t0, op)
+        self.logs.snapshot(t0 if op.at != op.at else op.at, op)
         self.timeline.add(self.step, "eval", t0, self.clock(), op.params.nbytes, "Evaluate")
+
+    def timestamp(self, op: Timestamp) -> float:
+        return self.clock()
+
+    def poll(self, op: Poll) -> list[tuple[int, np.ndarray]]:
+        found = []
+        while (got := self.comm.recv(op.channel, op.src, 0.0)) is not None:
+            found.append(got)
+        return found
 
     def progress(self, op: Progress) -> None:
         if self.progress_line is not None:

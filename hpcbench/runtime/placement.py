@@ -29,6 +29,12 @@ def worker_slot(rank: int, local_rank: int, on_rank0_node: bool) -> int:
     return local_rank - 1 if on_rank0_node and rank != 0 else local_rank
 
 
+def gpu_index(rank: int, local_rank: int, on_rank0_node: bool, visible: int) -> int:
+    """Which of the ``visible`` GPUs a rank uses: each worker its own, by its index among its node's
+    workers (one GPU per task: the one it sees); rank 0 the first, which it shares with a worker."""
+    return 0 if rank == 0 else worker_slot(rank, local_rank, on_rank0_node) % visible
+
+
 def set_threads(cfg: RunConfig, threads: int) -> None:
     """torch's threads, for a model that trains (a payload run never imports torch)."""
     if cfg.model != "payload":
@@ -44,6 +50,4 @@ def choose_device(cfg: RunConfig, rank: int, local_rank: int, on_rank0_node: boo
 
     if not torch.cuda.is_available():
         return "cpu"
-    if rank == 0:
-        return "cuda:0"
-    return f"cuda:{worker_slot(rank, local_rank, on_rank0_node) % torch.cuda.device_count()}"
+    return f"cuda:{gpu_index(rank, local_rank, on_rank0_node, torch.cuda.device_count())}"

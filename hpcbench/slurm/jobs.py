@@ -26,18 +26,37 @@ class Resources:
     mem: str = ""  # --mem, e.g. 64G
     constraint: str = ""  # --constraint, e.g. a node feature
     sbatch_args: tuple[str, ...] = field(default_factory=tuple)  # any other sbatch option, e.g. --qos=high
+    # "slot": rank 0 takes one of the tasks_per_node slots (and its GPU); "extra": rank 0 is one task more,
+    # on the first node, and every slot is a worker (N nodes × T GPUs give N·T workers)
+    rank0: str = "slot"
+
+    def ranks(self, nodes: int) -> int:
+        """The world size of a job on ``nodes`` nodes."""
+        return nodes * self.tasks_per_node + (self.rank0 == "extra")
 
 
-def header(name: str, nodes: int, tasks_per_node: int, res: Resources, log: str) -> list[str]:
+def layout(nodes: int, res: Resources) -> list[str]:
+    """The task and GPU lines. "extra": N·T+1 tasks, which Slurm's block distribution places T+1 on the
+    first node and T on the others; the GPUs go per node, each rank sees its node's, and each worker takes
+    its own by its index among the node's workers (rank 0 evaluates on the first, beside worker 1)."""
+    if res.rank0 == "extra":
+        lines = [f"#SBATCH --ntasks={res.ranks(nodes)}", f"#SBATCH --cpus-per-task={res.cpus_per_task}"]
+        if res.gpus_per_task:
+            lines.append(f"#SBATCH --gpus-per-node={res.gpus_per_task * res.tasks_per_node}")
+        return lines
+    lines = [f"#SBATCH --ntasks-per-node={res.tasks_per_node}", f"#SBATCH --cpus-per-task={res.cpus_per_task}"]
+    if res.gpus_per_task:
+        lines.append(f"#SBATCH --gpus-per-task={res.gpus_per_task}")
+    return lines
+
+
+def header(name: str, nodes: int, res: Resources, log: str) -> list[str]:
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={name}",
         f"#SBATCH --nodes={nodes}",
-        f"#SBATCH --ntasks-per-node={tasks_per_node}",
-        f"#SBATCH --cpus-per-task={res.cpus_per_task}",
+        *layout(nodes, res),
     ]
-    if res.gpus_per_task:
-        lines.append(f"#SBATCH --gpus-per-task={res.gpus_per_task}")
     # A warning before the time limit: rank 0 keeps the run's record as "aborted" (SIGTERM also works).
     lines += [f"#SBATCH --time={res.time}", "#SBATCH --signal=USR1@60", f"#SBATCH --output={log}"]
     if res.partition:
@@ -56,13 +75,15 @@ def header(name: str, nodes: int, tasks_per_node: int, res: Resources, log: str)
 
 def run_job(name: str, nodes: int, res: Resources, run_args: list[str], log: str) -> str:
     """One hpcbench run on ``nodes`` nodes: rank 0 serves or coordinates, every other task is a worker."""
-    lines = header(name, nodes, res.tasks_per_node, res, log)
+    lines = header(name, nodes, res, log)
+    # "slot": one GPU per task, Slurm sets each task's CUDA_VISIBLE_DEVICES, so every rank sees cuda:0.
+    distribution = " --distribution=block" if res.rank0 == "extra" else ""
     lines += [
         "set -euo pipefail",
         *res.setup,
         'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"',
-        # One GPU per task: Slurm sets each task's CUDA_VISIBLE_DEVICES, so every worker sees cuda:0.
-        "srun --mpi={} python -m mpi4py -m hpcbench {}".format(res.mpi, " ".join(map(shlex.quote, run_args))),
+        "srun --mpi={}{} python -m mpi4py -m hpcbench {}".format(res.mpi, distribution,
+                                                                 " ".join(map(shlex.quote, run_args))),
     ]
     return "\n".join(lines) + "\n"
 
@@ -73,7 +94,7 @@ def report_job(name: str, out_dir: str, res: Resources, log: str) -> str:
     one_task = Resources(time="00:20:00", partition=res.partition, account=res.account, setup=res.setup,
                          exclusive=False, sbatch_args=res.sbatch_args)
     d = shlex.quote(out_dir)
-    lines = header(name, 1, 1, one_task, log) + [
+    lines = header(name, 1, one_task, log) + [
         "set -euo pipefail",
         *res.setup,
         f"hpcbench report {d} --format md > {d}/report.md",

@@ -51,15 +51,16 @@ def parse_algos(text: str) -> list[str]:
     return algos
 
 
-def check_worlds(algos: list[str], nodes: list[int], tasks_per_node: int) -> None:
+def check_worlds(algos: list[str], nodes: list[int], res: Resources) -> None:
     from hpcbench.algorithms import ALGORITHMS
 
     for a in algos:
         need = ALGORITHMS.get(a).min_workers + 1
-        small = [n for n in nodes if n * tasks_per_node < need]
+        small = [n for n in nodes if res.ranks(n) < need]
         if small:
-            raise UsageError(f"{a} needs {need}+ ranks but {small[0]} node(s) × {tasks_per_node} task(s) give "
-                             f"{small[0] * tasks_per_node}: raise --tasks-per-node or the node counts")
+            extra = " + rank 0" if res.rank0 == "extra" else ""
+            raise UsageError(f"{a} needs {need}+ ranks but {small[0]} node(s) × {res.tasks_per_node} task(s){extra} "
+                             f"give {res.ranks(small[0])}: raise --tasks-per-node or the node counts")
 
 
 def plan_points(algos: list[str], nodes: list[int], repeats: int) -> list[Point]:
@@ -77,8 +78,9 @@ def default_setup() -> tuple[str, ...]:
 def resources(tasks_per_node: int, cpus_per_task: int, gpus_per_task: int, time: str, partition: str | None,
               account: str | None, mpi: str | None, setup: list[str] | None, shared: bool = False,
               mem: str | None = None, constraint: str | None = None,
-              sbatch_args: list[str] | None = None) -> Resources:
-    """A study's per-job resources; the srun plugin, unless given, is the one this machine's MPI needs."""
+              sbatch_args: list[str] | None = None, rank0: str | None = None) -> Resources:
+    """A study's per-job resources; the srun plugin, unless given, is the one this machine's MPI needs;
+    rank 0, unless given, is an extra task on GPU jobs (every GPU trains) and takes a slot otherwise."""
     if not mpi:
         from hpcbench.comm.probe import mpi_library
 
@@ -89,7 +91,8 @@ def resources(tasks_per_node: int, cpus_per_task: int, gpus_per_task: int, time:
     return Resources(tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, gpus_per_task=gpus_per_task,
                      time=time, partition=partition or "", account=account or "", mpi=mpi,
                      setup=tuple(setup) if setup else default_setup(), exclusive=not shared, mem=mem or "",
-                     constraint=constraint or "", sbatch_args=tuple(sbatch_args or ()))
+                     constraint=constraint or "", sbatch_args=tuple(sbatch_args or ()),
+                     rank0=rank0 or ("extra" if gpus_per_task else "slot"))
 
 
 def run_args(point: Point, base_args: list[str], out: Path) -> list[str]:

@@ -19,7 +19,8 @@ import numpy as np
 from hpcbench.algorithms.api import Algorithm, Layout
 from hpcbench.algorithms.buckets import FLOAT_BYTES, overlapped_end, ready_fractions
 from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, FetchAdd,
-                                     Gradient, Progress, Publish, Read, Record, Recv, Send, WATCHED, handler_name)
+                                     Gradient, Poll, Progress, Publish, Read, Record, Recv, Send, Timestamp, WATCHED,
+                                     handler_name)
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig, barrier_s, ring_allreduce_s
@@ -211,14 +212,14 @@ class Engine:
         data = op.data.view(np.uint8)
         t = self.exclusive(rank, key)
         if t == self.now:
-            self.windows[key][:data.nbytes] = data
+            self.windows[key][op.offset:op.offset + data.nbytes] = data
             return None
-        self.at(t, self.write, rank, key, data.copy())
+        self.at(t, self.write, rank, key, data.copy(), op.offset)
         return BLOCKED
 
-    def write(self, rank: int, key: tuple[str, int], data: np.ndarray) -> None:
+    def write(self, rank: int, key: tuple[str, int], data: np.ndarray, offset: int) -> None:
         """A publish that waited for its lock: write, then let the owner go on."""
-        self.windows[key][:data.nbytes] = data
+        self.windows[key][offset:offset + data.nbytes] = data
         self.resume(rank, None)
 
     def read(self, rank: int, op: Read) -> object:
@@ -226,8 +227,8 @@ class Engine:
         bufs = []
         for target in op.ranks:
             window = self.windows[(op.window, target)]
-            nbytes = window.nbytes if op.nbytes < 0 else op.nbytes
-            bufs.append(window[:nbytes].copy())  # a consistent snapshot, taken when the read starts
+            nbytes = window.nbytes - op.offset if op.nbytes < 0 else op.nbytes
+            bufs.append(window[op.offset:op.offset + nbytes].copy())  # a consistent snapshot, taken when the read starts
             if op.observe:
                 continue
             end = self.transfer(target, rank, nbytes, end, target)
@@ -367,8 +368,19 @@ class Engine:
 
     def evaluate(self, rank: int, op: Evaluate) -> None:
         self.steps[rank] += 1
-        self.logs.snapshot(self.now, op)
+        self.logs.snapshot(self.now if op.at != op.at else op.at, op)
         self.row(rank, "eval", self.now, self.now, op.params.nbytes, "Evaluate")
+
+    def timestamp(self, rank: int, op: Timestamp) -> float:
+        return self.now
+
+    def poll(self, rank: int, op: Poll) -> list[tuple[int, np.ndarray]]:
+        queue = self.inbox.get((op.channel, rank))
+        if not queue:
+            return []
+        found = [(s, d) for s, d in queue if op.src in (ANY, s)]
+        self.inbox[(op.channel, rank)] = deque((s, d) for s, d in queue if op.src not in (ANY, s))
+        return found
 
     def progress(self, rank: int, op: Progress) -> None:
         if self.progress_line is not None:
