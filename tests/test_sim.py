@@ -244,3 +244,28 @@ def test_calibrate_fits_a_real_run_and_prints_a_runnable_simulation(tmp_path):
     assert sim.workers == 4 and sim.evals["samples"][-1] == rec.evals["samples"][-1]
     with pytest.raises(UsageError, match="is a sim run; calibrate needs a real"):
         calibrate(sim)
+
+
+@requires_mpi
+@pytest.mark.timeout(300)
+def test_calibrate_writes_booleans_that_simulate_and_toml_read(tmp_path):
+    import shlex
+    import tomllib
+
+    real = tmp_path / "allreduce.h5"  # allreduce.overlap is a boolean option
+    ok(mpirun(3, "run", "--algo", "allreduce", "--model", "payload", "--set", "payload.params=1000", "--steps", "10",
+              "--compute", "gamma:shape=100,mean=0.002", "--out", str(real)))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["calibrate", str(real)]) == 0
+    text = out.getvalue()
+    start = text.index("hpcbench simulate")
+    command = text[start:text.index("\n\n", start)]
+    assert "--set allreduce.overlap=true" in command
+    simulate(*shlex.split(command.replace("\\\n", " "))[2:], "--out", str(tmp_path / "sim.h5"))
+    config = tmp_path / "sim.toml"
+    config.write_text(text[text.index("[sim]"):])
+    assert tomllib.loads(config.read_text())["sim"]["batch_gradients"] is True
+    simulate("--algo", "allreduce", "--model", "payload", "--steps", "10", "--config", str(config),
+             "--out", str(tmp_path / "from-toml.h5"))
+    assert read_run(tmp_path / "from-toml.h5").simulation["workers"] == 2

@@ -181,6 +181,13 @@ def g(value: float) -> str:
     return f"{value:.6g}" if not (isinstance(value, float) and math.isnan(value)) else "nan"
 
 
+def literal(value: Any) -> str:
+    """A value as ``--set`` and TOML both read it: true/false, numbers, strings as they are."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return g(value) if isinstance(value, float) else str(value)
+
+
 def simulate_command(rec: RunRecord, sim: dict[str, Any]) -> str:
     cfg = rec.attrs["config"]
     parts = [
@@ -199,13 +206,13 @@ def simulate_command(rec: RunRecord, sim: dict[str, Any]) -> str:
     if "payload" in cfg:  # the message size; the compute model is --compute's, fitted above
         parts.append(f"--set payload.params={cfg['payload']['params']}")
     for table, options in cfg.get("options", {}).items():
-        parts += [f"--set {table}.{k}={v!r}".replace("'", "") for k, v in options.items()]
+        parts += [f"--set {table}.{k}={literal(v)}" for k, v in options.items()]
     return " \\\n    ".join(parts)
 
 
 def as_toml(sim: dict[str, Any]) -> str:
     def value(v: Any) -> str:
-        return g(v) if isinstance(v, float) else (f'"{v}"' if isinstance(v, str) else str(v))
+        return f'"{v}"' if isinstance(v, str) else literal(v)
 
     return "[sim]\n" + "\n".join(f"{k} = {value(v)}" for k, v in sim.items())
 
