@@ -20,7 +20,7 @@ from hpcbench.runtime.placement import gpu_index
 pytestmark = [requires_mpi, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = ROOT / "jobs" / "local" / "emulated-cluster.sh"
-NODES = ("enode1", "enode2")
+NODES = ("enode1", "enode2", "enode3")
 FLOATS = 100_000  # 400 KB messages
 RATES = {"50mbit": 50e6 / 8, "400mbit": 400e6 / 8}  # bytes per second
 
@@ -49,7 +49,7 @@ def nodes():
         pytest.skip("the emulated cluster needs root and iproute2 (ip, tc)")
     if EMULATED_STATE.exists():
         pytest.skip("an emulated cluster is already up: these tests make (and remove) their own")
-    made = cluster("up", "--nodes", "2", "--rate", "50mbit")
+    made = cluster("up", "--nodes", "3", "--rate", "50mbit")
     try:
         if made.returncode != 0:
             pytest.skip(f"could not bring up the emulated cluster here: {made.stderr.strip()[-300:]}")
@@ -65,26 +65,28 @@ def link_bytes(node: str) -> int:
     return int(stats["rx"]["bytes"]) + int(stats["tx"]["bytes"])
 
 
-def run_across(tmp: Path, algo: str, *extra: str) -> tuple[object, int]:
-    """``algo`` on 4 ranks over the 2 nodes (payload workload); → (its record, bytes over enode2's link)."""
+def run_across(tmp: Path, algo: str, *extra: str, ranks: int = 4) -> tuple[object, int]:
+    """``algo`` on ``ranks`` ranks over the 3 nodes, filled in turn (payload workload); → (its record,
+    bytes over enode2's link)."""
     out = tmp / f"{algo}.h5"
     args = ["run", "--algo", algo, "--model", "payload", "--set", f"payload.params={FLOATS}",
             "--compute", "gamma:shape=100,mean=0.005", "--steps", "10", "--out", str(out), "--overwrite", *extra]
-    env = {**launch_env(4), "MPIEXEC": mpi_command(1, [])[0]}
+    env = {**launch_env(ranks), "MPIEXEC": mpi_command(1, [])[0]}
     before = link_bytes("enode2")
-    proc = subprocess.run(mpi_command(4, args, emulated=True), env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(mpi_command(ranks, args, emulated=True), env=env, capture_output=True, text=True,
+                          timeout=240)
     assert proc.returncode == 0, proc.stderr
     return read_run(out), link_bytes("enode2") - before
 
 
 def test_up_says_what_it_made_and_is_idempotent(nodes):
     assert "created node enode1 (198.18.0.1)" in nodes and "created bridge hpcb-br0" in nodes
-    again = cluster("up", "--nodes", "2", "--rate", "50mbit")
+    again = cluster("up", "--nodes", "3", "--rate", "50mbit")
     assert again.returncode == 0 and "created" not in again.stdout
     status = cluster("status").stdout
-    assert "2 nodes, links 50mbit" in status and status.count(" up ") == 2
+    assert "3 nodes, links 50mbit" in status and status.count(" up ") == 3
     hosts = Path("/etc/hosts").read_text()
-    assert hosts.count("hpcbench-emulated") == 2 and "198.18.0.2 enode2" in hosts
+    assert hosts.count("hpcbench-emulated") == 3 and "198.18.0.2 enode2" in hosts
 
 
 def test_bad_options_are_one_line_and_change_nothing(nodes):
@@ -93,17 +95,17 @@ def test_bad_options_are_one_line_and_change_nothing(nodes):
                           (("sideways",), "unknown command 'sideways'; valid: up")]:
         proc = cluster(*args)
         assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.splitlines()) == 1
-    assert "2 nodes, links 50mbit" in cluster("status").stdout
+    assert "3 nodes, links 50mbit" in cluster("status").stdout
 
 
-@pytest.mark.parametrize("algo", ["asgd", "sgp", "allreduce"])
+@pytest.mark.parametrize("algo", ["asgd", "gossip", "allreduce"])
 def test_a_run_across_nodes_records_its_placement_and_its_traffic_crosses_the_links(nodes, tmp_path, algo):
     rec, crossed = run_across(tmp_path, algo)
-    assert rec.attrs["status"] == "ok"
+    assert rec.attrs["status"] == "ok" and rec.summary["samples"] == 10 * 3 * 32  # the whole budget
     # Slurm's block placement: rank 0 and worker 1 on the first node, workers 2 and 3 on the second.
     assert rec.per_rank["hostnames"] == ["enode1", "enode1", "enode2", "enode2"]
     assert rec.per_rank["local_ranks"] == ["0", "1", "0", "1"]
-    assert rec.provenance["network"] == "emulated nodes=2,rate=50mbit,burst=256kb"
+    assert rec.provenance["network"] == "emulated nodes=3,rate=50mbit,burst=256kb"
     assert json.loads(rec.provenance["environment"])["UCX_TLS"] == "tcp,self"
     # What the second node's ranks sent and received went over its link (over shared memory, almost
     # nothing would: ~15 KB for 4 MB all-reduced), and not many times more.
@@ -114,6 +116,14 @@ def test_a_run_across_nodes_records_its_placement_and_its_traffic_crosses_the_li
     assert 0.5 * moved < crossed < 4 * int(timeline["nbytes"].sum()) + 5_000_000
 
 
+def test_a_shared_budget_counts_from_zero_when_rank0_is_alone_on_its_node(nodes, tmp_path):
+    # One rank per node: rank 0's windows are not in memory any other rank maps, where MPI leaves
+    # them as it found them; the budget counter must still start at zero.
+    rec, _ = run_across(tmp_path, "gossip", ranks=3)
+    assert rec.per_rank["hostnames"] == ["enode1", "enode2", "enode3"]
+    assert rec.summary["samples"] == 10 * 2 * 32
+
+
 def test_rank0_as_an_extra_task_leaves_each_worker_a_gpu_of_its_own(nodes, tmp_path):
     # The layout of `sweep --rank0 extra` on 2 nodes × 2 GPUs: 5 tasks, block-placed (3 on the first
     # node), each seeing its node's 2 GPUs. The run records where each rank was; the mapping a rank makes
@@ -122,7 +132,9 @@ def test_rank0_as_an_extra_task_leaves_each_worker_a_gpu_of_its_own(nodes, tmp_p
     args = ["run", "--algo", "asgd", "--model", "payload", "--set", "payload.params=1000", "--steps", "5",
             "--compute", "gamma:shape=100,mean=0.001", "--out", str(out)]
     env = {**launch_env(5), "MPIEXEC": mpi_command(1, [])[0]}
-    proc = subprocess.run(mpi_command(5, args, emulated=True), env=env, capture_output=True, text=True, timeout=240)
+    cmd = mpi_command(5, args, emulated=True)
+    cmd[cmd.index("-ppn") + 1] = "3"
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     rec = read_run(out)
     hosts, local = rec.per_rank["hostnames"], [int(i) for i in rec.per_rank["local_ranks"]]
@@ -135,15 +147,15 @@ def test_rank0_as_an_extra_task_leaves_each_worker_a_gpu_of_its_own(nodes, tmp_p
 def test_shaped_links_slow_an_all_reduce_as_their_rate_says(nodes, tmp_path):
     medians = {}
     for rate in RATES:
-        assert cluster("up", "--nodes", "2", "--rate", rate).returncode == 0  # reshapes in place
+        assert cluster("up", "--nodes", "3", "--rate", rate).returncode == 0  # reshapes in place
         rec, crossed = run_across(tmp_path, "allreduce", "--set", "evals=1")
-        assert rec.provenance["network"].startswith(f"emulated nodes=2,rate={rate}")
+        assert rec.provenance["network"].startswith(f"emulated nodes=3,rate={rate}")
         # No run moves its bytes faster than its link (each direction carries about half of them; some
         # crossed before and after the timed window: start-up, the final gather).
         assert rec.summary["wall_s"] > 0.5 * (crossed / 2) / RATES[rate]
         medians[rate] = rec.summary["median_step_s"]
     assert medians["50mbit"] > 3 * medians["400mbit"]  # 8x the rate; start-up and compute do not shrink
-    cluster("up", "--nodes", "2", "--rate", "50mbit")
+    cluster("up", "--nodes", "3", "--rate", "50mbit")
 
 
 def test_down_removes_exactly_what_up_made(nodes):

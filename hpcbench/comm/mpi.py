@@ -92,6 +92,9 @@ class Window:
         self.read_lock = MPI.LOCK_EXCLUSIVE if accumulated else MPI.LOCK_SHARED
         self.local = (np.frombuffer(self.win.tomemory(), dtype=np.uint8)  # type: ignore[call-overload]
                       if nbytes else np.empty(0, np.uint8))
+        # MPI leaves allocated memory as it found it (zero only where it maps fresh shared pages): a
+        # counter or mailbox must start at zero, so every window does.
+        self.local[:] = 0
 
     @contextmanager
     def locked(self, rank: int, kind: int) -> Iterator[None]:
