@@ -8,7 +8,7 @@ import pytest
 from hpcbench.algorithms.buckets import BACKWARD_SHARE, overlapped_end, plan_buckets, ready_fractions
 from hpcbench.config import RunConfig
 from hpcbench.results.store import read_run
-from hpcbench.runtime.sim.models import ring_allreduce_s
+from hpcbench.runtime.sim.models import allreduce_s
 from hpcbench.workload.datasets import load_dataset
 from hpcbench.workload.trainer import Trainer
 from reference import union_batch_sgd
@@ -83,8 +83,8 @@ def step_times(path) -> np.ndarray:
 
 def test_simulated_overlap_hides_all_but_the_first_bucket_behind_the_backward_pass(tmp_path):
     # Nearly constant compute c and a network slow enough that the buckets' all-reduces run back to
-    # back from the first one's ready point: a step lasts c·ready₀ + ring(all bytes) with α = 0,
-    # against c + ring(all bytes) without overlap.
+    # back from the first one's ready point: a step lasts c·ready₀ + allreduce(all bytes) with α = 0,
+    # against c + allreduce(all bytes) without overlap.
     c, bw, workers = 0.05, 2e7, 4
     net = ("--compute", f"gamma:shape=1e6,mean={c}", "--network", f"alpha=0,bandwidth={bw}", "--set", "sim.update_s=0")
     common = ("--algo", "allreduce", "--model", "resnet20", "--dataset", "synthetic", "--workers", str(workers),
@@ -96,16 +96,16 @@ def test_simulated_overlap_hides_all_but_the_first_bucket_behind_the_backward_pa
     sizes = [p.numel() for p in build_model("resnet20", data.input_shape, data.classes, seed=0).parameters()]
     params = sum(sizes)
     assert read_run(on).attrs["config"]["parameters"] == params
-    ring = ring_allreduce_s(4 * params, workers, 0.0, bw)
-    assert ring > c  # communication dominates: the chain of all-reduces never waits for a bucket
+    reduce = allreduce_s(4 * params, workers, 0.0, bw)
+    assert reduce > c  # communication dominates: the chain of all-reduces never waits for a bucket
     first = 0  # the first bucket: the last parameters, until 0.1 MiB
     for n in reversed(sizes):
         first += n
         if first * 4 >= 0.1 * 2**20:
             break
     ready0 = (1 - BACKWARD_SHARE) + BACKWARD_SHARE * first / params
-    np.testing.assert_allclose(step_times(on), c * ready0 + ring, rtol=1e-3)
-    np.testing.assert_allclose(step_times(off), c + ring, rtol=1e-3)
+    np.testing.assert_allclose(step_times(on), c * ready0 + reduce, rtol=1e-3)
+    np.testing.assert_allclose(step_times(off), c + reduce, rtol=1e-3)
 
 
 def test_a_bucket_size_that_is_not_positive_is_one_error_line(tmp_path, capsys):

@@ -59,6 +59,8 @@ def planned(s: Study, preset: str, runs: Path, cell: CellKey, setting: Setting, 
     args = [*s.run_args(preset), *flags, *extra, "--seed", str(seed), *setting.args()]
     if mode == "sim" and s.message_params and n > 1:
         args += ["--set", f"sim.message_params={s.message_params}"]
+    if mode == "sim" and n > 1 and "allreduce" in s.algos:  # the papers' all-reduce: a ring (NCCL's)
+        args += ["--set", "sim.allreduce=ring"]
     # One worker learns the same whatever the network and compute: its runs are the same in every study.
     args = args if mode == "sim" and n > 1 else mpi_args(args)
     label = f"{algo}, {n} workers, {setting.label()}, seed {seed}" + (f", {variant}" if variant else "")

@@ -125,7 +125,7 @@ JIN = Study(
     arms=(SHARED, *SCALING_ARMS, OWN_LR),
     scales=True,
     setup="Compute calibrated from a real all-reduce run on this machine; links of the stated cluster: "
-          "10 GbE (30 µs, 1.25 GB/s). All-reduce's global batch is n·32: its rate scaling (none, √n, n) is "
+          "10 GbE (30 µs, 1.25 GB/s); a ring all-reduce. All-reduce's global batch is n·32: its rate scaling (none, √n, n) is "
           "an arm of its own and, in the shared arm, chosen on validation at each size.",
 )
 
@@ -144,7 +144,8 @@ SGP = Study(
     message_params=RESNET50_PARAMS,
     setup="Numerics of the mlp on the teacher task; every message and every per-parameter cost counted at "
           f"ResNet-50's {RESNET50_PARAMS:,} parameters; a batch computes in 50 ms (a GPU's ResNet-50 batch of 32); "
-          "links of 10 GbE (30 µs, 1.25 GB/s) or 100 Gb/s InfiniBand (1.5 µs, 12.5 GB/s). The mlp's "
+          "links of 10 GbE (30 µs, 1.25 GB/s) or 100 Gb/s InfiniBand (1.5 µs, 12.5 GB/s); a ring all-reduce "
+          "(NCCL's, the paper's baseline). The mlp's "
           "parameters make one all-reduce bucket, so all-reduce starts after the backward pass (DDP's overlap "
           "of ResNet-50's buckets, which would hide part of it, is not modeled); SGP's message is received "
           "before the next forward pass, OSGP's may be one iteration late.",

@@ -24,7 +24,7 @@ from hpcbench.config import RUN_KEYS, Stragglers, make_config
 from hpcbench.errors import UsageError
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime import plan
-from hpcbench.runtime.sim.models import SimConfig, ring_allreduce_s
+from hpcbench.runtime.sim.models import SimConfig, allreduce_terms, link_bandwidth
 from hpcbench.runtime.sim.session import simulated_record
 
 DEFAULT_ALPHA_S = SimConfig().alpha_s
@@ -91,21 +91,24 @@ def calibrate(rec: RunRecord) -> dict[str, Any]:
 
     blocking = workers & np.isin(tl["op"], [op["Read"], op["Accumulate"]]) & (tl["nbytes"] > 0)
     fit = fit_network(tl["nbytes"][blocking], (tl["t_end"] - tl["t_start"])[blocking])
-    alpha, bandwidth = fit if fit is not None else (DEFAULT_ALPHA_S, SimConfig().bandwidth)
+    # Without blocking transfers to fit (messages only: an Isend returns before its bytes move), the
+    # links' rate where the run recorded it (the emulated cluster), else the default.
+    alpha, bandwidth = fit if fit is not None else (DEFAULT_ALPHA_S, link_bandwidth(str(rec.provenance.get(
+        "network", ""))) or SimConfig().bandwidth)
     reduce = np.isin(tl["rank"], np.arange(1, n + 1)) & (tl["op"] == op["Allreduce"])
+    algorithm = allreduce_of(rec)
     if reduce.any() and n > 1 and not overlapped(rec):
         durations = (tl["t_end"] - tl["t_start"])[reduce]
         steps = tl["step"][reduce]
-        fastest = np.array([durations[steps == s].min() for s in np.unique(steps)])
+        fastest = float(np.median([durations[steps == s].min() for s in np.unique(steps)]))
         nbytes = float(np.median(tl["nbytes"][reduce]))
-        per_byte = float(np.median(fastest)) - ring_allreduce_s(0, n, alpha, 1.0)
+        latencies, lengths = allreduce_terms(n, algorithm)
         if fit is None:
-            alpha = min(DEFAULT_ALPHA_S, float(np.median(fastest)) / (4 * (n - 1)))
-            per_byte = float(np.median(fastest)) - ring_allreduce_s(0, n, alpha, 1.0)
-        bandwidth = 2 * (n - 1) / n * nbytes / max(per_byte, 1e-12)
+            alpha = min(DEFAULT_ALPHA_S, fastest / (2 * latencies))
+        bandwidth = lengths * nbytes / max(fastest - latencies * alpha, 1e-12)
     fitted = SimConfig(workers=n, numerics=False, compute_shape=round(shape, 3), compute_mean_s=mean,
                        heterogeneity=heterogeneity, alpha_s=alpha, bandwidth=bandwidth, apply_s=apply_s,
-                       update_s=update_s, progress=progress_of(rec))
+                       update_s=update_s, progress=progress_of(rec), allreduce=algorithm)
     fitted = dataclasses.replace(fitted, jitter_s=fit_jitter(rec, fitted, normal))
     out = dataclasses.asdict(fitted)
     del out["numerics"], out["pause_prob"], out["pause_s"]
@@ -177,6 +180,12 @@ def progress_of(rec: RunRecord) -> str:
     return "polling" if mpich and '"MPICH_ASYNC_PROGRESS": "1"' not in env else "async"
 
 
+def allreduce_of(rec: RunRecord) -> str:
+    """The all-reduce algorithm the run's MPI uses for large vectors: a ring in Open MPI, Rabenseifner's
+    in the MPICH family."""
+    return "ring" if "open mpi" in str(rec.provenance.get("mpi_vendor", "")).lower() else "rabenseifner"
+
+
 def g(value: float) -> str:
     return f"{value:.6g}" if not (isinstance(value, float) and math.isnan(value)) else "nan"
 
@@ -199,7 +208,7 @@ def simulate_command(rec: RunRecord, sim: dict[str, Any]) -> str:
         f"--network alpha={g(sim['alpha_s'])},bandwidth={g(sim['bandwidth'])},jitter={g(sim['jitter_s'])}",
         f"--heterogeneity {g(sim['heterogeneity'])}",
         f"--set sim.apply_s={g(sim['apply_s'])}", f"--set sim.update_s={g(sim['update_s'])}",
-        f"--set sim.progress={sim['progress']}",
+        f"--set sim.progress={sim['progress']}", f"--set sim.allreduce={sim['allreduce']}",
     ]
     if cfg.get("stragglers"):
         parts.append(f"--stragglers {cfg['stragglers']}")

@@ -23,7 +23,7 @@ from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrie
                                      handler_name)
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime.logs import RunLogs
-from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig, barrier_s, ring_allreduce_s
+from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig, allreduce_s, barrier_s
 from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE, Timeline
@@ -84,6 +84,10 @@ class Engine:
         # Passive-target locking: an owner's exclusive publish or drain waits until the shared-lock
         # read or accumulate in progress on that window, (start, end), has finished.
         self.window_busy: dict[tuple[str, int], tuple[float, float]] = {}
+        # A window others add into is read under an exclusive lock (a Get racing an Accumulate is
+        # undefined in MPI): such a read waits for the adds under way, and adds wait for it to end.
+        self.accumulated = {name for name, spec in layout.windows.items() if spec.mode == "accumulate"}
+        self.read_until: dict[tuple[str, int], float] = {}
         self.inbox: dict[tuple[str, int], deque[tuple[int, np.ndarray]]] = {}
         self.waiting: dict[int, tuple[str, int, int, float]] = {}  # rank → (channel, src, token, since)
         self.collective: list[tuple[int, float, np.ndarray | None]] = []
@@ -185,7 +189,7 @@ class Engine:
         ready = [max(t + (done - t) * share for _, t, done, _ in arrivals) for share in ready_fractions(op.buckets)]
         # The buckets partition the model's parameters; count them at the modeled message size.
         scale = self.modeled(self.float_bytes) / (FLOAT_BYTES * sum(stop - start for start, stop in op.buckets))
-        costs = [ring_allreduce_s(FLOAT_BYTES * (stop - start) * scale, p, cfg.alpha_s, cfg.bandwidth)
+        costs = [allreduce_s(FLOAT_BYTES * (stop - start) * scale, p, cfg.alpha_s, cfg.bandwidth, cfg.allreduce)
                  for start, stop in op.buckets]
         end = overlapped_end(ready, costs)
         results = [value.result() if isinstance(value, Pending) else value for _, _, _, value in arrivals]
@@ -231,15 +235,21 @@ class Engine:
             bufs.append(window[op.offset:op.offset + nbytes].copy())  # a consistent snapshot, taken when the read starts
             if op.observe:
                 continue
+            key = (op.window, target)
+            if op.window in self.accumulated:  # exclusively: after the adds and reads under way
+                end = max(end, self.window_busy.get(key, (0.0, 0.0))[1], self.read_until.get(key, 0.0))
             end = self.transfer(target, rank, nbytes, end, target)
             self.hold(op.window, target, end - self.modeled(nbytes) / self.cfg.bandwidth, end)
+            if op.window in self.accumulated:
+                self.read_until[key] = end
         self.row(rank, "communicate", t, end, sum(self.modeled(b.nbytes) for b in bufs), "Read")
         return bufs if end == t else self.later(rank, end, bufs)
 
     def accumulate(self, rank: int, op: Accumulate) -> object:
         parts = tuple((offset, array.copy()) for offset, array in op.parts)
         nbytes = sum(a.nbytes for _, a in parts)
-        end = self.transfer(rank, op.rank, nbytes, self.now, op.rank)
+        start = max(self.now, self.read_until.get((op.window, op.rank), 0.0))  # not while it is read
+        end = self.transfer(rank, op.rank, nbytes, start, op.rank)
         self.hold(op.window, op.rank, end - self.modeled(nbytes) / self.cfg.bandwidth, end)
         window = self.windows[(op.window, op.rank)]
 
@@ -358,7 +368,7 @@ class Engine:
             result, cost, phase, name = None, barrier_s(p, self.cfg.alpha_s), "wait", "Barrier"
         else:
             result = summed([part for _, _, part in arrivals if part is not None])
-            cost = ring_allreduce_s(self.modeled(data.nbytes), p, self.cfg.alpha_s, self.cfg.bandwidth)
+            cost = allreduce_s(self.modeled(data.nbytes), p, self.cfg.alpha_s, self.cfg.bandwidth, self.cfg.allreduce)
             phase, name = "communicate", "Allreduce"
         done = max(t for _, t, _ in arrivals) + cost
         for r, t, part in arrivals:
