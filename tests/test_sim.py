@@ -283,3 +283,26 @@ def test_calibrate_writes_booleans_that_simulate_and_toml_read(tmp_path):
     simulate("--algo", "allreduce", "--model", "payload", "--steps", "10", "--config", str(config),
              "--out", str(tmp_path / "from-toml.h5"))
     assert read_run(tmp_path / "from-toml.h5").simulation["workers"] == 2
+
+
+@pytest.mark.parametrize("network, bandwidth", [
+    ("emulated nodes=4,rate=100mbit,burst=256kb", 12.5e6), ("emulated nodes=2,rate=1gbit,burst=256kb", 1.25e8),
+    ("emulated nodes=2,rate=2.5mbps,burst=1mb", 2.5e6), ("", None), ("emulated nodes=2,rate=9furlongs", None)])
+def test_the_rate_of_emulated_links_is_read_from_the_network_a_run_recorded(network, bandwidth):
+    from hpcbench.runtime.sim.models import link_bandwidth
+
+    assert link_bandwidth(network) == bandwidth
+
+
+@requires_mpi
+@pytest.mark.timeout(300)
+def test_calibrate_takes_the_recorded_link_rate_instead_of_fitting_queued_reads(tmp_path):
+    from hpcbench.runtime.sim.calibrate import calibrate
+
+    real = tmp_path / "asgd.h5"
+    ok(mpirun(4, "run", "--algo", "asgd", "--model", "payload", "--set", "payload.params=10000", "--steps", "10",
+              "--compute", "gamma:shape=100,mean=0.002", "--out", str(real)))
+    rec = read_run(real)
+    fitted = calibrate(rec)["bandwidth"]  # this machine's shared memory, fitted from the reads
+    rec.provenance["network"] = "emulated nodes=4,rate=100mbit,burst=256kb"
+    assert fitted != 12.5e6 and calibrate(rec)["bandwidth"] == 12.5e6

@@ -91,13 +91,15 @@ def calibrate(rec: RunRecord) -> dict[str, Any]:
 
     blocking = workers & np.isin(tl["op"], [op["Read"], op["Accumulate"]]) & (tl["nbytes"] > 0)
     fit = fit_network(tl["nbytes"][blocking], (tl["t_end"] - tl["t_start"])[blocking])
-    # Without blocking transfers to fit (messages only: an Isend returns before its bytes move), the
-    # links' rate where the run recorded it (the emulated cluster), else the default.
-    alpha, bandwidth = fit if fit is not None else (DEFAULT_ALPHA_S, link_bandwidth(str(rec.provenance.get(
-        "network", ""))) or SimConfig().bandwidth)
+    alpha, bandwidth = fit if fit is not None else (DEFAULT_ALPHA_S, SimConfig().bandwidth)
+    # Links whose rate the run recorded (the emulated cluster) are taken at that rate: transfers that
+    # queued behind others (every read of a busy server) would fit a slower link, and the simulator
+    # models the queueing itself.
+    known = link_bandwidth(str(rec.provenance.get("network", "")))
+    bandwidth = known or bandwidth
     reduce = np.isin(tl["rank"], np.arange(1, n + 1)) & (tl["op"] == op["Allreduce"])
     algorithm = allreduce_of(rec)
-    if reduce.any() and n > 1 and not overlapped(rec):
+    if reduce.any() and n > 1 and not overlapped(rec) and known is None:
         durations = (tl["t_end"] - tl["t_start"])[reduce]
         steps = tl["step"][reduce]
         fastest = float(np.median([durations[steps == s].min() for s in np.unique(steps)]))
