@@ -328,7 +328,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from hpcbench.tuning.execute import jobs_or_cores
 
     return reproduce(args.study, args.out_dir, preset, args.mode, args.max_ranks, args.timeout,
-                     jobs_or_cores(args.jobs))
+                     jobs_or_cores(args.jobs), args.emulated)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -500,6 +500,8 @@ def build_parser() -> Parser:
                    "toy: seconds, for tests)")
     p.add_argument("--mode", default="sim", choices=("sim", "mpi"), help="simulator (default) or real MPI runs here")
     p.add_argument("--max-ranks", type=int, default=9, help="with --mode mpi: the largest world size run (default 9)")
+    p.add_argument("--emulated", action="store_true", help="sgp with --mode mpi: also all-reduce, sgp and osgp "
+                   "across emulated nodes at 1 Gbit/s and 100 Mbit/s, beside the simulator (root)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per run")
     p.add_argument("--jobs", type=int, default=0, help="simulated runs at a time (default: the cores here; "
                    "real runs go one at a time)")

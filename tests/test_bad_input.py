@@ -203,3 +203,13 @@ def test_a_sweep_across_emulated_nodes_needs_local_and_a_cluster_that_is_up(tmp_
     refused_here(capsys, [*study, "--local", "--emulated"], None,
                  "--emulated: no emulated cluster is up; start one as root with jobs/local/emulated-cluster.sh up")
     assert not (tmp_path / "study").exists()  # refused before the study directory was made
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["reproduce", "sgp", "--emulated"], "--emulated runs the sgp study's algorithms across emulated nodes: use it "
+                                         "with reproduce sgp --mode mpi"),
+    (["reproduce", "jin", "--mode", "mpi", "--emulated"], "use it with reproduce sgp --mode mpi"),
+])
+def test_reproduce_across_emulated_nodes_is_the_sgp_study_in_real_runs(tmp_path, capsys, argv, message):
+    refused_here(capsys, [*argv, "--out-dir", str(tmp_path / "out")], None, message)
+    assert not (tmp_path / "out").exists()

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,25 @@ def test_shaped_links_slow_an_all_reduce_as_their_rate_says(nodes, tmp_path):
         medians[rate] = rec.summary["median_step_s"]
     assert medians["50mbit"] > 3 * medians["400mbit"]  # 8x the rate; start-up and compute do not shrink
     cluster("up", "--nodes", "3", "--rate", "50mbit")
+
+
+def test_reproduce_sgp_sets_real_ratios_across_emulated_nodes_beside_the_simulator(nodes, tmp_path):
+    out = tmp_path / "sgp"
+    proc = subprocess.run([sys.executable, "-m", "hpcbench", "reproduce", "sgp", "--preset", "toy", "--mode", "mpi",
+                           "--max-ranks", "3", "--emulated", "--out-dir", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    points = json.loads((out / "verdict.json").read_text())["emulated"]
+    assert [(p["rate"], p["algo"]) for p in points] == [(r, a) for r in ("1gbit", "100mbit")
+                                                         for a in ("allreduce", "sgp", "osgp")]
+    assert all(p["real"] > 0 and p["simulated"] > 0 and not p["failure"] for p in points)
+    report = (out / "report.md").read_text()
+    assert "## Real runs across emulated nodes" in report and report.count("all-reduce's rate, simulated") == 4
+    for p in points:  # each real run crossed links of its rate, and says so
+        rec = read_run(out / "emulated" / f"{p['algo']}-{p['rate']}.real.h5")
+        assert rec.provenance["network"].startswith(f"emulated nodes=5,rate={p['rate']}")
+        assert rec.per_rank["hostnames"] == [f"enode{k}" for k in range(1, 6)]
+    assert "5 nodes" in cluster("status").stdout  # a cluster that was up is left up
 
 
 def test_down_removes_exactly_what_up_made(nodes):

@@ -199,4 +199,4 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
         if notes[what]:
             lines.append(f"- {what}: " + "; ".join(notes[what]))
     lines += ["- result files: runs/ (one HDF5 file per run; `hpcbench report runs/` tabulates them)", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + notes.get("emulated", []))  # real runs across emulated nodes, when asked for

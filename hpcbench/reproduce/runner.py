@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from hpcbench.errors import UsageError
+from hpcbench.reproduce import network as emulated_network
 from hpcbench.reproduce import report
 from hpcbench.reproduce.protocol import (SEQUENTIAL, ArmResult, CellKey, Recipe, arm_text, at_edge, candidates,
                                          choose_recipe, overall, recipe_grid)
@@ -160,13 +161,19 @@ def prepare(out_dir: str) -> Path:
 
 
 def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", max_ranks: int = 9,
-              timeout: float = 1800.0, jobs: int = 1) -> int:
-    """Run study ``name`` under its protocol; → 0 when every run ran (whatever the verdict), 1 when some failed."""
+              timeout: float = 1800.0, jobs: int = 1, emulated: bool = False) -> int:
+    """Run study ``name`` under its protocol; → 0 when every run ran (whatever the verdict), 1 when some failed.
+    ``emulated``: also its algorithms across emulated nodes beside the simulator (sgp, real runs)."""
     s = study(name)
     if preset not in PRESETS:
         raise UsageError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
     if mode not in MODES:
         raise UsageError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    if emulated and (mode != "mpi" or not s.networks):
+        raise UsageError("--emulated runs the sgp study's algorithms across emulated nodes: use it with "
+                         "reproduce sgp --mode mpi")
+    if emulated and os.geteuid() != 0:
+        raise UsageError("--emulated brings up the emulated cluster (jobs/local/emulated-cluster.sh): run as root")
     size = s.sizes[preset]
     workers = [n for n in size.workers if fits(n, mode, max_ranks)]
     skipped = [n for n in size.workers if not fits(n, mode, max_ranks)]
@@ -216,6 +223,10 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     scores.update(validation_scores(arm_outcome))
     network = HERE if mode == "mpi" else ""
     arms = [decide_arm(arm, arm_runs[arm], outcome, scores, s, network) for arm in s.arms]
+    points = []
+    if emulated:
+        print("\nstage 3: across emulated nodes, real beside simulated", flush=True)
+        points = emulated_network.run(s, out, preset, timeout)
     outcome_text = overall([a.verdict.outcome for a in arms])
     elapsed = time.monotonic() - t0
     failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
@@ -224,7 +235,8 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
              "jobs": jobs if mode == "sim" else 1,
              "calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
              "skipped": [f"{n} workers ({n + 1} ranks > --max-ranks {max_ranks})" for n in skipped],
-             "failed": failed, "command": command_line(name, out_dir, preset, mode)}
+             "failed": failed, "command": command_line(name, out_dir, preset, mode, emulated),
+             "emulated": emulated_network.section(points) if points else []}
     plots = {a.name: report.plot(s, list(a.cells), out / f"{s.name}-{a.name.replace(' ', '-')}.png", a.name)
              for a in arms}
     text = report.markdown(s, arms, outcome_text, recipe, recipe_trials, notes, plots)
@@ -238,7 +250,8 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
                   "checks": [asdict(c) for c in a.verdict.checks],
                   "cells": [{**asdict(c), "setting": a.chosen[(c.algo, c.workers, c.variant)].values()}
                             for c in a.cells]} for a in arms],
-        **notes}), indent=1, allow_nan=False), encoding="utf-8")
+        **{k: v for k, v in notes.items() if k != "emulated"},
+        "emulated": emulated_network.as_json(points)}), indent=1, allow_nan=False), encoding="utf-8")
     print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
     return 1 if failed else 0
 
@@ -254,6 +267,7 @@ def strict(value: Any) -> Any:
     return value
 
 
-def command_line(name: str, out_dir: str, preset: str, mode: str) -> str:
+def command_line(name: str, out_dir: str, preset: str, mode: str, emulated: bool = False) -> str:
     flags = {"quick": " --quick", "toy": " --preset toy"}.get(preset, "")
-    return f"hpcbench reproduce {name}{flags}{' --mode mpi' if mode == 'mpi' else ''} --out-dir {out_dir}"
+    return (f"hpcbench reproduce {name}{flags}{' --mode mpi' if mode == 'mpi' else ''}"
+            f"{' --emulated' if emulated else ''} --out-dir {out_dir}")

@@ -1,0 +1,62 @@
+"""Real runs across the emulated cluster (jobs/local/emulated-cluster.sh) beside the simulator's
+prediction of the same runs: one payload run per point, then ``simulate`` with its compute model and
+the links' rate. Needs root (the cluster is brought up, and reshaped, here)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from hpcbench.errors import UsageError
+from hpcbench.runtime.launch import EMULATED_LAUNCHER, EMULATED_STATE, run_ranks
+
+CLUSTER = EMULATED_LAUNCHER.parent / "emulated-cluster.sh"
+# One way, 8 bytes, MPI over TCP between two emulated nodes: 8.7 µs (median of 180 round trips).
+ALPHA_S = 1e-5
+
+
+def cluster(*args: str) -> str:
+    """Run jobs/local/emulated-cluster.sh ARGS; → what it said. UsageError with its error line."""
+    if not CLUSTER.exists():
+        raise UsageError(f"the emulated cluster needs the repository's {CLUSTER} (run from a checkout)")
+    proc = subprocess.run([str(CLUSTER), *args], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
+        raise UsageError(f"emulated cluster: {lines[-1]}")
+    return proc.stdout
+
+
+def is_up() -> bool:
+    return EMULATED_STATE.exists()
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One point: the real run's result file and the simulated one's, or why one is missing."""
+
+    real: Path
+    simulated: Path
+    failure: str = ""
+
+
+def real_and_simulated(algo: str, ranks: int, run_args: Sequence[str], bandwidth: float, out: Path,
+                       timeout: float, sim_args: Sequence[str] = ()) -> Pair:
+    """``algo`` on ``ranks`` ranks across the cluster that is up (payload ``run_args``), then simulated
+    with the same arguments over links of ``bandwidth`` bytes/s (and ``sim_args``)."""
+    real, simulated = out.with_suffix(".real.h5"), out.with_suffix(".sim.h5")
+    try:
+        proc = run_ranks(ranks, ["run", "--algo", algo, *run_args, "--out", str(real), "--overwrite"], timeout,
+                         capture=True, emulated=True)
+    except subprocess.TimeoutExpired:
+        return Pair(real, simulated, f"real run killed after {timeout:g} s")
+    if proc.returncode != 0:
+        return Pair(real, simulated, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1])
+    sim = subprocess.run([sys.executable, "-m", "hpcbench", "simulate", "--algo", algo, "--workers", str(ranks - 1),
+                          *run_args, "--network", f"alpha={ALPHA_S:g},bandwidth={bandwidth:g}", *sim_args,
+                          "--numerics", "off", "--out", str(simulated), "--overwrite"],
+                         capture_output=True, text=True, timeout=timeout)
+    if sim.returncode != 0:
+        return Pair(real, simulated, (sim.stderr.strip().splitlines() or [f"exit {sim.returncode}"])[-1])
+    return Pair(real, simulated)
