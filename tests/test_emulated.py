@@ -15,7 +15,7 @@ import pytest
 
 from conftest import requires_mpi
 from hpcbench.results.store import read_run
-from hpcbench.runtime.launch import EMULATED_STATE, launch_env, mpi_command
+from hpcbench.runtime.launch import EMULATED_STATE, launch_env, mpi_command, mpiexec_path
 from hpcbench.runtime.placement import gpu_index
 
 pytestmark = [requires_mpi, pytest.mark.timeout(600)]
@@ -72,7 +72,7 @@ def run_across(tmp: Path, algo: str, *extra: str, ranks: int = 4) -> tuple[objec
     out = tmp / f"{algo}.h5"
     args = ["run", "--algo", algo, "--model", "payload", "--set", f"payload.params={FLOATS}",
             "--compute", "gamma:shape=100,mean=0.005", "--steps", "10", "--out", str(out), "--overwrite", *extra]
-    env = {**launch_env(ranks), "MPIEXEC": mpi_command(1, [])[0]}
+    env = {**launch_env(ranks), "MPIEXEC": mpiexec_path()}
     before = link_bytes("enode2")
     proc = subprocess.run(mpi_command(ranks, args, emulated=True), env=env, capture_output=True, text=True,
                           timeout=240)
@@ -132,7 +132,7 @@ def test_rank0_as_an_extra_task_leaves_each_worker_a_gpu_of_its_own(nodes, tmp_p
     out = tmp_path / "extra.h5"
     args = ["run", "--algo", "asgd", "--model", "payload", "--set", "payload.params=1000", "--steps", "5",
             "--compute", "gamma:shape=100,mean=0.001", "--out", str(out)]
-    env = {**launch_env(5), "MPIEXEC": mpi_command(1, [])[0]}
+    env = {**launch_env(5), "MPIEXEC": mpiexec_path()}
     cmd = mpi_command(5, args, emulated=True)
     cmd[cmd.index("-ppn") + 1] = "3"
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)

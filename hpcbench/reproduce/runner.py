@@ -85,7 +85,7 @@ def calibrate_compute(out_dir: Path, s: Study, preset: str, timeout: float) -> t
     import subprocess
 
     from hpcbench.results.store import read_run
-    from hpcbench.runtime.launch import run_ranks
+    from hpcbench.runtime.launch import run_ranks, why_failed
     from hpcbench.runtime.sim.calibrate import calibrate
 
     path = out_dir / "calibration-allreduce-n2.h5"
@@ -95,7 +95,7 @@ def calibrate_compute(out_dir: Path, s: Study, preset: str, timeout: float) -> t
         if result_status(path) != "ok":  # a study resumed keeps the calibration its runs used
             proc = run_ranks(3, args, timeout, capture=True)
             if proc.returncode != 0:
-                raise RuntimeError((proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1])
+                raise RuntimeError(why_failed(proc))
         fitted = calibrate(read_run(path))
     except (Exception, subprocess.TimeoutExpired) as exc:  # no MPI here, or the run failed: keep the default
         return [], f"calibration run failed ({exc}); the simulator's default compute model (50 ms, shape 100) is used"

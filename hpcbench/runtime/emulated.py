@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from hpcbench.errors import UsageError
-from hpcbench.runtime.launch import EMULATED_LAUNCHER, EMULATED_STATE, run_ranks
+from hpcbench.runtime.launch import EMULATED_LAUNCHER, EMULATED_STATE, run_ranks, why_failed
 
 CLUSTER = EMULATED_LAUNCHER.parent / "emulated-cluster.sh"
 # One way, 8 bytes, MPI over TCP between two emulated nodes: 8.7 µs (median of 180 round trips).
@@ -23,8 +23,7 @@ def cluster(*args: str) -> str:
         raise UsageError(f"the emulated cluster needs the repository's {CLUSTER} (run from a checkout)")
     proc = subprocess.run([str(CLUSTER), *args], capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
-        raise UsageError(f"emulated cluster: {lines[-1]}")
+        raise UsageError(f"emulated cluster: {why_failed(proc)}")
     return proc.stdout
 
 
@@ -42,9 +41,9 @@ class Pair:
 
 
 def real_and_simulated(algo: str, ranks: int, run_args: Sequence[str], bandwidth: float, out: Path,
-                       timeout: float, sim_args: Sequence[str] = ()) -> Pair:
+                       timeout: float) -> Pair:
     """``algo`` on ``ranks`` ranks across the cluster that is up (payload ``run_args``), then simulated
-    with the same arguments over links of ``bandwidth`` bytes/s (and ``sim_args``)."""
+    with the same arguments over links of ``bandwidth`` bytes/s."""
     real, simulated = out.with_suffix(".real.h5"), out.with_suffix(".sim.h5")
     try:
         proc = run_ranks(ranks, ["run", "--algo", algo, *run_args, "--out", str(real), "--overwrite"], timeout,
@@ -52,11 +51,11 @@ def real_and_simulated(algo: str, ranks: int, run_args: Sequence[str], bandwidth
     except subprocess.TimeoutExpired:
         return Pair(real, simulated, f"real run killed after {timeout:g} s")
     if proc.returncode != 0:
-        return Pair(real, simulated, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1])
+        return Pair(real, simulated, why_failed(proc))
     sim = subprocess.run([sys.executable, "-m", "hpcbench", "simulate", "--algo", algo, "--workers", str(ranks - 1),
-                          *run_args, "--network", f"alpha={ALPHA_S:g},bandwidth={bandwidth:g}", *sim_args,
+                          *run_args, "--network", f"alpha={ALPHA_S:g},bandwidth={bandwidth:g}",
                           "--numerics", "off", "--out", str(simulated), "--overwrite"],
                          capture_output=True, text=True, timeout=timeout)
     if sim.returncode != 0:
-        return Pair(real, simulated, (sim.stderr.strip().splitlines() or [f"exit {sim.returncode}"])[-1])
+        return Pair(real, simulated, why_failed(sim))
     return Pair(real, simulated)

@@ -15,7 +15,7 @@ from hpcbench.runtime.placement import cpu_count
 RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
 SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS")
 
-# MPICH's own CI settings for oversubscribed ranks: yield instead of busy-polling (ECOSYSTEM.md).
+# MPICH's own CI settings for oversubscribed ranks: yield instead of busy-polling.
 MPICH_OVERSUBSCRIBED = {
     "MPIR_CVAR_POLLS_BEFORE_YIELD": "1",
     "MPIR_CVAR_CH4_PROGRESS_THROTTLE": "true",
@@ -69,6 +69,11 @@ def launch_env(ranks: int, base: dict[str, str] | None = None) -> dict[str, str]
             env.setdefault(key, value)
     env.setdefault("OMP_NUM_THREADS", "1" if ranks >= cpu_count() else str(max(1, cpu_count() // ranks)))
     return env
+
+
+def why_failed(proc: subprocess.CompletedProcess) -> str:
+    """A finished process's last line on stderr (hpcbench's one error line), else its exit code."""
+    return (str(proc.stderr or "").strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
 
 
 def emulated_nodes() -> int:

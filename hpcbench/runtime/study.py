@@ -37,7 +37,7 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], run_args: Sequence[str
     """
     from hpcbench.algorithms import ALGORITHMS
     from hpcbench.results.store import result_status
-    from hpcbench.runtime.launch import run_ranks
+    from hpcbench.runtime.launch import run_ranks, why_failed
 
     points = [(a, r, k) for a in algos for r in ranks for k in range(repeats)]
     done: list[Path] = []
@@ -64,7 +64,7 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], run_args: Sequence[str
         try:
             proc = run_ranks(world, args, timeout, capture=True, emulated=emulated)
             ok = proc.returncode == 0
-            why = (proc.stderr.strip().splitlines() or ["exit code %d" % proc.returncode])[-1]
+            why = why_failed(proc)
         except subprocess.TimeoutExpired:
             ok, why = False, f"killed after {timeout:g} s"
         elapsed = time.monotonic() - t0
