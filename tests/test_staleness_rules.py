@@ -1,4 +1,4 @@
-"""Parameter-server update rules against naive re-implementations of ALGORITHMS.md, written out here.
+"""Parameter-server update rules against naive re-implementations of the papers' rules, written out here.
 
 The real server program (ring buffer, Δ, penalties, log) is driven with scripted gradient arrivals
 of mixed staleness; every published vector and log row is compared with the naive reference.
@@ -58,7 +58,7 @@ def drive_server(name, arrivals, momentum=0.0, nesterov=False, wd=0.0, history=0
 
 
 def naive_server(name, x0, arrivals, momentum=0.0, nesterov=False, wd=0.0):
-    """ALGORITHMS.md, one element at a time, in float64."""
+    """The papers' server rules, one element at a time, in float64."""
     theta = x0.astype(np.float64).copy()
     buf = np.zeros(D)
     bufs = np.zeros((WORKERS, D))

@@ -1,7 +1,7 @@
 """Pure update math: momentum SGD, staleness and Gap-Aware penalties, DANA, the version ring.
 
 Everything here works in place on numpy vectors and is unit-tested against naive re-implementations;
-nothing here knows about MPI, time or programs. Rules and sources: ``ALGORITHMS.md``.
+nothing here knows about MPI, time or programs. The papers: `hpcbench list` (the servers), the algorithm modules (the rest).
 """
 from __future__ import annotations
 

@@ -36,7 +36,8 @@ def relevant_environment() -> dict[str, str]:
 
 
 def progress_mode() -> str:
-    """How passive-target RMA progresses on this run (an experiment factor, see ECOSYSTEM.md)."""
+    """How passive-target RMA progresses on this run (an experiment factor: MPICH moves one-sided
+    operations only inside MPI calls unless MPICH_ASYNC_PROGRESS=1 starts a progress thread)."""
     if os.environ.get("MPICH_ASYNC_PROGRESS") == "1":
         return "mpich-async-progress-thread"
     return "polling (rank 0 tests requests while idle)"
