@@ -120,15 +120,16 @@ def test_a_stopped_run_leaves_an_aborted_file_with_what_rank0_recorded(tmp_path,
 @requires_mpi
 @pytest.mark.timeout(300)
 def test_a_run_past_its_timeout_leaves_a_timeout_file_and_a_failed_cell(tmp_path):
-    # A worker 1000x slower than the other: someone's wait passes timeout_s long before the run ends.
+    # A worker 100000x slower than the other (a 1 ms gradient takes 100 s): someone's wait passes
+    # timeout_s long before the run ends (at 1000x the step took 1 s, and the run trained to its end).
     out = tmp_path / "late.h5"
-    proc = mpirun(RANKS, "run", "--algo", "allreduce", "--steps", "200", "--stragglers", "0.5:1000",
+    proc = mpirun(RANKS, "run", "--algo", "allreduce", "--steps", "200", "--stragglers", "0.5:100000",
                   "--set", "timeout_s=3", "--out", str(out))
     assert proc.returncode != 0
     rec = read_run(out)
     assert rec.attrs["status"] == "timeout"
     # Two clocks run out at about the same moment, and either may end the run: the other worker's wait
-    # for the all-reduce (3 s), or rank 0 hearing nothing from the straggler, whose 1000x compute
+    # for the all-reduce (3 s), or rank 0 hearing nothing from the straggler, whose stretched compute
     # sleeps without a heartbeat, for timeout_s.
     error = rec.attrs["error"]
     assert error.startswith("rank ") and ("timed out after 3 s" in error or (
