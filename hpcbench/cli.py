@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
@@ -555,6 +557,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if env_rank() == 0:
             print(f"hpcbench: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader has gone (``| head``): end quietly, as a tool killed by SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush has nowhere to fail
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

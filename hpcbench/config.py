@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from hpcbench.algorithms.schedule import SCALINGS
 from hpcbench.errors import UsageError, one_of
+from hpcbench.registry import rule
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -106,12 +107,12 @@ class Fault:
 class RunConfig:
     """Everything that defines a run; identical for ``run`` (real MPI) and ``simulate``."""
 
-    algo: str = ""
+    algo: str = rule("", "required (--algo)")
     model: str = "mlp"
     dataset: str = "digits"
-    data_dir: str = ""
-    steps: int | None = None  # steps per worker; unset = from epochs, else 100
-    epochs: float | None = None  # passes over the training set, counted in samples over all workers
+    data_dir: str = rule("", "none (only cifar10 reads files)")
+    steps: int | None = rule(None, "from epochs, else 100")  # steps per worker
+    epochs: float | None = rule(None, "unset (steps decide)")  # passes over the training set, in samples over all workers
     batch_size: int = 32
     lr: float = 0.05
     momentum: float = 0.0
@@ -126,15 +127,15 @@ class RunConfig:
     eval_samples: int = 2000  # test (and validation) samples per evaluation (at most)
     val_fraction: float = 0.0  # training samples held out as the validation split, the same for every seed
     target_accuracy: float = 0.9
-    stragglers: Stragglers = Stragglers()  # from "FRACTION:FACTOR"
+    stragglers: Stragglers = rule(Stragglers(), "none")  # from "FRACTION:FACTOR"
     timeout_s: float = 120.0  # longest any blocking wait may last before the run fails
     flush_s: float = 10.0  # rank 0 rewrites the result file (status "incomplete") this often (less when large)
-    time_limit_s: float = 0.0  # longest the run may take; 0 = until the Slurm job ends, else 7 days
-    fault: Fault = Fault()  # from "KIND:RANK@WHEN[:FACTOR]": a fault injected on purpose
+    time_limit_s: float = rule(0.0, "the Slurm job's end, else 7 days")  # longest the run may take
+    fault: Fault = rule(Fault(), "none")  # from "KIND:RANK@WHEN[:FACTOR]": a fault injected on purpose
     progress_s: float = 30.0  # seconds between rank 0's progress lines when its output is not a terminal
     warmup_steps: int = 2  # untimed gradient computations per worker before the timed window (never applied)
-    threads: int = 0  # torch threads per rank; 0 = share this node's cores among its ranks
-    out: str = ""
+    threads: int = rule(0, "this node's cores shared among its ranks")  # torch threads per rank
+    out: str = rule("", "results/ALGO-DATASET-MODEL-MODE-wWORKERS-sSEED-TIME-ID.h5")
     overwrite: bool = False  # replace an existing result file at ``out`` (regular files only)
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 

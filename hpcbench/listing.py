@@ -24,33 +24,44 @@ RECIPE = ("lr is the single-worker rate. Asynchronous algorithms apply every gra
           "lr_decay_factor at lr_decay_epochs. The run line and the result file record what was applied.")
 
 
-def _default(f: dataclasses.Field) -> object:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    factory = f.default_factory
-    return factory() if callable(factory) else None
+def shown(f: dataclasses.Field) -> str:
+    """A field's default as a user would write it (``--set`` and TOML), or the rule a placeholder
+    default stands for."""
+    if "resolves" in f.metadata:
+        return str(f.metadata["resolves"])
+    value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc,operator]
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+def rows(owner: str, options: type, skip: tuple[str, ...] = ()) -> list[list[str]]:
+    return [[f"{owner}{f.name}", shown(f)] for f in dataclasses.fields(options) if f.name not in skip]
 
 
 def listing() -> str:
+    from hpcbench.runtime.sim.models import SimConfig
+
     algos = [[name, cls.family, cls.min_workers + 1, cls.summary] for name, cls in ALGORITHMS.items()]
-    options = []
-    for name, cls in ALGORITHMS.items():
-        for f in dataclasses.fields(cls.Options):
-            options.append([f"{name}.{f.name}", repr(_default(f))])
+    options = [row for name, cls in ALGORITHMS.items() for row in rows(f"{name}.", cls.Options)]
     for table, table_options in (("payload", PayloadOptions), ("teacher", TeacherOptions)):
-        options += [[f"{table}.{f.name}", repr(_default(f))] for f in dataclasses.fields(table_options)]
-    run_options = [[f.name, repr(_default(f))] for f in dataclasses.fields(RunConfig) if f.name != "options"]
+        options += rows(f"{table}.", table_options)
     parts = [
         "Algorithms",
         tabulate(algos, headers=["name", "family", "min ranks", "what it does"]),
         "Algorithm, payload and teacher options (--set NAME.OPTION=VALUE, or a [NAME] table in --config)",
-        tabulate(options, headers=["option", "default"]) if options else "(none)",
+        tabulate(options, headers=["option", "default"]),
+        "Simulator options (simulate: --set sim.OPTION=VALUE, or a [sim] table in --config; --workers,\n"
+        "--numerics, --compute, --network, --pauses and --heterogeneity set the same fields)",
+        tabulate(rows("sim.", SimConfig), headers=["option", "default"]),
         "Models",
         tabulate(sorted(MODELS.items()), headers=["name", "what it is"]),
         "Datasets",
         tabulate(sorted(DATASET_HELP.items()), headers=["name", "what it is"]),
         "Run options (flags, --set KEY=VALUE, or top-level keys in --config)",
-        tabulate(run_options, headers=["key", "default"]),
+        tabulate(rows("", RunConfig, skip=("options",)), headers=["key", "default"]),
         "Learning-rate recipe (the same for every algorithm)",
         RECIPE,
     ]

@@ -1,7 +1,9 @@
-"""Name → object registries that refuse duplicates and list valid names for unknown ones."""
+"""Name → object registries that refuse duplicates and list valid names for unknown ones, and the
+placeholder defaults that options declare with what they resolve to."""
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, TypeVar
+from dataclasses import field
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from hpcbench.errors import one_of
 
@@ -40,3 +42,9 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._items
+
+
+def rule(default: Any, resolves: str) -> Any:
+    """A dataclass field whose default is a placeholder (0, None, ""), with the rule it stands for, in
+    words: what ``hpcbench list`` shows as its default."""
+    return field(default=default, metadata={"resolves": resolves})

@@ -1,6 +1,8 @@
 """Shared fixtures: launching hpcbench under mpiexec with a hard timeout, and small result files."""
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -12,6 +14,16 @@ import pytest
 from hpcbench.runtime.launch import launch_env, mpi_command, mpiexec_path
 
 MPI_TIMEOUT_S = 150
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    """``hpcbench ARGS`` in this process: (exit code, stdout, stderr)."""
+    from hpcbench.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
 
 
 def have_mpiexec() -> bool:

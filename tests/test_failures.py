@@ -3,7 +3,6 @@ cell: real MPI runs stopped by a signal (on a worker, or Ctrl-C on mpiexec) or p
 the report, diff and check over records that did not finish."""
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import os
@@ -15,20 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mpirun, requires_mpi
-from hpcbench.cli import main
+from conftest import cli, mpirun, requires_mpi
 from hpcbench.errors import PeerFailure, Stopped, UsageError, WaitTimeout, error_line, failure_status
 from hpcbench.results.store import read_run, result_status, write_run
 from hpcbench.runtime.launch import launch_env, mpi_command
 
 RANKS = 3
-
-
-def cli(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
 
 
 def rank_pids(marker: str) -> dict[int, int]:

@@ -2,8 +2,6 @@
 (``.ci/run`` installs Debian's package where apt-get works)."""
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -11,17 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.cli import main
+from conftest import cli
+
 from hpcbench.results.store import read_run, write_run
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
-
-
-def cli(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
 
 
 class Page(HTMLParser):

@@ -3,21 +3,14 @@
 Studies are real result files from the simulator (timing only, so they are quick); expected numbers
 are read from the files' own summaries, never recomputed by the report's code.
 """
-import contextlib
 import csv
 import io
 
 import pytest
 
-from hpcbench.cli import main
+from conftest import cli
+
 from hpcbench.results.store import read_run
-
-
-def cli(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
 
 
 def simulate(path, *args: str) -> None:

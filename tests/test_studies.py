@@ -1,5 +1,4 @@
 """Studies without Slurm: job scripts line by line, sweeps, self-checks, plots, traces, diffs, progress."""
-import contextlib
 import io
 import json
 import os
@@ -7,21 +6,13 @@ import subprocess
 
 import pytest
 
-from conftest import requires_mpi
+from conftest import cli, requires_mpi
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.cli import main
 from hpcbench.results.store import read_run
 from hpcbench.runtime.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
 from hpcbench.slurm.jobs import Resources, report_job, run_job, srun_mpi_flag, submit_script
 from hpcbench.slurm.sweep import Point, plan_points
 from hpcbench.telemetry.progress import ProgressLine
-
-
-def cli(*args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_run_job_script_line_by_line():
@@ -309,6 +300,11 @@ def test_a_study_directory_with_results_is_added_to_only_when_asked(tmp_path):
     code, _, err = cli(*args[:5], "asgd", *args[6:])
     assert code == 0, err
     kept = (tmp_path / "asgd-w2.h5").read_bytes()
+    code, out, _ = cli("status", str(tmp_path))  # a local study is a study: status reads it
+    assert code == 0 and out.startswith(f"{tmp_path}: 1 of 1 points have an ok result")
+    assert out.splitlines()[-1].split() == ["asgd-w2", "ok", "-", "-", "0"]
+    code, _, err = cli("sweep", "--resubmit-failed", str(tmp_path))
+    assert code == 2 and "ran here (sweep --local)" in err and "--resume" in err
     code, _, err = cli(*args)
     assert code == 2 and "already holds 1 result file(s); pass --resume" in err
     (tmp_path / "allreduce-w2.h5").write_bytes(b"a crashed run's leftovers")
@@ -316,6 +312,7 @@ def test_a_study_directory_with_results_is_added_to_only_when_asked(tmp_path):
     assert code == 0, err
     assert "asgd on 3 ranks: kept" in out and (tmp_path / "asgd-w2.h5").read_bytes() == kept  # never rewritten
     assert read_run(tmp_path / "allreduce-w2.h5").attrs["status"] == "ok"  # the broken point was run again
+    assert cli("status", str(tmp_path))[1].startswith(f"{tmp_path}: 2 of 2 points have an ok result")
 
 
 @requires_mpi

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from hpcbench.algorithms import decentral
-from hpcbench.algorithms.api import Algorithm, Context, Layout, Program, Settings, register
+from hpcbench.algorithms.api import SYNCHRONOUS, Algorithm, Context, Layout, Program, Settings, register
 from hpcbench.algorithms.buckets import plan_buckets
 from hpcbench.algorithms.ops import Allreduce, Compute
 from hpcbench.errors import UsageError
@@ -27,7 +27,7 @@ class AllreduceOptions:
 class AllReduceSgd(Algorithm):
     name = "allreduce"
     summary = "synchronous SGD: all-reduce the gradient over the workers in buckets during backward, identical replicas"
-    family = "decentralized"
+    family = SYNCHRONOUS
     asynchronous = False
     Options = AllreduceOptions
 

@@ -108,12 +108,15 @@ class NoOptions:
     pass
 
 
+SYNCHRONOUS, PARAMETER_SERVER, DECENTRALIZED = FAMILIES = ("synchronous", "parameter server", "asynchronous decentralized")
+
+
 class Algorithm:
     """Base class: subclasses set the class attributes and write ``server`` and ``worker``."""
 
     name: ClassVar[str]
     summary: ClassVar[str]
-    family: ClassVar[str]  # "parameter-server" or "decentralized"
+    family: ClassVar[str]  # one of FAMILIES, as the README groups the algorithms
     Options: ClassVar[type] = NoOptions
     min_workers: ClassVar[int] = 1
     # Asynchronous methods run until the global sample budget is spent (fast workers take more steps)

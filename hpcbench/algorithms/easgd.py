@@ -14,20 +14,22 @@ from typing import ClassVar
 import numpy as np
 
 from hpcbench.algorithms import decentral
-from hpcbench.algorithms.api import Algorithm, Context, Layout, Program, Role, Settings, WindowSpec, register
+from hpcbench.algorithms.api import (DECENTRALIZED, SYNCHRONOUS, Algorithm, Context, Layout, Program, Role, Settings,
+                                     WindowSpec, register)
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.ops import SERVER, Accumulate, Allreduce, Publish, Read
 from hpcbench.errors import UsageError
+from hpcbench.registry import rule
 
 
 @dataclass(frozen=True)
 class EasgdOptions:
-    alpha: float = 0.0  # elastic moving rate; 0 = β/n with β = 0.9
+    alpha: float = rule(0.0, "0.9 / workers")  # elastic moving rate β/n with β = 0.9
     tau: int = 4  # local steps between exchanges with the centre
 
 
 class ElasticAveraging(Algorithm):
-    family = "decentralized"
+    family = DECENTRALIZED
     Options: ClassVar[type] = EasgdOptions
     centre_owner: ClassVar[Role] = "server"
 
@@ -106,6 +108,7 @@ class Easgd(ElasticAveraging):
 class EasgdSync(ElasticAveraging):
     name = "easgd-sync"
     summary = "synchronous elastic averaging over the workers' communicator, centre replicated"
+    family = SYNCHRONOUS
     asynchronous = False
     centre_owner = "workers"
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcbench.algorithms import decentral
-from hpcbench.algorithms.api import Algorithm, Context, Layout, Program, Settings, Sub, WindowSpec, register
+from hpcbench.algorithms.api import (DECENTRALIZED, Algorithm, Context, Layout, Program, Settings, Sub, WindowSpec,
+                                     register)
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.ops import Accumulate, Barrier, Drain, Read
 from hpcbench.algorithms.topology import random_peer
@@ -34,7 +35,7 @@ class GossipOptions:
 class Gossip(Algorithm):
     name = "gossip"
     summary = "gossiping SGD: mix with one random peer per step (variant=pull or push-sum push)"
-    family = "decentralized"
+    family = DECENTRALIZED
     Options = GossipOptions
     min_workers = 2
 

@@ -15,7 +15,7 @@ from typing import ClassVar
 import numpy as np
 
 from hpcbench.algorithms import decentral
-from hpcbench.algorithms.api import Algorithm, Context, Layout, Program, Settings, register
+from hpcbench.algorithms.api import SYNCHRONOUS, Algorithm, Context, Layout, Program, Settings, register
 from hpcbench.algorithms.ops import Allreduce
 from hpcbench.errors import UsageError
 
@@ -29,7 +29,7 @@ class LocalSgdOptions:
 class LocalSgd(Algorithm):
     name = "local-sgd"
     summary = "periodic model averaging: period local SGD steps, then all-reduce the models"
-    family = "decentralized"
+    family = SYNCHRONOUS
     asynchronous = False
     Options: ClassVar[type] = LocalSgdOptions
 

@@ -18,13 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from hpcbench.algorithms.api import (Algorithm, ChannelSpec, Context, Layout, Program, Settings, Sub, WindowSpec,
-                                    register)
+from hpcbench.algorithms.api import (PARAMETER_SERVER, Algorithm, ChannelSpec, Context, Layout, Program, Settings, Sub,
+                                     WindowSpec, register)
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.meter import TrainingMeter
 from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Publish, Read, Record, Recv, Send
 from hpcbench.algorithms.rules import ServerRule, VersionRing
 from hpcbench.errors import RuntimeFailure, UsageError
+from hpcbench.registry import rule
 
 # version_used: the version the worker read; version_applied: the version the gradient was applied
 # onto (staleness = version_applied − version_used); penalty_mean: the divisor actually applied;
@@ -37,7 +38,7 @@ GO.flags.writeable = STOP.flags.writeable = ECHO.flags.writeable = False
 
 
 class ParameterServer(Algorithm):
-    family = "parameter-server"
+    family = PARAMETER_SERVER
     penalty = "none"
     per_worker_momentum = False
 
@@ -154,7 +155,7 @@ class ParameterServer(Algorithm):
 class GapOptions:
     beta: float = 0.999  # decay of the running second moment of the step direction
     eps: float = 1e-8
-    history: int = 0  # published versions kept for Δ; 0 = 2·workers + 4 (older ones are echoed by the worker)
+    history: int = rule(0, "2·workers + 4")  # published versions kept for Δ (older ones are echoed by the worker)
 
 
 @register

@@ -20,7 +20,8 @@ from typing import ClassVar
 import numpy as np
 
 from hpcbench.algorithms import decentral
-from hpcbench.algorithms.api import Algorithm, ChannelSpec, Context, Layout, Program, Settings, Sub, register
+from hpcbench.algorithms.api import (DECENTRALIZED, SYNCHRONOUS, Algorithm, ChannelSpec, Context, Layout, Program,
+                                     Settings, Sub, register)
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.ops import Recv, Send
 from hpcbench.algorithms.topology import exponential_hops, exponential_in_peer, exponential_out_peer
@@ -47,7 +48,7 @@ class Inbox:
 
 
 class PushSum(Algorithm):
-    family = "decentralized"
+    family = SYNCHRONOUS
     min_workers = 2
     delay = 0
     Options: ClassVar[type] = SgpOptions
@@ -147,6 +148,7 @@ class Sgp(PushSum):
 class Osgp(PushSum):
     name = "osgp"
     summary = "overlap sgp: run up to tau steps ahead of a missing message (tau=0 is sgp)"
+    family = DECENTRALIZED
     Options = OsgpOptions
     delay = 1
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -14,6 +13,7 @@ from tabulate import tabulate
 from hpcbench.errors import UsageError, one_of
 from hpcbench.report.html import note_html, title_html
 from hpcbench.report.metrics import RunRow, ScalePoint, run_row, scaling, setting, varying
+from hpcbench.report.strict_json import dumps, json_safe
 from hpcbench.results.schema import RunRecord
 from hpcbench.results.store import read_run
 
@@ -28,7 +28,7 @@ UNITS = {
     "step_worker_max_s": "seconds (the slowest worker's median step)",
     "compute_fraction": "fraction of the workers' time",
     "communicate_fraction": "fraction of the workers' time", "wait_fraction": "fraction of the workers' time",
-    "final_accuracy": "fraction of held-out samples", "time_to_target_s": "seconds from the start (empty: never)",
+    "final_accuracy": "fraction of held-out samples", "time_to_target_s": "seconds from the start (null: never)",
     "staleness_mean": "updates", "staleness_p50": "updates", "staleness_p99": "updates",
     "penalty_mean": "divisor of the step", "speedup": "ratio to the curve's fewest workers",
     "efficiency": "speedup per added worker, as a fraction",
@@ -36,7 +36,7 @@ UNITS = {
     "ttt_efficiency": "ttt_speedup per added worker, as a fraction", "too_stale": "gradients (servers only)",
     "peak_lr": "learning rate after warm-up", "evals": "evaluations over the sample budget",
     "result": "how the run(s) ended: ok, or failed/timeout/aborted/incomplete (then no numbers)",
-    "got to": "a run that did not finish: samples done of the budget, and seconds, as its file last said",
+    "reached": "a run that did not finish: samples done of the budget, and seconds, as its file last said",
     "error": "the error line of a run that did not finish", "lr_recipe": "the learning-rate schedule, as text", "failed": "runs of the point that did not finish",
 }
 
@@ -179,25 +179,12 @@ def machine_rows(items: Sequence[RunRow] | Sequence[ScalePoint], keys: Sequence[
     return out
 
 
-def finite(value: Any) -> Any:
-    return None if isinstance(value, float) and math.isnan(value) else value
-
-
-def finite_tree(value: Any) -> Any:
-    """NaN → None (JSON's null) throughout nested dicts and lists."""
-    if isinstance(value, dict):
-        return {k: finite_tree(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [finite_tree(v) for v in value]
-    return finite(value)
-
-
 def csv_table(rows: list[dict[str, Any]]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(list(rows[0]) if rows else [])
     for row in rows:
-        writer.writerow(["" if finite(v) is None else v for v in row.values()])
+        writer.writerow(["" if json_safe(v) is None else v for v in row.values()])
     return out.getvalue().rstrip("\n")
 
 
@@ -252,7 +239,7 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
                     "failed_points": [dict(zip(("point", "result", "latest_job"), f)) for f in failed]}
         if table is not None:
             document = {k: v for k, v in document.items() if k not in TABLES or k == table}
-        return json.dumps(finite_tree(document), indent=1, allow_nan=False)
+        return dumps(document, indent=1)
     run_settings, point_settings = setting_columns(keys)
     title, note = (title_html, note_html) if fmt == "html" else (str, str)
     parts = [note(line), note(recipes(rows))] if rows else []

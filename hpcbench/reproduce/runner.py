@@ -6,7 +6,6 @@ verdicts as OUT_DIR/verdict.json.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -23,6 +22,7 @@ from hpcbench.reproduce.protocol import (SEQUENTIAL, ArmResult, CellKey, Recipe,
                                          choose_recipe, overall, recipe_grid)
 from hpcbench.reproduce.studies import PRESETS, Study, mpi_args, study
 from hpcbench.reproduce.verdicts import Cell
+from hpcbench.report.strict_json import dumps
 from hpcbench.results.store import result_status
 from hpcbench.tuning.execute import MODES, Job, run_jobs
 from hpcbench.tuning.grid import Setting, Trial, choose
@@ -241,7 +241,7 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
              for a in arms}
     text = report.markdown(s, arms, outcome_text, recipe, recipe_trials, notes, plots)
     (out / "report.md").write_text(text, encoding="utf-8")
-    (out / "verdict.json").write_text(json.dumps(strict({
+    (out / "verdict.json").write_text(dumps({
         "study": s.name, "outcome": outcome_text,
         "protocol": report.protocol(s, preset, recipe, mode),
         "recipe_grid": [{"setting": t.setting.values(), "val_accuracy": list(t.val), "chosen": t.setting == recipe.best}
@@ -251,20 +251,9 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
                   "cells": [{**asdict(c), "setting": a.chosen[(c.algo, c.workers, c.variant)].values()}
                             for c in a.cells]} for a in arms],
         **{k: v for k, v in notes.items() if k != "emulated"},
-        "emulated": emulated_network.as_json(points)}), indent=1, allow_nan=False), encoding="utf-8")
+        "emulated": emulated_network.as_json(points)}, indent=1), encoding="utf-8")
     print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
     return 1 if failed else 0
-
-
-def strict(value: Any) -> Any:
-    """``value`` with every non-finite float as None (JSON has no infinity: "never" or "none")."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict(v) for v in value]
-    return value
 
 
 def command_line(name: str, out_dir: str, preset: str, mode: str, emulated: bool = False) -> str:

@@ -37,9 +37,15 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], run_args: Sequence[str
     """
     from hpcbench.algorithms import ALGORITHMS
     from hpcbench.results.store import result_status
+    from hpcbench.results.study import write_manifest
     from hpcbench.runtime.launch import run_ranks, why_failed
 
     points = [(a, r, k) for a in algos for r in ranks for k in range(repeats)]
+    stems = {p: f"{p[0]}-w{p[1] - 1}" + (f"-r{p[2] + 1}" if repeats > 1 else "") for p in points}
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    write_manifest(Path(out_dir), [{"stem": stems[p], "algo": p[0], "ranks": p[1], "repeat": p[2]} for p in points
+                                   if p[1] - 1 >= ALGORITHMS.get(p[0]).min_workers],
+                   {"base_args": list(run_args), "local": True, "emulated": emulated})
     done: list[Path] = []
     failures: list[str] = []
     for i, (algo, world, repeat) in enumerate(points, 1):
@@ -48,8 +54,7 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], run_args: Sequence[str
         if world - 1 < cls.min_workers:
             print(f"[{i}/{len(points)}] {label}: skipped ({algo} needs {cls.min_workers + 1}+ ranks)", flush=True)
             continue
-        suffix = f"-r{repeat + 1}" if repeats > 1 else ""
-        out = Path(out_dir) / f"{algo}-w{world - 1}{suffix}.h5"
+        out = Path(out_dir) / f"{stems[algo, world, repeat]}.h5"
         status = result_status(out)
         if status == "ok" and not replace:
             done.append(out)

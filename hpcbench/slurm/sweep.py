@@ -132,6 +132,9 @@ def write_study(out_dir: Path, points: list[Point], res: Resources, base_args: l
 def study_again(out_dir: Path) -> tuple[list[Point], Resources, list[str]]:
     """A study's points, resources and run arguments as its manifest recorded them."""
     manifest = read_manifest(out_dir)
+    if manifest.get("local"):
+        raise UsageError(f"{out_dir} ran here (sweep --local), not under Slurm: run the same sweep --local "
+                         "command again with --resume; it keeps the ok points and runs the others")
     recorded: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in manifest["resources"].items()}
     res = Resources(**recorded)
     points = [Point(p["algo"], p["nodes"], p["repeat"]) for p in manifest["points"]]

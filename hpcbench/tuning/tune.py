@@ -7,7 +7,6 @@ OUT_DIR/tune.json the same as data, and OUT_DIR/best/ALGO-nN.toml the chosen rec
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any, Mapping, Sequence
 from tabulate import tabulate
 
 from hpcbench.errors import UsageError
+from hpcbench.report.strict_json import dumps
 from hpcbench.tuning.execute import Job, run_jobs
 from hpcbench.tuning.grid import Setting, Trial, best_per_group, toml_literal
 
@@ -152,11 +152,11 @@ def tune(grid: Grid, run_args: Sequence[str], base: Mapping[str, Any], options: 
     if failed:
         md.append("- failed: " + "; ".join(failed))
     (out / "tune.md").write_text("\n".join(md) + "\n", encoding="utf-8")
-    (out / "tune.json").write_text(json.dumps({
+    (out / "tune.json").write_text(dumps({
         "mode": mode, "seeds": list(grid.seeds), "elapsed_s": elapsed, "failed": failed,
         "trials": [{"algo": t.algo, "workers": t.workers, "setting": t.setting.values(),
-                    "val_accuracy": [v if math.isfinite(v) else None for v in t.val],
+                    "val_accuracy": list(t.val),
                     "chosen": chosen[(t.algo, t.workers)] is t} for t in trials],
-    }, indent=1, allow_nan=False), encoding="utf-8")
+    }, indent=1), encoding="utf-8")
     print("\n" + "\n".join(chosen_lines) + f"\n\n{text}\n\nreport: {out / 'tune.md'}", flush=True)
     return 1 if failed else 0

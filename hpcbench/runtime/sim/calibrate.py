@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hpcbench.algorithms import ALGORITHMS
+from hpcbench.algorithms.api import PARAMETER_SERVER
 from hpcbench.algorithms.buckets import FLOAT_BYTES
 from hpcbench.config import RUN_KEYS, Stragglers, make_config
 from hpcbench.errors import UsageError
@@ -84,7 +85,7 @@ def calibrate(rec: RunRecord) -> dict[str, Any]:
     update_s = float(per_step_sums(tl, workers & own).mean()) if (workers & own).any() else 0.0
 
     # Only a parameter server serves workers; a coordinator's own time delays no one.
-    server = (tl["rank"] == 0) & (ALGORITHMS.get(rec.algorithm).family == "parameter-server")
+    server = (tl["rank"] == 0) & (ALGORITHMS.get(rec.algorithm).family == PARAMETER_SERVER)
     received = int((server & (tl["op"] == op["Recv"]) & (tl["nbytes"] > 0)).sum())
     service = server & ((tl["phase"] == phase["apply"]) | np.isin(tl["op"], [op["Publish"], op["Send"]]))
     apply_s = float((tl["t_end"] - tl["t_start"])[service].sum() / received) if received else 0.0

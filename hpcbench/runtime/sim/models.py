@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from hpcbench.errors import UsageError, one_of
+from hpcbench.registry import rule
 
 BLOCK = 256  # compute times drawn per numpy call
 PROGRESS_MODES = ("async", "polling")
@@ -25,7 +26,7 @@ class SimConfig:
     batch_gradients: bool = True
     # Bytes on the wire count as if the model had this many parameters (0: its own size): numerics on
     # a small model, messages (and the per-parameter costs of rank 0 and the workers) of a large one.
-    message_params: int = 0
+    message_params: int = rule(0, "the model's size")
     compute_shape: float = 100.0  # gamma shape of a batch's compute time (100: coefficient of variation 0.1)
     compute_mean_s: float = 0.05  # mean compute time of one batch on a worker of speed 1
     heterogeneity: float = 0.0  # coefficient of variation of fixed per-worker speed factors
@@ -36,8 +37,8 @@ class SimConfig:
     # Mean of an exponentially distributed extra delay on every point-to-point and one-sided
     # transfer: OS noise and targets slow to respond (ranks sharing cores); calibrate fits it.
     jitter_s: float = 0.0
-    apply_s: float = -1.0  # rank 0's work per received message; -1 = 2 ns per model parameter
-    update_s: float = -1.0  # a worker's own math per step; -1 = 1 ns per model parameter
+    apply_s: float = rule(-1.0, "2 ns per model parameter")  # rank 0's work per received message
+    update_s: float = rule(-1.0, "1 ns per model parameter")  # a worker's own math per step
     # How one-sided operations progress: "async" (without the target, as RDMA hardware or an
     # async-progress thread do) or "polling" (only while the target is inside MPI: a read of a
     # rank that is computing or applying waits for it, as with MPICH's default progress).

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcbench.algorithms.api import PARAMETER_SERVER
 from hpcbench.algorithms.ops import Gradient
 from hpcbench.results.paths import check_room
 from hpcbench.results.schema import RunRecord
@@ -97,7 +98,7 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     if out:
         check_room(out, expected_bytes(run))
     message_params = sim.message_params or workload.size
-    sim = resolve(sim, message_params, plan.algo.family == "parameter-server")
+    sim = resolve(sim, message_params, plan.algo.family == PARAMETER_SERVER)
     gradient, gradients = gradients_for(run, sim)
     logs = run.logs()
     progress = run.progress("simulating ") if show_progress else None

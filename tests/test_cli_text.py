@@ -1,0 +1,105 @@
+"""What the command line prints for people and for other programs: `list` shows what each option
+resolves to, names families as the README does, and output cut short by a closed pipe ends quietly."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import cli
+from hpcbench.report.strict_json import json_safe
+from hpcbench.runtime.sim.models import SimConfig
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def option_rows(text: str) -> dict[str, str]:
+    """`list`'s option tables (header "option  default" or "key  default") as {option: default text}."""
+    rows, inside = {}, False
+    for line in text.splitlines():
+        if re.match(r"^(option|key)\s+default$", line):
+            inside = True
+        elif not line.strip():
+            inside = False
+        elif inside and not line.startswith("-"):
+            name, value = re.split(r"\s{2,}", line.strip(), maxsplit=1)
+            rows[name] = value
+    return rows
+
+
+def test_list_shows_what_a_placeholder_default_resolves_to():
+    code, out, _ = cli("list")
+    assert code == 0
+    rows = option_rows(out)
+    assert rows["ga-asgd.history"] == rows["dana-ga.history"] == "2·workers + 4"
+    assert rows["easgd.alpha"] == rows["easgd-sync.alpha"] == "0.9 / workers"
+    assert "100" in rows["steps"] and "epochs" in rows["steps"]
+    assert rows["stragglers"] == "none" and rows["fault"] == "none"
+    assert rows["allreduce.overlap"] == "true" and rows["nesterov"] == "false"  # as --set and TOML spell them
+    assert rows["gossip.variant"] == "pull"
+    assert "Slurm" in rows["time_limit_s"] and "7 days" in rows["time_limit_s"]
+    for text in rows.values():
+        assert not re.search(r"None|\w+\(|^''$|^\(\)$", text), text
+
+
+def test_list_shows_every_simulator_option():
+    _, out, _ = cli("list")
+    rows = option_rows(out)
+    for f in dataclasses.fields(SimConfig):
+        assert f"sim.{f.name}" in rows, f.name
+    assert rows["sim.allreduce"] == "rabenseifner" and rows["sim.progress"] == "async"
+    assert "parameter" in rows["sim.apply_s"] and "model's size" in rows["sim.message_params"]
+
+
+def test_list_names_each_family_as_the_readme_does():
+    families = {}
+    for line in README.read_text(encoding="utf-8").splitlines():  # the table under "| family | algorithms |"
+        match = re.match(r"^\| (synchronous|parameter server|asynchronous decentralized) \| (`.*)\|$", line)
+        if match:
+            for name in re.findall(r"`([a-z-]+)`", match.group(2)):
+                families[name] = match.group(1)
+    _, out, _ = cli("list")
+    listed = {}
+    for line in out.splitlines():
+        match = re.match(r"^([a-z-]+)\s{2,}([a-z ]+?)\s{2,}\d+\s", line)
+        if match:
+            listed[match.group(1)] = match.group(2)
+    assert len(listed) == 12 and listed == families
+
+
+@pytest.mark.parametrize("args", [["list"], ["run", "--dry-run", "--algo", "asgd", "--workers", "2"]])
+def test_output_into_a_closed_pipe_ends_quietly(args):
+    # The reader is gone before hpcbench writes (as with `| head -1` on a long output).
+    proc = subprocess.Popen([sys.executable, "-m", "hpcbench", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (0, 141) and err == "", (proc.returncode, err)
+
+
+def test_the_json_report_is_strict_json_and_every_column_has_its_unit(tmp_path):
+    for workers in (2, 4):
+        code, _, err = cli("simulate", "--numerics", "off", "--steps", "20", "--algo", "asgd", "--workers",
+                           str(workers), "--out", str(tmp_path / f"asgd-{workers}.h5"))
+        assert code == 0, err
+    code, out, err = cli("report", str(tmp_path), "--format", "json")
+    assert code == 0, err
+    document = json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+    units = document["units"]
+    for table in ("runs", "scaling"):
+        for column in document[table][0]:
+            assert column in units or column in ("algorithm", "mode", "workers", "nodes", "path"), column
+    columns = set(document["runs"][0]) | set(document["scaling"][0])
+    assert set(units) <= columns, set(units) - columns
+    # numerics off: no accuracy, so never at the target: null, and units say what null means
+    assert document["runs"][0]["time_to_target_s"] is None and "null" in units["time_to_target_s"]
+
+
+def test_non_finite_numbers_become_null_for_json():
+    assert json_safe({"a": [float("inf"), float("-inf"), float("nan"), 1.5], "b": (2, "x")}) == \
+        {"a": [None, None, None, 1.5], "b": [2, "x"]}
