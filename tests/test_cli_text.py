@@ -3,6 +3,7 @@ resolves to, names families as the README does, and output cut short by a closed
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import re
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from conftest import cli
 from hpcbench.report.strict_json import json_safe
 from hpcbench.runtime.sim.models import SimConfig
+from hpcbench.telemetry.progress import ProgressLine
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -103,3 +105,17 @@ def test_the_json_report_is_strict_json_and_every_column_has_its_unit(tmp_path):
 def test_non_finite_numbers_become_null_for_json():
     assert json_safe({"a": [float("inf"), float("-inf"), float("nan"), 1.5], "b": (2, "x")}) == \
         {"a": [None, None, None, 1.5], "b": [2, "x"]}
+
+
+def test_a_run_without_a_model_says_so_instead_of_printing_nan(tmp_path):
+    code, out, err = cli("simulate", "--numerics", "off", "--steps", "20", "--algo", "easgd", "--workers", "3",
+                         "--out", str(tmp_path / "t.h5"))
+    assert code == 0, err
+    assert "nan" not in out and "warm-up" not in out and "timing only (no model trained)" in out
+    assert "s of virtual time = " in out and "s of wall-clock time]" in out  # the two clocks are named
+    progress = io.StringIO()
+    line = ProgressLine("simulating easgd, 3 workers", 1000, progress, mode="plain", every_s=0.0,
+                        clock=iter([0.0, 2.0]).__next__, rate_unit="samples/s simulated (wall clock)")
+    line.update(500, float("nan"), float("nan"))
+    assert progress.getvalue() == ("[2 s] simulating easgd, 3 workers: 500/1000 samples (50%), "
+                                   "250 samples/s simulated (wall clock), ETA 2 s\n")

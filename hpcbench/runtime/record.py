@@ -157,12 +157,16 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[dict[str, Any
 
 def result_line(rec: RunRecord, path: str) -> str:
     s = rec.summary
-    line = (f"{rec.algorithm} ({rec.mode}, {rec.workers} workers): {s['samples']} samples in {s['wall_s']:.1f} s "
-            f"= {s['samples_per_s']:.0f} samples/s, final accuracy {s['final_accuracy']:.3f}")
+    virtual = " of virtual time" if rec.mode == "sim" else ""
+    trained = s["final_accuracy"] == s["final_accuracy"]  # NaN: no model (payload, or numerics off)
+    line = (f"{rec.algorithm} ({rec.mode}, {rec.workers} workers): {s['samples']} samples in {s['wall_s']:.1f} s"
+            f"{virtual} = {s['samples_per_s']:.0f} samples/s, "
+            + (f"final accuracy {s['final_accuracy']:.3f}" if trained else "timing only (no model trained)"))
     if s["final_val_accuracy"] == s["final_val_accuracy"]:  # a validation split was held out
         line += f" (validation {s['final_val_accuracy']:.3f})"
     if "late_gradients" in s:  # a parameter server: say that every gradient was applied
         line += f", {s['too_stale']} gradients dropped"
         if s["echoed_updates"]:
             line += f" ({s['echoed_updates']} applied with Δ echoed by their worker)"
-    return f"{line} [{rec.attrs['config']['schedule']['text']}] -> {path}"
+    schedule = f" [{rec.attrs['config']['schedule']['text']}]" if trained else ""
+    return f"{line}{schedule} -> {path}"

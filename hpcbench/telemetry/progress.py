@@ -26,8 +26,11 @@ def mode_for(stream: TextIO) -> str:
 
 class ProgressLine:
     def __init__(self, label: str, budget: int, stream: TextIO | None = None, mode: str | None = None,
-                 every_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
-        """``stream``: stderr as it is when the line is made (not when this module was imported)."""
+                 every_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 rate_unit: str = "samples/s") -> None:
+        """``stream``: stderr as it is when the line is made (not when this module was imported);
+        ``rate_unit``: what the rate counts (the simulator's is per second of wall-clock time)."""
+        self.rate_unit = rate_unit
         stream = sys.stderr if stream is None else stream
         self.label, self.budget, self.stream, self.clock = label, budget, stream, clock
         self.mode = mode_for(stream) if mode is None else mode
@@ -43,8 +46,9 @@ class ProgressLine:
         elapsed = max(now - self.start, 1e-9)
         rate = samples / elapsed
         eta = (self.budget - samples) / rate if rate > 0 else float("inf")
+        trained = f"train loss {loss:.3f}, train acc {accuracy:.3f}, " if loss == loss else ""  # NaN: no model
         line = (f"{self.label}: {samples}/{self.budget} samples ({100 * samples / self.budget:.0f}%), "
-                f"{rate:.0f} samples/s, train loss {loss:.3f}, train acc {accuracy:.3f}, ETA {eta:.0f} s")
+                f"{rate:.0f} {self.rate_unit}, {trained}ETA {eta:.0f} s")
         if self.mode == "live":
             self.stream.write("\r" + line.ljust(100))
             self.shown = True

@@ -101,7 +101,7 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     sim = resolve(sim, message_params, plan.algo.family == PARAMETER_SERVER)
     gradient, gradients = gradients_for(run, sim)
     logs = run.logs()
-    progress = run.progress("simulating ") if show_progress else None
+    progress = run.progress("simulating ", "samples/s simulated (wall clock)") if show_progress else None
     jitter = Jitter(sim, cfg.seed) if sim.jitter_s > 0 else None
     slow = {r: run.slow_factor(r) for r in run.stragglers}
     engine = Engine(algo, run.layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, message_params,
@@ -125,7 +125,7 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
                   "gradients": gradients}
     record = build_record(run, mode="sim", world_size=n + 1, parts=parts, offsets=np.zeros(n + 1), origin=0.0,
                           logs=logs, provenance=provenance, simulation=simulation, model_parameters=workload.size)
-    return record, f"{engine.events} events in {wall:.1f} s"
+    return record, f"{engine.events} events simulated in {wall:.1f} s of wall-clock time"
 
 
 def simulate(plan: Plan, sim: SimConfig) -> int:
