@@ -119,3 +119,29 @@ def test_a_run_without_a_model_says_so_instead_of_printing_nan(tmp_path):
     line.update(500, float("nan"), float("nan"))
     assert progress.getvalue() == ("[2 s] simulating easgd, 3 workers: 500/1000 samples (50%), "
                                    "250 samples/s simulated (wall clock), ETA 2 s\n")
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    where = tmp_path_factory.mktemp("runs")
+    for workers in (2, 4):
+        code, _, err = cli("simulate", "--numerics", "off", "--steps", "20", "--algo", "asgd", "--workers",
+                           str(workers), "--out", str(where / f"asgd-{workers}.h5"))
+        assert code == 0, err
+    return where
+
+
+def test_a_study_diffed_against_itself_is_unchanged_everywhere(two_runs):
+    code, out, err = cli("diff", str(two_runs), str(two_runs))
+    assert code == 0, err
+    points = [line.split() for line in out.splitlines() if line.startswith("asgd")]
+    assert len(points) == 2 and all("same" in p and "changed" not in p for p in points), out
+    assert "configuration: identical" in out
+
+
+def test_a_reference_naming_an_unknown_algorithm_is_refused_with_the_valid_names(two_runs, tmp_path):
+    ref = tmp_path / "ref.toml"
+    ref.write_text("[asdg.2]\nsamples_per_s = [1, 1e9]\n")
+    code, out, err = cli("check", str(two_runs), "--reference", str(ref))
+    assert code == 2 and out == ""
+    assert "asdg" in err and "asgd" in err and "ga-asgd" in err and len(err.strip().splitlines()) == 1, err

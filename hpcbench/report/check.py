@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from hpcbench.algorithms import ALGORITHMS
 from hpcbench.errors import UsageError, one_of
 from hpcbench.report.diff import BETTER
 from hpcbench.report.metrics import ScalePoint
@@ -52,6 +53,8 @@ def parse_reference(table: Mapping[str, Any]) -> list[Bound]:
     """The TOML document of a reference file → its bounds (one clear error line on a malformed one)."""
     out = []
     for algorithm, by_workers in table.items():
+        if algorithm not in ALGORITHMS.names():
+            raise one_of("algorithm in the reference", algorithm, ALGORITHMS.names())
         if not isinstance(by_workers, dict):
             raise UsageError(f"reference: [{algorithm}] must hold tables named by worker count, like [{algorithm}.4]")
         for workers, metrics in by_workers.items():

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from hpcbench.errors import one_of
 from hpcbench.report.metrics import ScalePoint, flatten, run_row, scaling, varying
@@ -87,6 +87,15 @@ def regressions(before: dict[Key, ScalePoint], after: dict[Key, ScalePoint], met
 FORMATS = ("text", "md", "latex", "csv")
 
 
+def same(old: ScalePoint, new: ScalePoint) -> bool:
+    """Every compared metric equal (both missing counts as equal)."""
+    def value(p: ScalePoint, attr: str) -> Any:
+        v = getattr(p, attr)
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    return all(value(old, attr) == value(new, attr) for _, attr, _ in METRICS)
+
+
 def diff_text(old: Sequence[RunRecord], new: Sequence[RunRecord], fmt: str = "text", target: float = 0.9) -> str:
     if fmt not in FORMATS:
         raise one_of("format", fmt, FORMATS)
@@ -95,7 +104,7 @@ def diff_text(old: Sequence[RunRecord], new: Sequence[RunRecord], fmt: str = "te
     for key in sorted(set(before) | set(after)):
         o: ScalePoint | None = before.get(key)
         n: ScalePoint | None = after.get(key)
-        status = "changed" if o and n else ("removed" if o else "added")
+        status = ("same" if same(o, n) else "changed") if o and n else ("removed" if o else "added")
         algorithm, mode, group, workers = key
         rows.append([algorithm, mode, *(v for _, v in group), str(workers), status]
                     + [change(getattr(o, attr, None), getattr(n, attr, None), digits) for _, attr, digits in METRICS])
