@@ -155,6 +155,8 @@ def test_gap_aware_at_toy_size_reports_what_its_files_say_and_flips_with_them(tm
     assert reproduce("gap-aware", str(out), "toy") == 0
     assert "runs kept from an earlier invocation" in capsys.readouterr().out
     text, verdict = report_of(out)
+    assert "runs kept from an earlier invocation, which ran them; this one only reported)" in text
+    assert " 0 run now" not in text
     assert verdict["outcome"] == HOLDS and "**Verdict: holds.**" in text
     # False in one arm only (GA far behind SA without momentum): the verdict depends on the protocol.
     edit_accuracy(out / "runs" / "ga-asgd-n4-lr0.05-m0-s0.h5", 0.1)

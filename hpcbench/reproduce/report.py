@@ -150,6 +150,14 @@ def chosen_text(arm: ArmResult) -> str:
     return text
 
 
+def how_run(runs: int, kept: int, jobs: int, elapsed_s: float) -> str:
+    """How many runs this invocation ran, and in what time; runs kept from an earlier one say so."""
+    if kept == runs:
+        return f"all {runs} runs kept from an earlier invocation, which ran them; this one only reported"
+    text = f"{runs} runs: {runs - kept} run now, {jobs} at a time, in {elapsed_s / 60:.1f} min"
+    return text + (f"; {kept} kept from an earlier invocation" if kept else "")
+
+
 def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, recipe_trials: Sequence[Trial],
              notes: dict[str, Any], plots: dict[str, str]) -> str:
     proto = protocol(s, notes["preset"], recipe, notes["mode"])
@@ -184,9 +192,7 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
     run_args = s.run_args(notes["preset"])
     run_args = run_args if notes["mode"] == "sim" else mpi_args(run_args)
     lines += ["## How it was measured", "", f"- command: `{notes['command']}` ({notes['preset']} sizes, "
-              f"mode {notes['mode']}; {notes['runs']} runs: {notes['runs'] - notes['kept']} run now, "
-              f"{notes['jobs']} at a time, in {notes['elapsed_s'] / 60:.1f} min"
-              + (f", {notes['kept']} kept from an earlier invocation" if notes["kept"] else "") + ")",
+              f"mode {notes['mode']}; {how_run(notes['runs'], notes['kept'], notes['jobs'], notes['elapsed_s'])})",
               f"- runs: {' '.join(run_args)}; per run --algo, --workers, --seed and the setting"
               + (", --network" if s.networks and notes["mode"] == "sim" else "")
               + ("; calibrated --compute" if notes["calibration"] else ""),
