@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import sys
 import types
 import typing
@@ -201,6 +202,23 @@ def build_options(cls: type, values: Mapping[str, Any], owner: str) -> Any:
             raise UsageError(f"unknown option '{owner}{key}'; valid: {valid}")
         typed[key] = check_value(owner, key, value, hints[key])
     return cls(**typed)
+
+
+def toml_literal(value: Any) -> str:
+    """``value`` as a TOML literal: what ``--set`` and a config file read back as the same value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, numbers.Integral):  # numpy's integers too
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} has no TOML literal in hpcbench's options")
+        return repr(float(value))
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_literal(v) for v in value) + "]"
+    raise TypeError(f"no TOML literal for {type(value).__name__}")
 
 
 def parse_set_value(text: str) -> Any:

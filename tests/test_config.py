@@ -1,8 +1,9 @@
 """Configuration sources, precedence and validation messages."""
+import numpy as np
 import pytest
 
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.config import Stragglers, load_toml, make_config, merge_sources, parse_set_value
+from hpcbench.config import Stragglers, load_toml, make_config, merge_sources, parse_set_value, toml_literal
 from hpcbench.errors import UsageError
 from hpcbench.runtime import plan
 
@@ -26,6 +27,14 @@ def test_set_parses_toml_literals_and_bare_strings():
     assert parse_set_value("cnn") == "cnn"
     cfg = config(sets=["lr_decay_epochs=[30, 60]", "model=resnet20", "nesterov=true"])
     assert cfg.lr_decay_epochs == (30.0, 60.0) and cfg.model == "resnet20" and cfg.nesterov is True
+
+
+@pytest.mark.parametrize("value", [0.1, np.float64(0.0004011336491454), np.int64(7), 3, True, "pull", 'a "b"',
+                                   [1.0, 2], (30, 60.0), np.float32(0.25)])
+def test_a_toml_literal_reads_back_as_the_same_value(value):
+    back = parse_set_value(toml_literal(value))
+    assert back == (list(value) if isinstance(value, tuple) else value)
+    assert isinstance(back, str) == isinstance(value, str)
 
 
 def test_algorithm_option_tables_from_toml_and_set():

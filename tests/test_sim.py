@@ -245,7 +245,7 @@ def test_calibrate_fits_a_real_run_and_prints_a_runnable_simulation(tmp_path):
     per_step = np.bincount(tl["step"][step] * 8 + tl["rank"][step], weights=(tl["t_end"] - tl["t_start"])[step])
     assert fit["compute_mean_s"] == pytest.approx(per_step[per_step > 0].mean(), rel=1e-6)
     assert fit["workers"] == 4 and fit["compute_shape"] > 0 and fit["apply_s"] > 0 and fit["bandwidth"] > 0
-    assert fit["jitter_s"] >= 0 and "jitter_s = " in as_toml(fit)
+    assert fit["jitter_s"] >= 0 and "jitter_s = " in as_toml(rec, fit)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["calibrate", str(real)]) == 0
@@ -262,13 +262,17 @@ def test_calibrate_fits_a_real_run_and_prints_a_runnable_simulation(tmp_path):
 
 @requires_mpi
 @pytest.mark.timeout(300)
-def test_calibrate_writes_booleans_that_simulate_and_toml_read(tmp_path):
+def test_calibrate_prints_a_command_and_a_config_that_simulate_the_run_as_it_was_set(tmp_path):
     import shlex
     import tomllib
 
     real = tmp_path / "allreduce.h5"  # allreduce.overlap is a boolean option
     ok(mpirun(3, "run", "--algo", "allreduce", "--model", "payload", "--set", "payload.params=1000", "--steps", "10",
-              "--compute", "gamma:shape=100,mean=0.002", "--out", str(real)))
+              "--compute", "gamma:shape=100,mean=0.002", "--set", "warmup_epochs=0.5", "--set", "lr_decay_epochs=[1, 2]",
+              "--set", "lr_scaling=sqrt", "--set", "evals=4", "--out", str(real)))
+    settings = ("warmup_epochs", "lr_decay_epochs", "lr_scaling", "evals", "lr", "batch_size", "steps_per_worker",
+                "schedule", "options")
+    expected = {k: read_run(real).attrs["config"][k] for k in settings}  # and payload.params (its compute is fitted)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["calibrate", str(real)]) == 0
@@ -277,12 +281,16 @@ def test_calibrate_writes_booleans_that_simulate_and_toml_read(tmp_path):
     command = text[start:text.index("\n\n", start)]
     assert "--set allreduce.overlap=true" in command
     simulate(*shlex.split(command.replace("\\\n", " "))[2:], "--out", str(tmp_path / "sim.h5"))
+    assert {k: read_run(tmp_path / "sim.h5").attrs["config"][k] for k in settings} == expected
+    assert read_run(tmp_path / "sim.h5").attrs["config"]["payload"]["params"] == 1000
     config = tmp_path / "sim.toml"
-    config.write_text(text[text.index("[sim]"):])
+    config.write_text(text[text.index("# or, in a --config file:"):])
     assert tomllib.loads(config.read_text())["sim"]["batch_gradients"] is True
-    simulate("--algo", "allreduce", "--model", "payload", "--steps", "10", "--config", str(config),
-             "--out", str(tmp_path / "from-toml.h5"))
-    assert read_run(tmp_path / "from-toml.h5").simulation["workers"] == 2
+    simulate("--algo", "allreduce", "--config", str(config), "--out", str(tmp_path / "from-toml.h5"))
+    from_toml = read_run(tmp_path / "from-toml.h5")
+    assert from_toml.simulation["workers"] == 2
+    assert {k: from_toml.attrs["config"][k] for k in settings} == expected
+    assert from_toml.attrs["config"]["payload"]["params"] == 1000
 
 
 @pytest.mark.parametrize("network, bandwidth", [

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import Any, Iterable, Sequence
 
+from hpcbench.config import toml_literal
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -58,21 +60,6 @@ class Setting:
         if self.lr_scaling is not None:
             parts.append(self.lr_scaling)
         return "-".join(parts)
-
-
-def toml_literal(value: Any) -> str:
-    """``value`` as a TOML literal: what ``--set`` and a config file read back as the same value."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{value!r} has no TOML literal in hpcbench's options")
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_literal(v) for v in value) + "]"
-    raise TypeError(f"no TOML literal for {type(value).__name__}")
 
 
 def expand(lrs: Sequence[float], momenta: Sequence[float] = (), warmups: Sequence[float] = (),

@@ -15,10 +15,11 @@ from typing import Any, Mapping, Sequence
 
 from tabulate import tabulate
 
+from hpcbench.config import toml_literal
 from hpcbench.errors import UsageError
 from hpcbench.report.strict_json import dumps
 from hpcbench.tuning.execute import Job, run_jobs
-from hpcbench.tuning.grid import Setting, Trial, best_per_group, toml_literal
+from hpcbench.tuning.grid import Setting, Trial, best_per_group
 
 
 @dataclass(frozen=True)

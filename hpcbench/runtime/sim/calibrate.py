@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shlex
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ import numpy as np
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms.api import PARAMETER_SERVER
 from hpcbench.algorithms.buckets import FLOAT_BYTES
-from hpcbench.config import RUN_KEYS, Stragglers, make_config
+from hpcbench.config import RUN_KEYS, RunConfig, Stragglers, make_config, toml_literal
 from hpcbench.errors import UsageError
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime import plan
@@ -193,40 +194,62 @@ def g(value: float) -> str:
     return f"{value:.6g}" if not (isinstance(value, float) and math.isnan(value)) else "nan"
 
 
-def literal(value: Any) -> str:
-    """A value as ``--set`` and TOML both read it: true/false, numbers, strings as they are."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    return g(value) if isinstance(value, float) else str(value)
+# Settings of a real run that a simulation of it has no use for (where it ran, how it failed or flushed).
+REAL_ONLY = ("algo", "steps", "epochs", "out", "overwrite", "fault", "timeout_s", "flush_s", "time_limit_s",
+             "progress_s", "warmup_steps", "threads")
+FLAGS = ("model", "dataset", "steps", "batch_size", "lr", "momentum", "seed")  # shown as flags in the command
+
+
+def run_settings(rec: RunRecord) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The real run's settings that a simulation of it shares: run keys (steps as the run resolved
+    them) and option tables (the algorithm's, the teacher task's, and payload's message size; its
+    compute is the fitted --compute)."""
+    cfg = rec.attrs["config"]
+    keys: dict[str, Any] = {k: cfg[k] for k in RUN_KEYS if k not in REAL_ONLY and cfg.get(k) not in (None, "")}
+    keys["steps"] = int(cfg["steps_per_worker"])
+    tables = {table: dict(options) for table, options in cfg.get("options", {}).items()}
+    if "teacher" in cfg:
+        tables["teacher"] = dict(cfg["teacher"])
+    if "payload" in cfg:
+        tables["payload"] = {"params": cfg["payload"]["params"]}
+    return keys, tables
+
+
+def set_flag(key: str, value: Any) -> str:
+    return "--set " + shlex.quote(f"{key}={toml_literal(value)}")
 
 
 def simulate_command(rec: RunRecord, sim: dict[str, Any]) -> str:
-    cfg = rec.attrs["config"]
+    keys, tables = run_settings(rec)
+    defaults = RunConfig()
     parts = [
         "hpcbench simulate", f"--algo {rec.algorithm}", f"--workers {sim['workers']}",
-        f"--model {cfg['model']}", f"--dataset {cfg['dataset']}", f"--steps {cfg['steps_per_worker']}",
-        f"--batch-size {cfg['batch_size']}", f"--lr {g(cfg['lr'])}", f"--momentum {g(cfg['momentum'])}",
-        f"--seed {cfg['seed']}",
+        *(f"--{k.replace('_', '-')} {keys[k]}" for k in FLAGS),
         f"--compute gamma:shape={g(sim['compute_shape'])},mean={g(sim['compute_mean_s'])}",
         f"--network alpha={g(sim['alpha_s'])},bandwidth={g(sim['bandwidth'])},jitter={g(sim['jitter_s'])}",
         f"--heterogeneity {g(sim['heterogeneity'])}",
         f"--set sim.apply_s={g(sim['apply_s'])}", f"--set sim.update_s={g(sim['update_s'])}",
         f"--set sim.progress={sim['progress']}", f"--set sim.allreduce={sim['allreduce']}",
     ]
-    if cfg.get("stragglers"):
-        parts.append(f"--stragglers {cfg['stragglers']}")
-    if "payload" in cfg:  # the message size; the compute model is --compute's, fitted above
-        parts.append(f"--set payload.params={cfg['payload']['params']}")
-    for table, options in cfg.get("options", {}).items():
-        parts += [f"--set {table}.{k}={literal(v)}" for k, v in options.items()]
+    parts += [set_flag(k, v) for k, v in keys.items() if k not in FLAGS and v != as_recorded(getattr(defaults, k))]
+    parts += [set_flag(f"{table}.{k}", v) for table, options in tables.items() for k, v in options.items()]
     return " \\\n    ".join(parts)
 
 
-def as_toml(sim: dict[str, Any]) -> str:
-    def value(v: Any) -> str:
-        return f'"{v}"' if isinstance(v, str) else literal(v)
+def as_recorded(value: Any) -> Any:
+    """A default as the result file's config records it (tuples as lists, parsed values as text)."""
+    return list(value) if isinstance(value, tuple) else value if isinstance(value, (bool, int, float, str)) else str(value)
 
-    return "[sim]\n" + "\n".join(f"{k} = {value(v)}" for k, v in sim.items())
+
+def as_toml(rec: RunRecord, sim: dict[str, Any]) -> str:
+    """A --config file that simulates the run: its settings, its option tables and the fitted [sim]."""
+    keys, tables = run_settings(rec)
+    fitted = {k: float(g(v)) if isinstance(v, float) else v for k, v in sim.items()}  # as the command shows them
+    lines = [f"{k} = {toml_literal(v)}" for k, v in keys.items()]
+    for table, options in {**tables, "sim": fitted}.items():
+        if options:
+            lines += ["", f"[{table}]"] + [f"{k} = {toml_literal(v)}" for k, v in options.items()]
+    return "\n".join(lines)
 
 
 def overlapped(rec: RunRecord) -> bool:
@@ -246,4 +269,4 @@ def describe(rec: RunRecord) -> str:
     if overlapped(rec):
         head += ("\n# its all-reduces overlapped the backward pass in buckets: the network was not fitted from "
                  "them (calibrate from a run with --set allreduce.overlap=false)")
-    return "\n".join([head, "", simulate_command(rec, sim), "", "# or, in a --config file:", as_toml(sim)])
+    return "\n".join([head, "", simulate_command(rec, sim), "", "# or, in a --config file:", as_toml(rec, sim)])
