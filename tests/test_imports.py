@@ -46,7 +46,7 @@ def within(name: str, package: str) -> bool:
 
 
 def violations(graph: dict[str, set[str]]) -> list[str]:
-    """The import rules (the README's Development section), one line per broken rule."""
+    """The import rules (docs/design.md's Layers), one line per broken rule."""
     out = []
     for module, names in sorted(graph.items()):
         for name in sorted(names):
