@@ -72,11 +72,12 @@ SIM_FLAG_KEYS = ("workers", "numerics", "compute", "network", "pauses", "heterog
 def configs_from_args(args: argparse.Namespace) -> tuple[RunConfig, SimConfig]:
     """(RunConfig, SimConfig) from the command line."""
     from hpcbench.algorithms import ALGORITHMS
-    from hpcbench.config import build_options, from_sources
+    from hpcbench.config import build_options, environment_sets, from_sources
     from hpcbench.runtime.sim.models import SimConfig, flag_values
 
     sim_flags = flag_values(**{k: getattr(args, k, None) for k in SIM_FLAG_KEYS})
-    cfg, sim = from_sources(args.config, {k: getattr(args, k, None) for k in FLAG_KEYS}, args.set,
+    sets = environment_sets(os.environ) + list(args.set)  # --set beats the environment
+    cfg, sim = from_sources(args.config, {k: getattr(args, k, None) for k in FLAG_KEYS}, sets,
                             ALGORITHMS.names(), sim_flags)
     if args.compute and args.command != "simulate" and cfg.model != "payload":
         raise UsageError(f"--compute models the compute of --model payload (model {cfg.model!r} computes for "
@@ -326,11 +327,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from hpcbench.reproduce.runner import reproduce
 
-    preset = "quick" if args.quick else args.preset
     from hpcbench.tuning.execute import jobs_or_cores
 
-    return reproduce(args.study, args.out_dir, preset, args.mode, args.max_ranks, args.timeout,
-                     jobs_or_cores(args.jobs), args.emulated)
+    preset = "quick" if args.quick else args.preset
+    # A toy run is shorter than a process start-up: one at a time, in this process (4x faster here).
+    jobs = 1 if preset == "toy" and not args.jobs else jobs_or_cores(args.jobs)
+    return reproduce(args.study, args.out_dir, preset, args.mode, args.max_ranks, args.timeout, jobs, args.emulated)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -505,8 +507,8 @@ def build_parser() -> Parser:
     p.add_argument("--emulated", action="store_true", help="sgp with --mode mpi: also all-reduce, sgp and osgp "
                    "across emulated nodes at 1 Gbit/s and 100 Mbit/s, beside the simulator (root)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per run")
-    p.add_argument("--jobs", type=int, default=0, help="simulated runs at a time (default: the cores here; "
-                   "real runs go one at a time)")
+    p.add_argument("--jobs", type=int, default=0, help="simulated runs at a time (default: the cores here, "
+                   "one for --preset toy; real runs go one at a time)")
     p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("tune", help="a grid of learning-rate recipes, chosen on the validation split "

@@ -114,6 +114,9 @@ class RunConfig:
     data_dir: str = rule("", "none (only cifar10 reads files)")
     steps: int | None = rule(None, "from epochs, else 100")  # steps per worker
     epochs: float | None = rule(None, "unset (steps decide)")  # passes over the training set, in samples over all workers
+    # At most this many steps per worker, whatever steps or epochs say: a smoke test of a command
+    # (HPCBENCH_MAX_STEPS sets it for every run a command starts); recorded, so never mistaken for a measurement.
+    max_steps: int = rule(0, "no cap (HPCBENCH_MAX_STEPS=N sets it)")
     batch_size: int = 32
     lr: float = 0.05
     momentum: float = 0.0
@@ -277,6 +280,17 @@ def merge_sources(
     return run, options
 
 
+def environment_sets(environ: Mapping[str, str]) -> list[str]:
+    """``--set`` items from the environment: ``HPCBENCH_MAX_STEPS=N`` caps every run at N steps per
+    worker, including the runs a demo, sweep, tune or reproduce starts (they inherit it)."""
+    text = environ.get("HPCBENCH_MAX_STEPS", "").strip()
+    if not text:
+        return []
+    if not text.isdigit():
+        raise UsageError(f"HPCBENCH_MAX_STEPS must be a whole number of steps per worker (0: no cap), got {text!r}")
+    return [f"max_steps={int(text)}"]
+
+
 def from_sources(config_path: str | None, flags: Mapping[str, Any], sets: list[str], algorithms: list[str],
                  sim_flags: Mapping[str, Any]) -> tuple[RunConfig, dict[str, Any]]:
     """defaults ← TOML file ← flags ← ``--set``; → (run configuration, the simulator's values).
@@ -316,6 +330,8 @@ def validate_numbers(cfg: RunConfig) -> None:
     """Impossible sizes and values, each named with what would be valid."""
     if cfg.steps is not None and cfg.steps <= 0:
         raise UsageError(f"steps must be a positive integer, got {cfg.steps}")
+    if cfg.max_steps < 0:
+        raise UsageError(f"max_steps must be >= 0 steps (0: no cap), got {cfg.max_steps}")
     if cfg.epochs is not None and cfg.epochs <= 0:
         raise UsageError(f"epochs must be positive, got {cfg.epochs}")
     if cfg.steps is not None and cfg.epochs is not None:

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import cli
 from hpcbench.report.strict_json import json_safe
+from hpcbench.results.store import read_run
 from hpcbench.runtime.sim.models import SimConfig
 from hpcbench.telemetry.progress import ProgressLine
 
@@ -145,3 +146,21 @@ def test_a_reference_naming_an_unknown_algorithm_is_refused_with_the_valid_names
     code, out, err = cli("check", str(two_runs), "--reference", str(ref))
     assert code == 2 and out == ""
     assert "asdg" in err and "asgd" in err and "ga-asgd" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_hpcbench_max_steps_caps_every_run_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("HPCBENCH_MAX_STEPS", "3")
+    code, out, err = cli("simulate", "--numerics", "off", "--epochs", "5", "--algo", "asgd", "--workers", "2",
+                         "--out", str(tmp_path / "capped.h5"))
+    assert code == 0, err
+    config = read_run(tmp_path / "capped.h5").attrs["config"]
+    assert config["steps_per_worker"] == 3 and config["max_steps"] == 3
+    assert "capped at 3 steps per worker by max_steps" in out
+    code, _, err = cli("simulate", "--numerics", "off", "--steps", "8", "--algo", "asgd", "--workers", "2",
+                       "--set", "max_steps=5", "--out", str(tmp_path / "set.h5"))  # --set beats the environment
+    assert code == 0 and read_run(tmp_path / "set.h5").attrs["config"]["steps_per_worker"] == 5
+    monkeypatch.setenv("HPCBENCH_MAX_STEPS", "a few")
+    code, out, err = cli("simulate", "--algo", "asgd", "--out", str(tmp_path / "never.h5"))
+    assert code == 2 and err == "hpcbench: error: HPCBENCH_MAX_STEPS must be a whole number of steps per worker " \
+                                "(0: no cap), got 'a few'\n"
+    assert not (tmp_path / "never.h5").exists()

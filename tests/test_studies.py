@@ -315,19 +315,6 @@ def test_a_study_directory_with_results_is_added_to_only_when_asked(tmp_path):
     assert cli("status", str(tmp_path))[1].startswith(f"{tmp_path}: 2 of 2 points have an ok result")
 
 
-@requires_mpi
-@pytest.mark.timeout(900)
-def test_demo_runs_every_algorithm_and_reports_each(tmp_path):
-    code, out, err = cli("demo", "--ranks", "4", "--steps", "2", "--out-dir", str(tmp_path))
-    assert code == 0, err
-    files = sorted(p.name for p in tmp_path.glob("*.h5"))
-    assert files == sorted(f"{name}-w3.h5" for name in ALGORITHMS.names())
-    report = out[out.index("Runs ("):]
-    for name in ALGORITHMS.names():
-        assert any(line.startswith(f"{name} ") for line in report.splitlines()), name
-    assert read_run(tmp_path / "local-sgd-w3.h5").attrs["status"] == "ok"
-
-
 def test_dry_run_prints_the_resolved_configuration_and_runs_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS"):

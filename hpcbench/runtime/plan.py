@@ -62,12 +62,14 @@ def options_for(cfg: RunConfig, algo: type[Algorithm]) -> Any:
 
 
 def steps_per_worker(cfg: RunConfig, workers: int, train_size: int) -> int:
-    """Each worker's equal share of the sample budget, in batches."""
+    """Each worker's equal share of the sample budget, in batches (at most ``max_steps``, when set)."""
     if cfg.steps is not None:
-        return cfg.steps
-    if cfg.epochs is not None:
-        return max(1, math.ceil(cfg.epochs * train_size / (workers * cfg.batch_size)))
-    return DEFAULT_STEPS
+        steps = cfg.steps
+    elif cfg.epochs is not None:
+        steps = max(1, math.ceil(cfg.epochs * train_size / (workers * cfg.batch_size)))
+    else:
+        steps = DEFAULT_STEPS
+    return min(steps, cfg.max_steps) if cfg.max_steps else steps
 
 
 def schedule_for(cfg: RunConfig, algo: type[Algorithm], workers: int, train_size: int) -> Schedule:

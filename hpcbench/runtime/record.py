@@ -169,4 +169,6 @@ def result_line(rec: RunRecord, path: str) -> str:
         if s["echoed_updates"]:
             line += f" ({s['echoed_updates']} applied with Δ echoed by their worker)"
     schedule = f" [{rec.attrs['config']['schedule']['text']}]" if trained else ""
-    return f"{line}{schedule} -> {path}"
+    cap = rec.attrs["config"].get("max_steps", 0)
+    capped = f" [capped at {cap} steps per worker by max_steps: a smoke test, not a measurement]" if cap else ""
+    return f"{line}{schedule}{capped} -> {path}"

@@ -1,0 +1,192 @@
+"""Every example in the README and in CONTRIBUTING.md runs as a new user would type it, in the order
+they appear, in one scratch directory.
+
+Scaled down only as the README says a user may: ``HPCBENCH_MAX_STEPS`` caps every run's steps per
+worker, and ``reproduce`` runs at ``--preset toy``. A shown ``$ command`` is run as it is and its
+first line of output compared. What is not run is in NOT_RUN with the reason, and every entry there
+must still name an example that exists (so an example cannot leave the suite by being edited).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from conftest import requires_mpi
+from hpcbench.algorithms import ALGORITHMS
+from hpcbench.results.store import read_run
+
+pytestmark = [requires_mpi, pytest.mark.timeout(900)]
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = ("README.md", "CONTRIBUTING.md")
+MAX_STEPS = "2"
+
+SLURM = "needs a Slurm cluster with GPUs and CIFAR-10 under /data (test_slurm_cluster runs run.sbatch and sweeps on " \
+        "the local Slurm with digits)"
+NOT_RUN = {
+    "pip install": "installs the environment this suite runs in (.ci/run installs the same extras on a clean clone)",
+    "python3 -m venv": "creates the environment this suite runs in",
+    "python -m pytest": "this suite itself",
+    "python -m mypy && python -m pytest": "what .ci/run runs: mypy first, then this suite",
+    "sbatch --nodes=8": SLURM,
+    "hpcbench sweep --nodes 8,16": SLURM,
+    "hpcbench status studies/resnet": SLURM,
+    "hpcbench sweep --resubmit-failed studies/resnet": SLURM,
+    "python benchmarks/": "a measurement run by hand, minutes on 2 cores (benchmarks/ stays out of the suite)",
+    "mpiexec -n 4 python benchmarks/": "a measurement run by hand (benchmarks/ stays out of the suite)",
+}
+GATES = ("--fail-above", "hpcbench check ")  # exit 1 is their answer, not a failure
+
+
+def demo_made_every_run(scratch: Path, output: str) -> None:
+    """The quick start's promise: every algorithm at 2 and 4 workers, each ok, all in the report."""
+    files = sorted(p.name for p in (scratch / "results" / "demo").glob("*.h5"))
+    assert files == sorted(f"{name}-w{n}.h5" for name in ALGORITHMS.names() for n in (2, 4))
+    assert all(read_run(scratch / "results" / "demo" / f).attrs["status"] == "ok" for f in files)
+    report = output[output.index("Runs ("):]
+    for name in ALGORITHMS.names():
+        assert sum(line.startswith(f"{name} ") for line in report.splitlines()) >= 2, name
+
+
+def report_as_shown(scratch: Path, output: str) -> None:
+    """The report has the tables of the README's sample, headed as there."""
+    assert README_SAMPLE_HEADER in output and "Runs (" in output, output[:2000]
+
+
+# What a command's output must show beyond its exit status, by a pattern of the command.
+CHECKS = {r"hpcbench demo$": demo_made_every_run, r"hpcbench report results/demo\s+#": report_as_shown}
+
+
+class Example(NamedTuple):
+    document: str
+    line: int
+    kind: str  # "bash", "python", "file" (a TOML block named by its first comment), "shown" ($ command)
+    text: str
+    expected: str = ""  # a shown command's first line of output
+
+    @property
+    def id(self) -> str:
+        return f"{self.document}:{self.line}"
+
+
+def commands(block: str) -> list[tuple[int, str]]:
+    """A bash block's commands, continuation lines joined, with their offsets in the block."""
+    out, pending, start = [], "", 0
+    for i, line in enumerate(block.splitlines()):
+        if not pending:
+            start = i
+        pending += line.rstrip("\\").rstrip() + " " if line.endswith("\\") else line
+        if not line.endswith("\\"):
+            if pending.strip():
+                out.append((start, pending.strip()))
+            pending = ""
+    return out
+
+
+def examples() -> list[Example]:
+    found = []
+    for document in DOCUMENTS:
+        text = (ROOT / document).read_text(encoding="utf-8")
+        for match in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.S | re.M):
+            lang, block = match.group(1), match.group(2)
+            first = text[:match.start()].count("\n") + 2
+            lines = block.splitlines()
+            if lang == "bash":
+                found += [Example(document, first + i, "bash", cmd) for i, cmd in commands(block)]
+            elif lang == "python":
+                found.append(Example(document, first, "python", block))
+            elif lang == "toml" and lines and lines[0].startswith("# "):
+                found.append(Example(document, first, "file", block))
+            elif lang == "":
+                found += [Example(document, first + i, "shown", line[2:], lines[i + 1] if i + 1 < len(lines) else "")
+                          for i, line in enumerate(lines) if line.startswith("$ ")]
+    return found
+
+
+EXAMPLES = examples()
+# The README's sample report, as its first line: the scaling table's title.
+README_SAMPLE_HEADER = next(line for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+                            if line.startswith("Scaling ("))
+
+
+def not_run(command: str) -> str | None:
+    """Why a (scaled) command is not run, or None."""
+    if not command:  # it only installed something
+        return NOT_RUN["pip install"]
+    return next((why for prefix, why in NOT_RUN.items() if command.startswith(prefix)), None)
+
+
+def scaled(command: str) -> str:
+    """The command as the tests run it: set-up steps (pip) dropped, reproduce at --preset toy."""
+    parts = [p.strip() for p in command.split("&&") if not p.strip().startswith("pip install")]
+    command = " && ".join(parts)
+    if command.startswith("hpcbench reproduce"):
+        command = command.replace("--quick", "--preset toy") if "--quick" in command else \
+            re.sub(r"(hpcbench reproduce \S+)", r"\1 --preset toy", command)
+    return command
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("new-user")
+
+
+def environment(capped: bool) -> dict[str, str]:
+    """This environment, with what the README's ``export`` line asks of anyone calling mpiexec by hand."""
+    env = dict(os.environ)
+    for e in EXAMPLES:
+        if e.text.startswith("export "):
+            env.update(item.split("=", 1) for item in e.text.split()[1:] if "=" in item)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # hpcbench, python, mpiexec
+    env["HPCBENCH_PROGRESS"] = "0"
+    if capped:
+        env["HPCBENCH_MAX_STEPS"] = MAX_STEPS
+    else:
+        env.pop("HPCBENCH_MAX_STEPS", None)
+    return env
+
+
+def test_every_example_is_run_or_says_why_not():
+    assert len(EXAMPLES) > 20
+    texts = [e.text for e in EXAMPLES if e.kind == "bash"] + [scaled(e.text) for e in EXAMPLES if e.kind == "bash"]
+    for prefix in NOT_RUN:
+        assert any(t.startswith(prefix) for t in texts), f"NOT_RUN names {prefix!r}, no longer an example"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
+def test_the_example_runs(example: Example, scratch: Path):
+    why = not_run(scaled(example.text)) if example.kind == "bash" else None
+    if why is not None:
+        pytest.skip(f"not run: {why}")
+    if example.kind == "file":
+        name = example.text.splitlines()[0][2:].strip()
+        (scratch / name).write_text(example.text)
+        return
+    if example.kind == "python":
+        proc = subprocess.run([sys.executable, "-c", example.text], cwd=scratch, env=environment(True),
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return
+    command = example.text if example.kind == "shown" else scaled(example.text)
+    proc = subprocess.run(["bash", "-c", command], cwd=scratch, env=environment(example.kind != "shown"),
+                          capture_output=True, text=True, timeout=600)
+    output = proc.stdout + proc.stderr
+    assert "Traceback" not in output, output
+    if example.kind == "shown":
+        assert proc.returncode == 0, output
+        assert proc.stdout.splitlines()[0] == example.expected, (proc.stdout, example.expected)
+    elif any(gate in command for gate in GATES):
+        assert proc.returncode in (0, 1), output
+        if proc.returncode == 1:  # the gate's answer: a line per point out of bounds
+            assert re.search(r"^(regression|miss): ", proc.stdout, re.M), output
+    else:
+        assert proc.returncode == 0, output[-3000:]
+    for pattern, check in CHECKS.items():
+        if re.match(pattern, command):
+            check(scratch, proc.stdout)
