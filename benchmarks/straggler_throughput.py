@@ -31,9 +31,10 @@ def main() -> None:
         for label, (algo, extra) in runs.items():
             common = ["--algo", algo, *extra, "--dataset", "digits", "--model", "mlp", "--steps", args.steps,
                       "--numerics", "off", "--compute", "gamma:shape=100,mean=0.05"]
-            plain = simulated(args.workers, common, Path(tmp) / f"{algo}-plain.h5").summary["samples_per_s"]
+            stem = "".join(c if c.isalnum() or c == "-" else "_" for c in label)  # a variant shares its algorithm
+            plain = simulated(args.workers, common, Path(tmp) / f"{stem}-plain.h5").summary["samples_per_s"]
             slowed = simulated(args.workers, [*common, "--stragglers", args.stragglers],
-                               Path(tmp) / f"{algo}-slow.h5").summary["samples_per_s"]
+                               Path(tmp) / f"{stem}-slow.h5").summary["samples_per_s"]
             rates[label] = (plain, slowed)
     base = rates["allreduce"][1]
     rows = [[label, "async" if ALGORITHMS.get(runs[label][0]).asynchronous else "sync", f"{plain:.0f}",
