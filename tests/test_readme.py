@@ -195,3 +195,27 @@ def test_the_example_runs(example: Example, scratch: Path):
     for pattern, check in CHECKS.items():
         if re.match(pattern, command):
             check(scratch, proc.stdout)
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's anchors for a Markdown file's headings."""
+    out, fenced = set(), False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        fenced ^= line.startswith("```")
+        if line.startswith("#") and not fenced:
+            title = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return out
+
+
+def test_every_link_in_the_docs_leads_somewhere():
+    pages = [ROOT / d for d in DOCUMENTS] + sorted((ROOT / "docs").rglob("*.md"))
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            if re.match(r"\w+://", target):
+                continue
+            file, _, anchor = target.partition("#")
+            where = (page.parent / file).resolve() if file else page
+            assert where.exists(), f"{page.relative_to(ROOT)}: {target} does not exist"
+            if anchor:
+                assert anchor in anchors(where), f"{page.relative_to(ROOT)}: no heading for #{anchor} in {file or page.name}"
