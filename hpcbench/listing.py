@@ -11,7 +11,7 @@ from tabulate import tabulate
 
 from hpcbench import __version__
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.config import RunConfig
+from hpcbench.config import RunConfig, toml_literal
 from hpcbench.workload.datasets import DATASET_HELP
 from hpcbench.workload.models import MODELS
 from hpcbench.workload.payload import PayloadOptions
@@ -30,11 +30,7 @@ def shown(f: dataclasses.Field) -> str:
     if "resolves" in f.metadata:
         return str(f.metadata["resolves"])
     value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc,operator]
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return "[" + ", ".join(str(v) for v in value) + "]"
-    return str(value)
+    return value if isinstance(value, str) else toml_literal(value)  # strings bare, as --set takes them
 
 
 def rows(owner: str, options: type, skip: tuple[str, ...] = ()) -> list[list[str]]:

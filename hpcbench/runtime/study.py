@@ -42,16 +42,16 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], run_args: Sequence[str
 
     points = [(a, r, k) for a in algos for r in ranks for k in range(repeats)]
     stems = {p: f"{p[0]}-w{p[1] - 1}" + (f"-r{p[2] + 1}" if repeats > 1 else "") for p in points}
+    fits = {p: p[1] - 1 >= ALGORITHMS.get(p[0]).min_workers for p in points}
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     write_manifest(Path(out_dir), [{"stem": stems[p], "algo": p[0], "ranks": p[1], "repeat": p[2]} for p in points
-                                   if p[1] - 1 >= ALGORITHMS.get(p[0]).min_workers],
-                   {"base_args": list(run_args), "local": True, "emulated": emulated})
+                                   if fits[p]], {"base_args": list(run_args), "local": True, "emulated": emulated})
     done: list[Path] = []
     failures: list[str] = []
     for i, (algo, world, repeat) in enumerate(points, 1):
         cls = ALGORITHMS.get(algo)
         label = f"{algo} on {world} ranks" + (f", repeat {repeat + 1}" if repeats > 1 else "")
-        if world - 1 < cls.min_workers:
+        if not fits[algo, world, repeat]:
             print(f"[{i}/{len(points)}] {label}: skipped ({algo} needs {cls.min_workers + 1}+ ranks)", flush=True)
             continue
         out = Path(out_dir) / f"{stems[algo, world, repeat]}.h5"

@@ -143,11 +143,8 @@ def stragglers_of(rec: RunRecord) -> tuple[int, ...]:
 
 def plan_of(rec: RunRecord) -> plan.Plan:
     """The real run's plan, with its steps per worker, to simulate the same run."""
-    c = rec.attrs["config"]
-    run = {k: c[k] for k in RUN_KEYS if c.get(k) is not None and k not in ("epochs", "out")}
-    run["steps"] = int(c["steps_per_worker"])
-    tables = {**c.get("options", {}), **{k: c[k] for k in ("payload", "teacher") if k in c}}
-    return plan.validate(make_config(run, tables))
+    keys, tables = run_settings(rec)
+    return plan.validate(make_config({**keys, "algo": rec.algorithm}, tables))
 
 
 def fit_jitter(rec: RunRecord, sim: SimConfig, ranks: np.ndarray) -> float:
@@ -221,7 +218,7 @@ def set_flag(key: str, value: Any) -> str:
 
 def simulate_command(rec: RunRecord, sim: dict[str, Any]) -> str:
     keys, tables = run_settings(rec)
-    defaults = RunConfig()
+    defaults = RunConfig().to_dict()  # as a result file records them
     parts = [
         "hpcbench simulate", f"--algo {rec.algorithm}", f"--workers {sim['workers']}",
         *(f"--{k.replace('_', '-')} {keys[k]}" for k in FLAGS),
@@ -231,14 +228,9 @@ def simulate_command(rec: RunRecord, sim: dict[str, Any]) -> str:
         f"--set sim.apply_s={g(sim['apply_s'])}", f"--set sim.update_s={g(sim['update_s'])}",
         f"--set sim.progress={sim['progress']}", f"--set sim.allreduce={sim['allreduce']}",
     ]
-    parts += [set_flag(k, v) for k, v in keys.items() if k not in FLAGS and v != as_recorded(getattr(defaults, k))]
+    parts += [set_flag(k, v) for k, v in keys.items() if k not in FLAGS and v != defaults[k]]
     parts += [set_flag(f"{table}.{k}", v) for table, options in tables.items() for k, v in options.items()]
     return " \\\n    ".join(parts)
-
-
-def as_recorded(value: Any) -> Any:
-    """A default as the result file's config records it (tuples as lists, parsed values as text)."""
-    return list(value) if isinstance(value, tuple) else value if isinstance(value, (bool, int, float, str)) else str(value)
 
 
 def as_toml(rec: RunRecord, sim: dict[str, Any]) -> str:
