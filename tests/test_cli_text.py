@@ -85,12 +85,18 @@ def test_output_into_a_closed_pipe_ends_quietly(args):
     assert proc.returncode in (0, 141) and err == "", (proc.returncode, err)
 
 
-def test_the_json_report_is_strict_json_and_every_column_has_its_unit(tmp_path):
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    where = tmp_path_factory.mktemp("runs")
     for workers in (2, 4):
         code, _, err = cli("simulate", "--numerics", "off", "--steps", "20", "--algo", "asgd", "--workers",
-                           str(workers), "--out", str(tmp_path / f"asgd-{workers}.h5"))
+                           str(workers), "--out", str(where / f"asgd-{workers}.h5"))
         assert code == 0, err
-    code, out, err = cli("report", str(tmp_path), "--format", "json")
+    return where
+
+
+def test_the_json_report_is_strict_json_and_every_column_has_its_unit(two_runs):
+    code, out, err = cli("report", str(two_runs), "--format", "json")
     assert code == 0, err
     document = json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
     units = document["units"]
@@ -120,16 +126,6 @@ def test_a_run_without_a_model_says_so_instead_of_printing_nan(tmp_path):
     line.update(500, float("nan"), float("nan"))
     assert progress.getvalue() == ("[2 s] simulating easgd, 3 workers: 500/1000 samples (50%), "
                                    "250 samples/s simulated (wall clock), ETA 2 s\n")
-
-
-@pytest.fixture(scope="module")
-def two_runs(tmp_path_factory):
-    where = tmp_path_factory.mktemp("runs")
-    for workers in (2, 4):
-        code, _, err = cli("simulate", "--numerics", "off", "--steps", "20", "--algo", "asgd", "--workers",
-                           str(workers), "--out", str(where / f"asgd-{workers}.h5"))
-        assert code == 0, err
-    return where
 
 
 def test_a_study_diffed_against_itself_is_unchanged_everywhere(two_runs):
