@@ -7,7 +7,9 @@ For each link rate, world size and message size: the real run's samples/s and me
 simulated / real for both (1.00 = the simulator predicts the real network exactly). Runs with the
 default number of evaluations. One rank per node. Needs root (it brings the emulated cluster up and
 takes it down). Run by hand, on an otherwise idle machine:
-    python benchmarks/sim_fidelity.py --ranks 4,8 --rates 1gbit,100mbit --params 250000
+    python benchmarks/sim_fidelity.py --ranks 4,8 --rates 1gbit,100mbit --params 250000 --keep fidelity/
+and after a change to the simulator, without running anything for real again:
+    python benchmarks/sim_fidelity.py --ranks 4,8 --rates 1gbit,100mbit --params 250000 --keep fidelity/ --resimulate
 """
 import argparse
 import shlex
@@ -21,7 +23,7 @@ from tabulate import tabulate
 from common import fmt
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.results.store import read_run
-from hpcbench.runtime.emulated import cluster, real_and_simulated
+from hpcbench.runtime.emulated import Pair, cluster, real_and_simulated, simulate_like
 from hpcbench.runtime.sim.models import link_bandwidth
 
 
@@ -36,16 +38,25 @@ def calibrated(path: Path, out: Path) -> dict:
     return read_run(out).summary
 
 
-def point(tmp: Path, rate: str, world: int, params: int, algo: str, args: argparse.Namespace) -> list[object]:
+def point(keep: Path, rate: str, world: int, params: int, algo: str, args: argparse.Namespace) -> list[object]:
+    """One point: the real run (unless --resimulate), its simulation and the calibrated one → a table row."""
     run_args = ["--model", "payload", "--set", f"payload.params={params}",
                 "--compute", f"gamma:shape=100,mean={args.compute_ms / 1e3:g}", "--steps", args.steps]
     row: list[object] = [rate, world, params, algo]
-    pair = real_and_simulated(algo, world, run_args, link_bandwidth(f"rate={rate}"), tmp / f"{algo}-{world}",
-                              args.timeout)
+    out, bandwidth = keep / f"{rate}-{world}-{params}-{algo}", link_bandwidth(f"rate={rate}")
+    assert bandwidth is not None, f"not a tc rate: {rate}"
+    if args.resimulate:
+        pair = Pair(out.with_suffix(".real.h5"), out.with_suffix(".sim.h5"))
+        if not pair.real.exists():
+            return row + [f"no kept real run {pair.real.name}"] + ["-"] * 4
+        pair = Pair(pair.real, pair.simulated,
+                    simulate_like(algo, world, run_args, bandwidth, pair.simulated, args.timeout))
+    else:
+        pair = real_and_simulated(algo, world, run_args, bandwidth, out, args.timeout)
     if pair.failure:
         return row + [pair.failure] + ["-"] * 4
     real, sim = read_run(pair.real).summary, read_run(pair.simulated).summary
-    cal = calibrated(pair.real, tmp / "calibrated.h5")
+    cal = calibrated(pair.real, out.with_suffix(".calibrated.h5"))
     return row + [f"{real['samples_per_s']:.0f}", f"{1e3 * real['median_step_s']:.1f}",
                   fmt(sim["samples_per_s"] / real["samples_per_s"], 2),
                   fmt(sim["median_step_s"] / real["median_step_s"], 2),
@@ -61,22 +72,32 @@ def main() -> None:
     p.add_argument("--compute-ms", type=float, default=10.0, help="mean modeled compute per batch")
     p.add_argument("--steps", default="20")
     p.add_argument("--timeout", type=float, default=300)
+    p.add_argument("--keep", type=Path, help="keep every point's files here (default: a temporary directory)")
+    p.add_argument("--resimulate", action="store_true",
+                   help="run nothing for real: simulate and calibrate again the real runs kept in --keep "
+                        "(after a change to the simulator; needs no root)")
     args = p.parse_args()
+    if args.resimulate and args.keep is None:
+        p.error("--resimulate needs --keep DIR, where the real runs were kept")
     worlds = [int(x) for x in args.ranks.split(",")]
     rows = []
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            for rate in args.rates.split(","):
-                cluster("up", "--nodes", str(max(worlds)), "--rate", rate)
+    with tempfile.TemporaryDirectory() as tmp:
+        keep = args.keep or Path(tmp)
+        keep.mkdir(parents=True, exist_ok=True)
+        for rate in args.rates.split(","):
+            try:
+                if not args.resimulate:
+                    cluster("up", "--nodes", str(max(worlds)), "--rate", rate)
                 for world in worlds:
                     for params in args.params.split(","):
                         for algo in args.algos.split(","):
                             if world - 1 < ALGORITHMS.get(algo).min_workers:
                                 continue
-                            rows.append(point(Path(tmp), rate, world, int(params), algo, args))
+                            rows.append(point(keep, rate, world, int(params), algo, args))
                             print(tabulate([rows[-1]], tablefmt="plain"), flush=True)
-    finally:
-        cluster("down")
+            finally:
+                if not args.resimulate:
+                    cluster("down")
     print()
     print(tabulate(rows, headers=["rate", "ranks", "floats", "algorithm", "samples/s", "step ms", "sim/real samples/s",
                                   "sim/real step", "calibrated sim/real samples/s"]))

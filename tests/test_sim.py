@@ -200,6 +200,19 @@ def test_network_fit_recovers_latency_and_bandwidth():
     assert alpha == pytest.approx(2e-5, rel=0.05) and bandwidth == pytest.approx(5e8, rel=0.01)
 
 
+def test_calibration_counts_a_publish_at_its_copy_not_its_wait_for_readers():
+    """The simulator makes an owner's publish wait for the reads holding its window itself; a fit
+    that also charged the real waits as rank 0's own time would count them twice."""
+    from hpcbench.runtime.sim.calibrate import uncontended
+
+    ranks = np.array([0, 0, 0, 0, 1, 1, 2, 0])
+    durations = np.array([0.080, 0.0001, 0.075, 0.082, 0.002, 0.060, 0.0015, 0.5])
+    locked = np.array([True, True, True, True, True, True, True, False])
+    out = uncontended(durations, locked, ranks)
+    # rank 0's publishes at its shortest, the workers' at theirs, anything else as it was
+    np.testing.assert_array_equal(out, [0.0001] * 4 + [0.0015] * 3 + [0.5])
+
+
 def test_jitter_adds_its_mean_to_each_transfer(tmp_path):
     def reads(jitter: str) -> np.ndarray:
         out = tmp_path / f"j{jitter}.h5"

@@ -52,10 +52,14 @@ def real_and_simulated(algo: str, ranks: int, run_args: Sequence[str], bandwidth
         return Pair(real, simulated, f"real run killed after {timeout:g} s")
     if proc.returncode != 0:
         return Pair(real, simulated, why_failed(proc))
+    return Pair(real, simulated, simulate_like(algo, ranks, run_args, bandwidth, simulated, timeout))
+
+
+def simulate_like(algo: str, ranks: int, run_args: Sequence[str], bandwidth: float, out: Path, timeout: float) -> str:
+    """Simulate ``algo`` on ``ranks`` ranks (payload ``run_args``) over links of ``bandwidth`` bytes/s
+    into ``out``; → why it failed, or ''."""
     sim = subprocess.run([sys.executable, "-m", "hpcbench", "simulate", "--algo", algo, "--workers", str(ranks - 1),
                           *run_args, "--network", f"alpha={ALPHA_S:g},bandwidth={bandwidth:g}",
-                          "--numerics", "off", "--out", str(simulated), "--overwrite"],
+                          "--numerics", "off", "--out", str(out), "--overwrite"],
                          capture_output=True, text=True, timeout=timeout)
-    if sim.returncode != 0:
-        return Pair(real, simulated, why_failed(sim))
-    return Pair(real, simulated)
+    return why_failed(sim) if sim.returncode != 0 else ""

@@ -2,9 +2,9 @@
 
 The same algorithm programs as under MPI; each operation costs virtual time from the models:
 compute from the compute model, transfers α + bytes/bandwidth through per-rank full-duplex links
-(a send and a receive direction), each taken in FIFO order (so rank 0's links saturate the way a
-parameter server's do), ring all-reduce cost for collectives, and fixed per-message and per-step
-costs for rank 0's and the workers' own math.
+(a send and a receive direction, each shared fairly by the transfers in it: links.py), passive-target
+locks granted in the order asked, the all-reduce's cost for collectives, and fixed per-message and
+per-step costs for rank 0's and the workers' own math.
 Events at equal times run in the order they were scheduled, so a run is deterministic.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
@@ -23,6 +24,7 @@ from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrie
                                      handler_name)
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime.logs import RunLogs
+from hpcbench.runtime.sim.links import Links, WindowLock
 from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig, allreduce_s, barrier_s
 from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.telemetry.progress import ProgressLine
@@ -70,9 +72,9 @@ class Engine:
         self.steps = [0] * (n + 1)
         self.end = [0.0] * (n + 1)
         self.finished = [False] * (n + 1)
-        # Full-duplex links: each rank sends and receives at the link's bandwidth at the same time.
-        self.send_free = [0.0] * (n + 1)
-        self.recv_free = [0.0] * (n + 1)
+        # Full-duplex links, each direction shared fairly by the transfers in it; passive-target locks.
+        self.links = Links(n + 1, cfg.bandwidth, self.at, lambda: self.now)
+        self.locks: dict[tuple[str, int], WindowLock] = {}
         self.outside_mpi_until = [0.0] * (n + 1)  # computing or applying: with polling progress, no RMA
         self.polling = cfg.progress == "polling"
         self.windows: dict[tuple[str, int], np.ndarray] = {}
@@ -81,13 +83,9 @@ class Engine:
             for r in owners:
                 self.windows[(name, r)] = (spec.initial.copy() if spec.initial is not None
                                            else np.zeros(spec.nbytes, np.uint8))
-        # Passive-target locking: an owner's exclusive publish or drain waits until the shared-lock
-        # read or accumulate in progress on that window, (start, end), has finished.
-        self.window_busy: dict[tuple[str, int], tuple[float, float]] = {}
         # A window others add into is read under an exclusive lock (a Get racing an Accumulate is
         # undefined in MPI): such a read waits for the adds under way, and adds wait for it to end.
         self.accumulated = {name for name, spec in layout.windows.items() if spec.mode == "accumulate"}
-        self.read_until: dict[tuple[str, int], float] = {}
         self.inbox: dict[tuple[str, int], deque[tuple[int, np.ndarray]]] = {}
         self.waiting: dict[int, tuple[str, int, int, float]] = {}  # rank → (channel, src, token, since)
         self.collective: list[tuple[int, float, np.ndarray | None]] = []
@@ -144,21 +142,42 @@ class Engine:
         """Bytes on the wire: each parameter-sized vector in a payload counts at the real model's size."""
         return nbytes + (nbytes // self.float_bytes) * self.extra_bytes
 
-    def transfer(self, src: int, dst: int, nbytes: int, t: float, target: int = -1) -> float:
-        """When ``nbytes`` from src reach dst; a one-sided ``target`` may first have to enter MPI."""
+    def transfer(self, src: int, dst: int, nbytes: int, t: float, done: Callable[[], None], target: int = -1) -> None:
+        """``done()`` when ``nbytes`` sent from src at ``t`` have reached dst."""
         if src == dst:
-            return t
+            self.at(t, done)
+        else:
+            self.at(self.begins(t, target), self.carry, src, dst, nbytes, done)
+
+    def begins(self, t: float, target: int = -1) -> float:
+        """When a transfer asked for at ``t`` reaches the wire: after α, any jitter and, for a one-sided
+        ``target`` under polling progress, once the target is inside MPI."""
         if self.polling and target >= 0:
             t = max(t, self.outside_mpi_until[target])
         if self.jitter is not None:
             t += self.jitter.sample()
+        return t + self.cfg.alpha_s
+
+    def carry(self, src: int, dst: int, nbytes: int, done: Callable[[], None]) -> None:
+        """Move ``nbytes`` from src to dst from now: small messages eagerly, larger ones over the links."""
         size = self.modeled(nbytes)
-        if size < EAGER_BYTES:
-            return t + self.cfg.alpha_s + size / self.cfg.bandwidth
-        start = max(t + self.cfg.alpha_s, self.send_free[src], self.recv_free[dst])
-        end = start + size / self.cfg.bandwidth
-        self.send_free[src] = self.recv_free[dst] = end
-        return end
+        if src == dst:
+            self.at(self.now, done)
+        elif size < EAGER_BYTES:
+            self.at(self.now + size / self.cfg.bandwidth, done)
+        else:
+            self.links.start(src, dst, size, done)
+
+    def lock(self, key: tuple[str, int], exclusive: bool, granted: Callable[[], None]) -> bool:
+        """Ask for a window's lock: True when held now, else ``granted()`` runs once it is."""
+        lock = self.locks.get(key)
+        if lock is None:
+            lock = self.locks[key] = WindowLock()
+        return lock.acquire(exclusive, granted)
+
+    def unlock(self, key: tuple[str, int], exclusive: bool) -> None:
+        for granted in self.locks[key].release(exclusive):
+            self.at(self.now, granted)
 
     # --- operations ---------------------------------------------------------------------------
     def compute(self, rank: int, op: Compute) -> object:
@@ -203,87 +222,35 @@ class Engine:
 
     # Local operations and posting a send are instant in virtual time and leave no timeline row
     # (the bytes of a message are on its receiver's row).
-    def exclusive(self, rank: int, key: tuple[str, int]) -> float:
-        """When the owner gets its exclusive lock: now, or when the shared holder now at work lets go."""
-        start, free = self.window_busy.get(key, (0.0, 0.0))
-        if start <= self.now < free:
-            self.row(rank, "wait", self.now, free, 0, "Publish" if key[0] != "mailbox" else "Drain")
-            return free
-        return self.now
-
     def publish(self, rank: int, op: Publish) -> object:
-        key = (op.window, rank)
+        key, since = (op.window, rank), self.now
         data = op.data.view(np.uint8)
-        t = self.exclusive(rank, key)
-        if t == self.now:
+        if self.lock(key, True, lambda: self.write(rank, key, data.copy(), op.offset, since)):
             self.windows[key][op.offset:op.offset + data.nbytes] = data
+            self.unlock(key, True)
             return None
-        self.at(t, self.write, rank, key, data.copy(), op.offset)
         return BLOCKED
 
-    def write(self, rank: int, key: tuple[str, int], data: np.ndarray, offset: int) -> None:
-        """A publish that waited for its lock: write, then let the owner go on."""
+    def write(self, rank: int, key: tuple[str, int], data: np.ndarray, offset: int, since: float) -> None:
+        """A publish that waited for its exclusive lock: write, let go, and let the owner go on."""
+        self.row(rank, "wait", since, self.now, 0, "Publish")
         self.windows[key][offset:offset + data.nbytes] = data
+        self.unlock(key, True)
         self.resume(rank, None)
 
-    def read(self, rank: int, op: Read) -> object:
-        t = end = self.now
-        bufs = []
-        for target in op.ranks:
-            window = self.windows[(op.window, target)]
-            nbytes = window.nbytes - op.offset if op.nbytes < 0 else op.nbytes
-            bufs.append(window[op.offset:op.offset + nbytes].copy())  # a consistent snapshot, taken when the read starts
-            if op.observe:
-                continue
-            key = (op.window, target)
-            if op.window in self.accumulated:  # exclusively: after the adds and reads under way
-                end = max(end, self.window_busy.get(key, (0.0, 0.0))[1], self.read_until.get(key, 0.0))
-            end = self.transfer(target, rank, nbytes, end, target)
-            self.hold(op.window, target, end - self.modeled(nbytes) / self.cfg.bandwidth, end)
-            if op.window in self.accumulated:
-                self.read_until[key] = end
-        self.row(rank, "communicate", t, end, sum(self.modeled(b.nbytes) for b in bufs), "Read")
-        return bufs if end == t else self.later(rank, end, bufs)
-
-    def accumulate(self, rank: int, op: Accumulate) -> object:
-        parts = tuple((offset, array.copy()) for offset, array in op.parts)
-        nbytes = sum(a.nbytes for _, a in parts)
-        start = max(self.now, self.read_until.get((op.window, op.rank), 0.0))  # not while it is read
-        end = self.transfer(rank, op.rank, nbytes, start, op.rank)
-        self.hold(op.window, op.rank, end - self.modeled(nbytes) / self.cfg.bandwidth, end)
-        window = self.windows[(op.window, op.rank)]
-
-        def land() -> None:
-            for offset, array in parts:
-                window[offset:offset + array.nbytes].view(array.dtype)[:] += array
-
-        self.at(end, land)
-        self.row(rank, "communicate", self.now, end, self.modeled(nbytes), "Accumulate")
-        return self.later(rank, end, None)
-
-    def fetch_add(self, rank: int, op: FetchAdd) -> object:
-        """The add happens when the request reaches the target; the old value travels back."""
-        arrive = self.transfer(rank, op.rank, 8, self.now, op.rank)
-        counter = self.windows[(op.window, op.rank)][:8].view(np.int64)
-        start = self.now
-
-        def add() -> None:
-            before = int(counter[0])
-            counter[0] += op.value
-            back = self.transfer(op.rank, rank, 8, self.now)
-            self.row(rank, "communicate", start, back, 16, "FetchAdd")
-            self.at(back, self.resume, rank, before)
-
-        self.at(arrive, add)
-        return BLOCKED
-
     def drain(self, rank: int, op: Drain) -> object:
-        key = (op.window, rank)
-        t = self.exclusive(rank, key)
-        if t == self.now:
-            return self.take(key)
-        self.at(t, lambda: self.resume(rank, self.take(key)))
+        key, since = (op.window, rank), self.now
+        if self.lock(key, True, lambda: self.drained(rank, key, since)):
+            out = self.take(key)
+            self.unlock(key, True)
+            return out
         return BLOCKED
+
+    def drained(self, rank: int, key: tuple[str, int], since: float) -> None:
+        self.row(rank, "wait", since, self.now, 0, "Drain")
+        out = self.take(key)
+        self.unlock(key, True)
+        self.resume(rank, out)
 
     def take(self, key: tuple[str, int]) -> np.ndarray:
         window = self.windows[key]
@@ -291,16 +258,89 @@ class Engine:
         window[:] = 0
         return out
 
-    def hold(self, window: str, owner: int, start: float, end: float) -> None:
-        """A shared lock on ``window`` of ``owner`` from ``start`` (when the transfer may begin) to ``end``."""
-        key = (window, owner)
-        if end > self.window_busy.get(key, (0.0, 0.0))[1]:
-            self.window_busy[key] = (start, end)
+    def read(self, rank: int, op: Read) -> object:
+        """Each target's window in turn, under its lock, asked for once the request is there: a copy
+        taken when the lock is granted, which reaches the reader when the transfer ends; the lock is
+        held until then."""
+        sizes = [(self.windows[(op.window, target)].nbytes - op.offset if op.nbytes < 0 else op.nbytes)
+                 for target in op.ranks]
+        if op.observe:  # costs nothing
+            bufs = [self.windows[(op.window, target)][op.offset:op.offset + n].copy()
+                    for target, n in zip(op.ranks, sizes)]
+            self.row(rank, "communicate", self.now, self.now, sum(self.modeled(b.nbytes) for b in bufs), "Read")
+            return bufs
+        start, bufs = self.now, []
+        exclusive = op.window in self.accumulated  # a window others add into: after the adds under way
+
+        def next_target() -> None:
+            if len(bufs) == len(op.ranks):
+                self.row(rank, "communicate", start, self.now, sum(self.modeled(b.nbytes) for b in bufs), "Read")
+                self.resume(rank, bufs)
+                return
+            target, nbytes = op.ranks[len(bufs)], sizes[len(bufs)]
+            key = (op.window, target)
+
+            def arrived() -> None:
+                self.unlock(key, exclusive)
+                next_target()
+
+            def granted() -> None:
+                bufs.append(self.windows[key][op.offset:op.offset + nbytes].copy())
+                self.carry(target, rank, nbytes, arrived)
+
+            def asked() -> None:
+                if self.lock(key, exclusive, granted):
+                    granted()
+
+            self.at(self.now if target == rank else self.begins(self.now, target), asked)
+
+        next_target()
+        return BLOCKED
+
+    def accumulate(self, rank: int, op: Accumulate) -> object:
+        parts = tuple((offset, array.copy()) for offset, array in op.parts)
+        nbytes = sum(a.nbytes for _, a in parts)
+        key, start = (op.window, op.rank), self.now
+        window = self.windows[key]
+
+        def landed() -> None:
+            for offset, array in parts:
+                window[offset:offset + array.nbytes].view(array.dtype)[:] += array
+            self.unlock(key, False)
+            self.row(rank, "communicate", start, self.now, self.modeled(nbytes), "Accumulate")
+            self.resume(rank, None)
+
+        def granted() -> None:
+            self.carry(rank, op.rank, nbytes, landed)
+
+        def asked() -> None:
+            if self.lock(key, False, granted):  # shared with other adds; not while an exclusive read is under way
+                granted()
+
+        self.at(self.now if rank == op.rank else self.begins(self.now, op.rank), asked)
+        return BLOCKED
+
+    def fetch_add(self, rank: int, op: FetchAdd) -> object:
+        """The add happens when the request reaches the target; the old value travels back."""
+        counter = self.windows[(op.window, op.rank)][:8].view(np.int64)
+        start = self.now
+
+        def add() -> None:
+            before = int(counter[0])
+            counter[0] += op.value
+
+            def back() -> None:
+                self.row(rank, "communicate", start, self.now, 16, "FetchAdd")
+                self.resume(rank, before)
+
+            self.transfer(op.rank, rank, 8, self.now, back)
+
+        self.transfer(rank, op.rank, 8, self.now, add, op.rank)
+        return BLOCKED
 
     def send(self, rank: int, op: Send) -> None:
         data = np.ascontiguousarray(op.data).view(np.uint8).copy()
-        arrival = self.transfer(rank, op.dest, data.nbytes, self.now)
-        self.at(arrival, self.deliver, op.channel, op.dest, rank, data)
+        self.transfer(rank, op.dest, data.nbytes, self.now, partial(self.deliver, op.channel, op.dest, rank, data))
 
     def deliver(self, channel: str, dest: int, src: int, data: np.ndarray) -> None:
         waiting = self.waiting.get(dest)
