@@ -55,15 +55,15 @@ def main() -> None:
         for lockstep in (True, False):
             comm.Barrier()
             start = time.perf_counter()
-            times = exchange(comm, pattern, args.steps, args.message, lockstep)
-            mean = comm.reduce(time.perf_counter() - start, MPI.MAX)
-            times = comm.gather(times)
-            if comm.rank == 0:
-                median = statistics.median(t for ts in times for t in ts)
+            mine = exchange(comm, pattern, args.steps, args.message, lockstep)
+            elapsed = comm.reduce(time.perf_counter() - start, MPI.MAX)  # the slowest rank's
+            everyone = comm.gather(mine)
+            if everyone is not None and elapsed is not None:  # rank 0
+                median = statistics.median(t for ts in everyone for t in ts)
                 ideal = f"; bytes / rate {1e3 * args.message / rate:.1f} ms" if rate else ""
                 print(f"{pattern}, {'in lockstep' if lockstep else 'free-running'}: {comm.size} ranks, "
                       f"{args.message} B: median exchange {1e3 * median:.1f} ms, "
-                      f"{1e3 * mean / args.steps:.1f} ms an exchange overall{ideal}")
+                      f"{1e3 * elapsed / args.steps:.1f} ms an exchange overall{ideal}")
 
 
 if __name__ == "__main__":

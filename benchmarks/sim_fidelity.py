@@ -23,7 +23,7 @@ from tabulate import tabulate
 from common import fmt
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.results.store import read_run
-from hpcbench.runtime.emulated import Pair, cluster, real_and_simulated, simulate_like
+from hpcbench.runtime.emulated import cluster, real_and_simulated, resimulated
 from hpcbench.runtime.sim.models import link_bandwidth
 
 
@@ -45,14 +45,7 @@ def point(keep: Path, rate: str, world: int, params: int, algo: str, args: argpa
     row: list[object] = [rate, world, params, algo]
     out, bandwidth = keep / f"{rate}-{world}-{params}-{algo}", link_bandwidth(f"rate={rate}")
     assert bandwidth is not None, f"not a tc rate: {rate}"
-    if args.resimulate:
-        pair = Pair(out.with_suffix(".real.h5"), out.with_suffix(".sim.h5"))
-        if not pair.real.exists():
-            return row + [f"no kept real run {pair.real.name}"] + ["-"] * 4
-        pair = Pair(pair.real, pair.simulated,
-                    simulate_like(algo, world, run_args, bandwidth, pair.simulated, args.timeout))
-    else:
-        pair = real_and_simulated(algo, world, run_args, bandwidth, out, args.timeout)
+    pair = (resimulated if args.resimulate else real_and_simulated)(algo, world, run_args, bandwidth, out, args.timeout)
     if pair.failure:
         return row + [pair.failure] + ["-"] * 4
     real, sim = read_run(pair.real).summary, read_run(pair.simulated).summary

@@ -44,7 +44,7 @@ def real_and_simulated(algo: str, ranks: int, run_args: Sequence[str], bandwidth
                        timeout: float) -> Pair:
     """``algo`` on ``ranks`` ranks across the cluster that is up (payload ``run_args``), then simulated
     with the same arguments over links of ``bandwidth`` bytes/s."""
-    real, simulated = out.with_suffix(".real.h5"), out.with_suffix(".sim.h5")
+    real, simulated = files(out)
     try:
         proc = run_ranks(ranks, ["run", "--algo", algo, *run_args, "--out", str(real), "--overwrite"], timeout,
                          capture=True, emulated=True)
@@ -53,6 +53,19 @@ def real_and_simulated(algo: str, ranks: int, run_args: Sequence[str], bandwidth
     if proc.returncode != 0:
         return Pair(real, simulated, why_failed(proc))
     return Pair(real, simulated, simulate_like(algo, ranks, run_args, bandwidth, simulated, timeout))
+
+
+def resimulated(algo: str, ranks: int, run_args: Sequence[str], bandwidth: float, out: Path, timeout: float) -> Pair:
+    """The real run ``real_and_simulated`` kept at ``out``, simulated again (after a change to the simulator)."""
+    real, simulated = files(out)
+    if not real.exists():
+        return Pair(real, simulated, f"no kept real run {real.name}")
+    return Pair(real, simulated, simulate_like(algo, ranks, run_args, bandwidth, simulated, timeout))
+
+
+def files(out: Path) -> tuple[Path, Path]:
+    """Where a point's real and simulated result files go."""
+    return out.with_suffix(".real.h5"), out.with_suffix(".sim.h5")
 
 
 def simulate_like(algo: str, ranks: int, run_args: Sequence[str], bandwidth: float, out: Path, timeout: float) -> str:

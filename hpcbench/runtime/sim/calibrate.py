@@ -2,7 +2,8 @@
 
 compute: each worker step's data + compute time (injected stragglers excluded), gamma by moments;
 heterogeneity: spread of the workers' mean step times; update: a worker's own math, local
-publishes (each at the shortest: the simulator models their lock waits) and send postings per step; apply: rank 0's own math, publishes and sends per message it received;
+publishes (each at the shortest: the simulator models their lock waits) and send postings per step;
+apply: rank 0's own math, publishes and sends per message it received;
 network: latency and bandwidth from blocking one-sided transfers (an Isend returns before its
 transfer, so sends are not used), and for collectives the fastest worker's all-reduce in each step
 (the others' include waiting for it); jitter: the mean extra delay per transfer that makes the
@@ -91,12 +92,13 @@ def calibrate(rec: RunRecord) -> dict[str, Any]:
     var = float(step_time.var())
     shape = min(mean * mean / var, MAX_SHAPE) if var > 0 else MAX_SHAPE
     compute = workers & (tl["phase"] == phase["compute"])
-    means = np.array([(tl["t_end"] - tl["t_start"])[compute & (tl["rank"] == r)].mean() for r in normal])
+    seconds = tl["t_end"] - tl["t_start"]
+    means = np.array([seconds[compute & (tl["rank"] == r)].mean() for r in normal])
     heterogeneity = float(means.std() / means.mean()) if len(means) > 1 else 0.0
 
     # What the simulator charges a sender nothing for: its own math, local publishes, posting sends.
     own = (tl["phase"] == phase["update"]) | np.isin(tl["op"], [op["Publish"], op["Drain"], op["Send"]])
-    durations = uncontended(tl["t_end"] - tl["t_start"], np.isin(tl["op"], [op["Publish"], op["Drain"]]), tl["rank"])
+    durations = uncontended(seconds, np.isin(tl["op"], [op["Publish"], op["Drain"]]), tl["rank"])
     # Means, not medians: throughput is set by the total, tails included (but not the lock waits).
     update_s = float(per_step_sums(tl, workers & own, durations).mean()) if (workers & own).any() else 0.0
 
@@ -107,7 +109,7 @@ def calibrate(rec: RunRecord) -> dict[str, Any]:
     apply_s = float(durations[service].sum() / received) if received else 0.0
 
     blocking = workers & np.isin(tl["op"], [op["Read"], op["Accumulate"]]) & (tl["nbytes"] > 0)
-    fit = fit_network(tl["nbytes"][blocking], (tl["t_end"] - tl["t_start"])[blocking])
+    fit = fit_network(tl["nbytes"][blocking], seconds[blocking])
     alpha, bandwidth = fit if fit is not None else (DEFAULT_ALPHA_S, SimConfig().bandwidth)
     # Links whose rate the run recorded (the emulated cluster) are taken at that rate: transfers that
     # queued behind others (every read of a busy server) would fit a slower link, and the simulator
@@ -117,7 +119,7 @@ def calibrate(rec: RunRecord) -> dict[str, Any]:
     reduce = np.isin(tl["rank"], np.arange(1, n + 1)) & (tl["op"] == op["Allreduce"])
     algorithm = allreduce_of(rec)
     if reduce.any() and n > 1 and not overlapped(rec) and known is None:
-        durations = (tl["t_end"] - tl["t_start"])[reduce]
+        durations = seconds[reduce]
         steps = tl["step"][reduce]
         fastest = float(np.median([durations[steps == s].min() for s in np.unique(steps)]))
         nbytes = float(np.median(tl["nbytes"][reduce]))
