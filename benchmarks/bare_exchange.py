@@ -1,14 +1,17 @@
 """What a network delivers to one message in and one out per rank, in plain mpi4py (no hpcbench).
 
 Every rank sends MESSAGE bytes to one peer and receives as many from another, STEPS times, and the
-median time of an exchange is printed against the link's rate for one message (bytes / rate):
+median time of an exchange (and the spread of exchange times: sd and cv = sd / median; in lockstep,
+the links' own noise, for `simulate --network ...,noise=CV`) is printed against the link's rate for
+one message (bytes / rate):
 - pairwise: peers in pairs, each sending to the one it receives from (as the all-reduce's
   recursive halving does), so one connection carries both directions;
 - shifted: rank r sends to r + 2^k and receives from r − 2^k, k turning each step (SGP's
   exponential graph), so what a rank sends and what it receives go over different connections.
 Each in lockstep (a barrier before every exchange) and free-running (each rank goes on as soon as
 its own messages are done, as SGP's workers do). An α–β model with full-duplex links gives every
-case the same time. Run across the emulated cluster:
+case the same time; the shifted pattern free-running is unstable (sends complete at once, so a rank
+ahead shares its peer's link with the message the peer needs now) and drifts apart from small noise. Run across the emulated cluster:
     jobs/local/mpiexec-emulated -n 8 python benchmarks/bare_exchange.py --rate 100mbit
 """
 import argparse
@@ -59,10 +62,11 @@ def main() -> None:
             elapsed = comm.reduce(time.perf_counter() - start, MPI.MAX)  # the slowest rank's
             everyone = comm.gather(mine)
             if everyone is not None and elapsed is not None:  # rank 0
-                median = statistics.median(t for ts in everyone for t in ts)
+                each = [t for ts in everyone for t in ts]
+                median, sd = statistics.median(each), statistics.stdev(each)
                 ideal = f"; bytes / rate {1e3 * args.message / rate:.1f} ms" if rate else ""
                 print(f"{pattern}, {'in lockstep' if lockstep else 'free-running'}: {comm.size} ranks, "
-                      f"{args.message} B: median exchange {1e3 * median:.1f} ms, "
+                      f"{args.message} B: median exchange {1e3 * median:.1f} ms (sd {1e3 * sd:.1f}, cv {sd / median:.2f}), "
                       f"{1e3 * elapsed / args.steps:.1f} ms an exchange overall{ideal}")
 
 

@@ -4,7 +4,8 @@ simulate` with the same payload, compute model and the links' rate, uncalibrated
 the real file (`hpcbench calibrate`).
 
 For each link rate, world size and message size: the real run's samples/s and median step, and
-simulated / real for both (1.00 = the simulator predicts the real network exactly). Runs with the
+simulated / real for both (1.00 = the simulator predicts the real network exactly); with `--noise CV`
+(the links' spread, as `bare_exchange.py` measures it), also simulated with that noise. Runs with the
 default number of evaluations. One rank per node. Needs root (it brings the emulated cluster up and
 takes it down). Run by hand, on an otherwise idle machine:
     python benchmarks/sim_fidelity.py --ranks 4,8 --rates 1gbit,100mbit --params 250000 --keep fidelity/
@@ -23,7 +24,7 @@ from tabulate import tabulate
 from common import fmt
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.results.store import read_run
-from hpcbench.runtime.emulated import cluster, real_and_simulated, resimulated
+from hpcbench.runtime.emulated import cluster, real_and_simulated, resimulated, simulate_like
 from hpcbench.runtime.sim.models import link_bandwidth
 
 
@@ -47,12 +48,16 @@ def point(keep: Path, rate: str, world: int, params: int, algo: str, args: argpa
     assert bandwidth is not None, f"not a tc rate: {rate}"
     pair = (resimulated if args.resimulate else real_and_simulated)(algo, world, run_args, bandwidth, out, args.timeout)
     if pair.failure:
-        return row + [pair.failure] + ["-"] * 4
+        return row + [pair.failure] + ["-"] * 5
     real, sim = read_run(pair.real).summary, read_run(pair.simulated).summary
+    noisy = "-"
+    if args.noise > 0:
+        failure = simulate_like(algo, world, run_args, bandwidth, out.with_suffix(".noise.h5"), args.timeout, args.noise)
+        noisy = failure or fmt(read_run(out.with_suffix(".noise.h5")).summary["samples_per_s"] / real["samples_per_s"], 2)
     cal = calibrated(pair.real, out.with_suffix(".calibrated.h5"))
     return row + [f"{real['samples_per_s']:.0f}", f"{1e3 * real['median_step_s']:.1f}",
                   fmt(sim["samples_per_s"] / real["samples_per_s"], 2),
-                  fmt(sim["median_step_s"] / real["median_step_s"], 2),
+                  fmt(sim["median_step_s"] / real["median_step_s"], 2), noisy,
                   fmt(cal["samples_per_s"] / real["samples_per_s"], 2)]
 
 
@@ -65,6 +70,8 @@ def main() -> None:
     p.add_argument("--compute-ms", type=float, default=10.0, help="mean modeled compute per batch")
     p.add_argument("--steps", default="20")
     p.add_argument("--timeout", type=float, default=300)
+    p.add_argument("--noise", type=float, default=0.0,
+                   help="also simulate with this link noise (coefficient of variation of a transfer's time)")
     p.add_argument("--keep", type=Path, help="keep every point's files here (default: a temporary directory)")
     p.add_argument("--resimulate", action="store_true",
                    help="run nothing for real: simulate and calibrate again the real runs kept in --keep "
@@ -93,7 +100,7 @@ def main() -> None:
                     cluster("down")
     print()
     print(tabulate(rows, headers=["rate", "ranks", "floats", "algorithm", "samples/s", "step ms", "sim/real samples/s",
-                                  "sim/real step", "calibrated sim/real samples/s"]))
+                                  "sim/real step", "with noise", "calibrated sim/real samples/s"]))
 
 
 if __name__ == "__main__":

@@ -177,7 +177,7 @@ def test_report_puts_real_and_simulated_runs_side_by_side(tmp_path):
 @pytest.mark.parametrize("parse, text, message", [
     (parse_compute, "normal:shape=3", "the compute model is gamma"),
     (parse_compute, "gamma:shape=abc", "'abc' is not a number"),
-    (parse_network, "latency=3", "expected KEY=VALUE with KEY one of alpha, bandwidth, jitter"),
+    (parse_network, "latency=3", "expected KEY=VALUE with KEY one of alpha, bandwidth, jitter, noise"),
 ])
 def test_bad_simulator_options(parse, text, message):
     with pytest.raises(UsageError, match=message):
@@ -227,6 +227,29 @@ def test_jitter_adds_its_mean_to_each_transfer(tmp_path):
     assert plain.std() == pytest.approx(0, abs=1e-12)
     assert noisy.mean() - plain.mean() == pytest.approx(0.002, rel=0.05)
     assert noisy.std() == pytest.approx(0.002, rel=0.1)  # exponential: standard deviation = mean
+
+
+def test_link_noise_spreads_each_transfer_around_its_time_on_the_wire(tmp_path):
+    """noise = CV: a transfer's bytes count a gamma factor of mean 1, so a lone reader's 1 MB reads
+    over 100 MB/s links take 10 ms on average with a standard deviation of CV·10 ms, and the same
+    seed draws the same factors."""
+    def reads(noise: str, seed: str = "0") -> np.ndarray:
+        out = tmp_path / f"n{noise}-{seed}.h5"
+        simulate("--algo", "asgd", "--workers", "1", "--steps", "1500", "--numerics", "off", "--seed", seed,
+                 "--model", "payload", "--set", "payload.params=250000",
+                 "--network", f"alpha=1e-6,bandwidth=1e8,noise={noise}", "--out", str(out), "--overwrite")
+        rec = read_run(out)
+        tl = rec.timeline
+        read = (tl["rank"] == 1) & (tl["op"] == rec.ops.index("Read"))
+        return (tl["t_end"] - tl["t_start"])[read]
+
+    wire = 1_000_016 / 1e8  # the payload's window: a version either side of 250,000 float32
+    plain, noisy = reads("0"), reads("0.2")
+    np.testing.assert_allclose(plain, wire + 1e-6, rtol=1e-9)
+    assert noisy.mean() == pytest.approx(wire, rel=0.03)
+    assert noisy.std() == pytest.approx(0.2 * wire, rel=0.1)
+    np.testing.assert_array_equal(reads("0.2"), noisy)
+    assert not np.array_equal(reads("0.2", seed="1"), noisy)
 
 
 def test_jitter_fit_recovers_the_jitter_of_a_known_run(tmp_path):

@@ -68,11 +68,12 @@ def files(out: Path) -> tuple[Path, Path]:
     return out.with_suffix(".real.h5"), out.with_suffix(".sim.h5")
 
 
-def simulate_like(algo: str, ranks: int, run_args: Sequence[str], bandwidth: float, out: Path, timeout: float) -> str:
+def simulate_like(algo: str, ranks: int, run_args: Sequence[str], bandwidth: float, out: Path, timeout: float,
+                  noise: float = 0.0) -> str:
     """Simulate ``algo`` on ``ranks`` ranks (payload ``run_args``) over links of ``bandwidth`` bytes/s
-    into ``out``; → why it failed, or ''."""
+    (and ``noise``, the spread of a transfer's time) into ``out``; → why it failed, or ''."""
     sim = subprocess.run([sys.executable, "-m", "hpcbench", "simulate", "--algo", algo, "--workers", str(ranks - 1),
-                          *run_args, "--network", f"alpha={ALPHA_S:g},bandwidth={bandwidth:g}",
+                          *run_args, "--network", f"alpha={ALPHA_S:g},bandwidth={bandwidth:g},noise={noise:g}",
                           "--numerics", "off", "--out", str(out), "--overwrite"],
                          capture_output=True, text=True, timeout=timeout)
     return why_failed(sim) if sim.returncode != 0 else ""

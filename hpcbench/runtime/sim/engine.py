@@ -25,7 +25,7 @@ from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrie
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.links import Links, WindowLock
-from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig, allreduce_s, barrier_s
+from hpcbench.runtime.sim.models import ComputeModel, Draws, SimConfig, allreduce_s, barrier_s
 from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE, Timeline
@@ -59,9 +59,9 @@ GradientFn = Callable[[int, np.ndarray], "Gradient | Pending"]
 class Engine:
     def __init__(self, algo: Algorithm, layout: Layout, cfg: SimConfig, compute: ComputeModel,
                  gradient: GradientFn, logs: RunLogs, real_size: int, progress: ProgressLine | None = None,
-                 jitter: Jitter | None = None) -> None:
+                 jitter: Draws | None = None, noise: Draws | None = None) -> None:
         self.cfg, self.compute_model, self.gradient, self.logs = cfg, compute, gradient, logs
-        self.progress_line, self.jitter = progress, jitter
+        self.progress_line, self.jitter, self.noise = progress, jitter, noise
         n = cfg.workers
         self.ranks = range(n + 1)
         self.float_bytes = 4 * algo.ctx.size
@@ -159,14 +159,16 @@ class Engine:
         return t + self.cfg.alpha_s
 
     def carry(self, src: int, dst: int, nbytes: int, done: Callable[[], None]) -> None:
-        """Move ``nbytes`` from src to dst from now: small messages eagerly, larger ones over the links."""
+        """Move ``nbytes`` from src to dst from now: small messages eagerly, larger ones over the links;
+        with link noise, each transfer's bytes count a random factor of mean 1."""
         size = self.modeled(nbytes)
+        wire = size * self.noise.sample() if self.noise is not None else size
         if src == dst:
             self.at(self.now, done)
         elif size < EAGER_BYTES:
-            self.at(self.now + size / self.cfg.bandwidth, done)
+            self.at(self.now + wire / self.cfg.bandwidth, done)
         else:
-            self.links.start(src, dst, size, done)
+            self.links.start(src, dst, wire, done)
 
     def lock(self, key: tuple[str, int], exclusive: bool, granted: Callable[[], None]) -> bool:
         """Ask for a window's lock: True when held now, else ``granted()`` runs once it is."""

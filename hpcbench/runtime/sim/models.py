@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -37,6 +37,11 @@ class SimConfig:
     # Mean of an exponentially distributed extra delay on every point-to-point and one-sided
     # transfer: OS noise and targets slow to respond (ranks sharing cores); calibrate fits it.
     jitter_s: float = 0.0
+    # Coefficient of variation of each point-to-point and one-sided transfer's time on the wire (a
+    # gamma factor of mean 1 on its bytes): a real link's own spread (TCP's pacing, a switch's or token
+    # bucket's bursts). It costs nothing on average, but lets ranks drift apart where the pattern
+    # amplifies drift (SGP's shifted peers with sends that complete at once); bare_exchange measures it.
+    noise: float = 0.0
     apply_s: float = rule(-1.0, "2 ns per model parameter")  # rank 0's work per received message
     update_s: float = rule(-1.0, "1 ns per model parameter")  # a worker's own math per step
     # How one-sided operations progress: "async" (without the target, as RDMA hardware or an
@@ -59,7 +64,7 @@ class SimConfig:
             if not value > 0:
                 raise UsageError(f"simulation {name} must be > 0, got {value}")
         for name, value in {"heterogeneity": self.heterogeneity, "pause_s": self.pause_s,
-                            "alpha_s": self.alpha_s, "jitter_s": self.jitter_s}.items():
+                            "alpha_s": self.alpha_s, "jitter_s": self.jitter_s, "noise": self.noise}.items():
             if value < 0:
                 raise UsageError(f"simulation {name} must be >= 0, got {value}")
         if not 0 <= self.pause_prob <= 1:
@@ -94,9 +99,10 @@ def parse_compute(text: str) -> dict[str, float]:
 
 
 def parse_network(text: str) -> dict[str, float]:
-    """``--network alpha=SECONDS,bandwidth=BYTES_PER_S[,jitter=SECONDS]``."""
-    values = parse_keyvals(text, "--network", ("alpha", "bandwidth", "jitter"))
-    return {{"alpha": "alpha_s", "bandwidth": "bandwidth", "jitter": "jitter_s"}[k]: v for k, v in values.items()}
+    """``--network alpha=SECONDS,bandwidth=BYTES_PER_S[,jitter=SECONDS][,noise=CV]``."""
+    values = parse_keyvals(text, "--network", ("alpha", "bandwidth", "jitter", "noise"))
+    return {{"alpha": "alpha_s", "bandwidth": "bandwidth", "jitter": "jitter_s", "noise": "noise"}[k]: v
+            for k, v in values.items()}
 
 
 def parse_pauses(text: str) -> dict[str, float]:
@@ -162,21 +168,32 @@ class ComputeModel:
         return t
 
 
-class Jitter:
-    """Extra transfer delays: exponential with mean ``jitter_s``, one seeded stream, drawn in blocks."""
+class Draws:
+    """One seeded stream of random numbers, drawn in blocks: ``draw(rng, count)`` → an array."""
 
-    def __init__(self, cfg: SimConfig, seed: int) -> None:
-        self.mean = cfg.jitter_s
-        self.rng = np.random.default_rng([seed, 0x7177])
+    def __init__(self, draw: Callable[[np.random.Generator, int], np.ndarray], seed: list[int]) -> None:
+        self.draw, self.rng = draw, np.random.default_rng(seed)
         self.draws = np.zeros(0)
         self.next = 0
 
     def sample(self) -> float:
         if self.next == len(self.draws):
-            self.draws = self.rng.exponential(self.mean, size=BLOCK)
+            self.draws = self.draw(self.rng, BLOCK)
             self.next = 0
         self.next += 1
         return float(self.draws[self.next - 1])
+
+
+def jitter(cfg: SimConfig, seed: int) -> Draws | None:
+    """Extra transfer delays: exponential with mean ``jitter_s`` (None when it is 0)."""
+    mean = cfg.jitter_s
+    return Draws(lambda rng, k: rng.exponential(mean, k), [seed, 0x7177]) if mean > 0 else None
+
+
+def noise(cfg: SimConfig, seed: int) -> Draws | None:
+    """Factors on each transfer's bytes: gamma of mean 1 and coefficient of variation ``noise``."""
+    cv = cfg.noise
+    return Draws(lambda rng, k: rng.gamma(1 / cv**2, cv**2, k), [seed, 0x4015]) if cv > 0 else None
 
 
 ALLREDUCE_ALGORITHMS = ("rabenseifner", "ring")

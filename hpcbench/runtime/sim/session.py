@@ -17,7 +17,7 @@ from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.provenance import software
 from hpcbench.runtime.record import ResultFile, build_record, expected_bytes, result_line
 from hpcbench.runtime.sim.engine import Engine, GradientFn, Pending
-from hpcbench.runtime.sim.models import ComputeModel, Jitter, SimConfig
+from hpcbench.runtime.sim.models import ComputeModel, SimConfig, jitter, noise
 
 STAND_IN_FLOATS = 64  # the parameter vector algorithms see when numerics are off
 
@@ -102,10 +102,9 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     gradient, gradients = gradients_for(run, sim)
     logs = run.logs()
     progress = run.progress("simulating ", "samples/s simulated (wall clock)") if show_progress else None
-    jitter = Jitter(sim, cfg.seed) if sim.jitter_s > 0 else None
     slow = {r: run.slow_factor(r) for r in run.stragglers}
     engine = Engine(algo, run.layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, message_params,
-                    progress, jitter)
+                    progress, jitter(sim, cfg.seed), noise(sim, cfg.seed))
     wall0 = time.perf_counter()
     engine.run()
     if progress is not None:
