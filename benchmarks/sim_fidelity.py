@@ -5,7 +5,8 @@ the real file (`hpcbench calibrate`).
 
 For each link rate, world size and message size: the real run's samples/s and median step, and
 simulated / real for both (1.00 = the simulator predicts the real network exactly); with `--noise CV`
-(the links' spread, as `bare_exchange.py` measures it), also simulated with that noise. Runs with the
+(the links' spread, as `bare_exchange.py` measures it), also simulated with that noise, and
+calibrated with it. Runs with the
 default number of evaluations. One rank per node. Needs root (it brings the emulated cluster up and
 takes it down). Run by hand, on an otherwise idle machine:
     python benchmarks/sim_fidelity.py --ranks 4,8 --rates 1gbit,100mbit --params 250000 --keep fidelity/
@@ -28,10 +29,10 @@ from hpcbench.runtime.emulated import cluster, real_and_simulated, resimulated, 
 from hpcbench.runtime.sim.models import link_bandwidth
 
 
-def calibrated(path: Path, out: Path) -> dict:
-    """The summary of the simulation `calibrate` prints for a real file, run as printed."""
-    text = subprocess.run([sys.executable, "-m", "hpcbench", "calibrate", str(path)], capture_output=True,
-                          text=True, check=True).stdout
+def calibrated(path: Path, out: Path, noise: float) -> dict:
+    """The summary of the simulation `calibrate --noise` prints for a real file, run as printed."""
+    text = subprocess.run([sys.executable, "-m", "hpcbench", "calibrate", str(path), "--noise", f"{noise:g}"],
+                          capture_output=True, text=True, check=True).stdout
     start = text.index("hpcbench simulate")
     args = shlex.split(text[start:text.index("\n\n", start)].replace("\\\n", " "))[2:]
     subprocess.run([sys.executable, "-m", "hpcbench", "simulate", *args, "--numerics", "off", "--out", str(out),
@@ -54,7 +55,7 @@ def point(keep: Path, rate: str, world: int, params: int, algo: str, args: argpa
     if args.noise > 0:
         failure = simulate_like(algo, world, run_args, bandwidth, out.with_suffix(".noise.h5"), args.timeout, args.noise)
         noisy = failure or fmt(read_run(out.with_suffix(".noise.h5")).summary["samples_per_s"] / real["samples_per_s"], 2)
-    cal = calibrated(pair.real, out.with_suffix(".calibrated.h5"))
+    cal = calibrated(pair.real, out.with_suffix(".calibrated.h5"), args.noise)
     return row + [f"{real['samples_per_s']:.0f}", f"{1e3 * real['median_step_s']:.1f}",
                   fmt(sim["samples_per_s"] / real["samples_per_s"], 2),
                   fmt(sim["median_step_s"] / real["median_step_s"], 2), noisy,
@@ -71,7 +72,8 @@ def main() -> None:
     p.add_argument("--steps", default="20")
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--noise", type=float, default=0.0,
-                   help="also simulate with this link noise (coefficient of variation of a transfer's time)")
+                   help="also simulate, and calibrate, with this link noise (coefficient of variation of a "
+                        "transfer's time)")
     p.add_argument("--keep", type=Path, help="keep every point's files here (default: a temporary directory)")
     p.add_argument("--resimulate", action="store_true",
                    help="run nothing for real: simulate and calibrate again the real runs kept in --keep "

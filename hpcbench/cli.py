@@ -320,7 +320,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from hpcbench.results.store import read_run
     from hpcbench.runtime.sim.calibrate import describe
 
-    print(describe(read_run(args.path)))
+    print(describe(read_run(args.path), args.noise))
     return 0
 
 
@@ -461,6 +461,9 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("calibrate", help="fit the simulator's compute and network models to a real run")
     p.add_argument("path", metavar="REAL.h5")
+    p.add_argument("--noise", type=float, default=0.0, metavar="CV",
+                   help="the links' noise to simulate with (coefficient of variation of a transfer's time, "
+                        "as benchmarks/bare_exchange.py measures it; not fitted); default 0")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("report", help="tables from result files or directories")

@@ -17,11 +17,19 @@ from hpcbench.runtime.sim.models import ComputeModel, SimConfig
 
 H, LR, ALPHA, TAU, STEPS = 0.5, 0.1, 0.2, 3, 12
 X0 = np.array([1.0, -2.0, 0.5], dtype=np.float32)
+DOCUMENTED_TAU = 4  # docs/algorithms.md: "Defaults α = 0.9/n, τ = 4" (Zhang et al.'s β = 0.9, α = β/n)
 
 
-def run_quadratic(name: str, workers: int, slow: dict[int, float]) -> tuple[np.ndarray, dict[int, int]]:
-    """→ (the centre rank 0 evaluates last, local steps per worker)."""
-    cfg = RunConfig(algo=name, steps=STEPS, lr=LR, warmup_epochs=0.0, options={name: {"alpha": ALPHA, "tau": TAU}})
+def documented_alpha(workers: int) -> float:
+    return 0.9 / workers
+
+
+def run_quadratic(name: str, workers: int, slow: dict[int, float],
+                  options: dict | None = None) -> tuple[np.ndarray, dict[int, int]]:
+    """→ (the centre rank 0 evaluates last, local steps per worker); ``options`` default α = ALPHA, τ = TAU,
+    ``{}`` for the algorithm's own defaults."""
+    options = {"alpha": ALPHA, "tau": TAU} if options is None else options
+    cfg = RunConfig(algo=name, steps=STEPS, lr=LR, warmup_epochs=0.0, options={name: options})
     algo_cls = ALGORITHMS.get(name)
     ctx = plan.make_context(cfg, algo_cls, workers, X0, train_size=10**9)
     algo = algo_cls(ctx)
@@ -37,19 +45,20 @@ def run_quadratic(name: str, workers: int, slow: dict[int, float]) -> tuple[np.n
     return logs.last_params, steps
 
 
-def lock_step(workers: int, x0: float, steps: int) -> float:
+def lock_step(workers: int, x0: float, steps: int, alpha: float = ALPHA, tau: int = TAU) -> float:
     """Identical workers, local GD steps, an exchange every τ steps and after the last."""
     x, centre = x0, x0
     for step in range(steps):
         x -= LR * H * x
-        if (step + 1) % TAU == 0 or step + 1 == steps:
+        if (step + 1) % tau == 0 or step + 1 == steps:
             diff = x - centre
-            x -= ALPHA * diff
-            centre += workers * ALPHA * diff
+            x -= alpha * diff
+            centre += workers * alpha * diff
     return centre
 
 
-def event_driven(speeds: dict[int, float], steps: dict[int, int], x0: np.ndarray) -> np.ndarray:
+def event_driven(speeds: dict[int, float], steps: dict[int, int], x0: np.ndarray,
+                 alpha: float = ALPHA, tau: int = TAU) -> np.ndarray:
     """Asynchronous easgd written out: every worker's step ends at k × its compute time; its exchange
     (every τ steps and after its last) reads the centre as it is then and adds α(x_i − x̃) to it."""
     events = sorted((k * speeds[w], w, k) for w in speeds for k in range(1, steps[w] + 1))
@@ -57,8 +66,8 @@ def event_driven(speeds: dict[int, float], steps: dict[int, int], x0: np.ndarray
     centre = x0.astype(np.float64)
     for _, w, k in events:
         x[w] = x[w] - LR * H * x[w]
-        if k % TAU == 0 or k == steps[w]:
-            e = ALPHA * (x[w] - centre)
+        if k % tau == 0 or k == steps[w]:
+            e = alpha * (x[w] - centre)
             x[w] = x[w] - e
             centre = centre + e
     return centre
@@ -86,3 +95,15 @@ def test_asynchronous_centre_follows_the_event_driven_recurrence(slow):
     by_speed = sorted(speeds, key=speeds.get)
     assert [steps[w] for w in by_speed] == sorted(steps.values(), reverse=True)
     assert steps[by_speed[0]] > steps[by_speed[-1]] + 3
+
+
+@pytest.mark.parametrize("workers, slow", [(2, {2: 1.37}), (4, {2: 2.7, 3: 1.37, 4: 1.9})])
+def test_defaults_are_the_documented_alpha_and_tau(workers, slow):
+    """Without options both variants run with α = 0.9/n and τ = 4, as docs/algorithms.md says."""
+    alpha = documented_alpha(workers)
+    centre, _ = run_quadratic("easgd-sync", workers, {}, options={})
+    expected = [lock_step(workers, float(v), STEPS, alpha, DOCUMENTED_TAU) for v in X0]
+    np.testing.assert_allclose(centre, expected, rtol=1e-5)
+    centre, steps = run_quadratic("easgd", workers, slow, options={})
+    speeds = {w: slow.get(w, 1.0) for w in range(1, workers + 1)}
+    np.testing.assert_allclose(centre, event_driven(speeds, steps, X0, alpha, DOCUMENTED_TAU), rtol=1e-5)

@@ -146,3 +146,19 @@ def test_calibrate_does_not_fit_the_network_to_overlapped_all_reduces(runs):
     assert "not fitted" not in describe(runs["allreduce-3"])  # one bucket: the whole all-reduce is exposed
     assert "not fitted from them" in describe(runs["allreduce-3-buckets"])
     assert calibrate(runs["allreduce-3-buckets"])["bandwidth"] != calibrate(runs["allreduce-3"])["bandwidth"]
+
+
+def test_calibrate_simulates_with_the_links_noise_it_is_given(runs, capsys):
+    """The noise is not fitted: calibrate takes it, prints it in both forms and fits the jitter over it;
+    a noise that is not a finite number >= 0 is one error line."""
+    from hpcbench.cli import main
+    from hpcbench.runtime.sim.calibrate import calibrate, describe
+
+    rec = runs["asgd-3"]
+    assert calibrate(rec)["noise"] == 0 and calibrate(rec, noise=0.1)["noise"] == 0.1
+    text = describe(rec, 0.1)
+    assert ",noise=0.1 " in text and "\nnoise = 0.1\n" in text
+    assert "noise=" not in describe(rec).split("# or, in a --config file:")[0]
+    for bad in ("-1", "nan"):
+        assert main(["calibrate", str(rec.path), "--noise", bad]) == 2
+        assert capsys.readouterr().err.strip() == f"hpcbench: error: simulation noise must be a finite number >= 0, got {float(bad)}"

@@ -4,6 +4,7 @@ Studies are real result files from the simulator (timing only, so they are quick
 are read from the files' own summaries, never recomputed by the report's code.
 """
 import csv
+import dataclasses
 import io
 
 import pytest
@@ -193,3 +194,85 @@ def test_the_report_names_each_learning_rate_recipe_with_the_worker_counts_it_ap
     code, out, _ = cli("report", str(studies / "batch"), "--format", "csv", "--table", "runs")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert {r["lr_recipe"] for r in rows if r["workers"] == "2"} == {texts[2]}
+
+
+# Written out here, not imported: the configuration keys that never keep runs apart (the seed, where
+# the file goes, a deadline, the progress line, and values derived from the others and the worker count).
+NEVER_APART = {"algo", "seed", "out", "overwrite", "timeout_s", "progress_s", "data_dir", "steps_per_worker",
+               "budget_samples", "eval_every", "parameters", "train_size", "val_size", "schedule",
+               "straggler_ranks", "straggler_factor"}
+NEVER_APART_SIM = {"workers", "model_parameters", "algorithm_parameters"}
+
+
+def changed(value):
+    """A different value of the same kind."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "-other"
+    if isinstance(value, list):
+        return [*value, 1]
+    assert value is None, value
+    return 1
+
+
+def test_every_setting_alone_keeps_runs_apart_and_only_the_listed_ones_do_not(studies):
+    """Each configuration key, each option of every algorithm and each simulator parameter, changed
+    alone, makes a different group — but for the keys listed above."""
+    from types import SimpleNamespace
+
+    from hpcbench.algorithms import ALGORITHMS
+    from hpcbench.report.metrics import settings
+
+    rec = read_run(studies / "batch" / "b32-w2.h5")
+    options = {name: dataclasses.asdict(ALGORITHMS.get(name).Options()) for name in ALGORITHMS.names()}
+    config = {**rec.attrs["config"], "options": options}
+    assert sum(map(len, options.values())) >= 15 and rec.simulation
+
+    def groups(config, simulation=rec.simulation, network="emulated nodes=2,rate=1gbit"):
+        return settings(SimpleNamespace(attrs={"config": config}, simulation=simulation,
+                                        provenance={"network": network}))
+
+    base = groups(config)
+    for key, value in config.items():
+        if key == "options":
+            continue
+        if isinstance(value, dict):  # an option table of the run (payload, teacher), or the derived schedule
+            for name, inner in value.items():
+                apart = groups({**config, key: {**value, name: changed(inner)}}) != base
+                assert apart == (key not in NEVER_APART), f"{key}.{name}"
+            continue
+        apart = groups({**config, key: changed(value)}) != base
+        assert apart == (key not in NEVER_APART), key
+    for algo, opts in options.items():
+        for name, value in opts.items():
+            assert groups({**config, "options": {**options, algo: {**opts, name: changed(value)}}}) != base, \
+                f"{algo}.{name}"
+    for key, value in rec.simulation.items():
+        apart = groups(config, {**rec.simulation, key: changed(value)}) != base
+        assert apart == (key not in NEVER_APART_SIM), f"sim.{key}"
+    assert groups(config, network="emulated nodes=2,rate=100mbit") != base
+
+
+@pytest.fixture(scope="module")
+def one_apart(tmp_path_factory):
+    """ga-asgd at 2 workers, and beside it one run for each class of setting changed alone."""
+    root = tmp_path_factory.mktemp("apart")
+    variants = {"base": (), "lr": ("--lr", "0.1"), "momentum": ("--momentum", "0.9"),
+                "schedule": ("--set", "lr_decay_epochs=[1]"), "stragglers": ("--stragglers", "0.5:2"),
+                "option": ("--set", "ga-asgd.beta=0.5"), "sim": ("--network", "alpha=5e-6,bandwidth=1e9,noise=0.1")}
+    for name, extra in variants.items():
+        simulate(root / f"{name}.h5", "--algo", "ga-asgd", "--workers", "2", *extra)
+    return root
+
+
+def test_the_report_keeps_each_run_that_differs_in_one_setting_apart(one_apart):
+    rows = scaling_rows(one_apart)
+    assert len(rows) == 7 and {r["repeats"] for r in rows} == {"1"}
+    code, out, _ = cli("report", str(one_apart))
+    assert code == 0
+    shown = out[out.index("keep them apart and are shown as columns:"):].splitlines()[0]
+    for setting in ("lr", "momentum", "lr_decay_epochs", "stragglers", "options.ga-asgd.beta", "sim.noise"):
+        assert setting in shown, setting

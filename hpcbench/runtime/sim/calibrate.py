@@ -10,6 +10,8 @@ transfer, so sends are not used), and for collectives the fastest worker's all-r
 simulated workers' blocking communication per step (reads, accumulates, message waits) as long as
 the real one, found by simulating the run without numerics (the network fit takes medians; this
 puts back the slow tail the simulator does not model itself, such as ranks sharing cores).
+The links' noise is not fitted (one run cannot tell it from the jitter); ``--noise CV`` sets it, as
+``benchmarks/bare_exchange.py`` measures it, and the jitter is then fitted on top.
 """
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ def fit_network(sizes: np.ndarray, durations: np.ndarray) -> tuple[float, float]
     return alpha, float(uniq[biggest]) / max(float(med[biggest]) - alpha, 1e-12)
 
 
-def calibrate(rec: RunRecord) -> dict[str, Any]:
+def calibrate(rec: RunRecord, noise: float = 0.0) -> dict[str, Any]:
     if rec.mode != "mpi":
         raise UsageError(f"{rec.path} is a {rec.mode} run; calibrate needs a real (mpi) run")
     n = rec.workers
@@ -129,7 +131,8 @@ def calibrate(rec: RunRecord) -> dict[str, Any]:
         bandwidth = lengths * nbytes / max(fastest - latencies * alpha, 1e-12)
     fitted = SimConfig(workers=n, numerics=False, compute_shape=round(shape, 3), compute_mean_s=mean,
                        heterogeneity=heterogeneity, alpha_s=alpha, bandwidth=bandwidth, apply_s=apply_s,
-                       update_s=update_s, progress=progress_of(rec), allreduce=algorithm)
+                       update_s=update_s, progress=progress_of(rec), allreduce=algorithm, noise=noise)
+    fitted.validate()
     fitted = dataclasses.replace(fitted, jitter_s=fit_jitter(rec, fitted, normal))
     out = dataclasses.asdict(fitted)
     del out["numerics"], out["pause_prob"], out["pause_s"]
@@ -240,7 +243,8 @@ def simulate_command(rec: RunRecord, sim: dict[str, Any]) -> str:
         "hpcbench simulate", f"--algo {rec.algorithm}", f"--workers {sim['workers']}",
         *(f"--{k.replace('_', '-')} {keys[k]}" for k in FLAGS),
         f"--compute gamma:shape={g(sim['compute_shape'])},mean={g(sim['compute_mean_s'])}",
-        f"--network alpha={g(sim['alpha_s'])},bandwidth={g(sim['bandwidth'])},jitter={g(sim['jitter_s'])}",
+        f"--network alpha={g(sim['alpha_s'])},bandwidth={g(sim['bandwidth'])},jitter={g(sim['jitter_s'])}"
+        + (f",noise={g(sim['noise'])}" if sim["noise"] else ""),
         f"--heterogeneity {g(sim['heterogeneity'])}",
         f"--set sim.apply_s={g(sim['apply_s'])}", f"--set sim.update_s={g(sim['update_s'])}",
         f"--set sim.progress={sim['progress']}", f"--set sim.allreduce={sim['allreduce']}",
@@ -270,8 +274,8 @@ def overlapped(rec: RunRecord) -> bool:
             and FLOAT_BYTES * cfg["parameters"] > opts.get("bucket_mb", 25.0) * 2**20)
 
 
-def describe(rec: RunRecord) -> str:
-    sim = calibrate(rec)
+def describe(rec: RunRecord, noise: float = 0.0) -> str:
+    sim = calibrate(rec, noise)
     s = rec.summary
     head = (f"# calibrated from {rec.path}: {rec.algorithm}, {rec.workers} workers, "
             f"{g(s['samples_per_s'])} samples/s on {rec.per_rank['hostnames'][0]}")

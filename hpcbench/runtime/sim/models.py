@@ -65,8 +65,8 @@ class SimConfig:
                 raise UsageError(f"simulation {name} must be > 0, got {value}")
         for name, value in {"heterogeneity": self.heterogeneity, "pause_s": self.pause_s,
                             "alpha_s": self.alpha_s, "jitter_s": self.jitter_s, "noise": self.noise}.items():
-            if value < 0:
-                raise UsageError(f"simulation {name} must be >= 0, got {value}")
+            if not 0 <= value < math.inf:
+                raise UsageError(f"simulation {name} must be a finite number >= 0, got {value}")
         if not 0 <= self.pause_prob <= 1:
             raise UsageError(f"simulation pause_prob must be in [0, 1], got {self.pause_prob}")
         if self.allreduce not in ALLREDUCE_ALGORITHMS:
