@@ -23,3 +23,11 @@ def test_a_stop_signal_while_a_worker_holds_a_lock_leaves_the_window_unlocked(op
     proc = ok(mpirun(2, op, module="mpi_programs.stop_in_lock", env={"PYTHONPATH": "tests"}))
     assert "rank 1 stopped: stopped by SIGUSR1" in proc.stdout
     assert "rank 0 locked its window" in proc.stdout
+
+
+def test_ranks_that_finished_keep_answering_while_rank_0_still_works():
+    # Before: the workers stopped their heartbeats on entering close() and waited a fixed timeout, so
+    # rank 0 scoring a long run's snapshots for longer than timeout_s ended the run as "stopped answering".
+    proc = ok(mpirun(3, module="mpi_programs.late_server", env={"PYTHONPATH": "tests"}))
+    for rank in range(3):
+        assert f"rank {rank} closed" in proc.stdout, proc.stdout + proc.stderr

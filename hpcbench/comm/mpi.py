@@ -247,7 +247,11 @@ class MpiComm:
         self._sends.clear()
         for channel in self.channels.values():
             channel.close()
-        self._beat_every = 0.0  # no more heartbeats from here; after the barrier none is on its way
+        # Heartbeats go on until every rank is here: a rank still at work (rank 0 reading the workers'
+        # kept snapshots after a long run) is heard, so no one gives up on it, however long, while it
+        # answers; one that stops answering is named as anywhere else.
+        self.world_barrier(math.inf if self._beat_every else timeout, "the end of the run")
+        self._beat_every = 0.0  # no more heartbeats from here; after the next barrier none is on its way
         self.world_barrier(timeout)
         self._stop_heartbeats()
         self._stop_listening()  # every rank is past its program: no notice can come now
