@@ -5,8 +5,8 @@ the real file (`hpcbench calibrate`).
 
 For each link rate, world size and message size: the real run's samples/s and median step, and
 simulated / real for both (1.00 = the simulator predicts the real network exactly); with `--noise CV`
-(the links' spread, as `bare_exchange.py` measures it), also simulated with that noise, and
-calibrated with it. Runs with the
+(the links' spread, as `bare_exchange.py` measures it), also simulated, and calibrated, with that
+noise. Runs with the
 default number of evaluations. One rank per node. Needs root (it brings the emulated cluster up and
 takes it down). Run by hand, on an otherwise idle machine:
     python benchmarks/sim_fidelity.py --ranks 4,8 --rates 1gbit,100mbit --params 250000 --keep fidelity/
@@ -49,17 +49,20 @@ def point(keep: Path, rate: str, world: int, params: int, algo: str, args: argpa
     assert bandwidth is not None, f"not a tc rate: {rate}"
     pair = (resimulated if args.resimulate else real_and_simulated)(algo, world, run_args, bandwidth, out, args.timeout)
     if pair.failure:
-        return row + [pair.failure] + ["-"] * 5
+        return row + [pair.failure] + ["-"] * 6
     real, sim = read_run(pair.real).summary, read_run(pair.simulated).summary
-    noisy = "-"
+
+    def ratio(summary: dict) -> str:
+        return fmt(summary["samples_per_s"] / real["samples_per_s"], 2)
+
+    noisy = noisy_cal = "-"
     if args.noise > 0:
         failure = simulate_like(algo, world, run_args, bandwidth, out.with_suffix(".noise.h5"), args.timeout, args.noise)
-        noisy = failure or fmt(read_run(out.with_suffix(".noise.h5")).summary["samples_per_s"] / real["samples_per_s"], 2)
-    cal = calibrated(pair.real, out.with_suffix(".calibrated.h5"), args.noise)
-    return row + [f"{real['samples_per_s']:.0f}", f"{1e3 * real['median_step_s']:.1f}",
-                  fmt(sim["samples_per_s"] / real["samples_per_s"], 2),
+        noisy = failure or ratio(read_run(out.with_suffix(".noise.h5")).summary)
+        noisy_cal = ratio(calibrated(pair.real, out.with_suffix(".calibrated-noise.h5"), args.noise))
+    return row + [f"{real['samples_per_s']:.0f}", f"{1e3 * real['median_step_s']:.1f}", ratio(sim),
                   fmt(sim["median_step_s"] / real["median_step_s"], 2), noisy,
-                  fmt(cal["samples_per_s"] / real["samples_per_s"], 2)]
+                  ratio(calibrated(pair.real, out.with_suffix(".calibrated.h5"), 0.0)), noisy_cal]
 
 
 def main() -> None:
@@ -102,7 +105,7 @@ def main() -> None:
                     cluster("down")
     print()
     print(tabulate(rows, headers=["rate", "ranks", "floats", "algorithm", "samples/s", "step ms", "sim/real samples/s",
-                                  "sim/real step", "with noise", "calibrated sim/real samples/s"]))
+                                  "sim/real step", "with noise", "calibrated sim/real samples/s", "calibrated with noise"]))
 
 
 if __name__ == "__main__":
