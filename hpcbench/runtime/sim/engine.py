@@ -161,11 +161,12 @@ class Engine:
     def carry(self, src: int, dst: int, nbytes: int, done: Callable[[], None]) -> None:
         """Move ``nbytes`` from src to dst from now: small messages eagerly, larger ones over the links;
         with link noise, each transfer's bytes count a random factor of mean 1."""
-        size = self.modeled(nbytes)
-        wire = size * self.noise.sample() if self.noise is not None else size
         if src == dst:
             self.at(self.now, done)
-        elif size < EAGER_BYTES:
+            return
+        size = self.modeled(nbytes)
+        wire = size * self.noise.sample() if self.noise is not None else size
+        if size < EAGER_BYTES:
             self.at(self.now + wire / self.cfg.bandwidth, done)
         else:
             self.links.start(src, dst, wire, done)
