@@ -31,6 +31,7 @@ setup(
         "test": ["pytest>=7", "pytest-timeout>=2.1", "mpich", "matplotlib>=3.6", "simpy>=4.0",
                  "pandas>=2.0", "mypy==2.4.1"],
         "plot": ["matplotlib>=3.6"],
+        "mutation": ["mutmut==3.8.1"],  # the mutation check, run by hand (CONTRIBUTING.md)
     },
     entry_points={"console_scripts": ["hpcbench = hpcbench.cli:main"]},
 )
