@@ -162,3 +162,31 @@ def test_a_stop_signal_inside_a_deferred_section_is_raised_as_the_outermost_one_
             pass
         with pytest.raises(Stopped):  # outside any section, a signal raises at once
             signal.raise_signal(signal.SIGUSR1)
+
+
+def test_every_column_of_a_scaling_point_by_hand_with_failed_repeats_and_points():
+    def run(algo, workers, rate, result="ok", nodes=1, acc=0.5, stale=0.0, ttt=1.0):
+        return dataclasses.replace(row(algo, workers, rate, ttt), result=result, nodes=nodes, final_accuracy=acc,
+                                   staleness_mean=stale)
+
+    points = scaling([
+        run("a", 2, 100.0, acc=0.8, stale=2.0, ttt=1.0), run("a", 2, 120.0, acc=0.9, stale=4.0, ttt=1.4),
+        run("a", 2, 999.0, result="timeout", acc=0.1, stale=99.0, ttt=0.01),  # counted, never averaged in
+        run("a", 4, 150.0, nodes=2, acc=0.95, stale=3.0, ttt=0.5), run("a", 4, 170.0, nodes=2, acc=0.85, stale=5.0, ttt=0.7),
+        run("a", 8, 500.0, result="timeout", nodes=3), run("a", 8, 600.0, result="aborted", nodes=3),
+        run("b", 2, 50.0, result="failed"), run("b", 4, 200.0),  # b's base: its fewest workers that finished
+    ])
+    got = {(p.algorithm, p.workers): p for p in points}
+    two, four, eight = got[("a", 2)], got[("a", 4)], got[("a", 8)]
+    assert (two.repeats, two.failed, two.result, two.nodes) == (2, 1, "ok", 1)
+    assert (two.samples_per_s, two.samples_per_s_spread, two.speedup, two.efficiency) == (110.0, 10.0, 1.0, 1.0)
+    assert (two.time_to_target_s, two.final_accuracy, two.staleness_mean) == pytest.approx((1.2, 0.85, 3.0))
+    assert (four.repeats, four.failed, four.result, four.nodes) == (2, 0, "ok", 2)
+    assert four.samples_per_s == 160.0 and four.speedup == pytest.approx(160 / 110)
+    assert four.efficiency == pytest.approx(160 / 110 / 2)
+    assert (four.time_to_target_s, four.ttt_speedup, four.ttt_efficiency) == pytest.approx((0.6, 2.0, 1.0))
+    assert (four.final_accuracy, four.staleness_mean) == pytest.approx((0.9, 4.0))
+    assert (eight.repeats, eight.failed, eight.result, eight.nodes) == (0, 2, "aborted/timeout", 3)
+    assert all(math.isnan(x) for x in (eight.samples_per_s, eight.speedup, eight.final_accuracy, eight.staleness_mean))
+    assert (got[("b", 4)].speedup, got[("b", 4)].efficiency) == (1.0, 1.0)
+    assert got[("b", 2)].result == "failed" and math.isnan(got[("b", 2)].speedup)

@@ -276,3 +276,34 @@ def test_the_report_keeps_each_run_that_differs_in_one_setting_apart(one_apart):
     shown = out[out.index("keep them apart and are shown as columns:"):].splitlines()[0]
     for setting in ("lr", "momentum", "lr_decay_epochs", "stragglers", "options.ga-asgd.beta", "sim.noise"):
         assert setting in shown, setting
+
+
+@pytest.mark.parametrize("algo", ["ga-asgd", "sgp"])
+def test_a_run_row_holds_what_its_file_says(tmp_path, algo):
+    """Each number of a report row, read from the file itself: its summary, its recipe, and time to
+    target found here by walking its evaluations."""
+    import math
+
+    import numpy as np
+
+    from hpcbench.report.metrics import run_row
+
+    path = tmp_path / f"{algo}.h5"
+    code, _, err = cli("simulate", "--algo", algo, "--workers", "3", "--epochs", "2", "--lr", "0.1",
+                       "--set", "evals=8", "--out", str(path))
+    assert code == 0, err
+    rec = read_run(path)
+    s, config = rec.summary, rec.attrs["config"]
+    hits = np.nonzero(np.asarray(rec.evals["accuracy"]) >= 0.5)[0]
+    row = run_row(rec, 0.5)
+    for key in ("samples_per_s", "median_step_s", "step_p90_s", "step_p99_s", "step_worker_min_s",
+                "step_worker_max_s", "compute_fraction", "communicate_fraction", "wait_fraction",
+                "final_accuracy", "staleness_mean", "staleness_p50", "staleness_p99", "penalty_mean"):
+        expected, got = float(s[key]), getattr(row, key)
+        assert got == expected or (math.isnan(got) and math.isnan(expected)), key
+    assert row.time_to_target_s == float(rec.evals["t"][hits[0]]) and hits.size
+    assert (row.algorithm, row.mode, row.workers, row.result, row.error, row.reached) == (algo, "sim", 3, "ok", "", "")
+    assert row.peak_lr == config["schedule"]["lr"] and row.lr_recipe == config["schedule"]["text"]
+    assert row.evals == config["evals"] == 8
+    server = algo == "ga-asgd"  # only a parameter server has gradients too stale to apply
+    assert math.isnan(row.too_stale) != server and (not server or row.too_stale == float(s["too_stale"]))
