@@ -301,7 +301,7 @@ def test_a_run_row_holds_what_its_file_says(tmp_path, algo):
                 "final_accuracy", "staleness_mean", "staleness_p50", "staleness_p99", "penalty_mean"):
         expected, got = float(s[key]), getattr(row, key)
         assert got == expected or (math.isnan(got) and math.isnan(expected)), key
-    assert row.time_to_target_s == float(rec.evals["t"][hits[0]]) and hits.size
+    assert hits.size and row.time_to_target_s == float(rec.evals["t"][hits[0]])
     assert (row.algorithm, row.mode, row.workers, row.result, row.error, row.reached) == (algo, "sim", 3, "ok", "", "")
     assert row.peak_lr == config["schedule"]["lr"] and row.lr_recipe == config["schedule"]["text"]
     assert row.evals == config["evals"] == 8
