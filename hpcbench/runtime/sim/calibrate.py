@@ -121,9 +121,8 @@ def calibrate(rec: RunRecord, noise: float = 0.0) -> dict[str, Any]:
     reduce = np.isin(tl["rank"], np.arange(1, n + 1)) & (tl["op"] == op["Allreduce"])
     algorithm = allreduce_of(rec)
     if reduce.any() and n > 1 and not overlapped(rec) and known is None:
-        durations = seconds[reduce]
-        steps = tl["step"][reduce]
-        fastest = float(np.median([durations[steps == s].min() for s in np.unique(steps)]))
+        reduce_s, steps = seconds[reduce], tl["step"][reduce]
+        fastest = float(np.median([reduce_s[steps == s].min() for s in np.unique(steps)]))
         nbytes = float(np.median(tl["nbytes"][reduce]))
         latencies, lengths = allreduce_terms(n, algorithm)
         if fit is None:
