@@ -48,6 +48,11 @@ def stops_deferred() -> Iterator[None]:
         raise Stopped(reason)
 
 
+def deferring() -> bool:
+    """Whether this moment is inside ``stops_deferred()`` (a lock is held on some rank's window)."""
+    return _deferring > 0
+
+
 @contextmanager
 def _handled_by(handler: Any) -> Iterator[None]:
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}

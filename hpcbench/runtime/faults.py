@@ -6,6 +6,7 @@ import signal
 
 from hpcbench.config import Fault
 from hpcbench.errors import InjectedFault
+from hpcbench.signals import deferring
 
 
 class Injector:
@@ -29,7 +30,10 @@ class Injector:
             os.kill(os.getpid(), signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
 
     def check(self, now: float, step: int) -> None:
-        if self.fault.phase:
+        # A kill or stop waits until no lock is held: a rank stopped holding a lock on rank 0's window
+        # would block rank 0's own publish inside MPI, where no heartbeat runs, and the run would name
+        # rank 0 instead of this one. The fault stops a rank between operations.
+        if self.fault.phase or deferring():
             return
         kind, at = self.fault.kind, self.fault.at
         if kind == "kill" and now - self.start >= at:
