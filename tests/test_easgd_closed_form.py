@@ -24,12 +24,14 @@ def documented_alpha(workers: int) -> float:
     return 0.9 / workers
 
 
-def run_quadratic(name: str, workers: int, slow: dict[int, float],
-                  options: dict | None = None) -> tuple[np.ndarray, dict[int, int]]:
+def run_quadratic(name: str, workers: int, slow: dict[int, float], options: dict | None = None,
+                  momentum: float = 0.0, snapshots: list | None = None) -> tuple[np.ndarray, dict[int, int]]:
     """→ (the centre rank 0 evaluates last, local steps per worker); ``options`` default α = ALPHA, τ = TAU,
-    ``{}`` for the algorithm's own defaults."""
+    ``{}`` for the algorithm's own defaults; ``snapshots``: filled with every evaluated (samples, centre)
+    of a run evaluated after every step."""
     options = {"alpha": ALPHA, "tau": TAU} if options is None else options
-    cfg = RunConfig(algo=name, steps=STEPS, lr=LR, warmup_epochs=0.0, options={name: options})
+    cfg = RunConfig(algo=name, steps=STEPS, lr=LR, warmup_epochs=0.0, momentum=momentum, evals=STEPS,
+                    options={name: options})
     algo_cls = ALGORITHMS.get(name)
     ctx = plan.make_context(cfg, algo_cls, workers, X0, train_size=10**9)
     algo = algo_cls(ctx)
@@ -42,19 +44,34 @@ def run_quadratic(name: str, workers: int, slow: dict[int, float],
                     logs, X0.size)
     engine.run()
     steps = {int(row[1]): int(row[3]) for row in logs.tables["final_models"]}  # (t, worker, samples, updates, …)
+    if snapshots is not None:
+        snapshots.extend((op.samples, op.params) for _, op in logs.snapshots)
     return logs.last_params, steps
 
 
-def lock_step(workers: int, x0: float, steps: int, alpha: float = ALPHA, tau: int = TAU) -> float:
-    """Identical workers, local GD steps, an exchange every τ steps and after the last."""
-    x, centre = x0, x0
+def lock_step(workers: int, x0: float, steps: int, alpha: float = ALPHA, tau: int = TAU,
+              momentum: float = 0.0) -> list[float]:
+    """Identical workers, local heavy-ball steps (PyTorch's: buf ← m·buf + g, x ← x − lr·buf), an
+    exchange every τ steps and one after the last → the centre at the start, after each step, and
+    at the end (after that last exchange)."""
+    x, centre, buf = x0, x0, 0.0
+    centres = [centre]
+
+    def exchange() -> None:
+        nonlocal x, centre
+        diff = x - centre
+        x -= alpha * diff
+        centre += workers * alpha * diff
+
     for step in range(steps):
-        x -= LR * H * x
-        if (step + 1) % tau == 0 or step + 1 == steps:
-            diff = x - centre
-            x -= alpha * diff
-            centre += workers * alpha * diff
-    return centre
+        buf = momentum * buf + H * x
+        x -= LR * buf
+        if (step + 1) % tau == 0:
+            exchange()
+        centres.append(centre)
+    if steps % tau:
+        exchange()
+    return centres + [centre]
 
 
 def event_driven(speeds: dict[int, float], steps: dict[int, int], x0: np.ndarray,
@@ -77,9 +94,23 @@ def event_driven(speeds: dict[int, float], steps: dict[int, int], x0: np.ndarray
 def test_synchronous_centre_follows_the_lock_step_recurrence(name, workers):
     centre, steps = run_quadratic(name, workers, {})
     assert set(steps.values()) == {STEPS}
-    expected = np.array([lock_step(workers, float(v), STEPS) for v in X0])
+    expected = np.array([lock_step(workers, float(v), STEPS)[-1] for v in X0])
     np.testing.assert_allclose(centre, expected, rtol=1e-5)
     assert not np.allclose(centre, X0)  # the centre moved
+
+
+@pytest.mark.parametrize("workers, momentum, tau", [(1, 0.0, 3), (4, 0.0, 3), (4, 0.9, 3), (3, 0.5, 5)])
+def test_every_synchronous_snapshot_is_the_centre_after_its_step(workers, momentum, tau):
+    """Evaluated after every step: each snapshot holds the replicated centre as of the step its
+    samples count (the workers keep it beside their models), with or without momentum (EAMSGD); the
+    last one holds it after the exchange that follows the last step (τ = 5 does not divide 12)."""
+    snapshots: list = []
+    run_quadratic("easgd-sync", workers, {}, {"alpha": ALPHA, "tau": tau}, momentum, snapshots)
+    expected = np.array([lock_step(workers, float(v), STEPS, ALPHA, tau, momentum) for v in X0]).T  # [step, element]
+    per_step = workers * RunConfig().batch_size
+    assert [samples for samples, _ in snapshots] == [k * per_step for k in range(STEPS + 1)] + [STEPS * per_step]
+    for (_, centre), want in zip(snapshots, expected, strict=True):
+        np.testing.assert_allclose(centre, want, rtol=1e-5, atol=1e-7)
 
 
 # Speeds chosen so that no two exchanges fall at the same instant (their order would be arbitrary).
@@ -102,7 +133,7 @@ def test_defaults_are_the_documented_alpha_and_tau(workers, slow):
     """Without options both variants run with α = 0.9/n and τ = 4, as docs/algorithms.md says."""
     alpha = documented_alpha(workers)
     centre, _ = run_quadratic("easgd-sync", workers, {}, options={})
-    expected = [lock_step(workers, float(v), STEPS, alpha, DOCUMENTED_TAU) for v in X0]
+    expected = [lock_step(workers, float(v), STEPS, alpha, DOCUMENTED_TAU)[-1] for v in X0]
     np.testing.assert_allclose(centre, expected, rtol=1e-5)
     centre, steps = run_quadratic("easgd", workers, slow, options={})
     speeds = {w: slow.get(w, 1.0) for w in range(1, workers + 1)}

@@ -5,22 +5,25 @@ driver bug shows here in seconds, with a plain traceback, before it shows under 
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import get_args
 
 import numpy as np
 import pytest
 
-from hpcbench.algorithms.ops import ALL_OPS, TIMED_OPS, Op, Recv, handler_name
+from hpcbench.algorithms import ALGORITHMS
+from hpcbench.algorithms.ops import ALL_OPS, TIMED_OPS, Accumulate, FetchAdd, Gradient, Op, Recv, handler_name
 from hpcbench.comm.loopback import Loopback
 from hpcbench.config import RunConfig
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime.assemble import assemble
 from hpcbench.runtime.mpi_driver import MpiDriver
-from hpcbench.runtime.plan import validate
+from hpcbench.runtime.plan import make_context, validate
 from hpcbench.runtime.session import open_layout
 from hpcbench.runtime.sim.engine import Engine
-from hpcbench.runtime.sim.models import SimConfig
+from hpcbench.runtime.logs import RunLogs
+from hpcbench.runtime.sim.models import ComputeModel, SimConfig
 from hpcbench.runtime.sim.session import simulated_record
 from hpcbench.telemetry.timeline import OPS, Timeline
 from reference import union_batch_sgd
@@ -138,3 +141,43 @@ def test_asynchronous_decentralised_runs_train_exactly_the_shared_budget(algo, o
     if algo == "gossip":
         assert final["weight"].sum() == pytest.approx(3.0, rel=1e-12)
     assert np.isfinite(logs.last_params).all()
+
+
+def undeclared_add(window: str) -> str:
+    return (f"an add into window {window!r}, which its layout declares \"publish\": declare it \"accumulate\" "
+            "(reads of a window others add into must exclude the adders)")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("op", [Accumulate("w", 0, ((0, np.ones(2, np.float32)),)), FetchAdd("w", 0, 1)])
+def test_an_add_into_a_window_not_declared_accumulate_is_refused_by_the_transport(op):
+    """Under MPI a reader of such a window takes a shared lock, racing the adds (undefined in MPI):
+    the algorithm's layout is wrong, and the transports say so."""
+    def program():
+        yield op
+
+    hub = Loopback(2)
+    ends = [hub.endpoint(r) for r in range(2)]
+    for end in ends:
+        end.open_window("w", 8, owned=end.rank == 0)
+    with pytest.raises(RuntimeFailure) as refused:
+        MpiDriver(ends[1], Timeline(1), timeout=1.0).run(program())
+    assert str(refused.value) == undeclared_add("w")
+
+
+@pytest.mark.parametrize("window", ["centre", "budget"])
+def test_the_simulator_refuses_an_add_into_a_window_not_declared_accumulate(window):
+    """easgd's workers add into rank 0's centre and claim batches from its budget counter: either
+    declared "publish", the simulator refuses the first add, as the MPI transport would."""
+    algo_cls = ALGORITHMS.get("easgd")
+    cfg = RunConfig(algo="easgd", steps=4, warmup_epochs=0.0)
+    easgd = algo_cls(make_context(cfg, algo_cls, 2, np.zeros(3, np.float32), train_size=10**6))
+    declared = easgd.layout()
+    wrong = dataclasses.replace(declared.windows[window], mode="publish")
+    layout = dataclasses.replace(declared, windows={**declared.windows, window: wrong})
+    sim = SimConfig(workers=2)
+    engine = Engine(easgd, layout, sim, ComputeModel(sim, 0, {}), lambda r, p: Gradient(p, 0.0, 1, 0),
+                    RunLogs(layout.tables), 3)
+    with pytest.raises(RuntimeFailure) as refused:
+        engine.run()
+    assert str(refused.value) == undeclared_add(window)

@@ -28,6 +28,11 @@ class EasgdOptions:
     tau: int = 4  # local steps between exchanges with the centre
 
 
+def elastic_rate(options: EasgdOptions, workers: int) -> float:
+    """α: the option, or Zhang et al.'s β/n with β = 0.9."""
+    return options.alpha or 0.9 / workers
+
+
 class ElasticAveraging(Algorithm):
     family = DECENTRALIZED
     Options: ClassVar[type] = EasgdOptions
@@ -37,14 +42,14 @@ class ElasticAveraging(Algorithm):
         super().__init__(ctx)
         self.frame = decentral.model_frame(ctx.size)
         self.centre = Frame(x=(np.float32, ctx.size))
-        self.alpha = self.opts.alpha or 0.9 / ctx.workers
+        self.alpha = elastic_rate(self.opts, ctx.workers)
 
     @classmethod
     def check(cls, cfg: Settings, options: EasgdOptions, workers: int) -> None:
         super().check(cfg, options, workers)
         if options.tau < 1:
             raise UsageError(f"{cls.name}.tau must be >= 1 local steps, got {options.tau}")
-        alpha = options.alpha or 0.9 / max(workers, 1)
+        alpha = elastic_rate(options, workers)
         if not 0.0 < alpha < 1.0:
             raise UsageError(f"{cls.name}.alpha must be in (0, 1), got {alpha}")
 
@@ -115,7 +120,7 @@ class EasgdSync(ElasticAveraging):
     @classmethod
     def check(cls, cfg: Settings, options: EasgdOptions, workers: int) -> None:
         super().check(cfg, options, workers)
-        alpha = options.alpha or 0.9 / max(workers, 1)
+        alpha = elastic_rate(options, workers)
         if workers * alpha >= 1.0:
             raise UsageError(f"easgd-sync is unstable unless workers × alpha < 1 (got {workers} × {alpha:g})")
 

@@ -59,8 +59,13 @@ class ParameterServer(Algorithm):
     @classmethod
     def check(cls, cfg: Settings, options: Any, workers: int) -> None:
         super().check(cfg, options, workers)
-        if getattr(options, "history", 0) < 0:
-            raise UsageError(f"{cls.name}.history must be >= 0 versions (0: 2·workers + 4), got {options.history}")
+        if cls.penalty == "gap":
+            if options.history < 0:
+                raise UsageError(f"{cls.name}.history must be >= 0 versions (0: 2·workers + 4), got {options.history}")
+            if not 0.0 <= options.beta < 1.0:
+                raise UsageError(f"{cls.name}.beta must be in [0, 1), got {options.beta}")
+            if not options.eps > 0.0:
+                raise UsageError(f"{cls.name}.eps must be > 0, got {options.eps}")
         if cls.per_worker_momentum and cfg.nesterov:
             raise UsageError(f"{cls.name} already publishes a look-ahead; --set nesterov=true is not available")
 

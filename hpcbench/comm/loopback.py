@@ -14,7 +14,7 @@ from collections import deque
 
 import numpy as np
 
-from hpcbench.errors import WaitTimeout
+from hpcbench.errors import WaitTimeout, undeclared_add
 
 
 class Loopback:
@@ -25,6 +25,7 @@ class Loopback:
         self.lock = threading.Condition()
         self.windows: dict[tuple[str, int], np.ndarray] = {}
         self.window_sizes: dict[str, int] = {}
+        self.accumulated: set[str] = set()
         self.queues: dict[tuple[str, int], deque[tuple[int, np.ndarray]]] = {}
         self.reduce_barrier = threading.Barrier(size - 1) if size > 1 else None
         self.reduce_parts: dict[int, np.ndarray] = {}
@@ -48,6 +49,8 @@ class LoopbackEndpoint:
         """As ``MpiComm.open_window``: every rank calls it; owners get ``nbytes`` of zeros."""
         with self.hub.lock:
             self.hub.window_sizes[name] = nbytes
+            if accumulated:
+                self.hub.accumulated.add(name)
             if owned:
                 self.hub.windows[(name, self.rank)] = np.zeros(nbytes, np.uint8)
 
@@ -68,6 +71,7 @@ class LoopbackEndpoint:
             return [self.hub.windows[(window, r)][offset:offset + nbytes].copy() for r in ranks]
 
     def accumulate(self, window: str, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> None:
+        self._addable(window)
         with self.hub.lock:
             target = self.hub.windows[(window, rank)]
             for offset, array in parts:
@@ -75,11 +79,16 @@ class LoopbackEndpoint:
                 view += array
 
     def fetch_add(self, window: str, rank: int, value: int) -> int:
+        self._addable(window)
         with self.hub.lock:
             counter = self.hub.windows[(window, rank)][:8].view(np.int64)
             before = int(counter[0])
             counter[0] += value
             return before
+
+    def _addable(self, window: str) -> None:
+        if window not in self.hub.accumulated:
+            raise undeclared_add(window)
 
     def drain(self, window: str) -> np.ndarray:
         with self.hub.lock:

@@ -17,7 +17,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib, pkl5
 
-from hpcbench.errors import PeerFailure, WaitTimeout
+from hpcbench.errors import PeerFailure, WaitTimeout, undeclared_add
 from hpcbench.signals import stops_deferred
 
 T = TypeVar("T")
@@ -90,6 +90,7 @@ class Window:
         self.win = MPI.Win.Allocate(nbytes, 1, comm=comm)
         self.rank = comm.rank
         # A Get racing an Accumulate is undefined in MPI: reads of accumulated windows lock them exclusively.
+        self.accumulated = accumulated
         self.read_lock = MPI.LOCK_EXCLUSIVE if accumulated else MPI.LOCK_SHARED
         self.local = (np.frombuffer(self.win.tomemory(), dtype=np.uint8)  # type: ignore[call-overload]
                       if nbytes else np.empty(0, np.uint8))
@@ -272,10 +273,15 @@ class MpiComm:
             test, math.inf, f"a read of window {window!r}", spin=self.spin), offset)
 
     def accumulate(self, window: str, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> None:
-        self.windows[window].accumulate(rank, parts)
+        self._addable(window).accumulate(rank, parts)
 
     def fetch_add(self, window: str, rank: int, value: int) -> int:
-        return self.windows[window].fetch_add(rank, value)
+        return self._addable(window).fetch_add(rank, value)
+
+    def _addable(self, window: str) -> Window:
+        if not self.windows[window].accumulated:
+            raise undeclared_add(window)
+        return self.windows[window]
 
     def drain(self, window: str) -> np.ndarray:
         return self.windows[window].drain()

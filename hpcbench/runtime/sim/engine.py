@@ -22,7 +22,7 @@ from hpcbench.algorithms.buckets import FLOAT_BYTES, overlapped_end, ready_fract
 from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, FetchAdd,
                                      Gradient, Poll, Progress, Publish, Read, Record, Recv, Send, Timestamp, WATCHED,
                                      handler_name)
-from hpcbench.errors import RuntimeFailure
+from hpcbench.errors import RuntimeFailure, undeclared_add
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.links import Links, WindowLock
 from hpcbench.runtime.sim.models import ComputeModel, Draws, SimConfig, allreduce_s, barrier_s
@@ -301,6 +301,8 @@ class Engine:
         return BLOCKED
 
     def accumulate(self, rank: int, op: Accumulate) -> object:
+        if op.window not in self.accumulated:
+            raise undeclared_add(op.window)
         parts = tuple((offset, array.copy()) for offset, array in op.parts)
         nbytes = sum(a.nbytes for _, a in parts)
         key, start = (op.window, op.rank), self.now
@@ -325,6 +327,8 @@ class Engine:
 
     def fetch_add(self, rank: int, op: FetchAdd) -> object:
         """The add happens when the request reaches the target; the old value travels back."""
+        if op.window not in self.accumulated:
+            raise undeclared_add(op.window)
         counter = self.windows[(op.window, op.rank)][:8].view(np.int64)
         start = self.now
 
