@@ -7,16 +7,10 @@ time order (each worker's step k ends at k × its compute time; reads and accumu
 import numpy as np
 import pytest
 
-from hpcbench.algorithms import ALGORITHMS
-from hpcbench.algorithms.ops import Gradient
 from hpcbench.config import RunConfig
-from hpcbench.runtime import plan
-from hpcbench.runtime.logs import RunLogs
-from hpcbench.runtime.sim.engine import Engine
-from hpcbench.runtime.sim.models import ComputeModel, SimConfig
+from quadratic import X0, run_quadratic
 
 H, LR, ALPHA, TAU, STEPS = 0.5, 0.1, 0.2, 3, 12
-X0 = np.array([1.0, -2.0, 0.5], dtype=np.float32)
 DOCUMENTED_TAU = 4  # docs/algorithms.md: "Defaults α = 0.9/n, τ = 4" (Zhang et al.'s β = 0.9, α = β/n)
 
 
@@ -24,29 +18,12 @@ def documented_alpha(workers: int) -> float:
     return 0.9 / workers
 
 
-def run_quadratic(name: str, workers: int, slow: dict[int, float], options: dict | None = None,
-                  momentum: float = 0.0, snapshots: list | None = None) -> tuple[np.ndarray, dict[int, int]]:
-    """→ (the centre rank 0 evaluates last, local steps per worker); ``options`` default α = ALPHA, τ = TAU,
-    ``{}`` for the algorithm's own defaults; ``snapshots``: filled with every evaluated (samples, centre)
-    of a run evaluated after every step."""
+def run_easgd(name: str, workers: int, slow: dict[int, float], options: dict | None = None,
+              momentum: float = 0.0):
+    """``options`` default α = ALPHA, τ = TAU, ``{}`` for the algorithm's own defaults; evaluated after every step."""
     options = {"alpha": ALPHA, "tau": TAU} if options is None else options
-    cfg = RunConfig(algo=name, steps=STEPS, lr=LR, warmup_epochs=0.0, momentum=momentum, evals=STEPS,
-                    options={name: options})
-    algo_cls = ALGORITHMS.get(name)
-    ctx = plan.make_context(cfg, algo_cls, workers, X0, train_size=10**9)
-    algo = algo_cls(ctx)
-    layout = algo.layout()
-    # Deterministic compute (a gamma this narrow is its mean) and an instant network.
-    sim = SimConfig(workers=workers, apply_s=0.0, update_s=0.0, compute_shape=1e12, compute_mean_s=1.0,
-                    alpha_s=0.0, bandwidth=1e30)
-    logs = RunLogs(layout.tables)
-    engine = Engine(algo, layout, sim, ComputeModel(sim, 0, slow), lambda r, p: Gradient(np.float32(H) * p, 0.0, 1, 0),
-                    logs, X0.size)
-    engine.run()
-    steps = {int(row[1]): int(row[3]) for row in logs.tables["final_models"]}  # (t, worker, samples, updates, …)
-    if snapshots is not None:
-        snapshots.extend((op.samples, op.params) for _, op in logs.snapshots)
-    return logs.last_params, steps
+    return run_quadratic(name, workers, STEPS, options, lr=LR, curvature=lambda rank: H, slow=slow,
+                         momentum=momentum, evals=STEPS, x0=X0)
 
 
 def lock_step(workers: int, x0: float, steps: int, alpha: float = ALPHA, tau: int = TAU,
@@ -92,7 +69,8 @@ def event_driven(speeds: dict[int, float], steps: dict[int, int], x0: np.ndarray
 
 @pytest.mark.parametrize("name, workers", [("easgd-sync", 1), ("easgd-sync", 4)])
 def test_synchronous_centre_follows_the_lock_step_recurrence(name, workers):
-    centre, steps = run_quadratic(name, workers, {})
+    ran = run_easgd(name, workers, {})
+    centre, steps = ran.last, ran.steps
     assert set(steps.values()) == {STEPS}
     expected = np.array([lock_step(workers, float(v), STEPS)[-1] for v in X0])
     np.testing.assert_allclose(centre, expected, rtol=1e-5)
@@ -104,8 +82,7 @@ def test_every_synchronous_snapshot_is_the_centre_after_its_step(workers, moment
     """Evaluated after every step: each snapshot holds the replicated centre as of the step its
     samples count (the workers keep it beside their models), with or without momentum (EAMSGD); the
     last one holds it after the exchange that follows the last step (τ = 5 does not divide 12)."""
-    snapshots: list = []
-    run_quadratic("easgd-sync", workers, {}, {"alpha": ALPHA, "tau": tau}, momentum, snapshots)
+    snapshots = run_easgd("easgd-sync", workers, {}, {"alpha": ALPHA, "tau": tau}, momentum).snapshots
     expected = np.array([lock_step(workers, float(v), STEPS, ALPHA, tau, momentum) for v in X0]).T  # [step, element]
     per_step = workers * RunConfig().batch_size
     assert [samples for samples, _ in snapshots] == [k * per_step for k in range(STEPS + 1)] + [STEPS * per_step]
@@ -117,7 +94,8 @@ def test_every_synchronous_snapshot_is_the_centre_after_its_step(workers, moment
 @pytest.mark.parametrize("slow", [{2: 2.7, 3: 1.37}, {1: 1.9, 2: 1.13, 3: 3.3}])
 def test_asynchronous_centre_follows_the_event_driven_recurrence(slow):
     workers = 3
-    centre, steps = run_quadratic("easgd", workers, slow)
+    ran = run_easgd("easgd", workers, slow)
+    centre, steps = ran.last, ran.steps
     speeds = {w: slow.get(w, 1.0) for w in range(1, workers + 1)}
     expected = event_driven(speeds, steps, X0)
     np.testing.assert_allclose(centre, expected, rtol=1e-5)
@@ -132,9 +110,10 @@ def test_asynchronous_centre_follows_the_event_driven_recurrence(slow):
 def test_defaults_are_the_documented_alpha_and_tau(workers, slow):
     """Without options both variants run with α = 0.9/n and τ = 4, as docs/algorithms.md says."""
     alpha = documented_alpha(workers)
-    centre, _ = run_quadratic("easgd-sync", workers, {}, options={})
+    centre = run_easgd("easgd-sync", workers, {}, options={}).last
     expected = [lock_step(workers, float(v), STEPS, alpha, DOCUMENTED_TAU)[-1] for v in X0]
     np.testing.assert_allclose(centre, expected, rtol=1e-5)
-    centre, steps = run_quadratic("easgd", workers, slow, options={})
+    ran = run_easgd("easgd", workers, slow, options={})
+    centre, steps = ran.last, ran.steps
     speeds = {w: slow.get(w, 1.0) for w in range(1, workers + 1)}
     np.testing.assert_allclose(centre, event_driven(speeds, steps, X0, alpha, DOCUMENTED_TAU), rtol=1e-5)

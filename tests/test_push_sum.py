@@ -164,17 +164,20 @@ def start_mass(algo: str, workers: int, spread: float) -> float:
     return sum(float(decentral.starting_point(ctx, r, spread, np.float64).sum()) for r in range(1, workers + 1))
 
 
-@pytest.mark.parametrize("steps, stragglers", [(300, "0.2:4"), (2000, "0.2:4")])
-def test_push_gossip_with_a_straggler_stays_finite_and_conserves_mass(tmp_path, steps, stragglers):
-    rec = simulate("--algo", "gossip", "--set", "gossip.variant=push", "--set", "gossip.init_spread=0.05",
-                   "--workers", "5", "--steps", str(steps), "--lr", "0", "--stragglers", stragglers,
-                   "--numerics", "on", "--set", "evals=4", "--out", str(tmp_path / "push.h5"))
+@pytest.mark.parametrize("algo, options, steps", [("gossip", ["gossip.variant=push"], 300), ("gossip", ["gossip.variant=push"], 2000),
+                                                  ("sgp", [], 300), ("osgp", ["osgp.tau=2"], 300)])
+def test_push_sum_with_a_straggler_stays_finite_and_conserves_weight_and_mass(tmp_path, algo, options, steps):
+    sets = [arg for option in options + [f"{algo}.init_spread=0.05"] for arg in ("--set", option)]
+    rec = simulate("--algo", algo, *sets, "--workers", "5", "--steps", str(steps), "--lr", "0",
+                   "--stragglers", "0.2:4", "--numerics", "on", "--set", "evals=4", "--out", str(tmp_path / "push.h5"))
     final = rec.tables["final_models"]
     assert np.isfinite(rec.final_params).all() and np.isfinite(rec.evals["consensus"][1:]).all()
     assert np.isfinite(final["mass"]).all() and (final["weight"] > 0).all()
     assert final["weight"].sum() == pytest.approx(5.0, rel=1e-12)
-    assert final["mass"].sum() == pytest.approx(start_mass("gossip", 5, 0.05), rel=1e-12)
-    assert final["samples"].min() < final["samples"].max() / 2  # the straggler really was slower
+    # gossip's mailbox adds in float64; sgp's messages carry z in float32, as the reference implementation's tensors
+    assert final["mass"].sum() == pytest.approx(start_mass(algo, 5, 0.05), rel=1e-12 if algo == "gossip" else 1e-6)
+    if algo == "gossip":  # sgp and osgp wait for their in-peers, so the straggler holds everyone back
+        assert final["samples"].min() < final["samples"].max() / 2  # the straggler really was slower
 
 
 @pytest.mark.parametrize("workers", [4, 8])

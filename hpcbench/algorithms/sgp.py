@@ -56,7 +56,7 @@ class PushSum(Algorithm):
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.frame = decentral.model_frame(ctx.size)
-        # last = 1: "I stopped after ``iteration`` iterations" (w = 0, z unused)
+        # last = 1: "I have stopped; nothing more comes from me" (its other fields are not read)
         self.message = Frame(iteration=(np.int64, 1), last=(np.int64, 1), w=(np.float64, 1),
                              z=(np.float32, ctx.size))
 
@@ -89,7 +89,7 @@ class PushSum(Algorithm):
             yield from reporter.report(k, lambda: decentral.packed(self.frame, ctx, k, z, w))
         hops = range(exponential_hops(n))
         for h in hops:
-            yield Send("push", (i + 2**h) % n + 1, msg.pack(iteration=k, last=1, w=0.0))
+            yield Send("push", (i + 2**h) % n + 1, msg.pack(last=1))
         for h in hops:
             src = (i - 2**h) % n + 1
             while src not in inbox.stopped:

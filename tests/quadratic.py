@@ -1,0 +1,59 @@
+"""The real algorithm programs on the simulator's engine with an analytic gradient: worker r's loss is
+½·H_r·‖x‖², its gradient H_r·x, so a whole trajectory can be written out by hand and compared.
+
+Compute is deterministic (a gamma this narrow is its mean: 1 s a step, times a worker's slow factor)
+and the network instant, so events happen at known times.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from hpcbench.algorithms import ALGORITHMS
+from hpcbench.algorithms.ops import Gradient
+from hpcbench.config import RunConfig
+from hpcbench.runtime import plan
+from hpcbench.runtime.logs import RunLogs
+from hpcbench.runtime.sim.engine import Engine
+from hpcbench.runtime.sim.models import ComputeModel, SimConfig
+
+X0 = np.array([1.0, -2.0, 0.5], dtype=np.float32)
+
+
+@dataclass
+class Ran:
+    logs: RunLogs
+    steps: dict[int, int]  # local steps per worker rank
+    batch: int  # samples per step
+
+    @property
+    def last(self) -> np.ndarray:
+        """The model rank 0 evaluated last (the final one)."""
+        return self.logs.last_params
+
+    @property
+    def snapshots(self) -> list[tuple[int, np.ndarray]]:
+        """Every evaluated model, in order, with the samples it counts."""
+        return [(op.samples, op.params) for _, op in self.logs.snapshots]
+
+
+def run_quadratic(name: str, workers: int, steps: int, options: dict | None = None, *, lr: float = 0.1,
+                  curvature: Callable[[int], float] = lambda rank: 0.5, slow: dict[int, float] | None = None,
+                  momentum: float = 0.0, evals: int = 1, x0: np.ndarray = X0) -> Ran:
+    cfg = RunConfig(algo=name, steps=steps, lr=lr, warmup_epochs=0.0, momentum=momentum, evals=evals,
+                    options={name: options or {}})
+    algo_cls = ALGORITHMS.get(name)
+    algo = algo_cls(plan.make_context(cfg, algo_cls, workers, x0, train_size=10**9))
+    layout = algo.layout()
+    sim = SimConfig(workers=workers, apply_s=0.0, update_s=0.0, compute_shape=1e12, compute_mean_s=1.0,
+                    alpha_s=0.0, bandwidth=1e30)
+    logs = RunLogs(layout.tables)
+
+    def gradient(rank: int, x: np.ndarray) -> Gradient:
+        return Gradient(np.float32(curvature(rank)) * x, 0.0, 1, 0)
+
+    Engine(algo, layout, sim, ComputeModel(sim, 0, slow or {}), gradient, logs, x0.size).run()
+    per_worker = {int(row[1]): int(row[3]) for row in logs.tables.get("final_models", [])}  # (t, worker, samples, updates…)
+    return Ran(logs, per_worker, cfg.batch_size)

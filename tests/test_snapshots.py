@@ -1,0 +1,54 @@
+"""What rank 0 evaluates during a run: the snapshot protocol of the decentralized methods, on the real
+programs in the simulator (tests/quadratic.py: worker r's gradient is H_r·x, so workers differ).
+
+Synchronous methods keep snapshot k at the step whose samples first reach k·eval_every, all at the
+same step: it must be exactly the model a run stopped at that step ends with. Asynchronous methods
+keep a cut at the time rank 0 asks: each worker after the step during which the request arrives.
+"""
+import numpy as np
+import pytest
+
+from quadratic import run_quadratic
+
+STEPS = 12
+
+
+def curvature(rank: int) -> float:
+    return 0.2 * rank
+
+
+@pytest.mark.parametrize("name, options, at", [
+    ("allreduce", {}, range(1, STEPS)),
+    ("local-sgd", {"period": 4}, range(1, STEPS)),  # mid-period: the workers' average, as a run ending there
+    ("easgd-sync", {"tau": 3}, range(3, STEPS, 3)),  # the centre, which moves only at exchanges
+])
+def test_a_synchronous_snapshot_is_the_model_a_run_stopped_at_its_step_ends_with(name, options, at):
+    workers = 3
+    long = run_quadratic(name, workers, STEPS, options, curvature=curvature, momentum=0.5, evals=STEPS)
+    per_step = workers * long.batch
+    samples = [s for s, _ in long.snapshots]
+    assert samples[:STEPS + 1] == [k * per_step for k in range(STEPS + 1)]  # the start, then every step
+    assert samples[STEPS + 1:] in ([], [STEPS * per_step])  # and the final model, unless the last step's was it
+    for steps in at:
+        short = run_quadratic(name, workers, steps, options, curvature=curvature, momentum=0.5)
+        np.testing.assert_allclose(long.snapshots[steps][1], short.last, rtol=1e-6, atol=1e-7)
+    assert not np.allclose(long.snapshots[at[0]][1], long.snapshots[at[1]][1])
+
+
+@pytest.mark.parametrize("name, options", [("gossip", {}), ("gossip", {"variant": "push"}), ("osgp", {"tau": 2}),
+                                           ("easgd", {})])
+def test_an_asynchronous_snapshot_is_a_cut_taken_when_rank0_asks(name, options):
+    workers, evals = 4, 6
+    slow = {2: 1.7, 3: 2.3}
+    ran = run_quadratic(name, workers, STEPS, options, curvature=curvature, slow=slow, evals=evals)
+    budget = STEPS * workers * ran.batch
+    every = budget // evals
+    samples = [s for s, _ in ran.snapshots]
+    assert samples[0] == 0 and samples[-1] == budget and len(samples) == evals + 2
+    for k, got in enumerate(samples[1:-1], start=1):
+        # Noted once the reports reach k·every; kept by each worker within the step it is in then.
+        assert k * every <= got <= min(k * every + workers * ran.batch, budget), (k, samples)
+    models = [m for _, m in ran.snapshots]
+    assert all(np.isfinite(m).all() for m in models)
+    assert not np.allclose(models[0], models[-2]) and not np.allclose(models[1], models[-2])  # later cuts, later models
+    assert sum(ran.steps.values()) == STEPS * workers  # the shared budget, exactly
