@@ -8,7 +8,7 @@ keep a cut at the time rank 0 asks: each worker after the step during which the 
 import numpy as np
 import pytest
 
-from quadratic import run_quadratic
+from quadratic import X0, run_quadratic
 
 STEPS = 12
 
@@ -19,6 +19,7 @@ def curvature(rank: int) -> float:
 
 @pytest.mark.parametrize("name, options, at", [
     ("allreduce", {}, range(1, STEPS)),
+    ("allreduce", {"overlap": False}, range(1, STEPS)),  # one flat all-reduce after the backward pass
     ("local-sgd", {"period": 4}, range(1, STEPS)),  # mid-period: the workers' average, as a run ending there
     ("easgd-sync", {"tau": 3}, range(3, STEPS, 3)),  # the centre, which moves only at exchanges
 ])
@@ -52,3 +53,13 @@ def test_an_asynchronous_snapshot_is_a_cut_taken_when_rank0_asks(name, options):
     assert all(np.isfinite(m).all() for m in models)
     assert not np.allclose(models[0], models[-2]) and not np.allclose(models[1], models[-2])  # later cuts, later models
     assert sum(ran.steps.values()) == STEPS * workers  # the shared budget, exactly
+
+
+@pytest.mark.parametrize("name", ["asgd", "sa-asgd", "ga-asgd"])
+def test_a_parameter_server_snapshot_is_the_model_after_that_many_updates(name):
+    """One worker: nothing is stale, every method is sequential gradient descent, x_k = (1 − lr·H)^k x_0."""
+    lr, h = 0.1, 0.5
+    ran = run_quadratic(name, 1, STEPS, lr=lr, curvature=lambda rank: h, evals=STEPS)
+    assert [s for s, _ in ran.snapshots] == [k * ran.batch for k in range(STEPS + 1)]
+    for k, (_, model) in enumerate(ran.snapshots):
+        np.testing.assert_allclose(model, (1 - lr * h) ** k * X0, rtol=1e-5)

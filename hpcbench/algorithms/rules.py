@@ -26,7 +26,7 @@ def sgd_step(theta: np.ndarray, d_p: np.ndarray, buf: np.ndarray | None, lr: flo
 class SecondMoment:
     """Gap-Aware's running average of the squared step direction, bias-corrected."""
 
-    def __init__(self, size: int, beta: float = 0.999) -> None:
+    def __init__(self, size: int, beta: float) -> None:
         self.v = np.zeros(size, dtype=np.float32)
         self.beta = beta
         self.k = 0

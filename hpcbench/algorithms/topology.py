@@ -6,7 +6,7 @@ import numpy as np
 
 def exponential_hops(n: int) -> int:
     """L + 1 distinct hop lengths 1, 2, 4, … 2^L with L = ⌊log2(n − 1)⌋ (one hop when n ≤ 2)."""
-    return int(np.floor(np.log2(n - 1))) + 1 if n > 2 else 1
+    return max(1, (n - 1).bit_length())
 
 
 def exponential_out_peer(i: int, k: int, n: int) -> int:
