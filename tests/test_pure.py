@@ -190,3 +190,72 @@ def test_every_column_of_a_scaling_point_by_hand_with_failed_repeats_and_points(
     assert all(math.isnan(x) for x in (eight.samples_per_s, eight.speedup, eight.final_accuracy, eight.staleness_mean))
     assert (got[("b", 4)].speedup, got[("b", 4)].efficiency) == (1.0, 1.0)
     assert got[("b", 2)].result == "failed" and math.isnan(got[("b", 2)].speedup)
+
+
+def unfinished(summary, config, tables=None):
+    """A record of a run that did not finish, as far as ``how_far`` reads one."""
+    from hpcbench.results.schema import RunRecord
+    return RunRecord(attrs={"status": "incomplete", "config": config}, provenance={}, per_rank={}, timeline={},
+                     phases=(), ops=(), clock_offsets=np.zeros(0), evals={}, tables=tables or {}, summary=summary,
+                     final_params=np.zeros(0))
+
+
+@pytest.mark.parametrize("summary, config, tables, text", [
+    ({"samples": 200, "wall_s": 2.44}, {"budget_samples": 1000}, {}, "200 of 1000 samples (20%) in 2.4 s"),
+    # a server's applied updates, one batch each, count when the summary is older
+    ({"samples": 0, "wall_s": 10.0}, {"budget_samples": 1000, "batch_size": 32},
+     {"updates": {"t": np.arange(5.0)}}, "160 of 1000 samples (16%) in 10.0 s"),
+    # decentralized workers' progress reports: each worker's latest, summed
+    ({"samples": 100, "wall_s": 1.0}, {"budget_samples": 400},
+     {"learning_rate": {"worker": np.array([1, 2, 1, 2]), "samples": np.array([32, 64, 96, 80])}},
+     "176 of 400 samples (44%) in 1.0 s"),
+    ({"samples": 390, "wall_s": 1.0}, {"budget_samples": 400, "batch_size": 32},
+     {"updates": {"t": np.arange(2.0)}}, "390 of 400 samples (98%) in 1.0 s"),  # the summary is ahead
+    ({"wall_s": 1.0}, {"budget_samples": 400}, {}, ""),  # what the file does not say is not made up
+    ({"samples": 10, "wall_s": "1"}, {"budget_samples": 400}, {}, ""),
+    ({"samples": 10, "wall_s": 1.0}, {}, {}, ""),
+    ({"samples": 10, "wall_s": 1.0}, {"budget_samples": 0}, {}, ""),
+])
+def test_how_far_an_unfinished_run_got_by_hand(summary, config, tables, text):
+    from hpcbench.report.metrics import how_far
+    assert how_far(unfinished(summary, config, tables)) == text
+
+
+def test_a_run_row_of_a_file_that_says_little_shows_no_numbers_and_no_made_up_text():
+    """Older or unfinished files lack keys: each missing number is NaN, each missing text empty."""
+    from hpcbench.report.metrics import run_row, setting
+    rec = unfinished({"samples": 64, "wall_s": 2.0, "samples_per_s": 32.0}, {"budget_samples": 128, "lr": 0.1})
+    rec = dataclasses.replace(rec, attrs={**rec.attrs, "algorithm": "asgd", "workers": 2, "mode": "mpi",
+                                          "error": "rank 1 on a: stopped by SIGTERM"},
+                              per_rank={"hostnames": ["a", "a", "b"]}, evals={"t": np.array([1.0]),
+                                                                                "accuracy": np.array([0.99])})
+    got = run_row(rec, target=0.5)
+    assert (got.result, got.error, got.reached) == ("incomplete", "rank 1 on a: stopped by SIGTERM",
+                                                    "64 of 128 samples (50%) in 2.0 s")
+    assert got.nodes == 2 and got.evals == 0 and got.lr_recipe == ""
+    assert math.isnan(got.samples_per_s) and math.isnan(got.time_to_target_s)  # not finished: no numbers
+    assert math.isnan(got.peak_lr) and math.isnan(got.too_stale)
+    assert setting(got, "lr") == "0.1" and setting(got, "momentum") == "-"
+    assert dict(got.settings) == {"lr": "0.1"}  # no network setting where the file names none
+
+    done = dataclasses.replace(rec, attrs={**rec.attrs, "status": "ok", "config": {"evals": 4,
+                                                                                "schedule": {"lr": 0.4, "text": "x4"}}},
+                               summary={"samples_per_s": 32.0, "median_step_s": None, "late_gradients": 0,
+                                        "too_stale": 3},
+                               provenance={"network": "emulated 100 Mbit/s"})
+    got = run_row(done, target=0.5)
+    assert (got.result, got.error, got.reached) == ("ok", "rank 1 on a: stopped by SIGTERM", "")
+    assert got.samples_per_s == 32.0 and math.isnan(got.median_step_s) and got.time_to_target_s == 1.0
+    assert (got.peak_lr, got.lr_recipe, got.evals, got.too_stale) == (0.4, "x4", 4, 3.0)
+    assert dict(got.settings) == {"evals": "4", "network": "emulated 100 Mbit/s"}
+
+
+def test_no_speedup_against_a_base_that_measured_nothing():
+    for base in (0.0, -1.0, float("nan")):
+        assert all(math.isnan(v) for v in speedup_efficiency(2, base, 8, 300.0))
+    # A target reached at t = 0 (the initial model already good enough) has no rate to compare.
+    points = scaling([row("a", 2, 100.0, ttt=0.0), row("a", 4, 150.0, ttt=2.0), row("b", 2, 1.0, ttt=2.0),
+                      row("b", 4, 1.0, ttt=0.0)])
+    by = {(p.algorithm, p.workers): p for p in points}
+    assert math.isnan(by[("a", 4)].ttt_speedup) and math.isnan(by[("b", 4)].ttt_speedup)
+    assert by[("b", 2)].ttt_speedup == 1.0
