@@ -59,6 +59,11 @@ def undeclared_add(window: str) -> RuntimeFailure:
                           "\"accumulate\" (reads of a window others add into must exclude the adders)")
 
 
+def undeclared_size(channel: str, nbytes: int, declared: int) -> RuntimeFailure:
+    """A message whose size is not its channel's: MPI would truncate it, or hand over stale bytes."""
+    return RuntimeFailure(f"a {channel!r} message of {nbytes} bytes, where its layout declares {declared}")
+
+
 def failure_status(exc: BaseException) -> str:
     """How a run that raised ``exc`` ended: failed, timeout or aborted (a signal, Ctrl-C)."""
     if isinstance(exc, KeyboardInterrupt):

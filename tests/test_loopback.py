@@ -6,6 +6,7 @@ driver bug shows here in seconds, with a plain traceback, before it shows under 
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from typing import get_args
 
@@ -165,19 +166,59 @@ def test_an_add_into_a_window_not_declared_accumulate_is_refused_by_the_transpor
     assert str(refused.value) == undeclared_add("w")
 
 
+def simulate_with(name: str, change) -> RuntimeFailure:
+    """Run ``name`` on the simulator with its layout changed by ``change(layout)``; → the error it ends with."""
+    algo_cls = ALGORITHMS.get(name)
+    cfg = RunConfig(algo=name, steps=4, warmup_epochs=0.0)
+    algo = algo_cls(make_context(cfg, algo_cls, 2, np.zeros(3, np.float32), train_size=10**6))
+    layout = change(algo.layout())
+    sim = SimConfig(workers=2)
+    engine = Engine(algo, layout, sim, ComputeModel(sim, 0, {}), lambda r, p: Gradient(p, 0.0, 1, 0),
+                    RunLogs(layout.tables), 3)
+    with pytest.raises(RuntimeFailure) as refused:
+        engine.run()
+    return refused.value
+
+
+def replaced(layout, part: str, name: str, **changes):
+    specs = getattr(layout, part)
+    return dataclasses.replace(layout, **{part: {**specs, name: dataclasses.replace(specs[name], **changes)}})
+
+
 @pytest.mark.parametrize("window", ["centre", "budget"])
 def test_the_simulator_refuses_an_add_into_a_window_not_declared_accumulate(window):
     """easgd's workers add into rank 0's centre and claim batches from its budget counter: either
     declared "publish", the simulator refuses the first add, as the MPI transport would."""
-    algo_cls = ALGORITHMS.get("easgd")
-    cfg = RunConfig(algo="easgd", steps=4, warmup_epochs=0.0)
-    easgd = algo_cls(make_context(cfg, algo_cls, 2, np.zeros(3, np.float32), train_size=10**6))
-    declared = easgd.layout()
-    wrong = dataclasses.replace(declared.windows[window], mode="publish")
-    layout = dataclasses.replace(declared, windows={**declared.windows, window: wrong})
-    sim = SimConfig(workers=2)
-    engine = Engine(easgd, layout, sim, ComputeModel(sim, 0, {}), lambda r, p: Gradient(p, 0.0, 1, 0),
-                    RunLogs(layout.tables), 3)
+    error = simulate_with("easgd", lambda layout: replaced(layout, "windows", window, mode="publish"))
+    assert str(error) == undeclared_add(window)
+
+
+@pytest.mark.parametrize("name, channel, changes, line", [
+    ("asgd", "grad", {"nbytes": 12}, "a 'grad' message of {n} bytes, where its layout declares 12"),
+    ("asgd", "ack", {"nbytes": 4}, "a 'ack' message of {n} bytes, where its layout declares 4"),
+    ("ga-asgd", "ack", {"to": "server"},
+     "a 'ack' message from rank 0 to rank {r}, where its layout declares it from the server to the server"),
+    ("sgp", "push", {"sender": "server"},
+     "a 'push' message from rank {r} to rank {d}, where its layout declares it from the server to the workers"),
+    ("allreduce", "progress", {"to": "workers"},
+     "a 'progress' message from rank {r} to rank 0, where its layout declares it from the workers to the workers"),
+    ("local-sgd", "evaluate", {"sender": "workers"},
+     "a 'evaluate' message from rank 0 to rank {r}, where its layout declares it from the workers to the workers"),
+])
+def test_the_simulator_refuses_a_message_its_layout_does_not_declare(name, channel, changes, line):
+    """Under MPI a channel's receives are posted for its declared size and senders: a longer message
+    is truncated, a shorter one leaves stale bytes. The simulator holds every algorithm to its layout."""
+    error = str(simulate_with(name, lambda layout: replaced(layout, "channels", channel, **changes)))
+    pattern = re.escape(line).replace(r"\{n\}", r"\d+").replace(r"\{r\}", r"[1-2]").replace(r"\{d\}", r"[1-2]")
+    assert re.fullmatch(pattern, error), error
+
+
+@pytest.mark.timeout(60)
+def test_the_loopback_refuses_a_message_of_another_size():
+    hub = Loopback(2)
+    ends = [hub.endpoint(r) for r in range(2)]
+    for end in ends:
+        end.open_channel("grad", 8, (1,))
     with pytest.raises(RuntimeFailure) as refused:
-        engine.run()
-    assert str(refused.value) == undeclared_add(window)
+        ends[1].send("grad", 0, np.zeros(3, np.float32))
+    assert str(refused.value) == "a 'grad' message of 12 bytes, where its layout declares 8"

@@ -14,7 +14,7 @@ from collections import deque
 
 import numpy as np
 
-from hpcbench.errors import WaitTimeout, undeclared_add
+from hpcbench.errors import WaitTimeout, undeclared_add, undeclared_size
 
 
 class Loopback:
@@ -26,6 +26,7 @@ class Loopback:
         self.windows: dict[tuple[str, int], np.ndarray] = {}
         self.window_sizes: dict[str, int] = {}
         self.accumulated: set[str] = set()
+        self.message_sizes: dict[str, int] = {}
         self.queues: dict[tuple[str, int], deque[tuple[int, np.ndarray]]] = {}
         self.reduce_barrier = threading.Barrier(size - 1) if size > 1 else None
         self.reduce_parts: dict[int, np.ndarray] = {}
@@ -58,6 +59,7 @@ class LoopbackEndpoint:
         """As ``MpiComm.open_channel``: this rank's queue for ``name`` (any size, any sender)."""
         with self.hub.lock:
             self.hub.queues[(name, self.rank)] = deque()
+            self.hub.message_sizes[name] = nbytes
 
     def window_size(self, window: str) -> int:
         return self.hub.window_sizes[window]
@@ -98,6 +100,8 @@ class LoopbackEndpoint:
             return out
 
     def send(self, channel: str, dest: int, data: np.ndarray) -> None:
+        if data.nbytes != self.hub.message_sizes[channel]:
+            raise undeclared_size(channel, data.nbytes, self.hub.message_sizes[channel])
         with self.hub.lock:
             self.hub.queues[(channel, dest)].append((self.rank, np.ascontiguousarray(data).view(np.uint8).copy()))
             self.hub.lock.notify_all()

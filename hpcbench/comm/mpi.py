@@ -17,7 +17,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib, pkl5
 
-from hpcbench.errors import PeerFailure, WaitTimeout, undeclared_add
+from hpcbench.errors import PeerFailure, WaitTimeout, undeclared_add, undeclared_size
 from hpcbench.signals import stops_deferred
 
 T = TypeVar("T")
@@ -289,6 +289,8 @@ class MpiComm:
     # --- point to point -----------------------------------------------------------------------
     def send(self, channel: str, dest: int, data: np.ndarray) -> None:
         buf = np.ascontiguousarray(data).view(np.uint8).copy()
+        if buf.nbytes != self.channels[channel].nbytes:
+            raise undeclared_size(channel, buf.nbytes, self.channels[channel].nbytes)
         self._sends.append((self.world.Isend([buf, MPI.BYTE], dest, self.channels[channel].tag), buf))
         if len(self._sends) > 16:
             self._sends = [(r, b) for r, b in self._sends if not r.Test()]

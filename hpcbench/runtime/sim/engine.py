@@ -22,7 +22,7 @@ from hpcbench.algorithms.buckets import FLOAT_BYTES, overlapped_end, ready_fract
 from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, FetchAdd,
                                      Gradient, Poll, Progress, Publish, Read, Record, Recv, Send, Timestamp, WATCHED,
                                      handler_name)
-from hpcbench.errors import RuntimeFailure, undeclared_add
+from hpcbench.errors import RuntimeFailure, undeclared_add, undeclared_size
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.links import Links, WindowLock
 from hpcbench.runtime.sim.models import ComputeModel, Draws, SimConfig, allreduce_s, barrier_s
@@ -56,6 +56,10 @@ class Pending:
 GradientFn = Callable[[int, np.ndarray], "Gradient | Pending"]
 
 
+def role(rank: int) -> str:
+    return "server" if rank == 0 else "workers"
+
+
 class Engine:
     def __init__(self, algo: Algorithm, layout: Layout, cfg: SimConfig, compute: ComputeModel,
                  gradient: GradientFn, logs: RunLogs, real_size: int, progress: ProgressLine | None = None,
@@ -86,6 +90,7 @@ class Engine:
         # A window others add into is read under an exclusive lock (a Get racing an Accumulate is
         # undefined in MPI): such a read waits for the adds under way, and adds wait for it to end.
         self.accumulated = {name for name, spec in layout.windows.items() if spec.mode == "accumulate"}
+        self.channels = layout.channels
         self.inbox: dict[tuple[str, int], deque[tuple[int, np.ndarray]]] = {}
         self.waiting: dict[int, tuple[str, int, int, float]] = {}  # rank → (channel, src, token, since)
         self.collective: list[tuple[int, float, np.ndarray | None]] = []
@@ -347,6 +352,12 @@ class Engine:
 
     def send(self, rank: int, op: Send) -> None:
         data = np.ascontiguousarray(op.data).view(np.uint8).copy()
+        spec = self.channels[op.channel]
+        if data.nbytes != spec.nbytes:
+            raise undeclared_size(op.channel, data.nbytes, spec.nbytes)
+        if (role(rank), role(op.dest)) != (spec.sender, spec.to):
+            raise RuntimeFailure(f"a {op.channel!r} message from rank {rank} to rank {op.dest}, where its layout "
+                                 f"declares it from the {spec.sender} to the {spec.to}")
         self.transfer(rank, op.dest, data.nbytes, self.now, partial(self.deliver, op.channel, op.dest, rank, data))
 
     def deliver(self, channel: str, dest: int, src: int, data: np.ndarray) -> None:
