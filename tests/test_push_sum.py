@@ -164,11 +164,11 @@ def start_mass(algo: str, workers: int, spread: float) -> float:
     return sum(float(decentral.starting_point(ctx, r, spread, np.float64).sum()) for r in range(1, workers + 1))
 
 
-@pytest.mark.parametrize("algo, options, steps", [("gossip", ["gossip.variant=push"], 300), ("gossip", ["gossip.variant=push"], 2000),
-                                                  ("sgp", [], 300), ("osgp", ["osgp.tau=2"], 300)])
-def test_push_sum_with_a_straggler_stays_finite_and_conserves_weight_and_mass(tmp_path, algo, options, steps):
+@pytest.mark.parametrize("algo, options", [("gossip", ["gossip.variant=push"]), ("sgp", []), ("osgp", ["osgp.tau=2"])])
+def test_push_sum_with_a_straggler_stays_finite_and_conserves_weight_and_mass(tmp_path, algo, options):
+    # (a weight halved until it underflows: test_mix_survives_a_weight_that_underflows)
     sets = [arg for option in options + [f"{algo}.init_spread=0.05"] for arg in ("--set", option)]
-    rec = simulate("--algo", algo, *sets, "--workers", "5", "--steps", str(steps), "--lr", "0",
+    rec = simulate("--algo", algo, *sets, "--workers", "5", "--steps", "300", "--lr", "0",
                    "--stragglers", "0.2:4", "--numerics", "on", "--set", "evals=4", "--out", str(tmp_path / "push.h5"))
     final = rec.tables["final_models"]
     assert np.isfinite(rec.final_params).all() and np.isfinite(rec.evals["consensus"][1:]).all()
