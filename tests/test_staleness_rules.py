@@ -17,14 +17,14 @@ from hpcbench.runtime import plan
 D, WORKERS, LR, BETA, EPS = 6, 3, 0.1, 0.9, 1e-8
 
 
-def drive_server(name, arrivals, momentum=0.0, nesterov=False, wd=0.0, history=0, budget=0):
+def drive_server(name, arrivals, momentum=0.0, nesterov=False, wd=0.0, history=0, budget=0, lr=LR):
     """Run the server program; ``arrivals`` are (worker, staleness, grad). Returns publishes and logs.
 
     ``budget``: updates to apply (a multiple of WORKERS); by default all the arrivals.
     """
     options = {"beta": BETA, "history": history} if name in ("ga-asgd", "dana-ga") else {}
     steps = (budget or len(arrivals)) // WORKERS
-    cfg = RunConfig(algo=name, steps=steps, lr=LR, momentum=momentum, nesterov=nesterov,
+    cfg = RunConfig(algo=name, steps=steps, lr=lr, momentum=momentum, nesterov=nesterov,
                     weight_decay=wd, warmup_epochs=0.0, options={name: options})
     algo_cls = ALGORITHMS.get(name)
     x0 = np.random.default_rng(0).normal(size=D).astype(np.float32)
@@ -219,3 +219,60 @@ def test_ga_under_stragglers_matches_a_naive_replay_of_the_same_arrival_order(tm
     np.testing.assert_allclose(up["penalty_mean"], penalties, rtol=1e-3)
     moved = np.linalg.norm(theta - history[0])
     assert np.linalg.norm(rec.final_params - theta) < 5e-3 * moved
+
+
+@pytest.mark.parametrize("name", ["ga-asgd", "dana-ga"])
+def test_only_versions_the_ring_no_longer_holds_are_echoed(name):
+    """A ring of 3 holds the current version and the two before it: staleness 0–2 is answered from
+    it, staleness 3 asks the worker."""
+    g = np.ones(D, np.float32)
+    arr = [(1, 0, g)] * 4 + [(2, 1, g), (3, 2, g), (2, 3, g), (1, 2, g), (3, 1, g)]
+    x0, published, logs = drive_server(name, arr, momentum=0.9, history=3)
+    assert [row[1] for row in logs["updates"]] == [0, 1, 2, 3, 3, 3, 3, 5, 7]  # the versions used
+    assert [row[7] > 0 for row in logs["updates"]] == [False] * 6 + [True] + [False] * 2
+    assert logs["echoes"] == [(2, 3)]
+    expected, _ = naive_server(name, x0, arr, momentum=0.9)
+    np.testing.assert_allclose(published[len(arr)], expected[len(arr)], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["ga-asgd", "dana-ga"])
+def test_gap_aware_at_a_zero_learning_rate_leaves_the_model_as_it_was(name):
+    """With η = 0 throughout, C = η_max(√v̂ + ε) is 0: no penalty is computed (it would be |Δ|/0), and
+    nothing moves."""
+    x0, published, logs = drive_server(name, arrivals(count=9), momentum=0.9, lr=0.0)
+    assert all(np.array_equal(vec, x0) for vec in published.values())
+    assert all(row[4] == 1.0 and math.isnan(row[5]) for row in logs["updates"])
+
+
+SERVERS = ["asgd", "sa-asgd", "ga-asgd", "dana", "dana-ga"]
+
+
+@pytest.mark.parametrize("name", SERVERS)
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_the_server_state_it_reports_is_what_it_allocates(name, momentum):
+    """``server_state_bytes`` in every server's summary: measured here as what building the server
+    allocates (tracemalloc sees numpy's buffers), less its one copy of the parameters."""
+    import tracemalloc
+
+    size, workers = 250_000, 4
+    cfg = RunConfig(algo=name, steps=10, momentum=momentum)
+    algo_cls = ALGORITHMS.get(name)
+    ctx = plan.make_context(cfg, algo_cls, workers, np.zeros(size, np.float32), train_size=10**6)
+    tracemalloc.start()
+    try:
+        algo = algo_cls(ctx)
+        allocated, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    one_copy = 4 * size
+    assert abs(allocated - one_copy - algo.state_bytes()) < 0.01 * one_copy, (allocated, algo.state_bytes())
+
+
+def test_the_default_ring_holds_two_versions_per_worker_and_four():
+    """history = 0: 2·workers + 4 versions (10 with 3 workers), so staleness 9 is answered from the
+    ring and staleness 10 asks the worker."""
+    g = np.ones(D, np.float32)
+    arr = [(1, 0, g)] * 10 + [(2, 9, g), (3, 10, g)]
+    _, _, logs = drive_server("ga-asgd", arr, momentum=0.9)
+    assert [row[3] for row in logs["updates"][10:]] == [9, 10]
+    assert logs["echoes"] == [(3, 1)]

@@ -49,8 +49,7 @@ class ParameterServer(Algorithm):
         self.grad_frame = Frame(version=(np.int64, 1), loss=(np.float64, 1), correct=(np.int64, 1),
                                 grad=(np.float32, d))
         self.rule = ServerRule(ctx.params, ctx.workers, ctx.momentum, ctx.nesterov, ctx.weight_decay,
-                               self.penalty, self.per_worker_momentum,
-                               getattr(self.opts, "beta", 0.999), getattr(self.opts, "eps", 1e-8))
+                               self.penalty, self.per_worker_momentum, self.opts if self.penalty == "gap" else None)
         self.ring = None
         if self.penalty == "gap":
             capacity = self.opts.history or 2 * ctx.workers + 4

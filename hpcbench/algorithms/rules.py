@@ -5,6 +5,8 @@ nothing here knows about MPI, time or programs. The papers: `hpcbench list` (the
 """
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 
@@ -72,6 +74,14 @@ class VersionRing:
         return self.store[slot] if self.versions[slot] == version else None
 
 
+class GapSettings(Protocol):
+    @property
+    def beta(self) -> float: ...
+
+    @property
+    def eps(self) -> float: ...
+
+
 class ServerRule:
     """One applied gradient on the parameter server, for the whole asgd family.
 
@@ -83,16 +93,17 @@ class ServerRule:
     """
 
     def __init__(self, theta: np.ndarray, workers: int, momentum: float, nesterov: bool,
-                 weight_decay: float, penalty: str = "none", per_worker_momentum: bool = False,
-                 beta: float = 0.999, eps: float = 1e-8) -> None:
-        if penalty not in ("none", "staleness", "gap"):
-            raise ValueError(f"unknown penalty {penalty!r}")
+                 weight_decay: float, penalty: str, per_worker_momentum: bool,
+                 gap: GapSettings | None = None) -> None:
+        """``gap``: Gap-Aware's β and ε, required with penalty "gap"."""
+        if penalty not in ("none", "staleness", "gap") or (penalty == "gap") != (gap is not None):
+            raise ValueError(f"penalty {penalty!r} with gap settings {gap!r}")
         self.theta = theta.astype(np.float32, copy=True)
         self.momentum = momentum
         self.nesterov = nesterov
         self.weight_decay = weight_decay
         self.penalty = penalty
-        self.eps = eps
+        self.eps = gap.eps if gap is not None else 0.0
         self.lr_max = 0.0
         size = theta.size
         self.per_worker = per_worker_momentum
@@ -101,7 +112,7 @@ class ServerRule:
             self.total = np.zeros(size, dtype=np.float64)  # S = Σ v_i, wide so it does not drift
         else:
             self.buf = np.zeros(size, dtype=np.float32) if momentum else None
-        self.moment = SecondMoment(size, beta) if penalty == "gap" else None
+        self.moment = SecondMoment(size, gap.beta) if gap is not None else None
 
     def state_bytes(self) -> int:
         n = self.bufs.nbytes + self.total.nbytes if self.per_worker else (self.buf.nbytes if self.buf is not None else 0)
