@@ -56,10 +56,14 @@ def test_an_asynchronous_snapshot_is_a_cut_taken_when_rank0_asks(name, options):
 
 
 @pytest.mark.parametrize("name", ["asgd", "sa-asgd", "ga-asgd"])
-def test_a_parameter_server_snapshot_is_the_model_after_that_many_updates(name):
-    """One worker: nothing is stale, every method is sequential gradient descent, x_k = (1 − lr·H)^k x_0."""
+@pytest.mark.parametrize("evals", [STEPS, 4])
+def test_a_parameter_server_snapshot_is_the_model_after_that_many_updates(name, evals):
+    """One worker: nothing is stale, every method is sequential gradient descent, x_k = (1 − lr·H)^k x_0;
+    rank 0 evaluates every budget/evals samples."""
     lr, h = 0.1, 0.5
-    ran = run_quadratic(name, 1, STEPS, lr=lr, curvature=lambda rank: h, evals=STEPS)
-    assert [s for s, _ in ran.snapshots] == [k * ran.batch for k in range(STEPS + 1)]
-    for k, (_, model) in enumerate(ran.snapshots):
+    ran = run_quadratic(name, 1, STEPS, lr=lr, curvature=lambda rank: h, evals=evals)
+    every = STEPS // evals
+    assert [op.updates for _, op in ran.logs.snapshots] == list(range(0, STEPS + 1, every))
+    assert [s for s, _ in ran.snapshots] == [k * ran.batch for k in range(0, STEPS + 1, every)]
+    for k, (_, model) in zip(range(0, STEPS + 1, every), ran.snapshots):
         np.testing.assert_allclose(model, (1 - lr * h) ** k * X0, rtol=1e-5)

@@ -12,6 +12,7 @@ from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms.ops import Evaluate, Progress, Publish, Record, Recv, Send
 from hpcbench.algorithms.rules import gap_divisor
 from hpcbench.config import RunConfig
+from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime import plan
 
 D, WORKERS, LR, BETA, EPS = 6, 3, 0.1, 0.9, 1e-8
@@ -276,3 +277,34 @@ def test_the_default_ring_holds_two_versions_per_worker_and_four():
     _, _, logs = drive_server("ga-asgd", arr, momentum=0.9)
     assert [row[3] for row in logs["updates"][10:]] == [9, 10]
     assert logs["echoes"] == [(3, 1)]
+
+
+def test_a_worker_that_reads_a_torn_parameter_window_says_so():
+    """The window's version is written before the parameters and its check after them: a read that
+    sees two different numbers caught the server mid-publish (a locking bug), and the run ends."""
+    cfg = RunConfig(algo="asgd", steps=2, warmup_epochs=0.0)
+    algo_cls = ALGORITHMS.get("asgd")
+    algo = algo_cls(plan.make_context(cfg, algo_cls, WORKERS, np.zeros(D, np.float32), train_size=10**9))
+    program = algo.worker(2)
+    assert next(program).window == "params"
+    with pytest.raises(RuntimeFailure) as torn:
+        program.send([algo.params_frame.pack(version=3, params=np.zeros(D, np.float32), check=2)])
+    assert str(torn.value) == "rank 2 read a torn parameter window (header version 3, trailer 2)"
+
+
+def test_an_echo_of_another_version_than_the_gradient_used_ends_the_run():
+    cfg = RunConfig(algo="ga-asgd", steps=4, lr=LR, warmup_epochs=0.0, options={"ga-asgd": {"history": 1}})
+    algo_cls = ALGORITHMS.get("ga-asgd")
+    algo = algo_cls(plan.make_context(cfg, algo_cls, WORKERS, np.zeros(D, np.float32), train_size=10**9))
+    program, result, version = algo.server(), None, 0
+    grads = iter([(1, 0), (2, 0)])  # worker 2 computed on version 0, which a ring of 1 no longer holds
+    with pytest.raises(RuntimeFailure) as wrong:
+        while True:
+            op = program.send(result)
+            result = None
+            if isinstance(op, Recv) and op.channel == "echo":  # answers with version 1 instead of 0
+                result = (op.src, algo.params_frame.pack(version=1, params=np.zeros(D, np.float32), check=1))
+            elif isinstance(op, Recv):
+                worker, used = next(grads)
+                result = (worker, algo.grad_frame.pack(version=used, grad=np.ones(D, np.float32)))
+    assert str(wrong.value) == "rank 2 echoed version 1, but its gradient was computed on 0"
