@@ -52,19 +52,29 @@ def lock_step(workers: int, x0: float, steps: int, alpha: float = ALPHA, tau: in
 
 
 def event_driven(speeds: dict[int, float], steps: dict[int, int], x0: np.ndarray,
-                 alpha: float = ALPHA, tau: int = TAU) -> np.ndarray:
+                 alpha: float = ALPHA, tau: int = TAU, history: list | None = None) -> np.ndarray:
     """Asynchronous easgd written out: every worker's step ends at k × its compute time; its exchange
-    (every τ steps and after its last) reads the centre as it is then and adds α(x_i − x̃) to it."""
+    (every τ steps and after its last) reads the centre as it is then and adds α(x_i − x̃) to it.
+    ``history``: filled with (time, centre) after each step."""
     events = sorted((k * speeds[w], w, k) for w in speeds for k in range(1, steps[w] + 1))
     x = {w: x0.astype(np.float64) for w in speeds}
     centre = x0.astype(np.float64)
-    for _, w, k in events:
+    for t, w, k in events:
         x[w] = x[w] - LR * H * x[w]
         if k % tau == 0 or k == steps[w]:
             e = alpha * (x[w] - centre)
             x[w] = x[w] - e
             centre = centre + e
+        if history is not None:  # a last exchange comes after the step's report, at the same instant
+            history.append((t + (1e-3 if k == steps[w] and k % tau else 0.0), centre))
     return centre
+
+
+def centre_at(history: list, t: float, x0: np.ndarray) -> np.ndarray:
+    """The centre after every step that ended by time ``t`` (the simulator's step times carry a
+    relative noise of 1e-6: the gamma of shape 1e12)."""
+    done = [c for when, c in history if when <= t + 1e-4]
+    return done[-1] if done else x0
 
 
 @pytest.mark.parametrize("name, workers", [("easgd-sync", 1), ("easgd-sync", 4)])
@@ -117,3 +127,19 @@ def test_defaults_are_the_documented_alpha_and_tau(workers, slow):
     centre, steps = ran.last, ran.steps
     speeds = {w: slow.get(w, 1.0) for w in range(1, workers + 1)}
     np.testing.assert_allclose(centre, event_driven(speeds, steps, X0, alpha, DOCUMENTED_TAU), rtol=1e-5)
+
+
+def test_every_asynchronous_snapshot_is_rank0s_centre_at_the_time_it_noted():
+    """easgd's centre lives on rank 0: a snapshot is rank 0's own copy of it at the time it notes it
+    (when the reports reach a multiple of eval_every), never the workers' models."""
+    slow = {2: 2.7, 3: 1.37}
+    ran = run_easgd("easgd", 3, slow)
+    speeds = {w: slow.get(w, 1.0) for w in (1, 2, 3)}
+    history: list = []
+    event_driven(speeds, ran.steps, X0, history=history)
+    intermediate = ran.logs.snapshots[1:-1]
+    assert len(intermediate) >= 6
+    times = [t for t, _ in intermediate]
+    assert times == sorted(times) and len(set(times)) == len(times)
+    for t, op in intermediate:
+        np.testing.assert_allclose(op.params, centre_at(history, t, X0), rtol=1e-5, err_msg=f"t={t}")

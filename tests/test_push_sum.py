@@ -139,11 +139,14 @@ def test_mix_survives_a_weight_that_underflows():
     for _ in range(3000):  # gives half away every step and receives nothing: w becomes exactly 0
         w *= 0.5
     assert w == 0.0 and np.isfinite(z).all()
+    assert decentral.mix(z, w, np.array([9.0, 9.0]), 0.0) == 0.0  # an empty mailbox: nothing to mix, no 0/0
+    np.testing.assert_array_equal(z, [1.5, -2.0])
     w = decentral.mix(z, w, np.array([3.0, 4.0]), 0.25)  # then receives: takes the sender's model
     np.testing.assert_array_equal(z, [3.0, 4.0])
     assert w == 0.25
     w = decentral.mix(z, w, np.array([1.0, 0.0]), 0.75)  # a weighted average, weights 1:3
-    np.testing.assert_allclose(z, [1.5, 1.0]) and w == 1.0
+    np.testing.assert_allclose(z, [1.5, 1.0])
+    assert w == 1.0
 
 
 def simulate(*args: str):

@@ -67,3 +67,15 @@ def test_a_parameter_server_snapshot_is_the_model_after_that_many_updates(name, 
     assert [s for s, _ in ran.snapshots] == [k * ran.batch for k in range(0, STEPS + 1, every)]
     for k, (_, model) in zip(range(0, STEPS + 1, every), ran.snapshots):
         np.testing.assert_allclose(model, (1 - lr * h) ** k * X0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name, options", [("allreduce", {}), ("local-sgd", {"period": 4})])
+def test_replicas_end_identical_with_weight_one_and_their_own_mass(name, options):
+    """final_models holds each worker's (samples, updates, weight, mass): methods without push-sum
+    carry weight 1, and mass is the sum of the model's elements; these end with identical replicas."""
+    workers = 3
+    ran = run_quadratic(name, workers, STEPS, options, curvature=curvature)
+    rows = ran.logs.tables["final_models"]  # (t, worker, samples, updates, weight, mass)
+    assert [row[1] for row in rows] == [1, 2, 3]
+    assert all(row[2:4] == (STEPS * ran.batch, STEPS) for row in rows)
+    assert all(row[4] == 1.0 and row[5] == pytest.approx(float(ran.last.sum()), rel=1e-6) for row in rows)
