@@ -41,9 +41,9 @@ class Ran:
 
 def run_quadratic(name: str, workers: int, steps: int, options: dict | None = None, *, lr: float = 0.1,
                   curvature: Callable[[int], float] = lambda rank: 0.5, slow: dict[int, float] | None = None,
-                  momentum: float = 0.0, evals: int = 1, x0: np.ndarray = X0) -> Ran:
-    cfg = RunConfig(algo=name, steps=steps, lr=lr, warmup_epochs=0.0, momentum=momentum, evals=evals,
-                    options={name: options or {}})
+                  momentum: float = 0.0, nesterov: bool = False, evals: int = 1, x0: np.ndarray = X0) -> Ran:
+    cfg = RunConfig(algo=name, steps=steps, lr=lr, warmup_epochs=0.0, momentum=momentum, nesterov=nesterov,
+                    evals=evals, options={name: options or {}})
     algo_cls = ALGORITHMS.get(name)
     algo = algo_cls(plan.make_context(cfg, algo_cls, workers, x0, train_size=10**9))
     layout = algo.layout()

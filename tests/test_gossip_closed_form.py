@@ -35,7 +35,7 @@ def local_step(x: np.ndarray, buf: np.ndarray, w: int, momentum: float) -> tuple
 
 def pull_reference(momentum: float) -> tuple[np.ndarray, Counter]:
     """After its local step a worker averages with the model its peer last published, and publishes.
-    → the models at the end."""
+    → the models at the end (and weights of 1)."""
     steps = claimed(STEPS * len(SPEEDS))
     x = {w: X0.astype(np.float64) for w in SPEEDS}
     buf = {w: np.zeros(X0.size) for w in SPEEDS}
@@ -44,13 +44,13 @@ def pull_reference(momentum: float) -> tuple[np.ndarray, Counter]:
         x[w], buf[w] = local_step(x[w], buf[w], w, momentum)
         x[w] = (x[w] + published[3 - w]) / 2
         published[w] = x[w].copy()
-    return [published[w] for w in SPEEDS], steps
+    return [published[w] for w in SPEEDS], [1.0] * len(SPEEDS), steps
 
 
 def push_reference(momentum: float) -> tuple[np.ndarray, Counter]:
     """Push-sum: after its local step a worker halves its weight, adds (w, w·z) into its peer's mailbox,
     and absorbs its own mailbox: z ← (w·z + W·(X/W)) / (w + W). At the end every push has landed and
-    each absorbs what is left. → the de-biased models z."""
+    each absorbs what is left. → the de-biased models z and the weights."""
     steps = claimed(STEPS * len(SPEEDS))
     z = {w: X0.astype(np.float64) for w in SPEEDS}
     weight = {w: 1.0 for w in SPEEDS}
@@ -73,7 +73,7 @@ def push_reference(momentum: float) -> tuple[np.ndarray, Counter]:
     for w in SPEEDS:
         absorb(w)
     assert sum(weight.values()) == pytest.approx(len(SPEEDS))
-    return [z[w] for w in SPEEDS], steps
+    return [z[w] for w in SPEEDS], [weight[w] for w in SPEEDS], steps
 
 
 @pytest.mark.parametrize("variant, reference", [("pull", pull_reference), ("push", push_reference)])
@@ -81,7 +81,7 @@ def push_reference(momentum: float) -> tuple[np.ndarray, Counter]:
 def test_gossip_follows_its_event_list(variant, reference, momentum):
     ran = run_quadratic("gossip", 2, STEPS, {"variant": variant}, lr=LR, curvature=curvature,
                         slow={w: s for w, s in SPEEDS.items() if s != 1.0}, momentum=momentum)
-    models, steps = reference(momentum)
+    models, weights, steps = reference(momentum)
     assert ran.steps == dict(steps)
     assert steps[1] > steps[2]  # the faster worker took more of the shared budget
     # Evaluated: the workers' mean, with the consensus distance mean ‖z_i − z̄‖ beside it.
@@ -90,3 +90,6 @@ def test_gossip_follows_its_event_list(variant, reference, momentum):
     final = ran.logs.snapshots[-1][1]
     assert final.consensus == pytest.approx(np.mean([np.linalg.norm(z - mean) for z in models]), rel=1e-4)
     assert final.consensus > 1e-5  # the two models still differ
+    rows = ran.logs.tables["final_models"]  # (t, worker, samples, updates, weight, mass)
+    np.testing.assert_allclose([row[4] for row in rows], weights, rtol=1e-12)
+    np.testing.assert_allclose([row[5] for row in rows], [w * z.sum() for w, z in zip(weights, models)], rtol=1e-5)
