@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.config import Stragglers, load_toml, make_config, merge_sources, parse_set_value, toml_literal
+from hpcbench.config import RunConfig, Stragglers, load_toml, make_config, merge_sources, parse_set_value, toml_literal
 from hpcbench.errors import UsageError
 from hpcbench.runtime import plan
 
@@ -127,3 +127,35 @@ def test_straggler_choice_is_seeded_and_sized():
     assert len(chosen) == 2 and set(chosen) <= set(range(1, 9))
     assert chosen == plan.straggler_ranks(cfg.stragglers, 8, cfg.seed)
     assert chosen != plan.straggler_ranks(cfg.stragglers, 8, 1) or chosen != plan.straggler_ranks(cfg.stragglers, 8, 2)
+
+
+@pytest.mark.parametrize("time_limit_s, environ, limit", [
+    (3600.0, {"SLURM_JOB_END_TIME": "2000"}, (3600.0, "time_limit_s")),  # the setting wins
+    (0.0, {"SLURM_JOB_END_TIME": "1000", "SLURM_JOB_ID": "77"}, (600.0, "the Slurm job's end (job 77)")),
+    (0.0, {"SLURM_JOB_END_TIME": "1000"}, (600.0, "the Slurm job's end (job ?)")),
+    (0.0, {"SLURM_JOB_END_TIME": "300"}, (0.0, "the Slurm job's end (job ?)")),  # already past
+    (0.0, {"SLURM_JOB_END_TIME": "soon"}, (7 * 24 * 3600.0, "the default time_limit_s of 7 days")),
+    (0.0, {}, (7 * 24 * 3600.0, "the default time_limit_s of 7 days")),
+])
+def test_the_time_a_run_may_take_and_where_that_limit_comes_from(time_limit_s, environ, limit):
+    cfg = RunConfig(algo="asgd", time_limit_s=time_limit_s)
+    assert plan.time_limit(cfg, environ, now=400.0) == limit
+
+
+def test_a_budget_that_cannot_end_in_time_is_refused_before_it_starts():
+    plan.check_duration(3600, 1.0, (3600.0, "time_limit_s"))  # exactly on time: runs
+    with pytest.raises(UsageError) as refused:
+        plan.check_duration(3601, 1.0, (3600.0, "time_limit_s"))
+    assert str(refused.value) == ("3601 steps per worker would take about 1 h at the 1e+03 ms per gradient the "
+                                  "warm-up measured, more than 1 h allowed by time_limit_s; lower --steps or "
+                                  "--epochs, or raise --set time_limit_s=SECONDS")
+    with pytest.raises(UsageError, match=r"about 0.278 h at the 5 ms per gradient .* more than 0.167 h allowed by "
+                                         r"the Slurm job's end \(job 9\)"):
+        plan.check_duration(200_000, 0.005, (600.0, "the Slurm job's end (job 9)"))
+
+
+@pytest.mark.parametrize("fraction, workers, count", [(0.0, 8, 0), (0.25, 8, 2), (0.2, 4, 1), (0.1, 4, 0), (1.0, 3, 3)])
+def test_straggler_ranks_are_round_fraction_times_n_distinct_sorted_workers(fraction, workers, count):
+    chosen = plan.straggler_ranks(Stragglers(fraction, 3.0), workers, seed=5)
+    assert len(chosen) == count and list(chosen) == sorted(set(chosen))
+    assert all(1 <= r <= workers for r in chosen)
