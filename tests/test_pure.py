@@ -259,3 +259,40 @@ def test_no_speedup_against_a_base_that_measured_nothing():
     by = {(p.algorithm, p.workers): p for p in points}
     assert math.isnan(by[("a", 4)].ttt_speedup) and math.isnan(by[("b", 4)].ttt_speedup)
     assert by[("b", 2)].ttt_speedup == 1.0
+
+
+@pytest.mark.parametrize("schedule, text", [
+    (Schedule(0.1, 0.1, 1000), "lr 0.1"),
+    (Schedule(0.4, 0.1, 1000, warmup_epochs=5.0, scaling="linear"),
+     "lr 0.4 (linear scaling), warm-up from 0.1 over 5 epochs"),
+    (Schedule(0.1, 0.1, 1000, warmup_epochs=5.0), "lr 0.1"),  # a warm-up from the rate itself is none
+    (Schedule(0.2, 0.1, 1000, warmup_epochs=0.0), "lr 0.2"),
+    (Schedule(0.2, 0.05, 1000, warmup_epochs=0.5, decay_epochs=(30.0, 60.5), decay_factor=0.2, scaling="sqrt"),
+     "lr 0.2 (sqrt scaling), warm-up from 0.05 over 0.5 epochs, ×0.2 at epochs 30, 60.5"),
+])
+def test_a_schedule_describes_itself_in_one_line(schedule, text):
+    assert schedule.describe() == text
+
+
+def test_the_training_meter_averages_what_the_workers_report_by_hand():
+    from hpcbench.algorithms.meter import TrainingMeter
+    meter = TrainingMeter()
+    assert all(math.isnan(v) for v in meter.progress(0)[1:])
+    meter.add(0.0, 0, 0)  # an empty report changes nothing
+    assert math.isnan(meter.loss)
+    meter.add(loss_sum=64.0, correct=16, samples=32)  # the first report is taken as it is: 2.0, 50%
+    assert (meter.loss, meter.accuracy) == (2.0, 0.5)
+    meter.add(loss_sum=16.0, correct=1, samples=1)  # then 0.9 of the old and 0.1 of the new: 3.4, 55%
+    assert (meter.loss, meter.accuracy) == pytest.approx((0.9 * 2.0 + 0.1 * 16.0, 0.9 * 0.5 + 0.1 * 1.0))
+    assert meter.progress(99) == (99, meter.loss, meter.accuracy)
+
+
+def test_a_packed_frame_is_exactly_its_fields_at_8_byte_offsets_with_zeroed_gaps():
+    import struct
+    frame = Frame(a=(np.int32, 1), b=(np.float32, 3), c=(np.float64, 1))
+    assert frame.nbytes == 32 and frame.new().tobytes() == bytes(32)
+    expected = struct.pack("<i4x3f4xd", 7, 1.0, 2.0, 3.0, 0.5)
+    b = np.array([1.0, 2.0, 3.0], np.float32)
+    assert frame.pack(a=7, b=b, c=0.5).tobytes() == expected  # every field given: gaps zeroed explicitly
+    assert frame.pack(a=np.array([7], np.int32), b=b, c=np.float64(0.5)).tobytes() == expected  # arrays for scalars
+    assert frame.pack(a=7, c=0.5).tobytes() == struct.pack("<i4x3f4xd", 7, 0.0, 0.0, 0.0, 0.5)  # missing: zero
