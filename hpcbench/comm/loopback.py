@@ -56,7 +56,7 @@ class LoopbackEndpoint:
                 self.hub.windows[(name, self.rank)] = np.zeros(nbytes, np.uint8)
 
     def open_channel(self, name: str, nbytes: int, sources: tuple[int, ...]) -> None:
-        """As ``MpiComm.open_channel``: this rank's queue for ``name`` (any size, any sender)."""
+        """As ``MpiComm.open_channel``: this rank's queue for ``name`` (any sender; messages of ``nbytes``)."""
         with self.hub.lock:
             self.hub.queues[(name, self.rank)] = deque()
             self.hub.message_sizes[name] = nbytes
