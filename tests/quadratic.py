@@ -1,5 +1,6 @@
 """The real algorithm programs on the simulator's engine with an analytic gradient: worker r's loss is
-½·H_r·‖x‖², its gradient H_r·x, so a whole trajectory can be written out by hand and compared.
+½·H_r·‖x‖², its gradient H_r·x, so a whole trajectory can be written out by hand and compared. A
+batch counts as classified right where ‖x‖ < 2 (the training accuracy rank 0 reports).
 
 Compute is deterministic (a gamma this narrow is its mean: 1 s a step, times a worker's slow factor)
 and the network instant, so events happen at known times.
@@ -41,7 +42,9 @@ class Ran:
 
 def run_quadratic(name: str, workers: int, steps: int, options: dict | None = None, *, lr: float = 0.1,
                   curvature: Callable[[int], float] = lambda rank: 0.5, slow: dict[int, float] | None = None,
-                  momentum: float = 0.0, nesterov: bool = False, evals: int = 1, x0: np.ndarray = X0) -> Ran:
+                  momentum: float = 0.0, nesterov: bool = False, evals: int = 1, x0: np.ndarray = X0,
+                  progress: list | None = None) -> Ran:
+    """``progress``: filled with rank 0's (samples, training loss, training accuracy) as it reports them."""
     cfg = RunConfig(algo=name, steps=steps, lr=lr, warmup_epochs=0.0, momentum=momentum, nesterov=nesterov,
                     evals=evals, options={name: options or {}})
     algo_cls = ALGORITHMS.get(name)
@@ -52,8 +55,15 @@ def run_quadratic(name: str, workers: int, steps: int, options: dict | None = No
     logs = RunLogs(layout.tables)
 
     def gradient(rank: int, x: np.ndarray) -> Gradient:
-        return Gradient(np.float32(curvature(rank)) * x, 0.0, 1, 0)
+        h = curvature(rank)
+        norm2 = float(np.dot(x.astype(np.float64), x))
+        return Gradient(np.float32(h) * x, 0.5 * h * norm2, cfg.batch_size, cfg.batch_size if norm2 < 4 else 0)
 
-    Engine(algo, layout, sim, ComputeModel(sim, 0, slow or {}), gradient, logs, x0.size).run()
+    class Shown:
+        def update(self, samples: int, loss: float, accuracy: float) -> None:
+            if progress is not None:
+                progress.append((samples, loss, accuracy))
+
+    Engine(algo, layout, sim, ComputeModel(sim, 0, slow or {}), gradient, logs, x0.size, Shown()).run()
     per_worker = {int(row[1]): int(row[3]) for row in logs.tables.get("final_models", [])}  # (t, worker, samples, updates…)
     return Ran(logs, per_worker, cfg.batch_size)

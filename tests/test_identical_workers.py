@@ -30,3 +30,45 @@ def test_identical_workers_follow_one_workers_momentum_sgd(name, options, moment
                         nesterov=nesterov)
     assert set(ran.steps.values()) == {STEPS}
     np.testing.assert_allclose(ran.last, heavy_ball(STEPS, momentum, nesterov), rtol=2e-5, atol=1e-7)
+
+
+def trajectory(steps: int, momentum: float) -> list[np.ndarray]:
+    """The points heavy ball takes its gradients at: x_0 … x_{steps−1}."""
+    x, buf, points = X0.astype(np.float64), np.zeros(X0.size), []
+    for _ in range(steps):
+        points.append(x)
+        buf = momentum * buf + H * x
+        x = x - LR * buf
+    return points
+
+
+@pytest.mark.parametrize("name, workers", [("allreduce", 2), ("local-sgd", 2), ("sgp", 2), ("asgd", 1),
+                                           ("ga-asgd", 1)])
+@pytest.mark.parametrize("evals", [STEPS, 1])
+def test_rank0_shows_the_training_loss_and_accuracy_the_workers_measured(name, workers, evals):
+    """The progress line: every worker reports the mean loss and share of right answers of its steps
+    since its last report (about four reports per evaluation interval: every step with an evaluation
+    per step, every 3 steps with one per run; a server: every gradient it applies); rank 0 shows their
+    moving average (the first report as it is, then 0.1 of each new one). Equal workers at equal
+    speeds take their k-th gradients at gradient descent's k-th point (a lone worker of a server too)."""
+    shown: list = []
+    ran = run_quadratic(name, workers, STEPS, {}, lr=LR, curvature=lambda rank: H, momentum=0.0, evals=evals,
+                        progress=shown)
+    points = trajectory(STEPS, 0.0)
+    losses = [0.5 * H * float(x @ x) for x in points]
+    right = [1.0 if float(x @ x) < 4 else 0.0 for x in points]
+    assert right[0] == 0.0 and right[-1] == 1.0  # the accuracy changes during the run
+    every = 1 if name.endswith("asgd") else max(1, STEPS * workers * ran.batch // evals // (4 * ran.batch * workers))
+    assert every == (1 if evals == STEPS or name.endswith("asgd") else 3)
+    loss = accuracy = float("nan")
+    for first in range(0, STEPS, every):  # each report, each worker's, in worker order
+        steps = slice(first, first + every)
+        mean_loss, mean_right = np.mean(losses[steps]), np.mean(right[steps])
+        for _ in range(workers):
+            if loss != loss:
+                loss, accuracy = mean_loss, mean_right
+            else:
+                loss, accuracy = loss + 0.1 * (mean_loss - loss), accuracy + 0.1 * (mean_right - accuracy)
+    samples, last_loss, last_accuracy = shown[-1]
+    assert samples == workers * STEPS * ran.batch
+    assert (last_loss, last_accuracy) == pytest.approx((loss, accuracy), rel=1e-4)
