@@ -2,6 +2,7 @@
 tables checked against the numbers put in (worked out in the comments), and the other formats'
 structure. Fast: no run, no file."""
 import csv
+import dataclasses
 import io
 import json
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from hpcbench.errors import UsageError
-from hpcbench.report.tables import report_text
+from hpcbench.report.tables import collect, render, report_text
 from hpcbench.results.schema import RunRecord
 
 
@@ -142,3 +143,50 @@ def test_bad_report_options_are_one_line(records, kwargs, line):
     with pytest.raises(UsageError) as refused:
         report_text(records, **kwargs)
     assert str(refused.value) == line
+
+
+def test_json_lists_failed_points_by_name_and_is_indented_one_space(records):
+    text = report_text(records, "json", target=0.85, failed=[("asgd 8 workers", "missing", "-")])
+    assert text.startswith('{\n "target_accuracy": 0.85,\n "grouped_by": [\n  "batch_size"')
+    assert json.loads(text)["failed_points"] == [{"point": "asgd 8 workers", "result": "missing", "latest_job": "-"}]
+
+
+def test_the_text_report_lists_unfinished_runs_and_failed_points_after_the_tables(records):
+    text = report_text(records, target=0.85, failed=[("asgd 8 workers", "missing", "-")])
+    titles = [line for line in text.splitlines() if line.startswith(("Runs", "Scaling", "Points"))]
+    assert [t.split(" (")[0] for t in titles] == ["Runs", "Scaling", "Runs that did not finish", "Points without an ok result"]
+    assert report_text(records, target=0.85, table="runs").count("Scaling (") == 0
+    assert "Runs (6" not in report_text(records, target=0.85, table="scaling")
+    assert report_text([], target=0.85) == ""  # nothing to show: no table, no notes
+
+
+def test_a_run_without_a_recorded_recipe_says_so(records):
+    old = records[0]
+    config = {**old.attrs["config"], "schedule": {"lr": 0.1}}  # written before recipes were recorded
+    records[0] = dataclasses.replace(old, attrs={**old.attrs, "config": config})
+    lines = report_text(records, target=0.85).splitlines()
+    assert lines[2] == "Learning-rate recipes: 0.2 flat (2 workers); 0.4 flat (4 workers); not recorded (2 workers)"
+
+
+def test_a_csv_table_holds_raw_values_and_empty_cells_for_nan():
+    columns = [("name", lambda r: r[0], str), ("value", lambda r: r[1], str)]
+    assert render(columns, [("a", 1.5), ("b", float("nan")), ("c", 3)], "csv") == "name,value\na,1.5\nb,\nc,3"
+
+
+def test_missing_result_files_are_one_line(tmp_path):
+    with pytest.raises(UsageError) as missing:
+        collect([str(tmp_path / "nope.h5")])
+    assert str(missing.value) == f"no such result file or directory: {str(tmp_path / 'nope.h5')!r}"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError) as empty:
+        collect([str(tmp_path / "empty"), str(tmp_path)])
+    assert str(empty.value) == f"no result files (*.h5) in {tmp_path / 'empty'}, {tmp_path}"
+
+
+def test_every_setting_that_differs_is_named_in_the_grouping_lines():
+    a = record("asgd", 2)
+    b = record("asgd", 2, batch=64)
+    b.attrs["config"]["momentum"] = 0.9
+    assert report_text([a, b], target=0.85).splitlines()[0].endswith("shown as columns: batch_size, momentum")
+    assert report_text([a, b], target=0.85, group_by=[]).splitlines()[0] == (
+        "Grouped by algorithm and mode only; pooled although they differ: batch_size, momentum")
