@@ -159,3 +159,42 @@ def test_straggler_ranks_are_round_fraction_times_n_distinct_sorted_workers(frac
     chosen = plan.straggler_ranks(Stragglers(fraction, 3.0), workers, seed=5)
     assert len(chosen) == count and list(chosen) == sorted(set(chosen))
     assert all(1 <= r <= workers for r in chosen)
+
+
+@pytest.mark.parametrize("run, options, line", [
+    ({}, {"payload": {"params": 10}}, "payload.* options go with --model payload (the model is 'mlp')"),
+    ({}, {"teacher": {"features": 10}}, "teacher.* options go with --dataset teacher (the dataset is 'digits')"),
+    ({"model": "payload"}, {"payload": {"size": 10}}, "unknown option 'payload.size'; valid: payload.params"),
+    ({"dataset": "teacher"}, {"teacher": {"size": 10}}, "unknown option 'teacher.size'; valid: teacher."),
+])
+def test_payload_and_teacher_options_are_checked_where_they_belong(run, options, line):
+    with pytest.raises(UsageError) as refused:
+        plan.validate(RunConfig(algo="asgd", options=options, **run))
+    assert str(refused.value).startswith(line)
+
+
+def test_the_budget_and_evaluation_interval_at_their_edges():
+    cfg = RunConfig(algo="asgd", batch_size=1, steps=2**53, evals=20)
+    algo = ALGORITHMS.get("asgd")
+    ctx = plan.make_context(cfg, algo, 1, np.zeros(2, np.float32), train_size=100)  # 2^53 samples: exact, allowed
+    assert ctx.budget == 2**53
+    with pytest.raises(UsageError) as refused:
+        plan.make_context(cfg.with_updates(steps=2**53 + 2), algo, 1, np.zeros(2, np.float32), train_size=100)
+    assert str(refused.value) == ("a budget of 9.01e+15 samples (9.01e+15 steps per worker x 1 workers x batch 1) "
+                                  "cannot be counted exactly (at most 2^53) nor run; lower --steps or --epochs")
+    tiny = plan.make_context(cfg.with_updates(steps=3, evals=20), algo, 2, np.zeros(2, np.float32), train_size=100)
+    assert tiny.eval_every == 1  # more evaluations than samples: one per sample
+
+
+def test_steps_per_worker_from_epochs_rounds_up_and_max_steps_caps():
+    cfg = RunConfig(algo="asgd", steps=None, epochs=0.001, batch_size=32)
+    assert plan.steps_per_worker(cfg, 4, 1000) == 1  # a sliver of an epoch is still one step
+    assert plan.steps_per_worker(cfg.with_updates(epochs=2.0), 4, 1000) == 16
+    assert plan.steps_per_worker(cfg.with_updates(epochs=2.0, max_steps=5), 4, 1000) == 5
+    assert plan.steps_per_worker(cfg.with_updates(epochs=2.0, max_steps=0), 4, 1000) == 16  # 0: no cap
+
+
+def test_the_schedule_records_the_scaling_that_made_its_rate():
+    cfg = RunConfig(algo="allreduce", lr=0.1, lr_scaling="linear", warmup_epochs=0.0)
+    schedule = plan.schedule_for(cfg, ALGORITHMS.get("allreduce"), 4, 1000)
+    assert schedule.lr == pytest.approx(0.4) and schedule.describe() == "lr 0.4 (linear scaling)"

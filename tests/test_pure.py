@@ -207,8 +207,11 @@ def unfinished(summary, config, tables=None):
      {"updates": {"t": np.arange(5.0)}}, "160 of 1000 samples (16%) in 10.0 s"),
     # decentralized workers' progress reports: each worker's latest, summed
     ({"samples": 100, "wall_s": 1.0}, {"budget_samples": 400},
-     {"learning_rate": {"worker": np.array([1, 2, 1, 2]), "samples": np.array([32, 64, 96, 80])}},
-     "176 of 400 samples (44%) in 1.0 s"),
+     {"learning_rate": {"worker": np.array([1, 2, 1, 3]), "samples": np.array([32, 64, 96, 16])}},
+     "176 of 400 samples (44%) in 1.0 s"),  # 96 + 64 + 16
+    ({"samples": 0, "wall_s": 1.0}, {"budget_samples": 400}, {"updates": {"t": np.arange(5.0)}},
+     "0 of 400 samples (0%) in 1.0 s"),  # updates of an unknown batch size count nothing
+    ({"samples": 990, "wall_s": 1.0}, {"budget_samples": 1000}, {}, "990 of 1000 samples (99%) in 1.0 s"),
     ({"samples": 390, "wall_s": 1.0}, {"budget_samples": 400, "batch_size": 32},
      {"updates": {"t": np.arange(2.0)}}, "390 of 400 samples (98%) in 1.0 s"),  # the summary is ahead
     ({"wall_s": 1.0}, {"budget_samples": 400}, {}, ""),  # what the file does not say is not made up

@@ -66,3 +66,19 @@ def test_every_summary_name_the_report_reads_is_declared():
     read = {f.name for f in dataclasses.fields(RunRow)} - {"algorithm", "mode", "workers", "nodes", "path", "settings", "peak_lr", "evals",
                                                             "result", "error", "lr_recipe", "reached"}
     assert read <= set(schema.SUMMARY_KEYS)
+
+
+def test_every_undeclared_name_is_listed_at_once_whatever_part_it_is_in(tmp_path):
+    out = tmp_path / "r.h5"
+    assert main(["simulate", "--algo", "asgd", "--workers", "2", "--steps", "3", "--numerics", "off",
+                 "--out", str(out)]) == 0
+    rec = read_run(out)
+    bad = dataclasses.replace(
+        rec, attrs={**rec.attrs, "colour": "red"}, provenance={**rec.provenance, "moon": "full"},
+        per_rank={**rec.per_rank, "shoe": ["a"] * 3}, timeline={**rec.timeline, "mood": np.zeros(1)},
+        evals={**rec.evals, "vibe": np.zeros(1)},
+        tables={**rec.tables, "updates": {**rec.tables["updates"], "extra": np.zeros(1)}},
+        summary={**rec.summary, "staleness_mena": 1.0})
+    assert schema.undeclared(bad) == ["attribute colour", "provenance moon", "provenance shoe", "timeline column mood",
+                                      "evals column vibe", "server/updates column extra", "summary staleness_mena"]
+    assert schema.undeclared(rec) == []

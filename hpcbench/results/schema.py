@@ -61,11 +61,6 @@ SUMMARY_KEYS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "
 SERVER_SUMMARY_KEYS = ("late_gradients", "echoed_updates", "echo_bytes")
 
 
-def record_columns(table: str) -> tuple[str, ...]:
-    """The values an algorithm records for ``table``, in order (its columns after "t")."""
-    return TABLES[table][1:]
-
-
 def undeclared(rec: "RunRecord") -> list[str]:
     """Names in ``rec`` that this module does not declare (a writer refuses such a record)."""
     found = [f"attribute {k}" for k in rec.attrs if k not in ROOT_ATTRS]
