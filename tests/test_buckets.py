@@ -21,6 +21,7 @@ def test_buckets_are_whole_parameters_last_first_and_at_least_the_cap():
     bounds = (0, 10, 30, 60, 100)  # parameters of 10, 20, 30 and 40 floats
     assert plan_buckets(bounds, 35 * 4) == ((60, 100), (10, 60), (0, 10))
     assert plan_buckets(bounds, 1) == ((60, 100), (30, 60), (10, 30), (0, 10))  # one per parameter
+    assert plan_buckets(bounds, 40 * 4) == ((60, 100), (10, 60), (0, 10))  # exactly the cap closes a bucket
     assert plan_buckets(bounds, 25 * 2**20) == ((0, 100),)  # DDP's 25 MiB: a small model is one bucket
     for bad, why in [((5, 10), "rise from 0"), ((0, 10, 10), "rise from 0"), ((0,), "rise from 0")]:
         with pytest.raises(ValueError, match=why):

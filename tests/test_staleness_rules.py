@@ -10,7 +10,8 @@ import pytest
 
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms.ops import Evaluate, Progress, Publish, Record, Recv, Send
-from hpcbench.algorithms.rules import gap_divisor
+from hpcbench.algorithms.ps import GapOptions
+from hpcbench.algorithms.rules import ServerRule, gap_divisor
 from hpcbench.config import RunConfig
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime import plan
@@ -308,3 +309,10 @@ def test_an_echo_of_another_version_than_the_gradient_used_ends_the_run():
                 worker, used = next(grads)
                 result = (worker, algo.grad_frame.pack(version=used, grad=np.ones(D, np.float32)))
     assert str(wrong.value) == "rank 2 echoed version 1, but its gradient was computed on 0"
+
+
+@pytest.mark.parametrize("penalty, gap", [("gap", None), ("none", GapOptions()), ("staleness", GapOptions()),
+                                          ("age", None)])
+def test_a_server_rule_takes_gap_settings_exactly_with_the_gap_penalty(penalty, gap):
+    with pytest.raises(ValueError, match=f"penalty '{penalty}' with gap settings"):
+        ServerRule(np.zeros(D, np.float32), WORKERS, 0.9, False, 0.0, penalty, False, gap)
