@@ -30,6 +30,7 @@ def test_a_synchronous_snapshot_is_the_model_a_run_stopped_at_its_step_ends_with
     samples = [s for s, _ in long.snapshots]
     assert samples[:STEPS + 1] == [k * per_step for k in range(STEPS + 1)]  # the start, then every step
     assert samples[STEPS + 1:] in ([], [STEPS * per_step])  # and the final model, unless the last step's was it
+    assert [op.updates for _, op in long.logs.snapshots[:STEPS + 1]] == [k * workers for k in range(STEPS + 1)]
     for steps in at:
         short = run_quadratic(name, workers, steps, options, curvature=curvature, momentum=0.5)
         np.testing.assert_allclose(long.snapshots[steps][1], short.last, rtol=1e-6, atol=1e-7)

@@ -57,10 +57,8 @@ def slot_bytes(ctx: Context, extra: int = 0) -> int:
 def layout(ctx: Context, until_budget: bool, extra: int = 0, **extra_windows: WindowSpec) -> Layout:
     """``until_budget``: workers share the sample budget through a counter on rank 0 ("budget");
     ``extra``: bytes each kept snapshot holds beyond the model frame."""
-    params = ctx.params
-    frame = model_frame(params.size)
-    initial = frame.pack(samples=0, updates=0, weight=1.0, mass=params.sum(dtype=np.float64), z=params)
-    windows = {"model": WindowSpec("workers", frame.nbytes, initial),
+    frame = model_frame(ctx.size)
+    windows = {"model": WindowSpec("workers", frame.nbytes, packed(frame, ctx, 0, ctx.params)),
                "kept": WindowSpec("workers", snapshots(ctx) * slot_bytes(ctx, extra)), **extra_windows}
     if until_budget:
         windows["budget"] = WindowSpec("server", 8, None, "accumulate")
