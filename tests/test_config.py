@@ -198,3 +198,11 @@ def test_the_schedule_records_the_scaling_that_made_its_rate():
     cfg = RunConfig(algo="allreduce", lr=0.1, lr_scaling="linear", warmup_epochs=0.0)
     schedule = plan.schedule_for(cfg, ALGORITHMS.get("allreduce"), 4, 1000)
     assert schedule.lr == pytest.approx(0.4) and schedule.describe() == "lr 0.4 (linear scaling)"
+
+
+def test_the_duration_refusal_states_its_hours_and_milliseconds_to_three_figures():
+    with pytest.raises(UsageError) as refused:
+        plan.check_duration(3_602_157, 0.00123456, (4447.0, "time_limit_s"))
+    # 3,602,157 × 1.23456 ms = 4447.08 s = 1.2353 h (1.24); 4447 s = 1.2353 h (1.24); 1.23456 ms (1.23)
+    assert str(refused.value).startswith("3602157 steps per worker would take about 1.24 h at the 1.23 ms per "
+                                         "gradient the warm-up measured, more than 1.24 h allowed by time_limit_s")

@@ -190,3 +190,14 @@ def test_every_setting_that_differs_is_named_in_the_grouping_lines():
     assert report_text([a, b], target=0.85).splitlines()[0].endswith("shown as columns: batch_size, momentum")
     assert report_text([a, b], target=0.85, group_by=[]).splitlines()[0] == (
         "Grouped by algorithm and mode only; pooled although they differ: batch_size, momentum")
+
+
+def test_each_table_alone_and_a_setting_a_run_lacks_shown_as_a_dash(records):
+    assert "Runs (6;" in report_text(records, target=0.85, table="runs")
+    assert "Scaling (medians" in report_text(records, target=0.85, table="scaling")
+    b = record("asgd", 2, batch=64)
+    b.attrs["config"]["momentum"] = 0.9  # a key the other run's file does not hold
+    doc = json.loads(report_text([record("asgd", 2), b], "json", target=0.85))
+    assert [(r["batch_size"], r["momentum"]) for r in doc["runs"]] == [("32", "-"), ("64", "0.9")]
+    assert [(p["batch_size"], p["momentum"]) for p in doc["scaling"]] == [("32", "-"), ("64", "0.9")]
+    assert "group" not in doc["scaling"][0] and "settings" not in doc["runs"][0]
