@@ -70,3 +70,18 @@ def test_a_look_ahead_method_refuses_nesterov(algo):
     with pytest.raises(UsageError) as refused:
         check(algo, 2, nesterov=True)
     assert str(refused.value) == f"{algo} already publishes a look-ahead; --set nesterov=true is not available"
+
+
+def test_an_algorithm_that_does_not_say_whether_it_is_asynchronous_is_not_registered():
+    from hpcbench.algorithms import ALGORITHMS
+    from hpcbench.algorithms.api import SYNCHRONOUS, Algorithm, register
+
+    class Forgetful(Algorithm):  # a synchronous method that forgot to say so would lose lr_scaling
+        name, summary, family = "forgetful", "forgot", SYNCHRONOUS
+
+    with pytest.raises(TypeError, match="Forgetful must say whether it is asynchronous"):
+        register(Forgetful)
+    assert "forgetful" not in ALGORITHMS.names()
+    assert {name: ALGORITHMS.get(name).asynchronous for name in ALGORITHMS.names()} == {
+        "allreduce": False, "asgd": True, "sa-asgd": True, "ga-asgd": True, "dana": True, "dana-ga": True,
+        "easgd": True, "easgd-sync": False, "gossip": True, "sgp": False, "osgp": True, "local-sgd": False}

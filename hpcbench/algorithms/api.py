@@ -120,8 +120,9 @@ class Algorithm:
     Options: ClassVar[type] = NoOptions
     min_workers: ClassVar[int] = 1
     # Asynchronous methods run until the global sample budget is spent (fast workers take more steps)
-    # and apply every gradient at the single-worker rate; synchronous ones take equal steps.
-    asynchronous: ClassVar[bool] = True
+    # and apply every gradient at the single-worker rate; synchronous ones take equal steps and may
+    # scale their rate (lr_scaling). No default: every algorithm says which it is (``register`` checks).
+    asynchronous: ClassVar[bool]
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -155,4 +156,7 @@ ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")
 
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:
+    if not isinstance(getattr(cls, "asynchronous", None), bool):
+        raise TypeError(f"{cls.__name__} must say whether it is asynchronous (asynchronous = True or False): "
+                        "it decides the budget's split and whether lr_scaling applies")
     return ALGORITHMS.register(cls.name)(cls)

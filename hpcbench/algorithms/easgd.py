@@ -35,6 +35,7 @@ def elastic_rate(options: EasgdOptions, workers: int) -> float:
 
 class ElasticAveraging(Algorithm):
     family = DECENTRALIZED
+    asynchronous = True
     Options: ClassVar[type] = EasgdOptions
     centre_owner: ClassVar[Role] = "server"
 

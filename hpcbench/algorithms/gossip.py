@@ -36,6 +36,7 @@ class Gossip(Algorithm):
     name = "gossip"
     summary = "gossiping SGD: mix with one random peer per step (variant=pull or push-sum push)"
     family = DECENTRALIZED
+    asynchronous = True
     Options = GossipOptions
     min_workers = 2
 

@@ -39,6 +39,7 @@ GO.flags.writeable = STOP.flags.writeable = ECHO.flags.writeable = False
 
 class ParameterServer(Algorithm):
     family = PARAMETER_SERVER
+    asynchronous = True
     penalty = "none"
     per_worker_momentum = False
 

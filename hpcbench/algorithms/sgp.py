@@ -49,6 +49,7 @@ class Inbox:
 
 class PushSum(Algorithm):
     family = SYNCHRONOUS
+    asynchronous = True
     min_workers = 2
     delay = 0
     Options: ClassVar[type] = SgpOptions
