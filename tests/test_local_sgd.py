@@ -9,12 +9,13 @@ import pytest
 from conftest import mpirun, ok, requires_mpi
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms.decentral import EVALUATE, NO_MORE, model_frame
-from hpcbench.algorithms.ops import Allreduce, Compute, Gradient, Poll, Publish, Recv, Send
+from hpcbench.algorithms.ops import Allreduce, Compute, Gradient, Op, Poll, Publish, Recv, Send
 from hpcbench.cli import main
 from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
 from hpcbench.results.store import read_run
 from hpcbench.runtime import plan
+from lockstep import lockstep
 from reference import union_batch_sgd
 
 N, SIZE, STEPS, LR = 4, 6, 11, 0.1
@@ -40,41 +41,32 @@ def program_models(algo: str, momentum: float, **options) -> dict[int, np.ndarra
                     options={algo: options} if options else {})
     cls = ALGORITHMS.get(algo)
     algorithm = cls(plan.make_context(cfg, cls, N, start(), train_size=10**6))
-    programs = {r: algorithm.worker(r) for r in range(1, N + 1)}
-    results: dict[int, object] = {r: None for r in programs}
-    models: dict[int, dict[int, np.ndarray]] = {r: {} for r in programs}
+    models: dict[int, dict[int, np.ndarray]] = {r: {} for r in range(1, N + 1)}
     frame = model_frame(SIZE)
-    while programs:
-        waiting, bucketed = {}, False
-        for r, program in list(programs.items()):
-            while True:  # run rank r until it joins a collective or ends
-                try:
-                    op = program.send(results[r])
-                except StopIteration:
-                    del programs[r]
-                    break
-                results[r] = None
-                if isinstance(op, Compute) and op.buckets:
-                    waiting[r] = gradient(r, op.params)
-                    bucketed = True
-                    break
-                if isinstance(op, Compute):
-                    results[r] = Gradient(gradient(r, op.params), 0.0, 1, 0)
-                elif isinstance(op, Publish):  # its "model" window, or a snapshot it keeps
-                    models[r][frame.integer(op.data, "updates")] = frame.view(op.data, "z").copy()
-                elif isinstance(op, Allreduce):
-                    waiting[r] = op.data.copy()
-                    break
-                elif isinstance(op, Poll):  # rank 0 asks for a snapshot after every step
-                    results[r] = [(0, EVALUATE.pack(k=0))]
-                elif isinstance(op, Recv):  # done: rank 0 says nothing more is coming
-                    results[r] = (0, EVALUATE.pack(k=NO_MORE))
-                else:
-                    assert isinstance(op, Send)  # progress reports to rank 0
-        if waiting:
-            assert sorted(waiting) == sorted(programs), "a worker skipped a collective"
-            total = np.sum([waiting[r] for r in sorted(waiting)], axis=0, dtype=np.float32)
-            results.update({r: Gradient(total, 0.0, 1, 0) if bucketed else total for r in waiting})
+
+    def answer(rank: int, op: Op) -> object:
+        if isinstance(op, Compute):
+            return Gradient(gradient(rank, op.params), 0.0, 1, 0)
+        if isinstance(op, Publish):  # its "model" window, or a snapshot it keeps
+            models[rank][frame.integer(op.data, "updates")] = frame.view(op.data, "z").copy()
+        elif isinstance(op, Poll):  # rank 0 asks for a snapshot after every step
+            return [(0, EVALUATE.pack(k=0))]
+        elif isinstance(op, Recv):  # done: rank 0 says nothing more is coming
+            return (0, EVALUATE.pack(k=NO_MORE))
+        else:
+            assert isinstance(op, Send)  # progress reports to rank 0
+        return None
+
+    def joins(op: Op) -> bool:
+        return isinstance(op, Allreduce) or (isinstance(op, Compute) and bool(op.buckets))
+
+    def complete(joined: dict[int, Op]) -> dict[int, object]:
+        parts = {r: gradient(r, op.params) if isinstance(op, Compute) else op.data for r, op in joined.items()}
+        total = np.sum([parts[r] for r in sorted(parts)], axis=0, dtype=np.float32)
+        return {r: Gradient(total, 0.0, 1, 0) if isinstance(op, Compute) else total.copy()
+                for r, op in joined.items()}
+
+    lockstep({r: algorithm.worker(r) for r in range(1, N + 1)}, answer, joins, complete)
     steps = set.intersection(*(set(m) for m in models.values()))
     return {s: np.array([models[r][s] for r in range(1, N + 1)]) for s in sorted(steps)}
 

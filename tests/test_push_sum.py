@@ -13,12 +13,13 @@ import pytest
 
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms import decentral
-from hpcbench.algorithms.ops import Compute, FetchAdd, Gradient, Poll, Publish, Recv, Send
+from hpcbench.algorithms.ops import Compute, FetchAdd, Gradient, Op, Poll, Publish, Recv, Send
 from hpcbench.algorithms.topology import exponential_hops, exponential_in_peer
 from hpcbench.cli import main
 from hpcbench.config import RunConfig
 from hpcbench.results.store import read_run
 from hpcbench.runtime import plan
+from lockstep import drive
 
 N, ME, STOP_AFTER = 8, 3, 20  # workers, the driven worker's rank, its iterations before the budget runs out
 
@@ -40,35 +41,35 @@ def drive_with_slow_in_peers(tau: int, algo: str = "osgp"):
     for m in range(STOP_AFTER):
         queued.setdefault(exponential_in_peer(i, m, N) + 1, []).append(m)
     absorbed, before_compute, markers = [], [], []
-    program, result, computes = program_owner.worker(ME), None, 0
-    while True:
-        try:
-            op = program.send(result)
-        except StopIteration:
-            return before_compute, absorbed, markers
-        result = None
+    computes = 0
+
+    def answer(op: Op) -> object:
+        nonlocal computes
         if isinstance(op, Compute):
             before_compute.append(set(absorbed))
             computes += 1
-            result = Gradient(np.zeros(4, np.float32), 0.0, 1, 0)
-        elif isinstance(op, FetchAdd):  # the shared budget runs out after STOP_AFTER of our steps
-            result = 0 if computes < STOP_AFTER else program_owner.ctx.budget
-        elif isinstance(op, (Poll, Recv)) and op.channel == "evaluate":
-            result = coordinator(op)
-        elif isinstance(op, Recv):
+            return Gradient(np.zeros(4, np.float32), 0.0, 1, 0)
+        if isinstance(op, FetchAdd):  # the shared budget runs out after STOP_AFTER of our steps
+            return 0 if computes < STOP_AFTER else program_owner.ctx.budget
+        if isinstance(op, (Poll, Recv)) and op.channel == "evaluate":
+            return coordinator(op)
+        if isinstance(op, Recv):
             assert op.channel == "push"
             if op.timeout == 0:
-                continue  # slow in-peers: nothing is ever there before the worker waits for it
+                return None  # slow in-peers: nothing is ever there before the worker waits for it
             if queued.get(op.src):
                 m = queued[op.src].pop(0)
                 absorbed.append(m)
-                result = (op.src, msg.pack(iteration=m, last=0, w=0.5, z=np.ones(4, np.float32)))
-            else:
-                result = (op.src, msg.pack(iteration=STOP_AFTER, last=1, w=0.0))
-        elif isinstance(op, Send) and op.channel == "push" and msg.integer(op.data, "last"):
+                return (op.src, msg.pack(iteration=m, last=0, w=0.5, z=np.ones(4, np.float32)))
+            return (op.src, msg.pack(last=1))
+        if isinstance(op, Send) and op.channel == "push" and msg.integer(op.data, "last"):
             markers.append(op.dest)
         else:
             assert isinstance(op, (Send, Publish))
+        return None
+
+    drive(program_owner.worker(ME), answer)
+    return before_compute, absorbed, markers
 
 
 def coordinator(op: Poll | Recv) -> object:
@@ -98,35 +99,34 @@ def test_a_message_that_lands_between_two_probes_is_still_taken_in_order():
     msg = owner.message
     on_the_way: list[int] = []  # iterations the in-peer has sent (one behind us), not yet received
     absorbed, computes, probes_since_compute = [], 0, 0
-    program, result = owner.worker(me), None
-    while True:
-        try:
-            op = program.send(result)
-        except StopIteration:
-            break
-        result = None
+
+    def answer(op: Op) -> object:
+        nonlocal computes, probes_since_compute
         if isinstance(op, Compute):
             if computes:
                 on_the_way.append(computes - 1)
             computes, probes_since_compute = computes + 1, 0
-            result = Gradient(np.zeros(4, np.float32), 0.0, 1, 0)
-        elif isinstance(op, FetchAdd):
-            result = 0 if computes < stop else owner.ctx.budget
+            return Gradient(np.zeros(4, np.float32), 0.0, 1, 0)
+        if isinstance(op, FetchAdd):
             if computes == stop and stop - 1 not in on_the_way + absorbed:
                 on_the_way.append(stop - 1)  # the in-peer's last one
-        elif isinstance(op, (Poll, Recv)) and op.channel == "evaluate":
-            result = coordinator(op)
-        elif isinstance(op, Recv):
+            return 0 if computes < stop else owner.ctx.budget
+        if isinstance(op, (Poll, Recv)) and op.channel == "evaluate":
+            return coordinator(op)
+        if isinstance(op, Recv):
             probes_since_compute += 1
             if op.timeout == 0 and probes_since_compute == 1:
-                continue  # not there yet: it lands just after this probe
+                return None  # not there yet: it lands just after this probe
             if on_the_way:
                 absorbed.append(on_the_way.pop(0))
-                result = (peer, msg.pack(iteration=absorbed[-1], last=0, w=0.5, z=np.ones(4, np.float32)))
-            elif op.timeout is None:
-                result = (peer, msg.pack(iteration=stop, last=1, w=0.0))
-        else:
-            assert isinstance(op, (Send, Publish))
+                return (peer, msg.pack(iteration=absorbed[-1], last=0, w=0.5, z=np.ones(4, np.float32)))
+            if op.timeout is None:
+                return (peer, msg.pack(last=1))
+            return None
+        assert isinstance(op, (Send, Publish))
+        return None
+
+    drive(owner.worker(me), answer)
     assert absorbed == list(range(stop))
 
 

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.algorithms.ops import Evaluate, Progress, Publish, Record, Recv, Send
+from hpcbench.algorithms.ops import Evaluate, Op, Progress, Publish, Record, Recv, Send
 from hpcbench.algorithms.ps import GapOptions
 from hpcbench.algorithms.rules import ServerRule, gap_divisor
 from hpcbench.config import RunConfig
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime import plan
+from lockstep import drive
 
 D, WORKERS, LR, BETA, EPS = 6, 3, 0.1, 0.9, 1e-8
 
@@ -36,27 +37,28 @@ def drive_server(name, arrivals, momentum=0.0, nesterov=False, wd=0.0, history=0
     published = {0: frame.view(algo.layout().windows["params"].initial, "params").copy()}
     version, logs, queue = 0, {"updates": [], "late": [], "echoes": []}, list(arrivals)
     queue += [(w, 0, np.zeros(D, np.float32)) for w in range(1, WORKERS + 1)]  # answered with "stop"
-    program, result, used = algo.server(), None, 0
-    while True:
-        try:
-            op = program.send(result)
-        except StopIteration:
-            return x0, published, logs
-        result = None
+    used = 0
+
+    def answer(op: Op) -> object:
+        nonlocal version, used
         if isinstance(op, Recv) and op.channel == "echo":  # the worker sends back what it read
             logs["echoes"].append((op.src, used))
-            result = (op.src, frame.pack(version=used, params=published[used], check=used))
-        elif isinstance(op, Recv):
+            return (op.src, frame.pack(version=used, params=published[used], check=used))
+        if isinstance(op, Recv):
             worker, staleness, grad = queue.pop(0)
             used = max(version - staleness, 0)
-            result = (worker, algo.grad_frame.pack(version=used, grad=grad))
-        elif isinstance(op, Publish):
+            return (worker, algo.grad_frame.pack(version=used, grad=grad))
+        if isinstance(op, Publish):
             version = frame.integer(op.data, "version")
             published[version] = frame.view(op.data, "params").copy()
         elif isinstance(op, Record):
             logs[op.table].append(op.values)
         else:
             assert isinstance(op, (Send, Evaluate, Progress))
+        return None
+
+    drive(algo.server(), answer)
+    return x0, published, logs
 
 
 def naive_server(name, x0, arrivals, momentum=0.0, nesterov=False, wd=0.0):
@@ -297,17 +299,18 @@ def test_an_echo_of_another_version_than_the_gradient_used_ends_the_run():
     cfg = RunConfig(algo="ga-asgd", steps=4, lr=LR, warmup_epochs=0.0, options={"ga-asgd": {"history": 1}})
     algo_cls = ALGORITHMS.get("ga-asgd")
     algo = algo_cls(plan.make_context(cfg, algo_cls, WORKERS, np.zeros(D, np.float32), train_size=10**9))
-    program, result, version = algo.server(), None, 0
     grads = iter([(1, 0), (2, 0)])  # worker 2 computed on version 0, which a ring of 1 no longer holds
+
+    def answer(op: Op) -> object:
+        if isinstance(op, Recv) and op.channel == "echo":  # answers with version 1 instead of 0
+            return (op.src, algo.params_frame.pack(version=1, params=np.zeros(D, np.float32), check=1))
+        if isinstance(op, Recv):
+            worker, used = next(grads)
+            return (worker, algo.grad_frame.pack(version=used, grad=np.ones(D, np.float32)))
+        return None
+
     with pytest.raises(RuntimeFailure) as wrong:
-        while True:
-            op = program.send(result)
-            result = None
-            if isinstance(op, Recv) and op.channel == "echo":  # answers with version 1 instead of 0
-                result = (op.src, algo.params_frame.pack(version=1, params=np.zeros(D, np.float32), check=1))
-            elif isinstance(op, Recv):
-                worker, used = next(grads)
-                result = (worker, algo.grad_frame.pack(version=used, grad=np.ones(D, np.float32)))
+        drive(algo.server(), answer)
     assert str(wrong.value) == "rank 2 echoed version 1, but its gradient was computed on 0"
 
 

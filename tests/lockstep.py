@@ -1,0 +1,58 @@
+"""Driving real programs by hand: the test answers every operation a program yields.
+
+``drive`` runs one program (a worker whose peers the test plays, or rank 0 fed arrivals the test
+chooses); ``lockstep`` runs several, each until it joins a collective, then completes the
+collective for all of them. A program that never ends fails the test after ``MAX_OPS`` operations
+instead of hanging it. (To run the programs on the simulator with an analytic gradient instead, see
+``tests/quadratic.py``.)
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from hpcbench.algorithms.api import Program
+from hpcbench.algorithms.ops import Op
+
+MAX_OPS = 100_000
+
+
+def drive(program: Program, answer: Callable[[Op], Any], max_ops: int = MAX_OPS) -> int:
+    """Run ``program`` to its end, sending back ``answer(op)`` for each operation (None for one that
+    returns nothing). → the number of operations it yielded."""
+    result = None
+    for count in range(max_ops):
+        try:
+            op = program.send(result)
+        except StopIteration:
+            return count
+        result = answer(op)
+    raise AssertionError(f"a program yielded {max_ops} operations without ending")
+
+
+def lockstep(programs: dict[int, Program], answer: Callable[[int, Op], Any], joins: Callable[[Op], bool],
+             complete: Callable[[dict[int, Op]], dict[int, Any]], max_ops: int = MAX_OPS) -> None:
+    """Run every rank's program until it yields an operation that ``joins`` a collective (or ends), then
+    hand each rank in the collective its part of ``complete({rank: op})``; every other operation is
+    answered by ``answer(rank, op)``. Every rank still running must join each collective."""
+    results: dict[int, Any] = {r: None for r in programs}
+    running = dict(programs)
+    for _ in range(max_ops):
+        if not running:
+            return
+        joined: dict[int, Op] = {}
+        for rank, program in list(running.items()):
+            while True:
+                try:
+                    op = program.send(results[rank])
+                except StopIteration:
+                    del running[rank]
+                    break
+                results[rank] = None
+                if joins(op):
+                    joined[rank] = op
+                    break
+                results[rank] = answer(rank, op)
+        if joined:
+            assert sorted(joined) == sorted(running), "a rank skipped a collective"
+            results.update(complete(joined))
+    raise AssertionError(f"programs ran {max_ops} collectives without ending")
