@@ -79,8 +79,10 @@ def test_an_algorithm_that_does_not_say_whether_it_is_asynchronous_is_not_regist
     class Forgetful(Algorithm):  # a synchronous method that forgot to say so would lose lr_scaling
         name, summary, family = "forgetful", "forgot", SYNCHRONOUS
 
-    with pytest.raises(TypeError, match="Forgetful must say whether it is asynchronous"):
+    with pytest.raises(TypeError) as refused:
         register(Forgetful)
+    assert str(refused.value) == ("Forgetful must say whether it is asynchronous (asynchronous = True or False): "
+                                  "it decides the budget's split and whether lr_scaling applies")
     assert "forgetful" not in ALGORITHMS.names()
     assert {name: ALGORITHMS.get(name).asynchronous for name in ALGORITHMS.names()} == {
         "allreduce": False, "asgd": True, "sa-asgd": True, "ga-asgd": True, "dana": True, "dana-ga": True,
