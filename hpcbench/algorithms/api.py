@@ -18,6 +18,11 @@ Sub = Generator[Op, Any, T]
 Role = Literal["server", "workers"]
 
 
+def role_of(rank: int) -> Role:
+    """Rank 0 is the server (or coordinator); every other rank a worker."""
+    return "server" if rank == 0 else "workers"
+
+
 @dataclass(frozen=True)
 class WindowSpec:
     """An RMA window on rank 0 (``server``) or on every worker (``workers``).

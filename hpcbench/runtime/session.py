@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpcbench.algorithms.api import Layout, Program
+from hpcbench.algorithms.api import Layout, Program, role_of
 from hpcbench.comm.transport import Cluster
 from hpcbench.errors import (HpcbenchError, PeerFailure, ResultWriteError, UsageError, WaitTimeout, error_line,
                              failure_status)
@@ -53,7 +53,7 @@ def open_layout(comm: Cluster, layout: Layout, workers: int) -> None:
     """Collective, in name order so every rank creates the same windows and tags."""
     for name in sorted(layout.windows):
         spec = layout.windows[name]
-        owned = (spec.owner == "server") == (comm.rank == 0)
+        owned = spec.owner == role_of(comm.rank)
         comm.open_window(name, spec.nbytes, owned, accumulated=spec.mode == "accumulate")
         if owned and spec.initial is not None:
             comm.publish(name, spec.initial)

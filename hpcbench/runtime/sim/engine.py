@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hpcbench.algorithms.api import Algorithm, Layout
+from hpcbench.algorithms.api import Algorithm, Layout, role_of
 from hpcbench.algorithms.buckets import FLOAT_BYTES, overlapped_end, ready_fractions
 from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, FetchAdd,
                                      Gradient, Poll, Progress, Publish, Read, Record, Recv, Send, Timestamp, WATCHED,
@@ -54,10 +54,6 @@ class Pending:
 
 # (rank, params) → the gradient now, or one that will be computed when needed
 GradientFn = Callable[[int, np.ndarray], "Gradient | Pending"]
-
-
-def role(rank: int) -> str:
-    return "server" if rank == 0 else "workers"
 
 
 class Engine:
@@ -305,9 +301,13 @@ class Engine:
         next_target()
         return BLOCKED
 
+    def addable(self, window: str) -> None:
+        """An add only into a window its layout declares "accumulate" (as the MPI transport requires)."""
+        if window not in self.accumulated:
+            raise undeclared_add(window)
+
     def accumulate(self, rank: int, op: Accumulate) -> object:
-        if op.window not in self.accumulated:
-            raise undeclared_add(op.window)
+        self.addable(op.window)
         parts = tuple((offset, array.copy()) for offset, array in op.parts)
         nbytes = sum(a.nbytes for _, a in parts)
         key, start = (op.window, op.rank), self.now
@@ -332,8 +332,7 @@ class Engine:
 
     def fetch_add(self, rank: int, op: FetchAdd) -> object:
         """The add happens when the request reaches the target; the old value travels back."""
-        if op.window not in self.accumulated:
-            raise undeclared_add(op.window)
+        self.addable(op.window)
         counter = self.windows[(op.window, op.rank)][:8].view(np.int64)
         start = self.now
 
@@ -355,7 +354,7 @@ class Engine:
         spec = self.channels[op.channel]
         if data.nbytes != spec.nbytes:
             raise undeclared_size(op.channel, data.nbytes, spec.nbytes)
-        if (role(rank), role(op.dest)) != (spec.sender, spec.to):
+        if (role_of(rank), role_of(op.dest)) != (spec.sender, spec.to):
             raise RuntimeFailure(f"a {op.channel!r} message from rank {rank} to rank {op.dest}, where its layout "
                                  f"declares it from the {spec.sender} to the {spec.to}")
         self.transfer(rank, op.dest, data.nbytes, self.now, partial(self.deliver, op.channel, op.dest, rank, data))
