@@ -12,13 +12,15 @@ from quadratic import X0, run_quadratic
 LR, H, STEPS, WORKERS = 0.05, 0.8, 12, 4
 
 
-def heavy_ball(steps: int, momentum: float, nesterov: bool = False) -> np.ndarray:
-    x, buf = X0.astype(np.float64), np.zeros(X0.size)
+def heavy_ball(steps: int, momentum: float, nesterov: bool = False) -> list[np.ndarray]:
+    """x_0 … x_steps: the points a worker takes its gradients at, then where it ends."""
+    x, buf, points = X0.astype(np.float64), np.zeros(X0.size), [X0.astype(np.float64)]
     for _ in range(steps):
         g = H * x
         buf = momentum * buf + g
         x = x - LR * (g + momentum * buf if nesterov else buf)
-    return x
+        points.append(x)
+    return points
 
 
 @pytest.mark.parametrize("name, options", [
@@ -29,17 +31,7 @@ def test_identical_workers_follow_one_workers_momentum_sgd(name, options, moment
     ran = run_quadratic(name, WORKERS, STEPS, options, lr=LR, curvature=lambda rank: H, momentum=momentum,
                         nesterov=nesterov)
     assert set(ran.steps.values()) == {STEPS}
-    np.testing.assert_allclose(ran.last, heavy_ball(STEPS, momentum, nesterov), rtol=2e-5, atol=1e-7)
-
-
-def trajectory(steps: int, momentum: float) -> list[np.ndarray]:
-    """The points heavy ball takes its gradients at: x_0 … x_{steps−1}."""
-    x, buf, points = X0.astype(np.float64), np.zeros(X0.size), []
-    for _ in range(steps):
-        points.append(x)
-        buf = momentum * buf + H * x
-        x = x - LR * buf
-    return points
+    np.testing.assert_allclose(ran.last, heavy_ball(STEPS, momentum, nesterov)[-1], rtol=2e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("name, workers", [("allreduce", 2), ("local-sgd", 2), ("sgp", 2), ("asgd", 1),
@@ -54,7 +46,7 @@ def test_rank0_shows_the_training_loss_and_accuracy_the_workers_measured(name, w
     shown: list = []
     ran = run_quadratic(name, workers, STEPS, {}, lr=LR, curvature=lambda rank: H, momentum=0.0, evals=evals,
                         progress=shown)
-    points = trajectory(STEPS, 0.0)
+    points = heavy_ball(STEPS, 0.0)[:-1]
     losses = [0.5 * H * float(x @ x) for x in points]
     right = [1.0 if float(x @ x) < 4 else 0.0 for x in points]
     assert right[0] == 0.0 and right[-1] == 1.0  # the accuracy changes during the run
