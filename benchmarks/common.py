@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hpcbench.results.schema import RunRecord
 from hpcbench.results.store import read_run
-from hpcbench.runtime.launch import launch_env, mpi_command
+from hpcbench.launch.local import launch_env, mpi_command
 
 
 def real(world: int, args: list[str], out: Path, timeout: float = 1800) -> RunRecord:

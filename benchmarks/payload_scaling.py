@@ -19,7 +19,7 @@ from tabulate import tabulate
 from common import fmt
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.results.store import read_run
-from hpcbench.runtime.launch import launch_env, mpi_command
+from hpcbench.launch.local import launch_env, mpi_command
 
 
 def real(world: int, args: list[str], out: Path, timeout: float) -> tuple[float, str, object]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from hpcbench.results.store import read_run
-from hpcbench.runtime.launch import launch_env, mpi_command, mpiexec_path
+from hpcbench.launch.local import launch_env, mpi_command, mpiexec_path
 
 HERE = Path(__file__).parent
 

@@ -25,7 +25,7 @@ from tabulate import tabulate
 from common import fmt
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.results.store import read_run
-from hpcbench.runtime.emulated import cluster, real_and_simulated, resimulated, simulate_like
+from hpcbench.launch.emulated import cluster, real_and_simulated, resimulated, simulate_like
 from hpcbench.runtime.sim.models import link_bandwidth
 
 

@@ -11,78 +11,13 @@ from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 from hpcbench import __version__
 from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
-from hpcbench.runtime.launch import env_rank
+from hpcbench.launch.arguments import Parser, add_run_flags, add_run_options, add_sim_flags, configs_from_args
+from hpcbench.launch.local import env_rank
 
 if TYPE_CHECKING:
     from hpcbench.results.schema import RunRecord
     from hpcbench.runtime.plan import Plan
     from hpcbench.runtime.sim.models import SimConfig
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse that reports a bad command line as one line (printed by rank 0 only)."""
-
-    def error(self, message: str) -> NoReturn:
-        if env_rank() == 0:
-            print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def add_run_flags(p: argparse.ArgumentParser, prefix: str = "", grid: bool = False) -> list[tuple[str, str]]:
-    """The run flags ``run`` and ``sweep`` share (``prefix`` starts each help text); → (flag, attribute)
-    of each, for passing them on. ``grid``: without --lr and --momentum (``tune`` takes lists there)."""
-    from hpcbench.workload.datasets import DATASETS
-    from hpcbench.workload.models import MODELS
-
-    budget = p.add_mutually_exclusive_group()
-    added = [
-        p.add_argument("--model", help=f"{prefix}{' | '.join(MODELS.names())} (default {RunConfig.model})"),
-        p.add_argument("--dataset", help=f"{prefix}{' | '.join(DATASETS.names())} (default {RunConfig.dataset})"),
-        p.add_argument("--data-dir", help=f"{prefix}directory of the cifar10 python pickle batches"),
-        budget.add_argument("--steps", type=int, help=f"{prefix}steps per worker (default 100)"),
-        budget.add_argument("--epochs", type=float, help=f"{prefix}passes over the training set, over all workers"),
-        p.add_argument("--batch-size", type=int, help=f"{prefix}samples per worker step (default 32)"),
-        *(() if grid else (
-            p.add_argument("--lr", type=float, help=f"{prefix}learning rate of the single-worker recipe (default 0.05)"),
-            p.add_argument("--momentum", type=float, help=f"{prefix}momentum (default 0)"))),
-        p.add_argument("--stragglers", help=f"{prefix}FRACTION:FACTOR, e.g. 0.25:3 slows a quarter of the workers 3x"),
-        p.add_argument("--compute", help=f"{prefix}gamma:shape=K,mean=SECONDS per batch: the simulator's compute "
-                       "model, and --model payload's (default gamma:shape=100,mean=0.05)"),
-    ]
-    return [(a.option_strings[0], a.dest) for a in added]
-
-
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--algo", help="algorithm (see `hpcbench list`)")
-    add_run_flags(p)
-    p.add_argument("--seed", type=int, help="seed for model init, shards and algorithm randomness (default 0)")
-    p.add_argument("--config", help="TOML file of options; [ALGO] tables hold algorithm options")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override any option, e.g. --set weight_decay=1e-4 --set ga-asgd.beta=0.99")
-    p.add_argument("--out", help="result file (default results/<algo>-<dataset>-...-<time>-<id>.h5)")
-    p.add_argument("--overwrite", action="store_true", default=None,
-                   help="replace the result file at --out if there is one (regular files only)")
-
-
-FLAG_KEYS = ("algo", "model", "dataset", "data_dir", "steps", "epochs", "batch_size", "lr", "momentum", "seed",
-             "stragglers", "out", "overwrite")
-SIM_FLAG_KEYS = ("workers", "numerics", "compute", "network", "pauses", "heterogeneity")
-
-
-def configs_from_args(args: argparse.Namespace) -> tuple[RunConfig, SimConfig]:
-    """(RunConfig, SimConfig) from the command line."""
-    from hpcbench.algorithms import ALGORITHMS
-    from hpcbench.config import build_options, environment_sets, from_sources
-    from hpcbench.runtime.sim.models import SimConfig, flag_values
-
-    sim_flags = flag_values(**{k: getattr(args, k, None) for k in SIM_FLAG_KEYS})
-    sets = environment_sets(os.environ) + list(args.set)  # --set beats the environment
-    cfg, sim = from_sources(args.config, {k: getattr(args, k, None) for k in FLAG_KEYS}, sets,
-                            ALGORITHMS.names(), sim_flags)
-    if args.compute and args.command != "simulate" and cfg.model != "payload":
-        raise UsageError(f"--compute models the compute of --model payload (model {cfg.model!r} computes for "
-                         "real); use it with --model payload, or with simulate")
-    return cfg, build_options(SimConfig, sim, "sim.")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -93,15 +28,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         return dry_run(plan.validate(cfg), args.workers)
     if args.workers is not None:
         raise UsageError("--workers goes with --dry-run; a run's workers are its world size minus 1")
-    from hpcbench.runtime.session import run_mpi
+    from hpcbench.runtime.mpi.session import run_mpi
 
     return run_mpi(plan.validate(cfg))
 
 
 def dry_run(validated: Plan, workers: int | None) -> int:
     """Print the resolved configuration on rank 0 and exit, without starting MPI."""
-    from hpcbench.runtime.launch import env_size
-    from hpcbench.runtime.record import dry_run_text
+    from hpcbench.launch.local import env_size
+    from hpcbench.runtime.output import dry_run_text
 
     size = env_size()
     if workers is None:
@@ -234,7 +169,7 @@ def print_report(files: Sequence[str | Path]) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from hpcbench.runtime.study import demo
+    from hpcbench.launch.study import demo
 
     files, failures = demo(args.out_dir, args.ranks, args.steps, args.timeout)
     print_report(files)
@@ -244,18 +179,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 
-def passed_on(args: argparse.Namespace) -> list[str]:
-    """The run options a study command (``sweep``, ``tune``) gives every run: config file, flags, ``--set``."""
-    return (["--config", str(Path(args.config).resolve())] if args.config else []) + \
-        [a for flag, key in args.run_flags if getattr(args, key) is not None for a in (flag, str(getattr(args, key)))] + \
-        [a for item in args.set for a in ("--set", item)]
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
     from hpcbench.results.paths import check_study_dir
     from hpcbench.runtime import plan
-    from hpcbench.runtime.launch import emulated_nodes
-    from hpcbench.runtime.study import parse_ranks, run_local
+    from hpcbench.launch.local import emulated_nodes
+    from hpcbench.launch.study import parse_ranks, run_local
     from hpcbench.slurm import sweep
 
     if args.resubmit_failed:
@@ -263,8 +191,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not args.algos or not args.out_dir:
         raise UsageError("sweep needs --algos and --out-dir (or --resubmit-failed STUDY_DIR)")
     algos = sweep.parse_algos(args.algos)
-    base_args = passed_on(args)
     cfg, _ = configs_from_args(args)
+    base_args = cfg.to_argv()
     for a in algos:  # refuse a bad study before writing or submitting anything
         plan.validate(cfg.with_updates(algo=a))
     if args.emulated and not args.local:
@@ -274,7 +202,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir).resolve()
     check_study_dir(out_dir, args.resume)
     if args.local:
-        files, failures = run_local(algos, parse_ranks(args.ranks), base_args, str(out_dir), args.timeout,
+        files, failures = run_local(algos, parse_ranks(args.ranks), cfg, str(out_dir), args.timeout,
                                     args.repeats, emulated=args.emulated)
         print_report(files)
         return 1 if failures else 0
@@ -338,7 +266,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from hpcbench.config import RUN_KEYS
+    from hpcbench.config import RUN_KEYS, table_argv
     from hpcbench.runtime import plan
     from hpcbench.runtime.sim.models import SimConfig
     from hpcbench.slurm.sweep import parse_algos
@@ -355,8 +283,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
                       parse_floats(args.warmup_epochs, "--warmup-epochs") if args.warmup_epochs else (),
                       parse_decays(args.lr_decay_epochs) if args.lr_decay_epochs else (),
                       [x for x in args.lr_scaling.split(",") if x] if args.lr_scaling else ())
-    run_args = passed_on(args) + [a for key in ("network", "heterogeneity", "pauses") if getattr(args, key) is not None
-                                  for a in (f"--{key}", str(getattr(args, key)))]
     # The shared options as ``simulate`` or ``run`` would read them (the grid's own flags left out).
     shared = argparse.Namespace(**{**vars(args), "lr": None, "momentum": None, "seed": None, "algo": None,
                                    "out": None, "overwrite": None, "workers": None,
@@ -365,7 +291,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     held_out = cfg.val_fraction == 0  # tune chooses on the validation split: hold one out unless given
     if held_out:
         cfg = cfg.with_updates(val_fraction=0.1)
-        run_args += ["--set", "val_fraction=0.1"]
     for a in algos:  # refuse a bad grid before running anything
         for st in settings:
             plan.validate(cfg.with_updates(algo=a, **{k: tuple(v) if isinstance(v, list) else v
@@ -381,6 +306,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if held_out:
         print("tune: holding out 10% of the training set as the validation split (val_fraction=0.1)")
     grid = Grid(tuple(algos), tuple(workers), tuple(settings), tuple(seeds))
+    run_args = cfg.to_argv() + table_argv("sim", sim, SimConfig(workers=sim.workers))
     return tune(grid, run_args, base, cfg.options, sim_values, args.out_dir, args.mode, jobs, args.timeout)
 
 
@@ -410,11 +336,7 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("simulate", help="the same algorithms on a virtual cluster of 1 to 4096 workers")
     add_run_options(p)
-    p.add_argument("--workers", type=int, help="virtual workers (default 8)")
-    p.add_argument("--numerics", choices=("on", "off"), help="real model math (on, default) or timing only")
-    p.add_argument("--network", help="alpha=SECONDS,bandwidth=BYTES_PER_S (default alpha=5e-6,bandwidth=1.25e9)")
-    p.add_argument("--heterogeneity", type=float, help="coefficient of variation of per-worker speeds (default 0)")
-    p.add_argument("--pauses", help="PROB:SECONDS transient pauses per step (default none)")
+    add_sim_flags(p)
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("sweep", help="a scaling study: Slurm jobs per scale point and algorithm, or --local")

@@ -146,6 +146,15 @@ class RunConfig:
     def with_updates(self, **changes: Any) -> "RunConfig":
         return dataclasses.replace(self, **changes)
 
+    def to_argv(self) -> list[str]:
+        """The command-line options (``--set KEY=VALUE``, TOML literals) that give this configuration
+        back, every value that differs from its default: what crosses a process boundary."""
+        out = [f"{f.name}={set_literal(argv_value(getattr(self, f.name)))}" for f in dataclasses.fields(self)
+               if f.name != "options" and getattr(self, f.name) != f.default]
+        out += [f"{table}.{key}={set_literal(value)}" for table, values in self.options.items()
+                for key, value in values.items()]
+        return [a for item in out for a in ("--set", item)]
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["lr_decay_epochs"] = list(self.lr_decay_epochs)
@@ -153,6 +162,25 @@ class RunConfig:
         d["fault"] = str(self.fault)
         d["options"] = {k: dict(v) for k, v in self.options.items()}
         return d
+
+
+def argv_value(value: Any) -> Any:
+    """A run setting as ``--set`` spells it: stragglers and faults by their text, the rest as they are."""
+    return str(value) if isinstance(value, (Stragglers, Fault)) else value
+
+
+def set_literal(value: Any) -> str:
+    """``value`` as ``--set`` reads it back: text bare where it reads back as itself (``model=cnn``),
+    everything else as a TOML literal."""
+    if isinstance(value, str) and value and parse_set_value(value) == value:
+        return value
+    return toml_literal(value)
+
+
+def table_argv(table: str, options: Any, defaults: Any) -> list[str]:
+    """``--set TABLE.KEY=VALUE`` for every field of the ``options`` dataclass that differs from ``defaults``."""
+    return [a for f in dataclasses.fields(options) if getattr(options, f.name) != getattr(defaults, f.name)
+            for a in ("--set", f"{table}.{f.name}={set_literal(getattr(options, f.name))}")]
 
 
 MAX_VAL_FRACTION = 0.5

@@ -67,8 +67,8 @@ def listing() -> str:
 def environment() -> str:
     import torch
 
-    from hpcbench.runtime.launch import mpiexec_path
-    from hpcbench.runtime.placement import cpu_count
+    from hpcbench.launch.local import mpiexec_path
+    from hpcbench.runtime.threads import cpu_count
     from hpcbench.runtime.provenance import SLURM_IDS, git_state, progress_mode
 
     rows = [

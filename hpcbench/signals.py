@@ -9,6 +9,7 @@ section ends, so nothing is left half done for another rank to wait on.
 from __future__ import annotations
 
 import signal
+import threading
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any, Iterator
@@ -55,6 +56,11 @@ def deferring() -> bool:
 
 @contextmanager
 def _handled_by(handler: Any) -> Iterator[None]:
+    """Within: ``handler`` for every stop signal. Off the main thread (a rank of the loopback cluster,
+    where signals reach the process, not the rank) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.runtime.launch import launch_env, mpi_command, mpiexec_path
+from hpcbench.launch.local import launch_env, mpi_command, mpiexec_path
 
 MPI_TIMEOUT_S = 150
 

@@ -194,7 +194,7 @@ def test_the_simulator_refuses_non_finite_cluster_parameters(tmp_path, capsys):
 
 
 def test_a_sweep_across_emulated_nodes_needs_local_and_a_cluster_that_is_up(tmp_path, capsys, monkeypatch):
-    from hpcbench.runtime import launch
+    from hpcbench.launch import local as launch
 
     monkeypatch.setattr(launch, "EMULATED_STATE", tmp_path / "no-cluster")
     study = ["sweep", "--algos", "asgd", "--steps", "5", "--out-dir", str(tmp_path / "study")]

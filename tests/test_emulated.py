@@ -15,8 +15,8 @@ import pytest
 
 from conftest import requires_mpi
 from hpcbench.results.store import read_run
-from hpcbench.runtime.launch import EMULATED_STATE, launch_env, mpi_command, mpiexec_path
-from hpcbench.runtime.placement import gpu_index
+from hpcbench.launch.local import EMULATED_STATE, launch_env, mpi_command, mpiexec_path
+from hpcbench.runtime.mpi.placement import gpu_index
 
 pytestmark = [requires_mpi, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parent.parent

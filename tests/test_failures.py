@@ -17,7 +17,7 @@ import pytest
 from conftest import cli, mpirun, requires_mpi
 from hpcbench.errors import PeerFailure, Stopped, UsageError, WaitTimeout, error_line, failure_status
 from hpcbench.results.store import read_run, result_status, write_run
-from hpcbench.runtime.launch import launch_env, mpi_command
+from hpcbench.launch.local import launch_env, mpi_command
 
 RANKS = 3
 
@@ -220,7 +220,7 @@ def test_a_stop_or_kill_fault_waits_until_no_lock_is_held(monkeypatch, kind):
     # MPI, where no heartbeat runs: the healthy worker would then name rank 0, not the stopped rank.
     # The injected fault stops a rank between operations, as its documentation says.
     from hpcbench.config import Fault
-    from hpcbench.runtime import faults
+    from hpcbench.runtime.mpi import faults
     from hpcbench.signals import stops_deferred
     sent: list[int] = []
     monkeypatch.setattr(faults.os, "kill", lambda pid, sig: sent.append(sig))

@@ -19,7 +19,8 @@ def module_name(path: Path) -> str:
 
 def imports_of(source: str, module: str) -> set[str]:
     """Every module named by an import statement anywhere in `source` (absolute names; relative
-    imports resolved against `module`)."""
+    imports resolved against `module`); ``from P import x`` names P and P.x, either of which may be
+    a module."""
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -69,17 +70,142 @@ def package_graph() -> dict[str, set[str]]:
             for p in PACKAGE.rglob("*.py")}
 
 
+# The layers, lowest first: a module imports only from its own layer and those below. The run path
+# reads top to bottom: the shared core of a run, then its two drivers (which never import each
+# other), then what launches runs, then the studies, then the commands.
+LAYERS = (
+    ("hpcbench", "hpcbench.errors", "hpcbench.registry", "hpcbench.signals"),
+    ("hpcbench.algorithms", "hpcbench.results", "hpcbench.workload", "hpcbench.telemetry", "hpcbench.comm"),
+    ("hpcbench.config", "hpcbench.report"),
+    ("hpcbench.runtime",),
+    ("hpcbench.runtime.mpi", "hpcbench.runtime.sim"),
+    ("hpcbench.launch", "hpcbench.slurm"),
+    ("hpcbench.tuning", "hpcbench.reproduce"),
+    ("hpcbench.listing", "hpcbench.cli", "hpcbench.__main__"),
+)
+SIBLINGS = ("hpcbench.runtime.mpi", "hpcbench.runtime.sim")  # the two drivers share only the core
+
+
+def part_of(module: str) -> str:
+    """The layer entry a module belongs to: the longest one it is within ("" for none)."""
+    return max((p for layer in LAYERS for p in layer if within(module, p) or (p == "hpcbench" and module == p)),
+               key=len, default="")
+
+
+def layer_of(module: str) -> int:
+    part = part_of(module)
+    return next(i for i, layer in enumerate(LAYERS) if part in layer)
+
+
+def module_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Module → the package modules it imports: ``from P import x`` counts as importing P.x when that
+    is a module, else P; a module's own parent packages (loaded first by Python whatever it imports)
+    are left out."""
+    edges = {}
+    for module, names in graph.items():
+        found = set()
+        for name in names:
+            while name and name not in graph:
+                name = name.rpartition(".")[0]
+            if name and name != module and not within(module, name):
+                found.add(name)
+        edges[module] = {n for n in found if not any(within(m, n) and m != n for m in found)
+                         or n == "hpcbench"}
+    return edges
+
+
+def layering(graph: dict[str, set[str]]) -> list[str]:
+    """Imports up the layers and between the two drivers, one line each."""
+    out = []
+    for module, names in sorted(module_edges(graph).items()):
+        for name in sorted(names):
+            if layer_of(name) > layer_of(module):
+                out.append(f"{module} imports {name}: up the layers ({part_of(module)} is below {part_of(name)})")
+            elif {part_of(module), part_of(name)} == set(SIBLINGS):
+                out.append(f"{module} imports {name}: the MPI session and the simulator share only the core")
+    return out
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Sets of modules that import each other, directly or through others (Tarjan's components)."""
+    edges = module_edges(graph)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
 def test_the_package_keeps_its_import_rules():
     graph = package_graph()
     assert len(graph) > 40 and "hpcbench.algorithms.ps" in graph
     assert violations(graph) == []
 
 
+def test_every_module_has_a_layer_and_no_import_goes_up_or_round():
+    graph = package_graph()
+    assert [m for m in graph if not part_of(m)] == []
+    assert layering(graph) == []
+    assert cycles(graph) == []
+
+
+def test_an_import_up_the_layers_or_between_the_drivers_is_found():
+    graph = {
+        "hpcbench.runtime.plan": imports_of("from hpcbench.runtime.sim.models import SimConfig", "hpcbench.runtime.plan"),
+        "hpcbench.runtime.sim.models": set(),
+        "hpcbench.runtime.sim.session": imports_of("from ..mpi import session", "hpcbench.runtime.sim.session"),
+        "hpcbench.runtime.mpi.session": set(),
+        "hpcbench.runtime.mpi": set(),
+        "hpcbench.runtime": set(),
+    }
+    assert layering(graph) == [
+        "hpcbench.runtime.plan imports hpcbench.runtime.sim.models: up the layers (hpcbench.runtime is below "
+        "hpcbench.runtime.sim)",
+        "hpcbench.runtime.sim.session imports hpcbench.runtime.mpi.session: the MPI session and the simulator "
+        "share only the core",
+    ]
+
+
+def test_a_cycle_is_found_but_a_package_importing_its_own_modules_is_not_one():
+    graph = {
+        "hpcbench.cli": imports_of("from hpcbench.tuning import execute", "hpcbench.cli"),
+        "hpcbench.tuning": set(),
+        "hpcbench.tuning.execute": imports_of("def f():\n    from hpcbench.cli import main\n", "hpcbench.tuning.execute"),
+        "hpcbench.algorithms": imports_of("from hpcbench.algorithms import ps", "hpcbench.algorithms"),
+        "hpcbench.algorithms.ps": imports_of("from hpcbench.algorithms import decentral", "hpcbench.algorithms.ps"),
+        "hpcbench.algorithms.decentral": set(),
+    }
+    assert cycles(graph) == [["hpcbench.cli", "hpcbench.tuning.execute"]]
+
+
 @pytest.mark.parametrize("module, source, rule", [
     ("hpcbench.algorithms.ps", "import torch", "algorithms stay pure"),
     ("hpcbench.algorithms.ps", "def f():\n    import time\n", "algorithms stay pure"),
     ("hpcbench.algorithms.ps", "from random import random", "algorithms stay pure"),
-    ("hpcbench.runtime.session", "from mpi4py import MPI", "only comm/ touches mpi4py"),
+    ("hpcbench.runtime.mpi.session", "from mpi4py import MPI", "only comm/ touches mpi4py"),
     ("hpcbench.report.tables", "import h5py", "only results/ touches h5py"),
     ("hpcbench.report.tables", "from ..runtime import study", "report/ reads files"),
     ("hpcbench.report.tables", "from hpcbench.comm.mpi import MpiComm", "report/ reads files"),

@@ -19,12 +19,13 @@ from hpcbench.comm.loopback import Loopback
 from hpcbench.config import RunConfig
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime.assemble import assemble
-from hpcbench.runtime.mpi_driver import MpiDriver
+from hpcbench.runtime.mpi.driver import MpiDriver
 from hpcbench.runtime.plan import make_context, validate
-from hpcbench.runtime.session import open_layout
+from hpcbench.runtime.mpi.session import open_layout
 from hpcbench.runtime.sim.engine import Engine
 from hpcbench.runtime.logs import RunLogs
-from hpcbench.runtime.sim.models import ComputeModel, SimConfig
+from hpcbench.runtime.sim.models import SimConfig
+from hpcbench.workload.compute import ComputeModel
 from hpcbench.runtime.sim.session import simulated_record
 from hpcbench.telemetry.timeline import OPS, Timeline
 from reference import union_batch_sgd

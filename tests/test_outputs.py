@@ -7,7 +7,7 @@ from conftest import mpirun, ok, requires_mpi
 from hpcbench.errors import UsageError
 from hpcbench.results.paths import check_target, partial_name, publish, run_id
 from hpcbench.results.store import read_run
-from hpcbench.runtime.launch import launch_env, mpi_command
+from hpcbench.launch.local import launch_env, mpi_command
 
 
 def test_an_existing_result_is_refused_unless_overwrite(tmp_path):

@@ -15,6 +15,7 @@ from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR, Cell
 from hpcbench.results.store import read_run, rewrite_run
 from hpcbench.runtime.assemble import assemble
 from hpcbench.runtime.plan import validate
+from hpcbench.runtime.sim.models import SimConfig
 from hpcbench.tuning.grid import Setting, Trial, choose, expand, parse_decays
 from hpcbench.workload.datasets import load_dataset
 
@@ -211,7 +212,7 @@ def test_the_recipe_runs_are_the_same_in_every_study(tmp_path):
 
     jobs = [recipe_run(s) for s in STUDIES.values()]
     assert all(j == jobs[0] for j in jobs)
-    assert "--network" not in jobs[0].args and "--compute" not in jobs[0].args
+    assert jobs[0].sim == SimConfig(workers=1)  # no study's network nor compute model
     assert jobs[0].path.name == "asgd-n1-lr0.01-m0.9-s0.h5"
 
 

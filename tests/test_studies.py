@@ -9,8 +9,9 @@ import pytest
 from conftest import cli, requires_mpi
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.results.store import read_run
-from hpcbench.runtime.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
-from hpcbench.slurm.jobs import Resources, report_job, run_job, srun_mpi_flag, submit_script
+from hpcbench.runtime.mpi.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
+from hpcbench.comm.probe import srun_mpi_flag
+from hpcbench.slurm.jobs import Resources, report_job, run_job, submit_script
 from hpcbench.slurm.sweep import Point, plan_points
 from hpcbench.telemetry.progress import ProgressLine
 
@@ -126,7 +127,8 @@ def test_sweep_takes_run_flags_and_sbatch_options(tmp_path):
                          "--sbatch-arg=--qos=high", "--sbatch-arg=--reservation=bench")
     assert code == 0, err
     script = (tmp_path / "runs" / "asgd-n2.sbatch").read_text()
-    assert "run --algo asgd --model cnn --epochs 3.0 --batch-size 64 --lr 0.1 --stragglers 0.25:3 --out" in script
+    assert ("run --algo asgd --set model=cnn --set epochs=3.0 --set batch_size=64 --set lr=0.1 "
+            "--set stragglers=0.25:3 --out") in script
     assert "#SBATCH --exclusive" not in script
     assert "#SBATCH --mem=64G\n#SBATCH --constraint=a100\n#SBATCH --qos=high\n#SBATCH --reservation=bench" in script
     code, _, err = cli("sweep", "--nodes", "2", "--algos", "asgd", "--out-dir", str(tmp_path / "x"), "--mpi", "pmi2",

@@ -117,3 +117,25 @@ def test_evaluate_reports_loss_and_accuracy_and_recalibrates_batchnorm(tmp_path)
     assert np.isnan(val_loss) and np.isnan(val_acc)  # no validation split was held out
     bn = next(m for m in trainer.model.modules() if isinstance(m, torch.nn.BatchNorm2d))
     assert int(bn.num_batches_tracked) > 0  # statistics were rebuilt for these parameters
+
+
+def test_models_built_at_once_by_threads_get_their_own_seeds_parameters():
+    """Ranks of the loopback cluster are threads: torch's one global generator must not mix their seeds."""
+    import threading
+
+    def flat(model):
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    expected = {seed: flat(build_model("cnn", (1, 8, 8), 10, seed)) for seed in (0, 1)}
+    built: dict[int, list] = {0: [], 1: []}
+
+    def build(seed: int) -> None:
+        for _ in range(5):
+            built[seed].append(flat(build_model("cnn", (1, 8, 8), 10, seed)))
+
+    threads = [threading.Thread(target=build, args=(seed,)) for seed in (0, 1, 0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert all(torch.equal(p, expected[seed]) for seed in (0, 1) for p in built[seed])

@@ -26,6 +26,7 @@ from hpcbench.algorithms.meter import TrainingMeter
 from hpcbench.algorithms.ops import (SERVER, WATCHED, Compute, Evaluate, FetchAdd, Gradient, Poll, Publish, Read,
                                      Record, Recv, Send, Timestamp)
 from hpcbench.algorithms.rules import momentum_direction
+from hpcbench.results.schema import FINAL_MODELS, LEARNING_RATE
 
 # samples: done so far; loss_sum, correct, seen: training loss and right answers since the last report;
 # lr: the learning rate of the worker's last step
@@ -66,7 +67,7 @@ def layout(ctx: Context, until_budget: bool, extra: int = 0, **extra_windows: Wi
         windows=windows,
         channels={"progress": ChannelSpec("workers", "server", PROGRESS.nbytes),
                   "evaluate": ChannelSpec("server", "workers", EVALUATE.nbytes)},
-        tables=("final_models", "learning_rate"),
+        tables=(FINAL_MODELS, LEARNING_RATE),
     )
 
 
@@ -136,7 +137,7 @@ def coordinate(ctx: Context, synchronous: bool, centre: Centre | None = None) ->
         if PROGRESS.integer(raw, "done"):
             training.discard(src)
             yield Send("evaluate", src, EVALUATE.pack(k=NO_MORE))  # after every request it was sent
-        yield Record("learning_rate", (src, samples, PROGRESS.real(raw, "lr")))
+        yield Record(LEARNING_RATE, (src, samples, PROGRESS.real(raw, "lr")))
         meter.add(PROGRESS.real(raw, "loss_sum"), PROGRESS.integer(raw, "correct"), PROGRESS.integer(raw, "seen"))
         yield meter.progress(total)
         if total >= next_eval and training:
@@ -167,7 +168,7 @@ def coordinate(ctx: Context, synchronous: bool, centre: Centre | None = None) ->
         yield evaluation(frame, raws, x, a.t)
     yield evaluation(frame, finals, final_centre)
     for rank, raw in zip(ranks, finals):
-        yield Record("final_models", (rank, frame.integer(raw, "samples"), frame.integer(raw, "updates"),
+        yield Record(FINAL_MODELS, (rank, frame.integer(raw, "samples"), frame.integer(raw, "updates"),
                                       frame.real(raw, "weight"), frame.real(raw, "mass")))
 
 

@@ -26,6 +26,7 @@ from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Publish, Read, Re
 from hpcbench.algorithms.rules import ServerRule, VersionRing
 from hpcbench.errors import RuntimeFailure, UsageError
 from hpcbench.registry import rule
+from hpcbench.results.schema import LATE, UPDATES
 
 # version_used: the version the worker read; version_applied: the version the gradient was applied
 # onto (staleness = version_applied − version_used); penalty_mean: the divisor actually applied;
@@ -78,7 +79,7 @@ class ParameterServer(Algorithm):
         return Layout(
             windows={"params": WindowSpec("server", self.params_frame.nbytes, first)},
             channels=channels,
-            tables=("updates", "late"),
+            tables=(UPDATES, LATE),
         )
 
     def state_bytes(self) -> int:
@@ -116,7 +117,7 @@ class ParameterServer(Algorithm):
             src, msg = yield Recv("grad")
             used = self.grad_frame.integer(msg, "version")
             if applied >= target:
-                yield Record("late", (src, used))
+                yield Record(LATE, (src, used))
                 yield Send("ack", src, STOP)
                 stopped += 1
                 continue
@@ -136,7 +137,7 @@ class ParameterServer(Algorithm):
             yield Publish("params", self.params_frame.pack(version=version, params=published, check=version))
             if ring is not None:
                 ring.put(version, published)
-            yield Record("updates", (src, used, onto, staleness, penalty, gap, lr, echoed))
+            yield Record(UPDATES, (src, used, onto, staleness, penalty, gap, lr, echoed))
             meter.add(batch * self.grad_frame.real(msg, "loss"), self.grad_frame.integer(msg, "correct"), batch)
             yield meter.progress(applied * batch)
             done = applied >= target

@@ -1,20 +1,31 @@
 """An in-process transport: every rank a thread, windows and channels in shared memory.
 
-It gives the MPI driver's logic (handlers, timing rows, timeouts) a test bed without MPI: one
-``Loopback`` holds the shared state, ``endpoint(rank)`` is what that rank's driver talks to (open
-every rank's windows and channels before any rank runs). The
-semantics follow ``comm/mpi.py``: publishes and drains are atomic per window, accumulates and
-fetch-adds are atomic, messages on a channel arrive in order per sender, waits have deadlines.
+It gives the MPI session and driver (set-up agreement, handlers, timing rows, timeouts, heartbeats,
+failure notices, the final gather) a test bed without MPI: one ``Loopback`` holds the shared state,
+``endpoint(rank)`` is what that rank's session and driver talk to; every rank runs in its own thread.
+The semantics follow ``comm/mpi.py``: publishes and drains are atomic per window, accumulates and
+fetch-adds are atomic, messages on a channel arrive in order per sender, waits have deadlines and
+tick (heartbeats, notices, ``on_wait``) while they wait, rank 0 names a rank missing from a
+collective, and ``abort`` ends every rank's waits. One host ("loopback"), one clock.
 """
 from __future__ import annotations
 
+import json
+import math
 import threading
 import time
 from collections import deque
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from hpcbench.errors import WaitTimeout, undeclared_add, undeclared_size
+from hpcbench.comm.transport import Cluster
+from hpcbench.errors import PeerFailure, WaitTimeout, undeclared_add, undeclared_size
+
+T = TypeVar("T")
+HOST = "loopback"
+NAP_S = 0.01  # the longest a waiting rank sleeps between looks (and ticks)
+MISSING = object()  # a rank's place in a collective it has not reached yet
 
 
 class Loopback:
@@ -32,6 +43,10 @@ class Loopback:
         self.reduce_parts: dict[int, np.ndarray] = {}
         self.reduce_sum: np.ndarray | None = None
         self.start = time.monotonic()
+        self.collectives: dict[int, list[Any]] = {}  # the k-th exchange's values, by rank
+        self.heard: dict[int, float] = {}  # when each rank last ticked: its heartbeat
+        self.notices: deque[tuple[int, str]] = deque()  # (worker, notice as JSON) for rank 0
+        self.ended_by: int | None = None  # the rank that ended every rank (``abort``)
 
     def endpoint(self, rank: int) -> LoopbackEndpoint:
         return LoopbackEndpoint(self, rank)
@@ -42,9 +57,124 @@ class LoopbackEndpoint:
 
     def __init__(self, hub: Loopback, rank: int) -> None:
         self.hub, self.rank, self.size = hub, rank, hub.size
+        self.host, self.hosts = HOST, [HOST] * hub.size
+        self.local_rank, self.local_size = rank, hub.size
+        self.on_wait: Callable[[], None] | None = None
+        self.collectives = 0  # how many exchanges this rank has entered
+        self.watched: dict[int, float] = {}  # peers whose heartbeats this rank listens for → since when
+        self.beat_deadline = 0.0
 
     def wtime(self) -> float:
         return time.monotonic() - self.hub.start
+
+    # --- placement ----------------------------------------------------------------------------
+    def node_local(self) -> tuple[int, int]:
+        return self.local_rank, self.local_size
+
+    def oversubscribed(self, ranks_per_core: float) -> None:
+        pass  # threads: the waits below sleep anyway
+
+    def name(self, rank: int) -> str:
+        return f"rank {rank} on {self.hosts[rank]}"
+
+    # --- health -------------------------------------------------------------------------------
+    def tick(self) -> None:
+        """A heartbeat; an ended run ends here; rank 0 raises a worker's failure notice; ``on_wait``."""
+        hub = self.hub
+        hub.heard[self.rank] = time.monotonic()
+        if hub.ended_by is not None and hub.ended_by != self.rank:
+            raise PeerFailure(f"rank {hub.ended_by} ended every rank", "aborted")
+        if self.rank == 0 and hub.notices:
+            worker, text = hub.notices.popleft()
+            notice = json.loads(text)
+            raise PeerFailure(f"rank {worker} on {notice['host']}: {notice['error']}", notice["status"])
+        quiet = self.silent(self.beat_deadline) if self.watched else []
+        if quiet:
+            who = ", ".join(f"{self.name(r)} for {s:.0f} s" for r, s in quiet)
+            raise WaitTimeout(f"{'a rank has' if len(quiet) == 1 else 'ranks have'} stopped answering "
+                              f"(nothing heard past timeout_s): {who}", peer=quiet[0][0])
+        if self.on_wait is not None:
+            self.on_wait()
+
+    def start_heartbeats(self, every: float, deadline: float) -> None:
+        now = time.monotonic()
+        self.watched = {peer: now for peer in (range(1, self.size) if self.rank == 0 else (0,))}
+        self.beat_deadline = deadline
+
+    def silent(self, longer_than: float) -> list[tuple[int, float]]:
+        now = time.monotonic()
+        quiet = [(r, now - max(since, self.hub.heard.get(r, since))) for r, since in self.watched.items()]
+        return sorted([(r, s) for r, s in quiet if s > longer_than], key=lambda q: -q[1])
+
+    def tell_failure(self, status: str, error: str, grace: float) -> None:
+        with self.hub.lock:
+            self.hub.notices.append((self.rank, json.dumps({"status": status, "host": self.host, "error": error})))
+            self.hub.lock.notify_all()
+        deadline = time.monotonic() + grace
+        while self.hub.ended_by is None and time.monotonic() < deadline:
+            time.sleep(NAP_S)
+
+    def abort(self, code: int) -> None:
+        with self.hub.lock:
+            if self.hub.ended_by is None:
+                self.hub.ended_by = self.rank
+            self.hub.lock.notify_all()
+        if self.hub.reduce_barrier is not None:
+            self.hub.reduce_barrier.abort()
+
+    def _wait(self, test: Callable[[], T | None], timeout: float, what: str, peer: int | None = None) -> T:
+        """Look with ``test`` (under the hub's lock) until it gives a value, ticking between looks
+        (outside the lock); WaitTimeout after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.hub.lock:
+                got = test()
+                if got is None and time.monotonic() < deadline:
+                    self.hub.lock.wait(min(NAP_S, max(0.0, deadline - time.monotonic())))
+                    got = test()
+            if got is not None:
+                return got
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(f"timed out after {timeout:g} s waiting for {what}", peer)
+            self.tick()
+
+    # --- collectives of the session -----------------------------------------------------------
+    def exchange(self, obj: object, timeout: float, what: str) -> list[Any]:
+        """Every rank's ``obj`` in rank order; a rank missing after ``timeout`` is named."""
+        hub, k = self.hub, self.collectives
+        self.collectives += 1
+        with hub.lock:
+            values = hub.collectives.setdefault(k, [MISSING] * self.size)
+            values[self.rank] = obj
+            hub.lock.notify_all()
+
+        def everyone() -> list[Any] | None:
+            return None if any(v is MISSING for v in values) else list(values)
+
+        try:
+            return self._wait(everyone, timeout, what)
+        except WaitTimeout:
+            missing = next(r for r, v in enumerate(values) if v is MISSING)
+            raise WaitTimeout(f"timed out after {timeout:g} s waiting for {self.name(missing)} to take part in "
+                              f"{what}", missing) from None
+
+    def collect(self, obj: object, timeout: float, what: str) -> list[Any] | None:
+        gathered = self.exchange(obj, timeout, what)
+        return gathered if self.rank == 0 else None
+
+    def world_barrier(self, timeout: float, what: str = "a barrier") -> None:
+        self.exchange(None, timeout, what)
+
+    def clock_offsets(self, timeout: float) -> np.ndarray | None:
+        self.exchange(None, timeout, "the clock synchronisation")
+        return np.zeros(self.size) if self.rank == 0 else None  # one clock
+
+    def close(self, timeout: float) -> None:
+        self.world_barrier(math.inf if self.watched else timeout, "the end of the run")
+        self.watched = {}
+
+    def finalize(self) -> None:
+        self.watched = {}
 
     def open_window(self, name: str, nbytes: int, owned: bool, accumulated: bool = False) -> None:
         """As ``MpiComm.open_window``: every rank calls it; owners get ``nbytes`` of zeros."""
@@ -116,27 +246,24 @@ class LoopbackEndpoint:
                     return sender, data
             return None
 
-        deadline = time.monotonic() + timeout
-        with self.hub.lock:
-            got = take()
-            while got is None and time.monotonic() < deadline:
-                self.hub.lock.wait(min(deadline - time.monotonic(), 1.0))  # a WATCHED wait has no deadline
-                got = take()
-            return got
+        try:
+            return self._wait(take, timeout, f"a {channel!r} message")
+        except WaitTimeout:
+            return None
 
     def allreduce(self, data: np.ndarray, timeout: float) -> np.ndarray:
         hub = self.hub
         assert hub.reduce_barrier is not None and self.rank > 0, "all-reduce is among the workers"
         with hub.lock:
             hub.reduce_parts[self.rank] = data.copy()
-        self._wait(hub.reduce_barrier, timeout, "the workers' all-reduce")
+        self._barrier(hub.reduce_barrier, timeout, "the workers' all-reduce")
         if self.rank == 1:  # one worker sums, in rank order, as a deterministic reduction would
             hub.reduce_sum = np.sum([hub.reduce_parts[r] for r in sorted(hub.reduce_parts)], axis=0,
                                     dtype=data.dtype)
-        self._wait(hub.reduce_barrier, timeout, "the workers' all-reduce")
+        self._barrier(hub.reduce_barrier, timeout, "the workers' all-reduce")
         assert hub.reduce_sum is not None
         out = hub.reduce_sum.copy()
-        self._wait(hub.reduce_barrier, timeout, "the workers' all-reduce")
+        self._barrier(hub.reduce_barrier, timeout, "the workers' all-reduce")
         return out
 
     def start_allreduce(self, data: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -151,11 +278,15 @@ class LoopbackEndpoint:
 
     def worker_barrier(self, timeout: float) -> None:
         assert self.hub.reduce_barrier is not None and self.rank > 0, "the barrier is among the workers"
-        self._wait(self.hub.reduce_barrier, timeout, "a barrier")
+        self._barrier(self.hub.reduce_barrier, timeout, "a barrier")
 
     @staticmethod
-    def _wait(barrier: threading.Barrier, timeout: float, what: str) -> None:
+    def _barrier(barrier: threading.Barrier, timeout: float, what: str) -> None:
         try:
             barrier.wait(timeout)
         except threading.BrokenBarrierError:
             raise WaitTimeout(f"timed out after {timeout:g} s waiting for {what}") from None
+
+
+def _a_cluster(end: LoopbackEndpoint) -> Cluster:
+    return end  # mypy checks here that an endpoint is everything a session needs

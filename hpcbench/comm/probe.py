@@ -20,3 +20,8 @@ def mpi_library() -> dict[str, str]:
         "mpi_standard": "{}.{}".format(*MPI.Get_version()),
         "mpi4py_version": mpi4py.__version__,
     }
+
+
+def srun_mpi_flag(mpi_vendor: str) -> str:
+    """The ``srun --mpi=`` plugin for this MPI: pmix for Open MPI, pmi2 for the MPICH family."""
+    return "pmix" if "open mpi" in mpi_vendor.lower() else "pmi2"

@@ -2,12 +2,14 @@
 
 ``Transport`` is what one rank uses while its program runs: one-sided window operations,
 messages on named channels, the workers' collectives and a clock. ``Cluster`` adds what a session
-needs around the run: opening windows and channels, agreeing on set-up errors, clock offsets and
-gathering the results on rank 0. Every blocking call takes or implies a deadline.
+needs around the run: where the rank is, opening windows and channels, agreeing on set-up errors,
+clock offsets, gathering the results on rank 0, and the run's health (heartbeats, failure notices,
+ending every rank). Every blocking call takes or implies a deadline. ``comm/mpi.py`` implements it
+over MPI, ``comm/loopback.py`` over threads of one process.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -63,7 +65,22 @@ class Transport(Protocol):
 
 class Cluster(Transport, Protocol):
     host: str
+    hosts: list[str]  # every rank's host, once the session's first exchange has told them
+    local_rank: int
     local_size: int
+    on_wait: Callable[[], None] | None  # called while waiting and between operations (faults, flushes)
+
+    # --- placement ----------------------------------------------------------------------------
+    def node_local(self) -> tuple[int, int]:
+        """(this rank's index among the ranks on its node, how many ranks its node runs)."""
+
+    def oversubscribed(self, ranks_per_core: float) -> None:
+        """More ranks than cores on this node: wait without spinning."""
+
+    def name(self, rank: int) -> str:
+        """"rank R on HOST", for error lines."""
+
+    # --- set-up and the end ------------------------------------------------------------------
 
     def open_window(self, name: str, nbytes: int, owned: bool, accumulated: bool = False) -> None:
         """Collective: ``nbytes`` on the ranks that own it, nothing on the others."""
@@ -85,3 +102,24 @@ class Cluster(Transport, Protocol):
 
     def close(self, timeout: float) -> None:
         """Collective: wait for outstanding sends, then free channels and windows."""
+
+    def finalize(self) -> None:
+        """This rank is done with the cluster (after ``close``, or after set-up failed)."""
+
+    # --- health -------------------------------------------------------------------------------
+    def tick(self) -> None:
+        """Between operations and while waiting: heartbeats, failure notices (rank 0), ``on_wait``."""
+
+    def start_heartbeats(self, every: float, deadline: float) -> None:
+        """Rank 0 and every worker tell each other every ``every`` s that they are there; a peer silent
+        for ``deadline`` s ends the run naming it."""
+
+    def silent(self, longer_than: float) -> list[tuple[int, float]]:
+        """The peers not heard from for ``longer_than`` s, as (rank, seconds), longest first."""
+
+    def tell_failure(self, status: str, error: str, grace: float) -> None:
+        """A worker that cannot go on tells rank 0 why (rank 0's next tick raises ``PeerFailure``),
+        then gives it up to ``grace`` s to keep a record of the run."""
+
+    def abort(self, code: int) -> None:
+        """End every rank of the run."""

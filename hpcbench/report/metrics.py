@@ -9,7 +9,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from hpcbench.results.schema import SUMMARY_KEYS, RunRecord
+from hpcbench.results.schema import FAMILY_SUMMARIES, LEARNING_RATE, SUMMARY_KEYS, UPDATES, RunRecord
 from hpcbench.telemetry.summary import time_to_target
 
 
@@ -86,8 +86,8 @@ def how_far(rec: RunRecord) -> str:
     budget = config.get("budget_samples")
     if not isinstance(samples, (int, float)) or not isinstance(wall, (int, float)) or not budget:
         return ""
-    applied = len(rec.tables.get("updates", {}).get("t", ()))  # a server applies one batch per update
-    reports = rec.tables.get("learning_rate", {})  # decentralised workers' progress reports to rank 0
+    applied = len(rec.tables.get(UPDATES, {}).get("t", ()))  # a server applies one batch per update
+    reports = rec.tables.get(LEARNING_RATE, {})  # decentralised workers' progress reports to rank 0
     reported = sum(int(reports["samples"][reports["worker"] == w].max()) for w in set(reports.get("worker", ())))
     samples = max(samples, applied * int(config.get("batch_size", 0)), reported)
     return f"{int(samples)} of {int(budget)} samples ({100 * samples / budget:.0f}%) in {wall:.1f} s"
@@ -99,7 +99,7 @@ def run_row(rec: RunRecord, target: float) -> RunRow:
     s = rec.summary if result == "ok" else {}
 
     def get(key: str) -> float:
-        assert key in SUMMARY_KEYS, key
+        assert key in SUMMARY_KEYS or any(key in keys for _, keys in FAMILY_SUMMARIES.values()), key
         value = s.get(key, float("nan"))
         return float(value) if value is not None else float("nan")
 
@@ -115,7 +115,7 @@ def run_row(rec: RunRecord, target: float) -> RunRow:
         if result == "ok" else float("nan"),
         staleness_mean=get("staleness_mean"), staleness_p50=get("staleness_p50"),
         staleness_p99=get("staleness_p99"), penalty_mean=get("penalty_mean"),
-        too_stale=get("too_stale") if "late_gradients" in s else float("nan"),
+        too_stale=get("too_stale") if "late_gradients" in s else float("nan"),  # a server's summary
         peak_lr=float(schedule.get("lr", float("nan"))), evals=int(rec.attrs["config"].get("evals", 0)), path=rec.path,
         settings=settings(rec), result=result, error=str(rec.attrs.get("error", "")),
         lr_recipe=str(schedule.get("text", "")),

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hpcbench.results.schema import RunRecord
+from hpcbench.results.schema import RunRecord, family_of
 
 
 def chrome_trace(rec: RunRecord) -> dict[str, Any]:
     tl = rec.timeline
-    family = "server" if "updates" in rec.tables else "coordinator"
+    family = family_of(rec.tables) or "coordinator"
     events: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": 0,
          "args": {"name": f"{rec.algorithm}, {rec.workers} workers ({rec.mode})"}},

@@ -33,7 +33,7 @@ def run(s: Study, out: Path, preset: str, timeout: float) -> list[Point]:
     """Every algorithm of ``s`` at each rate; the cluster is brought up for it (and taken down after,
     unless one was up before)."""
     from hpcbench.results.store import read_run
-    from hpcbench.runtime.emulated import cluster, is_up, real_and_simulated
+    from hpcbench.launch.emulated import cluster, is_up, real_and_simulated
     from hpcbench.runtime.sim.models import link_bandwidth
 
     was_up = is_up()

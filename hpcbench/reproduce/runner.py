@@ -57,7 +57,7 @@ def planned(s: Study, preset: str, runs: Path, cell: CellKey, setting: Setting, 
             mode: str, extra: Sequence[str]) -> Planned:
     algo, n, variant = cell
     flags = dict(s.variants()).get(variant, ()) if mode == "sim" else ()
-    args = [*s.run_args(preset), *flags, *extra, "--seed", str(seed), *setting.args()]
+    args = [*s.run_args(preset), *flags, *extra, "--set", f"seed={seed}", *setting.args()]
     if mode == "sim" and s.message_params and n > 1:
         args += ["--set", f"sim.message_params={s.message_params}"]
     if mode == "sim" and n > 1 and "allreduce" in s.algos:  # the papers' all-reduce: a ring (NCCL's)
@@ -65,7 +65,7 @@ def planned(s: Study, preset: str, runs: Path, cell: CellKey, setting: Setting, 
     # One worker learns the same whatever the network and compute: its runs are the same in every study.
     args = args if mode == "sim" and n > 1 else mpi_args(args)
     label = f"{algo}, {n} workers, {setting.label()}, seed {seed}" + (f", {variant}" if variant else "")
-    return Planned(cell, setting, seed, Job(algo, n, tuple(args), runs / f"{stem(algo, n, variant, setting, seed)}.h5",
+    return Planned(cell, setting, seed, Job.of(algo, n, tuple(args), runs / f"{stem(algo, n, variant, setting, seed)}.h5",
                                             label))
 
 
@@ -85,7 +85,7 @@ def calibrate_compute(out_dir: Path, s: Study, preset: str, timeout: float) -> t
     import subprocess
 
     from hpcbench.results.store import read_run
-    from hpcbench.runtime.launch import run_ranks, why_failed
+    from hpcbench.launch.local import run_ranks, why_failed
     from hpcbench.runtime.sim.calibrate import calibrate
 
     path = out_dir / "calibration-allreduce-n2.h5"

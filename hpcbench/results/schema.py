@@ -5,7 +5,7 @@ Bump SCHEMA_VERSION whenever a name or meaning changes; readers refuse newer maj
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -39,16 +39,19 @@ PROVENANCE_PER_RANK = ("hostnames", "devices", "threads", "local_ranks")
 TIMELINE_COLUMNS = ("rank", "step", "phase", "op", "t_start", "t_end", "nbytes")
 EVAL_COLUMNS = ("t", "samples", "updates", "loss", "accuracy", "consensus", "val_loss", "val_accuracy")
 # /server/<table>: rows an algorithm records on rank 0, "t" first (stamped by the driver), then the
-# values of its ``Record(table, values)`` in this order.
+# values of its ``Record(table, values)`` in this order. Everyone names a table by these constants.
+UPDATES = "updates"  # one row per gradient a parameter server applied
+LATE = "late"  # gradients that arrived after the budget was spent
+FINAL_MODELS = "final_models"  # each decentralised worker's end
+LEARNING_RATE = "learning_rate"  # the rate each worker reported using
 TABLES = {
-    # one row per gradient a parameter server applied
-    "updates": ("t", "worker", "version_used", "version_applied", "staleness", "penalty_mean", "gap_mean", "lr",
-                "echo_bytes"),
-    "late": ("t", "worker", "version_used"),  # gradients that arrived after the budget was spent
-    "final_models": ("t", "worker", "samples", "updates", "weight", "mass"),  # each decentralised worker's end
-    "learning_rate": ("t", "worker", "samples", "lr"),  # the rate each worker reported using
+    UPDATES: ("t", "worker", "version_used", "version_applied", "staleness", "penalty_mean", "gap_mean", "lr",
+              "echo_bytes"),
+    LATE: ("t", "worker", "version_used"),
+    FINAL_MODELS: ("t", "worker", "samples", "updates", "weight", "mass"),
+    LEARNING_RATE: ("t", "worker", "samples", "lr"),
 }
-UPDATE_COLUMNS = TABLES["updates"]
+UPDATE_COLUMNS = TABLES[UPDATES]
 PHASE_FRACTIONS = tuple(f"{p}_fraction" for p in ("data", "compute", "communicate", "wait", "update"))
 DISTRIBUTIONS = tuple(f"{name}_{stat}" for name in ("staleness", "penalty", "gap") for stat in ("mean", "p50", "p99"))
 SUMMARY_KEYS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "final_accuracy", "best_accuracy",
@@ -57,8 +60,18 @@ SUMMARY_KEYS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "
                 "step_worker_min_s", "step_worker_max_s", "eval_s", "final_consensus",
                 *PHASE_FRACTIONS, *DISTRIBUTIONS, "server_state_bytes", "too_stale", "warmup_s",
                 "rank0_cpu_share")
-# Parameter servers only: how every gradient the workers computed was accounted for.
-SERVER_SUMMARY_KEYS = ("late_gradients", "echoed_updates", "echo_bytes")
+# The summary a family of algorithms adds, beside the tables it is computed from
+# (``telemetry.summary.family_summary``). A parameter server's log accounts for every gradient the
+# workers computed: applied (UPDATES), answered as late (LATE), or "too_stale" (dropped, which must be 0).
+FAMILY_SUMMARIES = {
+    "server": ((UPDATES, LATE), ("late_gradients", "echoed_updates", "echo_bytes")),
+}
+SERVER_SUMMARY_KEYS = FAMILY_SUMMARIES["server"][1]
+
+
+def family_of(tables: Mapping[str, object]) -> str:
+    """Which family's summary a run's rank-0 tables call for: "server" or "" (none of its own)."""
+    return next((family for family, (needs, _) in FAMILY_SUMMARIES.items() if all(t in tables for t in needs)), "")
 
 
 def undeclared(rec: "RunRecord") -> list[str]:
@@ -70,7 +83,8 @@ def undeclared(rec: "RunRecord") -> list[str]:
     found += [f"evals column {k}" for k in rec.evals if k not in EVAL_COLUMNS]
     for name, table in rec.tables.items():
         found += [f"server/{name} column {k}" for k in table if k not in TABLES.get(name, ())]
-    found += [f"summary {k}" for k in rec.summary if k not in SUMMARY_KEYS + SERVER_SUMMARY_KEYS]
+    found += [f"summary {k}" for k in rec.summary
+              if k not in SUMMARY_KEYS + tuple(k for _, keys in FAMILY_SUMMARIES.values() for k in keys)]
     return found
 
 

@@ -12,7 +12,7 @@ from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.plan import Plan, make_context, straggler_ranks
-from hpcbench.runtime.sim.models import ComputeModel, SimConfig
+from hpcbench.workload.compute import Compute, ComputeModel
 from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.workload.base import Workload
 from hpcbench.workload.datasets import Dataset, load_dataset
@@ -85,9 +85,8 @@ def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0) -
     algo = plan.algo(ctx)
     compute = None
     if payload:
-        model = SimConfig(workers=workers, compute_shape=plan.payload.compute_shape,
-                          compute_mean_s=plan.payload.compute_mean_s)
-        compute = ComputeModel(model, cfg.seed, {})
+        compute = ComputeModel(Compute(workers, plan.payload.compute_shape, plan.payload.compute_mean_s),
+                               cfg.seed, {})
     return Run(plan, algo, algo.layout(), workload, straggler_ranks(cfg.stragglers, workers, cfg.seed), compute)
 
 

@@ -1,63 +1,41 @@
-"""Assemble a run's result record on rank 0 (shared by the MPI driver and the simulator)."""
+"""A run's result record, assembled on rank 0 from every rank's part (the MPI session's and the simulator's)."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
+import math
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 import hpcbench
-from hpcbench.config import RunConfig
-from hpcbench.results.paths import run_id
-from hpcbench.results.schema import RunRecord
-from hpcbench.runtime.assemble import Run, assemble
-from hpcbench.runtime.plan import Plan
+from hpcbench.results.schema import UPDATES, RunRecord, family_of
+from hpcbench.runtime.assemble import Run
 from hpcbench.runtime.logs import RunLogs
-from hpcbench.telemetry.summary import dropped_gradients, summarize
+from hpcbench.telemetry.summary import family_summary, summarize
 from hpcbench.telemetry.timeline import COLUMNS, OPS, PHASES, concat
 
 
-def default_out(cfg: RunConfig, workers: int, mode: str = "mpi") -> str:
-    """A readable name, unique even for runs started in the same second on different nodes."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    return f"results/{cfg.algo}-{cfg.dataset}-{cfg.model}-{mode}-w{workers}-s{cfg.seed}-{stamp}-{run_id()}.h5"
+@dataclass(frozen=True)
+class RankResult:
+    """One rank's part of the record: where it ran, and what it measured on its own clock."""
 
+    rank: int
+    host: str
+    device: str
+    threads: int
+    local_rank: int
+    start: float = 0.0  # the timed window, in seconds on the rank's own clock
+    end: float = 0.0
+    timeline: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)  # its Timeline's columns
+    warmup_s: float = 0.0  # untimed gradients before the window
+    cpu_s: float = math.nan  # processor time over the window (rank 0 under MPI; NaN elsewhere)
 
-class ResultFile:
-    """A run's result file on rank 0: first written when training starts (status "incomplete"), then
-    rewritten whole at each flush and at the end. Every write goes to a temporary name renamed over
-    the file, so a kill at any instant leaves the last complete write, readable."""
-
-    def __init__(self, cfg: RunConfig, workers: int, mode: str) -> None:
-        self.wanted = cfg.out or default_out(cfg, workers, mode)
-        self.overwrite = cfg.overwrite
-        self.path = ""
-
-    def write(self, rec: RunRecord) -> str:
-        from hpcbench.results.store import rewrite_run, write_run  # here: workers never load h5py
-
-        if self.path:
-            rewrite_run(self.path, rec)
-            return self.path
-        self.path = str(write_run(self.wanted, rec, self.overwrite))
-        if self.path != self.wanted:
-            print(f"hpcbench: {self.wanted} appeared while this run was set up; the result goes to {self.path}",
-                  file=sys.stderr, flush=True)
-        return self.path
-
-
-def expected_bytes(run: Run) -> int:
-    """A rough size of the run's result file: the timeline rows of every step on every rank, the
-    server's rows, the evaluations and the final model (used to refuse a disk that is too full)."""
-    ctx = run.algo.ctx
-    steps = ctx.steps * ctx.workers
-    row = 38  # bytes per timeline row: rank, step, phase, op, two times, bytes
-    server = steps * 8 * len(run.layout.tables)
-    evals = ctx.budget // ctx.eval_every + 1
-    return steps * 6 * row + steps * 2 * row + server + evals * 48 + 4 * ctx.size + 256 * 1024
+    def timed(self, start: float, end: float, timeline: Mapping[str, np.ndarray], warmup_s: float = 0.0,
+              cpu_s: float = math.nan) -> "RankResult":
+        """This placement with what the rank measured."""
+        return dataclasses.replace(self, start=start, end=end, timeline=timeline, warmup_s=warmup_s, cpu_s=cpu_s)
 
 
 def resolved_config(run: Run, parameters: int) -> dict[str, Any]:
@@ -79,59 +57,38 @@ def resolved_config(run: Run, parameters: int) -> dict[str, Any]:
     return out
 
 
-def dry_run_text(plan: Plan, workers: int) -> str:
-    """What ``run --dry-run`` prints: the configuration resolved for ``workers`` workers, as the result
-    file would record it (steps, budget, schedule, straggler ranks, the algorithm's options)."""
-    run = assemble(plan, workers)
-    config = resolved_config(run, run.workload.size)
-    return (f"{plan.algo.name} with {workers} workers (world size {workers + 1}): "
-            f"{config['budget_samples']} samples, {config['steps_per_worker']} steps per worker, "
-            f"{config['schedule']['text']}\n{json.dumps(config, indent=1)}")
-
-
-def build_record(run: Run, mode: str, world_size: int, parts: list[dict[str, Any]], offsets: np.ndarray,
+def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], offsets: np.ndarray,
                  origin: float, logs: RunLogs, provenance: dict[str, Any], simulation: dict[str, Any] | None = None,
                  model_parameters: int = 0, failure: tuple[str, str, float] | None = None) -> RunRecord:
-    """``parts``: one dict per rank with its timeline columns and start/end on its own clock.
+    """``parts``: every rank's part, its times on its own clock (``offsets``: each clock minus rank 0's).
 
     ``model_parameters``: the model's size when the algorithms ran on a stand-in (simulation
     without numerics); by default the size of the parameters the algorithms saw. ``failure``: (status,
     error line, when on rank 0's clock) for the record of a run that did not finish.
     """
     cfg, algo, ctx = run.cfg, run.algo, run.algo.ctx
-    parts = sorted(parts, key=lambda p: p["rank"])
+    parts = sorted(parts, key=lambda p: p.rank)
     shifted = []
     for p in parts:
-        shift = -float(offsets[p["rank"]]) - origin
-        cols = dict(p["timeline"])
+        shift = -float(offsets[p.rank]) - origin
+        cols = dict(p.timeline)
         cols["t_start"] = cols["t_start"] + shift
         cols["t_end"] = cols["t_end"] + shift
         shifted.append(cols)
     timeline = concat(shifted) if shifted else {c: np.zeros(0) for c in COLUMNS}
     # Training time: until the last worker is done (rank 0's final snapshot comes after it).
     if failure is None:
-        wall = max(p["end"] - float(offsets[p["rank"]]) for p in parts if p["rank"] > 0) - origin
+        wall = max(p.end - float(offsets[p.rank]) for p in parts if p.rank > 0) - origin
     else:
         wall = failure[2] - origin
     evals = logs.eval_columns(-origin)
     tables = logs.all_tables(-origin)
-    summary = summarize(timeline, evals, tables.get("updates", {}), ctx.workers, wall, cfg.target_accuracy)
+    summary = summarize(timeline, evals, tables.get(UPDATES, {}), ctx.workers, wall, cfg.target_accuracy)
     summary["server_state_bytes"] = algo.state_bytes()
-    summary["warmup_s"] = max(float(p.get("warmup_s", 0.0)) for p in parts)
+    summary["warmup_s"] = max(p.warmup_s for p in parts)
     own = parts[0]  # rank 0's processor time over its part of the run (MPI runs; NaN simulated or failed)
-    summary["rank0_cpu_share"] = (own["cpu_s"] / (own["end"] - own["start"])
-                                  if "cpu_s" in own and own["end"] > own["start"] else float("nan"))
-    updates = tables.get("updates")
-    if updates is not None:
-        late = len(tables["late"]["t"])
-        summary["late_gradients"] = late
-        # A failed run's record holds rank 0's timeline only: the workers' computed gradients are unknown.
-        summary["too_stale"] = (dropped_gradients(timeline, ctx.workers, len(updates["t"]), late)
-                                if failure is None else float("nan"))
-        summary["echoed_updates"] = int((updates["echo_bytes"] > 0).sum())
-        summary["echo_bytes"] = int(updates["echo_bytes"].sum())
-    else:
-        summary["too_stale"] = 0  # decentralized workers apply every gradient they compute themselves
+    summary["rank0_cpu_share"] = own.cpu_s / (own.end - own.start) if own.end > own.start else math.nan
+    summary.update(family_summary(family_of(tables), timeline, tables, ctx.workers, complete=failure is None))
     final = logs.last_params if logs.last_params is not None else ctx.params
     attrs = {
         "hpcbench_version": hpcbench.__version__,
@@ -147,28 +104,9 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[dict[str, Any
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": resolved_config(run, model_parameters or ctx.size),
     }
-    per_rank = {"hostnames": [p["host"] for p in parts], "devices": [p["device"] for p in parts],
-                "threads": [str(p["threads"]) for p in parts], "local_ranks": [str(p["local_rank"]) for p in parts]}
+    per_rank = {"hostnames": [p.host for p in parts], "devices": [p.device for p in parts],
+                "threads": [str(p.threads) for p in parts], "local_ranks": [str(p.local_rank) for p in parts]}
     return RunRecord(attrs=attrs, provenance=provenance, per_rank=per_rank, timeline=timeline, phases=PHASES, ops=OPS,
                      clock_offsets=np.asarray(offsets, dtype=np.float64), evals=evals, tables=tables,
                      summary=summary, final_params=np.asarray(final, dtype=np.float32),
                      simulation=simulation or {})
-
-
-def result_line(rec: RunRecord, path: str) -> str:
-    s = rec.summary
-    virtual = " of virtual time" if rec.mode == "sim" else ""
-    trained = s["final_accuracy"] == s["final_accuracy"]  # NaN: no model (payload, or numerics off)
-    line = (f"{rec.algorithm} ({rec.mode}, {rec.workers} workers): {s['samples']} samples in {s['wall_s']:.1f} s"
-            f"{virtual} = {s['samples_per_s']:.0f} samples/s, "
-            + (f"final accuracy {s['final_accuracy']:.3f}" if trained else "timing only (no model trained)"))
-    if s["final_val_accuracy"] == s["final_val_accuracy"]:  # a validation split was held out
-        line += f" (validation {s['final_val_accuracy']:.3f})"
-    if "late_gradients" in s:  # a parameter server: say that every gradient was applied
-        line += f", {s['too_stale']} gradients dropped"
-        if s["echoed_updates"]:
-            line += f" ({s['echoed_updates']} applied with Δ echoed by their worker)"
-    schedule = f" [{rec.attrs['config']['schedule']['text']}]" if trained else ""
-    cap = rec.attrs["config"].get("max_steps", 0)
-    capped = f" [capped at {cap} steps per worker by max_steps: a smoke test, not a measurement]" if cap else ""
-    return f"{line}{schedule}{capped} -> {path}"

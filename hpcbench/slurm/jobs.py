@@ -5,10 +5,6 @@ import shlex
 from dataclasses import dataclass, field
 
 
-def srun_mpi_flag(mpi_vendor: str) -> str:
-    """The ``srun --mpi=`` plugin for this MPI: pmix for Open MPI, pmi2 for the MPICH family."""
-    return "pmix" if "open mpi" in mpi_vendor.lower() else "pmi2"
-
 
 @dataclass(frozen=True)
 class Resources:

@@ -13,7 +13,8 @@ from typing import Any
 
 from hpcbench.errors import UsageError
 from hpcbench.results.study import JOBS, read_manifest, record_jobs, write_manifest
-from hpcbench.slurm.jobs import Resources, report_job, run_job, srun_mpi_flag, submit_script
+from hpcbench.comm.probe import srun_mpi_flag
+from hpcbench.slurm.jobs import Resources, report_job, run_job, submit_script
 
 
 @dataclass(frozen=True)

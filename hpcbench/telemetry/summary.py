@@ -5,6 +5,7 @@ from typing import Mapping
 
 import numpy as np
 
+from hpcbench.results.schema import LATE, UPDATES
 from hpcbench.telemetry.timeline import PHASE_CODE
 
 WORKER_PHASES = ("data", "compute", "communicate", "wait", "update")
@@ -64,6 +65,20 @@ def dropped_gradients(tl: Mapping[str, np.ndarray], workers: int, applied: int, 
     as late (its log): two independent counts that must agree, so any silent drop shows here."""
     computed = int(((tl["phase"] == PHASE_CODE["compute"]) & (tl["rank"] >= 1) & (tl["rank"] <= workers)).sum())
     return computed - applied - late
+
+
+def family_summary(family: str, tl: Mapping[str, np.ndarray], tables: Mapping[str, Mapping[str, np.ndarray]],
+                   workers: int, complete: bool) -> dict[str, float]:
+    """What a family of algorithms adds to the summary (``results.schema.FAMILY_SUMMARIES``), and
+    ``too_stale``, which every run has. ``complete``: the timeline holds every worker's rows (a failed
+    run's holds rank 0's only, so the gradients the workers computed are unknown)."""
+    if family != "server":
+        return {"too_stale": 0}  # decentralised workers apply every gradient they compute themselves
+    updates, late = tables[UPDATES], len(tables[LATE]["t"])
+    return {"late_gradients": late,
+            "too_stale": dropped_gradients(tl, workers, len(updates["t"]), late) if complete else float("nan"),
+            "echoed_updates": int((updates["echo_bytes"] > 0).sum()),
+            "echo_bytes": int(updates["echo_bytes"].sum())}
 
 
 def percentiles(values: np.ndarray, name: str) -> dict[str, float]:

@@ -6,6 +6,7 @@ changing any result; real runs go one at a time (they would time each other).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -14,28 +15,49 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from hpcbench.config import RunConfig, table_argv
+from hpcbench.launch.arguments import parse_run
+from hpcbench.runtime.sim.models import SimConfig
+
 MODES = ("sim", "mpi")
 
 
 @dataclass(frozen=True)
 class Job:
-    """One run: ``hpcbench simulate`` (or ``run`` under mpiexec) of ``algo`` at ``workers`` with ``args``."""
+    """One run: ``algo`` on ``workers`` workers with ``cfg`` (its ``out`` is ``path``), simulated on ``sim``."""
 
-    algo: str
-    workers: int
-    args: tuple[str, ...]
+    cfg: RunConfig
+    sim: SimConfig
     path: Path
     label: str
 
+    @classmethod
+    def of(cls, algo: str, workers: int, args: Sequence[str], path: Path, label: str) -> "Job":
+        """From run options as a command line gives them (parsed once, here)."""
+        cfg, sim = parse_run(["--algo", algo, *args], simulate=True)
+        return cls(cfg.with_updates(out=str(path), overwrite=True), dataclasses.replace(sim, workers=workers),
+                   path, label)
+
+    @property
+    def algo(self) -> str:
+        return self.cfg.algo
+
+    @property
+    def workers(self) -> int:
+        return self.sim.workers
+
     def argv(self, mode: str) -> list[str]:
-        command = ["simulate", "--workers", str(self.workers)] if mode == "sim" else ["run"]
-        return [*command, "--algo", self.algo, *self.args, "--out", str(self.path), "--overwrite"]
+        """``hpcbench simulate`` or ``run`` of this job, for a process of its own."""
+        if mode == "mpi":
+            return ["run", *self.cfg.to_argv()]
+        return ["simulate", "--workers", str(self.workers), *self.cfg.to_argv(),
+                *table_argv("sim", self.sim, SimConfig(workers=self.workers))]
 
 
 def jobs_or_cores(jobs: int) -> int:
     """``--jobs``: runs at a time; 0 means one per core here."""
     from hpcbench.errors import UsageError
-    from hpcbench.runtime.placement import cpu_count
+    from hpcbench.runtime.threads import cpu_count
 
     if jobs < 0:
         raise UsageError(f"--jobs must be >= 1 (0: the cores here), got {jobs}")
@@ -43,7 +65,7 @@ def jobs_or_cores(jobs: int) -> int:
 
 
 def start(job: Job, mode: str) -> subprocess.Popen:
-    from hpcbench.runtime.launch import launch_env, mpi_command
+    from hpcbench.launch.local import launch_env, mpi_command
 
     if mode == "sim":
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -119,13 +141,17 @@ def inline(job: Job, done: int, total: int) -> str:
     import contextlib
     import io
 
-    from hpcbench.cli import main
+    from hpcbench.errors import UsageError
+    from hpcbench.runtime.plan import validate
+    from hpcbench.runtime.sim.session import simulate
 
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
-            code = main([*job.argv("sim"), "--set", "threads=1"])
-        why = "" if code == 0 else f"exit code {code}"
+            simulate(validate(job.cfg.with_updates(threads=1)), job.sim)
+        why = ""
+    except UsageError as exc:
+        why = str(exc)
     except Exception as exc:  # a deadlock or a bug in one run must not lose the others
         why = f"{type(exc).__name__}: {exc}"
     say(done, total, job, why, out.getvalue())

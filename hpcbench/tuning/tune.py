@@ -35,8 +35,8 @@ def job_path(runs: Path, algo: str, workers: int, setting: Setting, seed: int) -
 
 
 def grid_jobs(grid: Grid, runs: Path, run_args: Sequence[str]) -> list[Job]:
-    return [Job(a, n, (*run_args, "--seed", str(s), *st.args()), job_path(runs, a, n, st, s),
-                f"{a}, {n} workers, {st.label()}, seed {s}")
+    return [Job.of(a, n, (*run_args, "--set", f"seed={s}", *st.args()), job_path(runs, a, n, st, s),
+                   f"{a}, {n} workers, {st.label()}, seed {s}")
             for a in grid.algos for n in grid.workers for st in grid.settings for s in grid.seeds]
 
 

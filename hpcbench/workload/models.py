@@ -1,6 +1,7 @@
 """Models by name, with what each is; torch is imported only to build one (``networks.py``)."""
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from hpcbench.registry import Registry
@@ -19,6 +20,11 @@ for _name, _text in (
     MODELS.register(_name)(_text)
 
 
+# torch initialises parameters from its one global generator: ranks that are threads of one process
+# (the loopback cluster) build their models one at a time, or they would draw from each other's seed.
+_BUILDING = threading.Lock()
+
+
 def build_model(name: str, shape: tuple[int, int, int], classes: int, seed: int) -> nn.Module:
     """Same name, shape and seed → bit-identical initial parameters on every rank."""
     import torch
@@ -26,6 +32,6 @@ def build_model(name: str, shape: tuple[int, int, int], classes: int, seed: int)
     from hpcbench.workload.networks import BUILDERS
 
     MODELS.get(name)
-    with torch.random.fork_rng(devices=[]):
+    with _BUILDING, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return BUILDERS[name](shape, classes)

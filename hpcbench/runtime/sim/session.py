@@ -12,12 +12,14 @@ from hpcbench.algorithms.ops import Gradient
 from hpcbench.results.paths import check_room
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
-from hpcbench.runtime.placement import set_threads, thread_count
+from hpcbench.runtime.threads import set_threads, thread_count
 from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.provenance import software
-from hpcbench.runtime.record import ResultFile, build_record, expected_bytes, result_line
+from hpcbench.runtime.output import ResultFile, expected_bytes, result_line
+from hpcbench.runtime.record import RankResult, build_record
 from hpcbench.runtime.sim.engine import Engine, GradientFn, Pending
-from hpcbench.runtime.sim.models import ComputeModel, SimConfig, jitter, noise
+from hpcbench.runtime.sim.models import SimConfig, jitter, noise
+from hpcbench.workload.compute import ComputeModel
 
 STAND_IN_FLOATS = 64  # the parameter vector algorithms see when numerics are off
 
@@ -114,9 +116,8 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
         logs.score(lambda p: workload.evaluate(p, cfg.eval_samples))
     else:
         logs.score(lambda p: (float("nan"),) * 4)
-    parts = [{"rank": r, "host": "virtual", "device": "virtual", "start": 0.0, "end": engine.end[r], "threads": 1,
-              "local_rank": r,
-              "timeline": engine.timelines[r].columns()} for r in range(n + 1)]
+    parts = [RankResult(r, "virtual", "virtual", 1, r, 0.0, engine.end[r], engine.timelines[r].columns())
+             for r in range(n + 1)]
     provenance: dict[str, Any] = {**software(), "mpi_library_version": "none (simulated)", "mpi_vendor": "none",
                                   "mpi_standard": "none", "mpi4py_version": "none", "network": "", "sim_wall_s": wall,
                                   "sim_events": engine.events}

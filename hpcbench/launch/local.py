@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from hpcbench.errors import UsageError
-from hpcbench.runtime.placement import cpu_count
+from hpcbench.runtime.threads import cpu_count
 
 RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
 SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS")

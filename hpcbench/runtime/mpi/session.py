@@ -1,4 +1,8 @@
-"""``hpcbench run``: one benchmark run under real MPI, from set-up to the result file on rank 0."""
+"""``hpcbench run``: one benchmark run under real MPI, from set-up to the result file on rank 0.
+
+Everything after MPI starts goes through the ``Cluster`` protocol (``run_on``), so the same set-up
+agreement, heartbeats, failure notices and final gather run over the loopback cluster in tests.
+"""
 from __future__ import annotations
 
 import math
@@ -8,7 +12,7 @@ import sys
 import time
 import traceback
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -19,18 +23,17 @@ from hpcbench.errors import (HpcbenchError, PeerFailure, ResultWriteError, Usage
 from hpcbench.results.paths import check_room
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
-from hpcbench.runtime.faults import Injector
-from hpcbench.runtime.mpi_driver import MpiDriver
-from hpcbench.runtime.placement import choose_device, cpu_count, set_threads, thread_count
+from hpcbench.runtime.mpi.faults import Injector
+from hpcbench.runtime.mpi.driver import MpiDriver
+from hpcbench.runtime.mpi.placement import choose_device
+from hpcbench.runtime.threads import cpu_count, set_threads, thread_count
 from hpcbench.runtime.plan import Plan, check_duration, time_limit
-from hpcbench.runtime.record import ResultFile, build_record, default_out, expected_bytes, result_line
+from hpcbench.runtime.output import ResultFile, default_out, expected_bytes, result_line
+from hpcbench.runtime.record import RankResult, build_record
 from hpcbench.signals import signals_held, stop_on_signals
-from hpcbench.runtime.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
+from hpcbench.runtime.mpi.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
 from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.telemetry.timeline import Timeline
-
-if TYPE_CHECKING:
-    from hpcbench.comm.mpi import MpiComm
 
 # A worker that fails tells rank 0 and waits this long for it to write the run's record (rank 0 then
 # ends every rank); rank 0 spends at most SCORE_ON_FAILURE_S (and a quarter of timeout_s, the time
@@ -67,14 +70,14 @@ def open_layout(comm: Cluster, layout: Layout, workers: int) -> None:
         comm.open_channel(name, channel.nbytes, sources)
 
 
-def agree(comm: MpiComm, error: str | None, timeout: float) -> tuple[int, str, str] | None:
+def agree(comm: Cluster, error: str | None, timeout: float) -> tuple[int, str, str] | None:
     """Collective: the first rank's set-up error, if any rank had one."""
     errors = comm.exchange(None if error is None else (comm.rank, comm.host, error), timeout,
                            "agreeing that set-up went well")
     return next((e for e in errors if e is not None), None)
 
 
-def place(comm: MpiComm, device: str, threads: int, timeout: float) -> list[dict[str, Any]]:
+def place(comm: Cluster, device: str, threads: int, timeout: float) -> list[RankResult]:
     """Collective: every rank's host, device and threads; rank 0 warns about shared GPUs and
     oversubscribed nodes (the run goes on)."""
     reports = comm.exchange((comm.rank, comm.host, device, comm.local_size, cpu_count(), threads, comm.local_rank),
@@ -83,7 +86,7 @@ def place(comm: MpiComm, device: str, threads: int, timeout: float) -> list[dict
         nodes = {host: (ranks, cores) for _, host, _, ranks, cores, *_ in reports}
         for warning in shared_gpus([(r, h, d) for r, h, d, *_ in reports]) + oversubscribed_nodes(nodes):
             print(f"hpcbench: warning: {warning}", file=sys.stderr, flush=True)
-    return [{"rank": r, "host": h, "device": d, "threads": t, "local_rank": i} for r, h, d, _, _, t, i in reports]
+    return [RankResult(r, h, d, t, i) for r, h, d, _, _, t, i in reports]
 
 
 def run_mpi(plan: Plan) -> int:
@@ -100,6 +103,11 @@ def run_mpi(plan: Plan) -> int:
         return 2
     if hasattr(signal, "SIGXFSZ"):  # past a file-size limit a write fails with EFBIG instead of killing us
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    return run_on(plan, comm)
+
+
+def run_on(plan: Plan, comm: Cluster) -> int:
+    """This rank's part of the run, and its part in ending a run that fails: → its exit code."""
     try:
         with stop_on_signals():
             return execute(plan, comm)
@@ -118,7 +126,7 @@ class Reported(Exception):
     """Rank 0 has printed the run's error and kept its record: what is left is to end every rank."""
 
 
-def report(exc: BaseException, comm: MpiComm) -> None:
+def report(exc: BaseException, comm: Cluster) -> None:
     """The error, once, on this rank's stderr: one line for the failures we know, a traceback otherwise."""
     if isinstance(exc, (PeerFailure, ResultWriteError)):
         print(f"hpcbench: error: {exc}", file=sys.stderr, flush=True)
@@ -129,7 +137,7 @@ def report(exc: BaseException, comm: MpiComm) -> None:
         sys.stderr.flush()
 
 
-def set_up(plan: Plan, comm: MpiComm) -> tuple[Run, str, int, float] | None:
+def set_up(plan: Plan, comm: Cluster) -> tuple[Run, str, int, float] | None:
     """Everything before the timed window, checked on every rank and agreed: → (run, device, threads,
     warm-up seconds), or None when a rank found the run cannot work (rank 0 has said why)."""
     cfg, rank, workers = plan.cfg, comm.rank, comm.size - 1
@@ -167,7 +175,7 @@ def set_up(plan: Plan, comm: MpiComm) -> tuple[Run, str, int, float] | None:
     return (*prepared, warmup_s)
 
 
-def execute(plan: Plan, comm: MpiComm) -> int:
+def execute(plan: Plan, comm: Cluster) -> int:
     cfg, rank, workers = plan.cfg, comm.rank, comm.size - 1
     ready = set_up(plan, comm)
     if ready is None:
@@ -209,9 +217,8 @@ def execute(plan: Plan, comm: MpiComm) -> int:
             progress.close()
         comm.close(cfg.timeout_s)
         injector.at_phase("gather")
-        gathered = comm.collect({**placed[rank], "start": start, "end": end, "warmup_s": warmup_s,
-                                 "cpu_s": cpu_s,
-                                 "timeline": timeline.columns()}, cfg.timeout_s, "the final gather of timelines")
+        gathered = comm.collect(placed[rank].timed(start, end, timeline.columns(), warmup_s=warmup_s, cpu_s=cpu_s),
+                                cfg.timeout_s, "the final gather of timelines")
     except BaseException as exc:
         comm.on_wait = None
         if keeper is not None:
@@ -236,7 +243,7 @@ def program_of(run: Run, rank: int) -> Program:
     return run.algo.server() if rank == 0 else run.algo.worker(rank)
 
 
-def blamed(comm: MpiComm, exc: BaseException, timeout: float) -> BaseException:
+def blamed(comm: Cluster, exc: BaseException, timeout: float) -> BaseException:
     """Rank 0, when a wait in training failed: name the workers that stopped answering (heartbeats
     silent for over half the timeout), which the rank that timed out cannot know."""
     if not isinstance(exc, (WaitTimeout, PeerFailure)) or getattr(exc, "peer", None) is not None:
@@ -266,7 +273,7 @@ class Keeper:
     rewritten every ``flush_s`` seconds with status "incomplete" (so a kill of any rank, rank 0
     included, leaves what was measured until then), and finally as "ok" or how the run failed."""
 
-    def __init__(self, run: Run, comm: MpiComm, placed: list[dict[str, Any]], offsets: np.ndarray | None,
+    def __init__(self, run: Run, comm: Cluster, placed: list[RankResult], offsets: np.ndarray | None,
                  timeline: Timeline) -> None:
         assert offsets is not None
         self.run, self.comm, self.placed, self.offsets, self.timeline = run, comm, placed, offsets, timeline
@@ -276,16 +283,14 @@ class Keeper:
         self.start = 0.0
         self.next_flush = math.inf
 
-    def record(self, parts: list[dict[str, Any]], failure: tuple[str, str, float] | None) -> RunRecord:
+    def record(self, parts: list[RankResult], failure: tuple[str, str, float] | None) -> RunRecord:
         return build_record(self.run, mode="mpi", world_size=self.comm.size, parts=parts, offsets=self.offsets,
                             origin=self.start, logs=self.logs, provenance=self.provenance, failure=failure)
 
-    def own_parts(self, now: float) -> list[dict[str, Any]]:
+    def own_parts(self, now: float) -> list[RankResult]:
         """Rank 0's timeline; the workers' are gathered only at the end."""
-        parts = [{**p, "start": self.start, "end": self.start, "timeline": Timeline(p["rank"]).columns()}
-                 for p in self.placed]
-        parts[0].update(end=now, timeline=self.timeline.columns())
-        return parts
+        own = self.placed[0].timed(self.start, now, self.timeline.columns())
+        return [own] + [p.timed(self.start, self.start, Timeline(p.rank).columns()) for p in self.placed[1:]]
 
     def claim(self) -> None:
         """Write the file for the first time (an empty record, "incomplete")."""
@@ -313,7 +318,7 @@ class Keeper:
             self.flush(t0)
             self.timeline.add(step, "flush", t0, self.comm.wtime())
 
-    def finish(self, gathered: list[dict[str, Any]]) -> tuple[RunRecord, str]:
+    def finish(self, gathered: list[RankResult]) -> tuple[RunRecord, str]:
         """The complete record, written over the last flush; → (record, path)."""
         cfg = self.run.cfg
         self.logs.score(lambda params: self.run.workload.evaluate(params, cfg.eval_samples))

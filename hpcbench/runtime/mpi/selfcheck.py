@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Mapping
 
-from hpcbench.slurm.jobs import srun_mpi_flag
+from hpcbench.comm.probe import srun_mpi_flag
 
 
 def slurm_world_mismatch(env: Mapping[str, str], world_size: int, mpi_vendor: str) -> str | None:

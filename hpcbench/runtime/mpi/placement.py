@@ -1,27 +1,7 @@
-"""Where a rank computes: its torch device (one GPU per node-local worker) and its thread count."""
+"""Where a rank computes: its torch device, one GPU per node-local worker."""
 from __future__ import annotations
 
-import os
-
 from hpcbench.config import RunConfig
-
-
-def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-def thread_count(requested: int, ranks_on_node: int) -> int:
-    """--threads, else SLURM_CPUS_PER_TASK, else OMP_NUM_THREADS, else this node's cores shared out."""
-    if requested:
-        return requested
-    for var in ("SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"):
-        value = os.environ.get(var, "")
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    return max(1, cpu_count() // max(1, ranks_on_node))
 
 
 def worker_slot(rank: int, local_rank: int, on_rank0_node: bool) -> int:
@@ -33,14 +13,6 @@ def gpu_index(rank: int, local_rank: int, on_rank0_node: bool, visible: int) -> 
     """Which of the ``visible`` GPUs a rank uses: each worker its own, by its index among its node's
     workers (one GPU per task: the one it sees); rank 0 the first, which it shares with a worker."""
     return 0 if rank == 0 else worker_slot(rank, local_rank, on_rank0_node) % visible
-
-
-def set_threads(cfg: RunConfig, threads: int) -> None:
-    """torch's threads, for a model that trains (a payload run never imports torch)."""
-    if cfg.model != "payload":
-        import torch
-
-        torch.set_num_threads(threads)
 
 
 def choose_device(cfg: RunConfig, rank: int, local_rank: int, on_rank0_node: bool) -> str:

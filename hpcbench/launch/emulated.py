@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from hpcbench.errors import UsageError
-from hpcbench.runtime.launch import EMULATED_LAUNCHER, EMULATED_STATE, run_ranks, why_failed
+from hpcbench.launch.local import EMULATED_LAUNCHER, EMULATED_STATE, run_ranks, why_failed
 
 CLUSTER = EMULATED_LAUNCHER.parent / "emulated-cluster.sh"
 # One way, 8 bytes, MPI over TCP between two emulated nodes: 8.7 µs (median of 180 round trips).

@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
 
 # The demo: every algorithm on the real digits data, small enough for 2 cores in a few minutes.
-DEMO_ARGS = ("--dataset", "digits", "--model", "mlp", "--epochs", "10", "--batch-size", "32", "--lr", "0.05",
-             "--set", "warmup_epochs=1", "--set", "evals=8")
+DEMO = RunConfig(dataset="digits", model="mlp", epochs=10, batch_size=32, lr=0.05, warmup_epochs=1, evals=8)
 
 
 def parse_ranks(text: str) -> list[int]:
@@ -26,7 +26,7 @@ def parse_ranks(text: str) -> list[int]:
     return ranks
 
 
-def run_local(algos: Sequence[str], ranks: Sequence[int], run_args: Sequence[str], out_dir: str,
+def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_dir: str,
               timeout: float, repeats: int = 1, replace: bool = False,
               emulated: bool = False) -> tuple[list[Path], list[str]]:
     """Run each point in turn; returns (result files, failure descriptions). ``emulated``: across the
@@ -38,14 +38,14 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], run_args: Sequence[str
     from hpcbench.algorithms import ALGORITHMS
     from hpcbench.results.store import result_status
     from hpcbench.results.study import write_manifest
-    from hpcbench.runtime.launch import run_ranks, why_failed
+    from hpcbench.launch.local import run_ranks, why_failed
 
     points = [(a, r, k) for a in algos for r in ranks for k in range(repeats)]
     stems = {p: f"{p[0]}-w{p[1] - 1}" + (f"-r{p[2] + 1}" if repeats > 1 else "") for p in points}
     fits = {p: p[1] - 1 >= ALGORITHMS.get(p[0]).min_workers for p in points}
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     write_manifest(Path(out_dir), [{"stem": stems[p], "algo": p[0], "ranks": p[1], "repeat": p[2]} for p in points
-                                   if fits[p]], {"base_args": list(run_args), "local": True, "emulated": emulated})
+                                   if fits[p]], {"base_args": cfg.to_argv(), "local": True, "emulated": emulated})
     done: list[Path] = []
     failures: list[str] = []
     for i, (algo, world, repeat) in enumerate(points, 1):
@@ -60,11 +60,9 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], run_args: Sequence[str
             done.append(out)
             print(f"[{i}/{len(points)}] {label}: kept (an ok result is already in {out})", flush=True)
             continue
-        args = ["run", "--algo", algo, *run_args, "--out", str(out)]
-        if replace or out.exists():
-            args.append("--overwrite")
-        if repeats > 1:
-            args += ["--set", f"seed={repeat}"]
+        point = cfg.with_updates(algo=algo, out=str(out), overwrite=replace or out.exists(),
+                                 seed=repeat if repeats > 1 else cfg.seed)
+        args = ["run", *point.to_argv()]
         t0 = time.monotonic()
         try:
             proc = run_ranks(world, args, timeout, capture=True, emulated=emulated)
@@ -87,11 +85,8 @@ def demo(out_dir: str, ranks_text: str, steps: int, timeout: float) -> tuple[lis
     from hpcbench.algorithms import ALGORITHMS
 
     ranks = parse_ranks(ranks_text)
-    run_args = list(DEMO_ARGS)
-    if steps:
-        i = run_args.index("--epochs")
-        run_args[i:i + 2] = ["--steps", str(steps)]
+    cfg = DEMO.with_updates(steps=steps, epochs=None) if steps else DEMO
     t0 = time.monotonic()
-    files, failures = run_local(ALGORITHMS.names(), ranks, run_args, out_dir, timeout, replace=True)
+    files, failures = run_local(ALGORITHMS.names(), ranks, cfg, out_dir, timeout, replace=True)
     print(f"\n{len(files)} runs in {time.monotonic() - t0:.0f} s; result files in {out_dir}/\n")
     return files, failures

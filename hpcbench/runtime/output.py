@@ -1,0 +1,82 @@
+"""What a run leaves: its result file on rank 0, the line it prints, and ``--dry-run``'s text."""
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+
+from hpcbench.config import RunConfig
+from hpcbench.results.paths import run_id
+from hpcbench.results.schema import RunRecord
+from hpcbench.runtime.assemble import Run, assemble
+from hpcbench.runtime.plan import Plan
+from hpcbench.runtime.record import resolved_config
+
+
+def default_out(cfg: RunConfig, workers: int, mode: str = "mpi") -> str:
+    """A readable name, unique even for runs started in the same second on different nodes."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return f"results/{cfg.algo}-{cfg.dataset}-{cfg.model}-{mode}-w{workers}-s{cfg.seed}-{stamp}-{run_id()}.h5"
+
+
+class ResultFile:
+    """A run's result file on rank 0: first written when training starts (status "incomplete"), then
+    rewritten whole at each flush and at the end. Every write goes to a temporary name renamed over
+    the file, so a kill at any instant leaves the last complete write, readable."""
+
+    def __init__(self, cfg: RunConfig, workers: int, mode: str) -> None:
+        self.wanted = cfg.out or default_out(cfg, workers, mode)
+        self.overwrite = cfg.overwrite
+        self.path = ""
+
+    def write(self, rec: RunRecord) -> str:
+        from hpcbench.results.store import rewrite_run, write_run  # here: workers never load h5py
+
+        if self.path:
+            rewrite_run(self.path, rec)
+            return self.path
+        self.path = str(write_run(self.wanted, rec, self.overwrite))
+        if self.path != self.wanted:
+            print(f"hpcbench: {self.wanted} appeared while this run was set up; the result goes to {self.path}",
+                  file=sys.stderr, flush=True)
+        return self.path
+
+
+def expected_bytes(run: Run) -> int:
+    """A rough size of the run's result file: the timeline rows of every step on every rank, the
+    server's rows, the evaluations and the final model (used to refuse a disk that is too full)."""
+    ctx = run.algo.ctx
+    steps = ctx.steps * ctx.workers
+    row = 38  # bytes per timeline row: rank, step, phase, op, two times, bytes
+    server = steps * 8 * len(run.layout.tables)
+    evals = ctx.budget // ctx.eval_every + 1
+    return steps * 6 * row + steps * 2 * row + server + evals * 48 + 4 * ctx.size + 256 * 1024
+
+
+def dry_run_text(plan: Plan, workers: int) -> str:
+    """What ``run --dry-run`` prints: the configuration resolved for ``workers`` workers, as the result
+    file would record it (steps, budget, schedule, straggler ranks, the algorithm's options)."""
+    run = assemble(plan, workers)
+    config = resolved_config(run, run.workload.size)
+    return (f"{plan.algo.name} with {workers} workers (world size {workers + 1}): "
+            f"{config['budget_samples']} samples, {config['steps_per_worker']} steps per worker, "
+            f"{config['schedule']['text']}\n{json.dumps(config, indent=1)}")
+
+
+def result_line(rec: RunRecord, path: str) -> str:
+    s = rec.summary
+    virtual = " of virtual time" if rec.mode == "sim" else ""
+    trained = s["final_accuracy"] == s["final_accuracy"]  # NaN: no model (payload, or numerics off)
+    line = (f"{rec.algorithm} ({rec.mode}, {rec.workers} workers): {s['samples']} samples in {s['wall_s']:.1f} s"
+            f"{virtual} = {s['samples_per_s']:.0f} samples/s, "
+            + (f"final accuracy {s['final_accuracy']:.3f}" if trained else "timing only (no model trained)"))
+    if s["final_val_accuracy"] == s["final_val_accuracy"]:  # a validation split was held out
+        line += f" (validation {s['final_val_accuracy']:.3f})"
+    if "late_gradients" in s:  # a parameter server: say that every gradient was applied
+        line += f", {s['too_stale']} gradients dropped"
+        if s["echoed_updates"]:
+            line += f" ({s['echoed_updates']} applied with Δ echoed by their worker)"
+    schedule = f" [{rec.attrs['config']['schedule']['text']}]" if trained else ""
+    cap = rec.attrs["config"].get("max_steps", 0)
+    capped = f" [capped at {cap} steps per worker by max_steps: a smoke test, not a measurement]" if cap else ""
+    return f"{line}{schedule}{capped} -> {path}"
