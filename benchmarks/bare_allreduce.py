@@ -8,7 +8,7 @@ import torch
 from mpi4py import MPI
 
 from hpcbench.workload.datasets import load_dataset
-from hpcbench.workload.models import build_model
+from hpcbench.workload.networks import build_model
 from reference_loop import arguments, timed_steps
 
 

@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from hpcbench import __version__
 from hpcbench.config import RunConfig
@@ -17,7 +17,6 @@ from hpcbench.launch.local import env_rank
 if TYPE_CHECKING:
     from hpcbench.results.schema import RunRecord
     from hpcbench.runtime.plan import Plan
-    from hpcbench.runtime.sim.models import SimConfig
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -268,7 +267,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     from hpcbench.config import RUN_KEYS, table_argv
     from hpcbench.runtime import plan
-    from hpcbench.runtime.sim.models import SimConfig
+    from hpcbench.options.sim import SimConfig
     from hpcbench.slurm.sweep import parse_algos
     from hpcbench.tuning.execute import jobs_or_cores
     from hpcbench.tuning.grid import expand, parse_decays, parse_floats, parse_ints

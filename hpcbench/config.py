@@ -5,14 +5,13 @@ import dataclasses
 import math
 import numbers
 import sys
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from hpcbench.algorithms.schedule import SCALINGS
 from hpcbench.errors import UsageError, one_of
+from hpcbench.options import TABLES, build_options, option_tables
 from hpcbench.registry import rule
 
 if sys.version_info >= (3, 11):
@@ -187,54 +186,6 @@ MAX_VAL_FRACTION = 0.5
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name != "options")
 
 
-def check_value(owner: str, name: str, value: Any, hint: Any) -> Any:
-    """Coerce a TOML/CLI value to a dataclass field's type, or raise one clear line."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        return check_value(owner, name, value, inner)
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            value = [value]
-        (item_hint, _ellipsis) = typing.get_args(hint)
-        return tuple(check_value(owner, name, v, item_hint) for v in value)
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value):
-                raise UsageError(f"{owner}{name} = {value!r} is not a finite number")
-            return float(value)
-    elif hint is str:
-        if isinstance(value, str):
-            return value
-    elif hint in (Stragglers, Fault):
-        if isinstance(value, hint):
-            return value
-        if isinstance(value, str):
-            return hint.parse(value)
-    else:
-        return value
-    raise UsageError(f"{owner}{name} = {value!r} is not a {hint.__name__}")
-
-
-def build_options(cls: type, values: Mapping[str, Any], owner: str) -> Any:
-    """Instantiate an options dataclass from a mapping, refusing unknown keys."""
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    typed = {}
-    for key, value in values.items():
-        if key not in names:
-            valid = ", ".join(f"{owner}{n}" for n in names) or "(none)"
-            raise UsageError(f"unknown option '{owner}{key}'; valid: {valid}")
-        typed[key] = check_value(owner, key, value, hints[key])
-    return cls(**typed)
-
-
 def toml_literal(value: Any) -> str:
     """``value`` as a TOML literal: what ``--set`` and a config file read back as the same value."""
     if isinstance(value, bool):
@@ -319,7 +270,7 @@ def environment_sets(environ: Mapping[str, str]) -> list[str]:
     return [f"max_steps={int(text)}"]
 
 
-def from_sources(config_path: str | None, flags: Mapping[str, Any], sets: list[str], algorithms: list[str],
+def from_sources(config_path: str | None, flags: Mapping[str, Any], sets: list[str],
                  sim_flags: Mapping[str, Any]) -> tuple[RunConfig, dict[str, Any]]:
     """defaults ← TOML file ← flags ← ``--set``; → (run configuration, the simulator's values).
 
@@ -327,26 +278,26 @@ def from_sources(config_path: str | None, flags: Mapping[str, Any], sets: list[s
     where a ``--set sim.KEY=...`` names the same key (the last source wins, as everywhere).
     """
     toml = load_toml(config_path) if config_path else {}
-    run, options = merge_sources(toml, flags, sets, algorithms + ["sim", "payload", "teacher"])
+    run, options = merge_sources(toml, flags, sets, list(option_tables()))
     sim = options.pop("sim", {})
     overridden = {item.partition("=")[0][len("sim."):] for item in sets if item.startswith("sim.")}
     sim.update({k: v for k, v in sim_flags.items() if k not in overridden})
-    if run.get("model") == "payload":
-        share_compute(options.setdefault("payload", {}), sim)
+    cfg = make_config(run, options)
+    for name, table in TABLES.items():  # a model's or dataset's table that shares fields with [sim]
+        if table.shares and table.applies(cfg):
+            share(options.setdefault(name, {}), sim, table.shares)
     return make_config(run, options), sim
 
 
-COMPUTE_KEYS = ("compute_shape", "compute_mean_s")
-
-
-def share_compute(payload: dict[str, Any], sim: dict[str, Any]) -> None:
-    """``--model payload`` computes as the simulator models it: one compute model for ``run`` and
-    ``simulate``, from ``payload.compute_*`` where given, else from ``--compute`` or ``[sim]``."""
-    for key in COMPUTE_KEYS:
-        if key in payload:
-            sim[key] = payload[key]
+def share(table: dict[str, Any], sim: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """One value for the ``keys`` a table shares with the simulator's (``--model payload`` computes as
+    the simulator models it, in ``run`` and ``simulate`` alike): the table's where given, else the
+    simulator's (``--compute``, ``[sim]``)."""
+    for key in keys:
+        if key in table:
+            sim[key] = table[key]
         elif key in sim:
-            payload[key] = sim[key]
+            table[key] = sim[key]
 
 
 def make_config(run: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]]) -> RunConfig:

@@ -13,9 +13,8 @@ from hpcbench import __version__
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.config import RunConfig, toml_literal
 from hpcbench.workload.datasets import DATASET_HELP
+from hpcbench.options import TABLES, option_tables
 from hpcbench.workload.models import MODELS
-from hpcbench.workload.payload import PayloadOptions
-from hpcbench.workload.teacher import TeacherOptions
 
 
 RECIPE = ("lr is the single-worker rate. Asynchronous algorithms apply every gradient at lr; synchronous ones\n"
@@ -38,22 +37,20 @@ def rows(owner: str, options: type, skip: tuple[str, ...] = ()) -> list[list[str
 
 
 def listing() -> str:
-    from hpcbench.runtime.sim.models import SimConfig
-
     algos = [[name, cls.family, cls.min_workers + 1, cls.summary] for name, cls in ALGORITHMS.items()]
-    options = [row for name, cls in ALGORITHMS.items() for row in rows(f"{name}.", cls.Options)]
-    for table, table_options in (("payload", PayloadOptions), ("teacher", TeacherOptions)):
-        options += rows(f"{table}.", table_options)
+    tables = option_tables()
+    options = [row for name, table in tables.items() if not table.by_command for row in rows(f"{name}.", table.options)]
+    others = [name for name, table in TABLES.items() if not table.by_command]
     parts = [
         "Algorithms",
         tabulate(algos, headers=["name", "family", "min ranks", "what it does"]),
-        "Algorithm, payload and teacher options (--set NAME.OPTION=VALUE, or a [NAME] table in --config)",
+        f"Algorithm, {' and '.join(others)} options (--set NAME.OPTION=VALUE, or a [NAME] table in --config)",
         tabulate(options, headers=["option", "default"]),
         "Simulator options (simulate: --set sim.OPTION=VALUE, or a [sim] table in --config; --workers,\n"
         "--numerics, --compute, --network, --pauses and --heterogeneity set the same fields)",
-        tabulate(rows("sim.", SimConfig), headers=["option", "default"]),
+        tabulate(rows("sim.", tables["sim"].options), headers=["option", "default"]),
         "Models",
-        tabulate(sorted(MODELS.items()), headers=["name", "what it is"]),
+        tabulate(sorted((name, model.text) for name, model in MODELS.items()), headers=["name", "what it is"]),
         "Datasets",
         tabulate(sorted(DATASET_HELP.items()), headers=["name", "what it is"]),
         "Run options (flags, --set KEY=VALUE, or top-level keys in --config)",

@@ -18,7 +18,7 @@ from hpcbench.config import RunConfig
 from hpcbench.runtime import plan
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.engine import Engine
-from hpcbench.runtime.sim.models import SimConfig
+from hpcbench.options.sim import SimConfig
 from hpcbench.workload.compute import ComputeModel
 
 X0 = np.array([1.0, -2.0, 0.5], dtype=np.float32)

@@ -12,7 +12,7 @@ from hpcbench.runtime.sim.models import allreduce_s
 from hpcbench.workload.datasets import load_dataset
 from hpcbench.workload.trainer import Trainer
 from reference import union_batch_sgd
-from hpcbench.workload.models import build_model
+from hpcbench.workload.networks import build_model
 from test_loopback import COMMON, run_threads
 from test_sim import simulate
 

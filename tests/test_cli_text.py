@@ -15,7 +15,7 @@ import pytest
 from conftest import cli
 from hpcbench.report.strict_json import json_safe
 from hpcbench.results.store import read_run
-from hpcbench.runtime.sim.models import SimConfig
+from hpcbench.options.sim import SimConfig
 from hpcbench.telemetry.progress import ProgressLine
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -76,7 +76,7 @@ def package_graph() -> dict[str, set[str]]:
 LAYERS = (
     ("hpcbench", "hpcbench.errors", "hpcbench.registry", "hpcbench.signals"),
     ("hpcbench.algorithms", "hpcbench.results", "hpcbench.workload", "hpcbench.telemetry", "hpcbench.comm"),
-    ("hpcbench.config", "hpcbench.report"),
+    ("hpcbench.options", "hpcbench.config", "hpcbench.report"),
     ("hpcbench.runtime",),
     ("hpcbench.runtime.mpi", "hpcbench.runtime.sim"),
     ("hpcbench.launch", "hpcbench.slurm"),

@@ -24,7 +24,7 @@ from hpcbench.runtime.plan import make_context, validate
 from hpcbench.runtime.mpi.session import open_layout
 from hpcbench.runtime.sim.engine import Engine
 from hpcbench.runtime.logs import RunLogs
-from hpcbench.runtime.sim.models import SimConfig
+from hpcbench.options.sim import SimConfig
 from hpcbench.workload.compute import ComputeModel
 from hpcbench.runtime.sim.session import simulated_record
 from hpcbench.telemetry.timeline import OPS, Timeline

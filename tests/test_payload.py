@@ -87,7 +87,7 @@ def test_simulate_and_run_share_one_compute_model():
     """``--compute`` sets the payload's compute and the simulator's alike; payload.* wins over it."""
     from hpcbench.config import from_sources
 
-    cfg, sim = from_sources(None, {"model": "payload"}, ["payload.compute_mean_s=0.2"], ["asgd"],
+    cfg, sim = from_sources(None, {"model": "payload"}, ["payload.compute_mean_s=0.2"],
                             {"compute_shape": 7.0, "compute_mean_s": 0.1})
     assert dict(cfg.options["payload"]) == {"compute_mean_s": 0.2, "compute_shape": 7.0}
     assert sim["compute_mean_s"] == 0.2 and sim["compute_shape"] == 7.0

@@ -15,7 +15,7 @@ from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR, Cell
 from hpcbench.results.store import read_run, rewrite_run
 from hpcbench.runtime.assemble import assemble
 from hpcbench.runtime.plan import validate
-from hpcbench.runtime.sim.models import SimConfig
+from hpcbench.options.sim import SimConfig
 from hpcbench.tuning.grid import Setting, Trial, choose, expand, parse_decays
 from hpcbench.workload.datasets import load_dataset
 
@@ -72,7 +72,7 @@ def test_a_run_records_validation_beside_test_accuracy(tmp_path):
                  "--set", "evals=3", "--out", str(out)]) == 0
     rec = read_run(out)
     data = load_dataset("teacher", val_fraction=0.25, teacher_options=validate(
-        RunConfig(algo="asgd", dataset="teacher", options={"teacher": {"samples": 1200, "test_samples": 400}})).teacher)
+        RunConfig(algo="asgd", dataset="teacher", options={"teacher": {"samples": 1200, "test_samples": 400}})).tables["teacher"])
     assert rec.attrs["config"]["val_size"] == 300 and rec.attrs["config"]["train_size"] == 900
     assert rec.summary["final_val_accuracy"] == pytest.approx(naive_mlp_accuracy(rec.final_params, data.x_val, data.y_val))
     assert rec.summary["final_accuracy"] == pytest.approx(naive_mlp_accuracy(rec.final_params, data.x_test, data.y_test))

@@ -17,7 +17,7 @@ from hpcbench.errors import UsageError
 from hpcbench.results.store import read_run
 from hpcbench.runtime.mpi import session
 from hpcbench.runtime.plan import validate
-from hpcbench.runtime.sim.models import SimConfig
+from hpcbench.options.sim import SimConfig
 from hpcbench.runtime.sim.session import simulated_record
 
 COMMON = dict(model="mlp", dataset="digits", batch_size=16, lr=0.05, momentum=0.9, evals=3, warmup_epochs=0.0,

@@ -12,7 +12,7 @@ from conftest import mpirun, ok, requires_mpi
 from hpcbench.cli import main
 from hpcbench.errors import UsageError
 from hpcbench.results.store import read_run
-from hpcbench.runtime.sim.models import SimConfig, parse_compute, parse_network
+from hpcbench.options.sim import SimConfig, parse_compute, parse_network
 from hpcbench.workload.compute import ComputeModel
 from reference import union_batch_sgd
 

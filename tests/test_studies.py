@@ -7,7 +7,6 @@ import subprocess
 import pytest
 
 from conftest import cli, requires_mpi
-from hpcbench.algorithms import ALGORITHMS
 from hpcbench.results.store import read_run
 from hpcbench.runtime.mpi.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
 from hpcbench.comm.probe import srun_mpi_flag

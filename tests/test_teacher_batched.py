@@ -8,7 +8,7 @@ import pytest
 from hpcbench.cli import main
 from hpcbench.results.store import read_run
 from hpcbench.runtime import plan
-from hpcbench.runtime.sim.models import SimConfig
+from hpcbench.options.sim import SimConfig
 from hpcbench.runtime.sim.session import simulated_record
 from hpcbench.config import make_config
 from hpcbench.workload import teacher

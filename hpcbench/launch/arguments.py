@@ -12,7 +12,7 @@ from hpcbench.errors import UsageError
 from hpcbench.launch.local import env_rank
 
 if TYPE_CHECKING:
-    from hpcbench.runtime.sim.models import SimConfig
+    from hpcbench.options.sim import SimConfig
 
 
 class Parser(argparse.ArgumentParser):
@@ -76,18 +76,19 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
 
 def configs_from_args(args: argparse.Namespace) -> tuple[RunConfig, SimConfig]:
     """(RunConfig, SimConfig) from the command line."""
-    from hpcbench.algorithms import ALGORITHMS
-    from hpcbench.config import build_options, environment_sets, from_sources
-    from hpcbench.runtime.sim.models import SimConfig, flag_values
+    from hpcbench.config import environment_sets, from_sources
+    from hpcbench.options import table
+    from hpcbench.options.sim import flag_values
+    from hpcbench.workload.models import MODELS
 
     sim_flags = flag_values(**{k: getattr(args, k, None) for k in SIM_FLAG_KEYS})
     sets = environment_sets(os.environ) + list(args.set)  # --set beats the environment
-    cfg, sim = from_sources(args.config, {k: getattr(args, k, None) for k in FLAG_KEYS}, sets,
-                            ALGORITHMS.names(), sim_flags)
-    if args.compute and args.command != "simulate" and cfg.model != "payload":
+    cfg, sim = from_sources(args.config, {k: getattr(args, k, None) for k in FLAG_KEYS}, sets, sim_flags)
+    if args.compute and args.command != "simulate" and MODELS.get(cfg.model).trains:
         raise UsageError(f"--compute models the compute of --model payload (model {cfg.model!r} computes for "
                          "real); use it with --model payload, or with simulate")
-    return cfg, build_options(SimConfig, sim, "sim.")
+    sim_config: SimConfig = table("sim").build(sim)
+    return cfg, sim_config
 
 
 def parse_run(argv: Sequence[str], simulate: bool = False) -> tuple[RunConfig, SimConfig]:

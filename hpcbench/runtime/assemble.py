@@ -12,11 +12,10 @@ from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.plan import Plan, make_context, straggler_ranks
-from hpcbench.workload.compute import Compute, ComputeModel
 from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.workload.base import Workload
-from hpcbench.workload.datasets import Dataset, load_dataset
-from hpcbench.workload.payload import Payload
+from hpcbench.workload.datasets import load_dataset
+from hpcbench.workload.models import MODELS, Needs
 from hpcbench.workload.sharding import BatchStream, shard_indices
 
 
@@ -29,8 +28,6 @@ class Run:
     layout: Layout
     workload: Workload
     stragglers: tuple[int, ...]  # the worker ranks slowed by ``cfg.stragglers.factor``
-    # --model payload: each compute lasts a time drawn from this model (the simulator's, same seeds).
-    compute: ComputeModel | None = None
 
     @property
     def cfg(self) -> RunConfig:
@@ -51,7 +48,7 @@ class Run:
 
     def modeled(self, rank: int) -> Callable[[], float] | None:
         """Worker ``rank``'s modeled compute times (payload), or None when it computes for real."""
-        compute = self.compute
+        compute = self.workload.compute
         return None if compute is None else lambda: compute.sample(rank)
 
     def logs(self) -> RunLogs:
@@ -70,30 +67,17 @@ def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0) -
     """
     cfg = plan.cfg
     plan.algo.check(cfg, plan.options, workers)
-    data = load_dataset(cfg.dataset, cfg.data_dir, plan.teacher, cfg.val_fraction)
+    model = MODELS.get(cfg.model)
+    data = load_dataset(cfg.dataset, cfg.data_dir, plan.tables.get("teacher"), cfg.val_fraction)
     if workers > len(data.y_train):
         raise UsageError(f"{workers} workers but only {len(data.y_train)} training samples in {cfg.dataset}")
     smallest = len(data.y_train) // workers
-    payload = cfg.model == "payload"  # reads no data: its samples only count toward the budget
-    if not stand_in and not payload and cfg.batch_size > smallest:
+    if not stand_in and model.trains and cfg.batch_size > smallest:  # a payload reads no data: its samples only count
         raise UsageError(f"batch size {cfg.batch_size} is larger than a worker's shard ({smallest} of the "
                          f"{len(data.y_train)} training samples of {cfg.dataset} with {workers} workers); use --batch-size {smallest} "
                          "or less, or fewer workers")
-    workload = make_workload(plan, data, device)
+    workload = model.build(Needs(cfg.model, data, cfg.seed, device, workers, plan.tables))
     params = np.zeros(stand_in, np.float32) if stand_in else workload.initial
     ctx = make_context(cfg, plan.algo, workers, params, len(data.y_train), plan.options, workload.bounds)
     algo = plan.algo(ctx)
-    compute = None
-    if payload:
-        compute = ComputeModel(Compute(workers, plan.payload.compute_shape, plan.payload.compute_mean_s),
-                               cfg.seed, {})
-    return Run(plan, algo, algo.layout(), workload, straggler_ranks(cfg.stragglers, workers, cfg.seed), compute)
-
-
-def make_workload(plan: Plan, data: Dataset, device: str) -> Workload:
-    """The payload stand-in, or the model to train (torch is imported only for the latter)."""
-    if plan.cfg.model == "payload":
-        return Payload(plan.payload, data)
-    from hpcbench.workload.trainer import Trainer
-
-    return Trainer(plan.cfg.model, data, plan.cfg.seed, device)
+    return Run(plan, algo, algo.layout(), workload, straggler_ranks(cfg.stragglers, workers, cfg.seed))

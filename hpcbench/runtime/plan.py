@@ -9,13 +9,12 @@ import numpy as np
 
 from hpcbench.algorithms import ALGORITHMS, Algorithm, Context
 from hpcbench.algorithms.schedule import Schedule, lr_scale
-from hpcbench.config import RunConfig, Stragglers, build_options, validate_numbers
+from hpcbench.config import RunConfig, Stragglers, validate_numbers
 from hpcbench.errors import UsageError
+from hpcbench.options import resolve, table
 from hpcbench.results.paths import check_target
 from hpcbench.workload.datasets import DATASETS
 from hpcbench.workload.models import MODELS
-from hpcbench.workload.payload import PayloadOptions
-from hpcbench.workload.teacher import TeacherOptions
 
 DEFAULT_STEPS = 100
 MAX_SAMPLES = 2**53  # sample counts beyond this are no longer exact in the float64 columns of a result file
@@ -24,13 +23,17 @@ DEFAULT_TIME_LIMIT_S = 7 * 24 * 3600.0  # the longest a run may take outside Slu
 
 @dataclass(frozen=True)
 class Plan:
-    """A validated configuration: the algorithm chosen and its options, built once."""
+    """A validated configuration: the algorithm chosen, and every option table the run gives or uses
+    (its algorithm's, its model's, its dataset's), built once."""
 
     cfg: RunConfig
     algo: type[Algorithm]
-    options: Any
-    payload: PayloadOptions = PayloadOptions()  # what --model payload sends and how long it computes
-    teacher: TeacherOptions = TeacherOptions()  # the size and noise of --dataset teacher
+    tables: Mapping[str, Any]
+
+    @property
+    def options(self) -> Any:
+        """The algorithm's options."""
+        return self.tables[self.algo.name]
 
 
 def validate(cfg: RunConfig) -> Plan:
@@ -40,25 +43,15 @@ def validate(cfg: RunConfig) -> Plan:
     algo = ALGORITHMS.get(cfg.algo)
     MODELS.get(cfg.model)
     DATASETS.get(cfg.dataset)
-    tables = {table: build_options(ALGORITHMS.get(table).Options, values, f"{table}.")
-              for table, values in cfg.options.items() if table not in ("payload", "teacher")}
-    if "payload" in cfg.options and cfg.model != "payload":
-        raise UsageError(f"payload.* options go with --model payload (the model is {cfg.model!r})")
-    if "teacher" in cfg.options and cfg.dataset != "teacher":
-        raise UsageError(f"teacher.* options go with --dataset teacher (the dataset is {cfg.dataset!r})")
-    payload = build_options(PayloadOptions, cfg.options.get("payload", {}), "payload.")
-    payload.validate()
-    teacher = build_options(TeacherOptions, cfg.options.get("teacher", {}), "teacher.")
-    teacher.validate()
+    tables = resolve(cfg)
     validate_numbers(cfg)
     if cfg.out:
         check_target(cfg.out, cfg.overwrite)
-    options = tables.get(algo.name)
-    return Plan(cfg, algo, options if options is not None else algo.Options(), payload, teacher)
+    return Plan(cfg, algo, tables)
 
 
 def options_for(cfg: RunConfig, algo: type[Algorithm]) -> Any:
-    return build_options(algo.Options, cfg.options.get(algo.name, {}), f"{algo.name}.")
+    return table(algo.name).build(cfg.options.get(algo.name, {}))
 
 
 def steps_per_worker(cfg: RunConfig, workers: int, train_size: int) -> int:

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 import numpy as np
 
 import hpcbench
+from hpcbench.options import TABLES
 from hpcbench.results.schema import UPDATES, RunRecord, family_of
 from hpcbench.runtime.assemble import Run
 from hpcbench.runtime.logs import RunLogs
@@ -50,10 +51,9 @@ def resolved_config(run: Run, parameters: int) -> dict[str, Any]:
                          "scaling": sched.scaling, "decay_epochs": list(sched.decay_epochs),
                          "decay_factor": sched.decay_factor, "text": sched.describe()},
                straggler_ranks=list(run.stragglers), straggler_factor=run.cfg.stragglers.factor)
-    if run.cfg.model == "payload":
-        out["payload"] = dataclasses.asdict(run.plan.payload)
-    if run.cfg.dataset == "teacher":
-        out["teacher"] = dataclasses.asdict(run.plan.teacher)
+    for name, found in TABLES.items():  # the model's and the dataset's tables (payload, teacher)
+        if found.applies(run.cfg):
+            out[name] = dataclasses.asdict(run.plan.tables[name])
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from hpcbench.config import RunConfig
+from hpcbench.workload.models import MODELS
 
 
 def cpu_count() -> int:
@@ -26,7 +27,7 @@ def thread_count(requested: int, ranks_on_node: int) -> int:
 
 def set_threads(cfg: RunConfig, threads: int) -> None:
     """torch's threads, for a model that trains (a payload run never imports torch)."""
-    if cfg.model != "payload":
+    if MODELS.get(cfg.model).trains:
         import torch
 
         torch.set_num_threads(threads)

@@ -17,7 +17,7 @@ from typing import Sequence
 
 from hpcbench.config import RunConfig, table_argv
 from hpcbench.launch.arguments import parse_run
-from hpcbench.runtime.sim.models import SimConfig
+from hpcbench.options.sim import SimConfig
 
 MODES = ("sim", "mpi")
 

@@ -6,6 +6,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from hpcbench.workload.compute import ComputeModel
 from hpcbench.workload.datasets import Dataset
 
 
@@ -18,6 +19,9 @@ class Workload(Protocol):
     size: int  # float32 parameters in the flat vector the algorithms exchange
     initial: np.ndarray  # the initial flat parameters, identical on every rank
     bounds: tuple[int, ...]  # where each parameter starts in the flat vector, then ``size``
+    # Modeled compute: each worker's gradient lasts the time this draws (the payload); None: as long
+    # as computing it takes.
+    compute: ComputeModel | None
 
     @property
     def nbytes(self) -> int: ...

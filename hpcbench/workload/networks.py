@@ -1,11 +1,14 @@
 """The networks behind the model names (torch): mlp, cnn and resnet20 (He et al. 2016, CIFAR variant)."""
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from hpcbench.errors import one_of
 
 Builder = Callable[[tuple[int, int, int], int], nn.Module]
 
@@ -67,3 +70,16 @@ def resnet20(shape: tuple[int, int, int], classes: int) -> nn.Module:
 
 
 BUILDERS: dict[str, Builder] = {"mlp": mlp, "cnn": cnn, "resnet20": resnet20}
+
+# torch initialises parameters from its one global generator: ranks that are threads of one process
+# (the loopback cluster) build their models one at a time, or they would draw from each other's seed.
+_BUILDING = threading.Lock()
+
+
+def build_model(name: str, shape: tuple[int, int, int], classes: int, seed: int) -> nn.Module:
+    """Same name, shape and seed → bit-identical initial parameters on every rank."""
+    if name not in BUILDERS:
+        raise one_of("model", name, list(BUILDERS))
+    with _BUILDING, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return BUILDERS[name](shape, classes)

@@ -13,6 +13,7 @@ import numpy as np
 
 from hpcbench.errors import UsageError
 from hpcbench.workload.base import Ready, last_of
+from hpcbench.workload.compute import Compute, ComputeModel
 from hpcbench.workload.datasets import Dataset
 
 # The gradient's value: small and constant, so parameters drift slowly and stay finite for any budget.
@@ -41,9 +42,11 @@ class PayloadOptions:
 class Payload:
     """What a worker computes with, for ``--model payload``: the ``Trainer`` interface without a model."""
 
-    def __init__(self, options: PayloadOptions, data: Dataset) -> None:
+    def __init__(self, options: PayloadOptions, data: Dataset, workers: int, seed: int) -> None:
         self.options = options
         self.data = data
+        # Each worker's compute times: the simulator's model, with the same seeded streams.
+        self.compute: ComputeModel | None = ComputeModel(Compute(workers, options.compute_shape, options.compute_mean_s), seed, {})
         self.size = options.params
         self.initial = np.zeros(self.size, np.float32)
         # No parameters: pieces of PIECE floats stand in for them, so buckets come out near their size.

@@ -13,8 +13,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from hpcbench.workload.base import Ready, last_of
+from hpcbench.workload.compute import ComputeModel
 from hpcbench.workload.datasets import Dataset
-from hpcbench.workload.models import build_model
+from hpcbench.workload.networks import build_model
 
 EVAL_CHUNK = 500
 BN_RECALIBRATION_SAMPLES = 512
@@ -47,6 +48,7 @@ class Trainer:
 
     def __init__(self, model_name: str, data: Dataset, seed: int, device: str = "cpu") -> None:
         self.data = data
+        self.compute: ComputeModel | None = None  # gradients take as long as they take
         self.device = torch.device(device)
         self.model = build_model(model_name, data.input_shape, data.classes, seed).to(self.device)
         params = list(self.model.parameters())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from hpcbench.config import RunConfig
+from hpcbench.workload.models import MODELS
 
 
 def worker_slot(rank: int, local_rank: int, on_rank0_node: bool) -> int:
@@ -16,7 +17,7 @@ def gpu_index(rank: int, local_rank: int, on_rank0_node: bool, visible: int) -> 
 
 
 def choose_device(cfg: RunConfig, rank: int, local_rank: int, on_rank0_node: bool) -> str:
-    if cfg.model == "payload":
+    if not MODELS.get(cfg.model).trains:  # the payload: no torch, nothing to put on a GPU
         return "cpu"
     import torch  # only ranks that train need it: `hpcbench --help` and `report` stay fast
 

@@ -158,8 +158,8 @@ def set_up(plan: Plan, comm: Cluster) -> tuple[Run, str, int, float] | None:
         elif cfg.warmup_steps:  # before the timed window: counts toward nothing
             step_s = run.workload.warm_up(np.resize(run.stream(rank).shard, cfg.batch_size), cfg.warmup_steps)
             warmup_s = step_s * cfg.warmup_steps
-            if run.compute is not None:
-                step_s += run.compute.mean(rank)
+            if run.workload.compute is not None:
+                step_s += run.workload.compute.mean(rank)
             check_duration(run.algo.ctx.steps, step_s * run.slow_factor(rank),
                            time_limit(cfg, os.environ, time.time()))
     except UsageError as exc:

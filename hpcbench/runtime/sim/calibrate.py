@@ -27,9 +27,11 @@ from hpcbench.algorithms.api import PARAMETER_SERVER
 from hpcbench.algorithms.buckets import FLOAT_BYTES
 from hpcbench.config import RUN_KEYS, RunConfig, Stragglers, make_config, toml_literal
 from hpcbench.errors import UsageError
+from hpcbench.options import TABLES
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime import plan
-from hpcbench.runtime.sim.models import SimConfig, allreduce_terms, link_bandwidth
+from hpcbench.options.sim import SimConfig
+from hpcbench.runtime.sim.models import allreduce_terms, link_bandwidth
 from hpcbench.runtime.sim.session import simulated_record
 
 DEFAULT_ALPHA_S = SimConfig().alpha_s
@@ -224,10 +226,9 @@ def run_settings(rec: RunRecord) -> tuple[dict[str, Any], dict[str, dict[str, An
     keys: dict[str, Any] = {k: cfg[k] for k in RUN_KEYS if k not in REAL_ONLY and cfg.get(k) not in (None, "")}
     keys["steps"] = int(cfg["steps_per_worker"])
     tables = {table: dict(options) for table, options in cfg.get("options", {}).items()}
-    if "teacher" in cfg:
-        tables["teacher"] = dict(cfg["teacher"])
-    if "payload" in cfg:
-        tables["payload"] = {"params": cfg["payload"]["params"]}
+    for name, table in TABLES.items():  # the model's and the dataset's tables the run recorded
+        if name in cfg:  # less what they share with the simulator (the fitted --compute)
+            tables[name] = {k: v for k, v in cfg[name].items() if k not in table.shares}
     return keys, tables
 
 

@@ -25,7 +25,8 @@ from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrie
 from hpcbench.errors import RuntimeFailure, undeclared_add, undeclared_size
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.links import Links, WindowLock
-from hpcbench.runtime.sim.models import Draws, SimConfig, allreduce_s, barrier_s
+from hpcbench.options.sim import SimConfig
+from hpcbench.runtime.sim.models import Draws, allreduce_s, barrier_s
 from hpcbench.workload.compute import ComputeModel
 from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.telemetry.progress import ProgressLine

@@ -18,7 +18,8 @@ from hpcbench.runtime.provenance import software
 from hpcbench.runtime.output import ResultFile, expected_bytes, result_line
 from hpcbench.runtime.record import RankResult, build_record
 from hpcbench.runtime.sim.engine import Engine, GradientFn, Pending
-from hpcbench.runtime.sim.models import SimConfig, jitter, noise
+from hpcbench.options.sim import SimConfig
+from hpcbench.runtime.sim.models import jitter, noise
 from hpcbench.workload.compute import ComputeModel
 
 STAND_IN_FLOATS = 64  # the parameter vector algorithms see when numerics are off
