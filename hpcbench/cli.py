@@ -483,6 +483,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if env_rank() == 0:
             print(f"hpcbench: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C in a study: the run under way has kept its record ("aborted")
+        if env_rank() == 0:
+            print(f"hpcbench: stopped by Ctrl-C during {args.command}; a study continues with --resume",
+                  file=sys.stderr)
+        return 128 + signal.SIGINT
     except BrokenPipeError:  # the reader has gone (``| head``): end quietly, as a tool killed by SIGPIPE
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush has nowhere to fail
         return 128 + signal.SIGPIPE

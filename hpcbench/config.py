@@ -48,19 +48,22 @@ class Stragglers:
         return "" if self == Stragglers() else f"{self.fraction:g}:{self.factor:g}"
 
 
-FAULT_KINDS = ("kill", "stop", "raise", "slow")
-FAULT_FORMS = ("kill:RANK@SECONDS, stop:RANK@SECONDS, raise:RANK@STEP, slow:RANK@SECONDS:FACTOR "
-               "(kill, stop and raise also @setup or @gather)")
-FAULT_PHASES = ("setup", "gather")  # outside training: during set-up, at the final gather
+FAULT_KINDS = ("kill", "stop", "term", "raise", "slow")
+FAULT_FORMS = ("kill:RANK@SECONDS, stop:RANK@SECONDS, term:RANK@SECONDS, raise:RANK@STEP, slow:RANK@SECONDS:FACTOR "
+               "(kill, stop, term and raise also @setup, @gather or @final)")
+# Outside training: during set-up, at the final gather, in the final window (rank 0 scoring the
+# evaluations and writing the file).
+FAULT_PHASES = ("setup", "gather", "final")
 
 
 @dataclass(frozen=True)
 class Fault:
     """``--set fault=KIND:RANK@WHEN[:FACTOR]``, parsed once: a fault injected into a real run.
 
-    kill: SIGKILL at ``at`` seconds into the timed window · stop: SIGSTOP then · raise: an exception at
+    kill: SIGKILL at ``at`` seconds into the timed window · stop: SIGSTOP then · term: SIGTERM then (what
+    Slurm's time limit and scancel send) · raise: an exception at
     the rank's step ``at`` · slow: every compute from ``at`` seconds on lasts ``factor`` times as long.
-    ``phase`` "setup" or "gather": kill, stop or raise there instead of during training.
+    ``phase`` "setup", "gather" or "final": kill, stop, term or raise there instead of during training.
     """
 
     kind: str = ""
@@ -79,7 +82,7 @@ class Fault:
         if kind not in FAULT_KINDS or not at_sign:
             raise wrong
         when, _, factor_text = when.partition(":")
-        if when in FAULT_PHASES and kind != "slow" and rank_text.isdigit():
+        if when in FAULT_PHASES and kind != "slow" and rank_text.isdigit() and not factor_text:
             return cls(kind, int(rank_text), phase=when)
         try:
             rank, at = int(rank_text), float(when)

@@ -29,12 +29,25 @@ class WaitTimeout(RuntimeFailure):
         self.peer = peer
 
 
+class TimeLimitPassed(RuntimeFailure):
+    """The run took longer than it may (``time_limit_s``, or the Slurm job's end)."""
+
+    status = "timeout"
+
+
 class InjectedFault(RuntimeFailure):
     """``--set fault=raise:RANK@STEP``: the failure a user asked for."""
 
 
 class Stopped(RuntimeFailure):
     """A signal asked the run to stop (Slurm's time limit or scancel, Ctrl-C, mpiexec passing one on)."""
+
+    status = "aborted"
+
+
+class LauncherGone(RuntimeFailure):
+    """The process that started this rank (mpiexec's proxy, srun's step daemon) has died: nothing will
+    end this rank for it, so it ends itself."""
 
     status = "aborted"
 

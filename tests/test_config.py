@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.config import RunConfig, Stragglers, load_toml, make_config, merge_sources, parse_set_value, toml_literal
+from hpcbench.config import Fault, RunConfig, Stragglers, load_toml, make_config, merge_sources, parse_set_value, toml_literal
 from hpcbench.errors import UsageError
 from hpcbench.runtime import plan
 
@@ -206,3 +206,19 @@ def test_the_duration_refusal_states_its_hours_and_milliseconds_to_three_figures
     # 3,602,157 × 1.23456 ms = 4447.08 s = 1.2353 h (1.24); 4447 s = 1.2353 h (1.24); 1.23456 ms (1.23)
     assert str(refused.value).startswith("3602157 steps per worker would take about 1.24 h at the 1.23 ms per "
                                          "gradient the warm-up measured, more than 1.24 h allowed by time_limit_s")
+
+
+@pytest.mark.parametrize("spec, fault", [
+    ("term:0@final", Fault("term", 0, phase="final")),
+    ("term:2@1.5", Fault("term", 2, 1.5)),
+    ("raise:1@gather", Fault("raise", 1, phase="gather")),
+    ("slow:1@0.5:3", Fault("slow", 1, 0.5, 3.0)),
+])
+def test_a_fault_spec_parses_into_its_parts_and_prints_back(spec, fault):
+    assert Fault.parse(spec) == fault and str(fault) == spec
+
+
+@pytest.mark.parametrize("spec", ["term:0@final:2", "slow:1@final", "term:-1@2", "term:1@later", "hang:1@2"])
+def test_a_malformed_fault_spec_names_the_forms(spec):
+    with pytest.raises(UsageError, match=r"is not one of kill:RANK@SECONDS, stop:RANK@SECONDS, term:RANK@SECONDS"):
+        Fault.parse(spec)

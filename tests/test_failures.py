@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -38,9 +39,10 @@ def rank_pids(marker: str) -> dict[int, int]:
     return found
 
 
-def stop_mid_run(out: Path, victim: str, sig: signal.Signals, *args: str) -> tuple[int, str]:
-    """Start a long run, wait for its first progress line (training has begun), send ``sig`` to
-    ``victim`` ("mpiexec" or a rank number); → (exit code, stderr)."""
+def stop_mid_run(out: Path, victim: str, sig: signal.Signals, *args: str,
+                 meanwhile: Callable[[], None] | None = None) -> tuple[int, str]:
+    """Start a long run, wait for its first progress line (training has begun), call ``meanwhile``,
+    send ``sig`` to ``victim`` ("mpiexec" or a rank number); → (exit code, stderr)."""
     cmd = mpi_command(RANKS, ["run", *args, "--set", "progress_s=0.2", "--out", str(out)])
     env = {**launch_env(RANKS), "HPCBENCH_PROGRESS": ""}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -58,6 +60,8 @@ def stop_mid_run(out: Path, victim: str, sig: signal.Signals, *args: str) -> tup
     reader.start()
     try:
         assert started.wait(120), f"no progress line in 120 s: {''.join(lines)}"
+        if meanwhile is not None:
+            meanwhile()
         if victim == "mpiexec":
             os.kill(proc.pid, sig)
         else:
@@ -106,6 +110,91 @@ def test_a_stopped_run_leaves_an_aborted_file_with_what_rank0_recorded(tmp_path,
     row, text = failed_cell(tmp_path)
     assert row["result"] == "aborted" and row["failed"] == "1" and row["samples_per_s"] == ""
     assert "ABORTED" in text and "Runs that did not finish (1" in text
+
+
+@requires_mpi
+@pytest.mark.timeout(300)
+def test_a_live_runs_file_is_never_replaced_by_another_run_and_never_rewritten_once_replaced(tmp_path):
+    """Run B's --overwrite onto running run A's file is refused (A holds the name); a file put over A's
+    by something else is left alone, and A goes on under a name of its own."""
+    out = tmp_path / "a.h5"
+    seen: dict[str, object] = {}
+
+    def meanwhile() -> None:
+        while not out.exists():
+            time.sleep(0.05)
+        seen["b"] = mpirun(RANKS, "run", "--algo", "asgd", "--steps", "5", "--out", str(out), "--overwrite",
+                           timeout=120)
+        seen["after_b"] = result_status(out)
+        foreign = tmp_path / "foreign"
+        foreign.write_bytes(b"another tool's file")
+        os.replace(foreign, out)
+        deadline = time.monotonic() + 30
+        while len(list(tmp_path.glob("a-*.h5"))) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    code, err = stop_mid_run(out, "mpiexec", signal.SIGINT, "--algo", "asgd", "--epochs", "200",
+                             "--set", "flush_s=0.3", meanwhile=meanwhile)
+    b = seen["b"]
+    assert b.returncode == 2, b.stderr
+    assert b.stderr.strip().splitlines()[-1] == (
+        f"hpcbench: error: --out {str(out)!r} belongs to a run that is still going (it holds .a.h5.lock): "
+        "--overwrite replaces only a finished run's file; choose another --out, or wait for that run to end")
+    assert seen["after_b"] == "incomplete"  # still A's file
+    assert out.read_bytes() == b"another tool's file"  # left alone once replaced
+    (moved,) = tmp_path.glob("a-*.h5")
+    assert f"{out} is no longer the file this run wrote" in err and f"the result goes to {moved}" in err
+    assert code != 0 and result_status(moved) == "aborted"
+    assert read_run(moved).tables["updates"]["t"].size > 0
+    assert not list(tmp_path.glob(".*.lock")) and not list(tmp_path.glob("*.partial"))  # nothing left behind
+
+
+def children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of ``pid``'s child processes."""
+    found = []
+    for child in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{child}/stat").read_text()
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rpartition(")")[2].split()[1]) == pid:
+            found.append((int(child), cmdline))
+    return found
+
+
+@requires_mpi
+@pytest.mark.timeout(300)
+def test_ranks_whose_launcher_died_end_themselves_and_leave_an_aborted_file(tmp_path):
+    out = tmp_path / "orphans.h5"
+    timeout_s = 4.0
+    cmd = mpi_command(RANKS, ["run", "--algo", "asgd", "--epochs", "200", "--set", f"timeout_s={timeout_s}",
+                              "--set", "progress_s=0.2", "--out", str(out)])
+    proc = subprocess.Popen(cmd, env={**launch_env(RANKS), "HPCBENCH_PROGRESS": ""}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while result_status(out) != "incomplete" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        ranks = rank_pids(str(out))
+        assert len(ranks) == RANKS, ranks
+        (proxy,) = [pid for pid, cmdline in children(proc.pid) if "hydra_pmi_proxy" in cmdline]
+        os.kill(proxy, signal.SIGKILL)
+        killed = time.monotonic()
+        while rank_pids(str(out)) and time.monotonic() - killed < timeout_s + 10:
+            time.sleep(0.1)
+        assert rank_pids(str(out)) == {}, "ranks went on without their launcher"
+        ended_after = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert ended_after < timeout_s
+    rec = read_run(out)
+    assert rec.attrs["status"] == "aborted", rec.attrs
+    assert "the launcher that started this rank" in rec.attrs["error"] and "has gone" in rec.attrs["error"]
+    assert rec.tables["updates"]["t"].size > 0
+    assert not list(tmp_path.glob("*.partial")) and not list(tmp_path.glob(".*.lock"))
 
 
 @requires_mpi

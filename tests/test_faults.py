@@ -87,6 +87,31 @@ def test_a_rank_stalled_outside_training_is_named_within_the_deadline(tmp_path, 
         assert not out.exists()
 
 
+@pytest.mark.parametrize("algo", ["asgd", "sgp"])
+def test_a_stop_signal_after_training_keeps_every_measured_row_as_aborted(tmp_path, algo):
+    """SIGTERM to rank 0 once the workers' timelines are gathered, as it starts scoring and writing
+    (where Slurm's warning or time limit can land): the file keeps the whole run, says aborted."""
+    proc, out, took = faulty(tmp_path, algo, "term:0@final", steps=30)
+    assert proc.returncode != 0
+    assert took < TIMEOUT_S + 30
+    assert "stopped by SIGTERM after training" in proc.stderr, proc.stderr
+    rec = read_run(out)
+    assert rec.attrs["status"] == "aborted"
+    assert rec.attrs["error"].startswith("rank 0 on ") and "stopped by SIGTERM after training" in rec.attrs["error"]
+    compute = rec.phases.index("compute")
+    steps = np.bincount(rec.timeline["rank"][rec.timeline["phase"] == compute], minlength=3)
+    # Every worker's every step, gathered before the signal: sgp's 30 each; the server's computed
+    # gradients are the ones it applied and the late ones, none lost.
+    if algo == "sgp":
+        assert steps.tolist() == [0, 30, 30]
+    else:
+        assert steps.sum() == len(rec.tables["updates"]["t"]) + len(rec.tables["late"]["t"])
+        assert len(rec.tables["updates"]["t"]) == 60 and rec.summary["too_stale"] == 0
+    assert rec.summary["samples"] == 30 * 2 * 32
+    assert np.isfinite(rec.evals["accuracy"][0])  # scored what a few seconds allow (all of them, here)
+    assert not list(tmp_path.glob("*.partial"))
+
+
 def test_report_shows_an_incomplete_run_with_how_far_it_got_and_skips_a_malformed_file(tmp_path, capsys):
     from hpcbench.cli import main
 
@@ -106,3 +131,18 @@ def test_report_shows_an_incomplete_run_with_how_far_it_got_and_skips_a_malforme
     assert "incomplete" in captured.out and "samples (" in captured.out
     assert "Runs that did not finish (1" in captured.out
     assert main(["report", "--strict", str(tmp_path)]) == 1
+
+
+def test_a_run_past_its_time_limit_ends_as_timeout_with_its_record(tmp_path):
+    """time_limit_s is enforced while the run goes on, also when no warm-up step could estimate it."""
+    out = tmp_path / "limited.h5"
+    t0 = time.monotonic()
+    proc = mpirun(3, "run", "--algo", "asgd", "--epochs", "500", "--set", "warmup_steps=0", "--set", "time_limit_s=3",
+                  "--set", "flush_s=0.5", "--out", str(out), timeout=120)
+    took = time.monotonic() - t0
+    assert proc.returncode != 0 and took < 3 + 30
+    assert "warmup_steps = 0, so nothing measured how long a step takes" in proc.stderr
+    rec = read_run(out)
+    assert rec.attrs["status"] == "timeout"
+    assert "the run passed the 3 s it may take (time_limit_s)" in rec.attrs["error"]
+    assert 2.5 < rec.summary["wall_s"] < 10 and rec.tables["updates"]["t"].size > 0

@@ -137,3 +137,26 @@ def test_a_rank_missing_from_a_collective_is_named_by_the_others():
         t.join(10)
     assert errors == {r: "timed out after 0.3 s waiting for rank 2 on loopback to take part in the set-up"
                       for r in (0, 1)}
+
+
+@pytest.mark.timeout(120)
+def test_a_periodic_rewrite_that_fails_is_said_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    from hpcbench.errors import ResultWriteError
+    from hpcbench.runtime import output
+
+    write, calls = output.ResultFile.write, []
+
+    def full_disk_once(self, rec, last=False):
+        calls.append(rec.attrs["status"])
+        if len(calls) == 2:  # the first rewrite during training
+            raise ResultWriteError("no space left on device")
+        return write(self, rec, last)
+
+    monkeypatch.setattr(output.ResultFile, "write", full_disk_once)
+    out = tmp_path / "flushed.h5"
+    cfg = RunConfig(algo="asgd", steps=400, out=str(out), **{**COMMON, "flush_s": 0.05})
+    assert run_cluster(cfg, workers=2) == [0, 0, 0]
+    assert calls[:2] == ["incomplete", "incomplete"] and calls[-1] == "ok" and len(calls) > 3  # it tried again
+    assert "a periodic rewrite of the result failed, the run goes on and tries again in 0.05 s: no space left " \
+           "on device" in capsys.readouterr().err
+    assert read_run(out).attrs["status"] == "ok"

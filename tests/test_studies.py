@@ -336,3 +336,39 @@ def test_dry_run_prints_the_resolved_configuration_and_runs_nothing(tmp_path, mo
     monkeypatch.setenv("PMI_SIZE", "3")
     code, out, _ = cli("run", "--algo", "sgp", "--dry-run")
     assert code == 0 and out.startswith("sgp with 2 workers (world size 3)")
+
+
+@requires_mpi
+@pytest.mark.timeout(300)
+def test_ctrl_c_stops_a_local_sweep_with_one_line_the_run_aborted_and_resume_finishes_it(tmp_path):
+    import signal
+    import sys
+    import time
+
+    from hpcbench.launch.local import launch_env
+    from hpcbench.results.store import result_status
+
+    out_dir = tmp_path / "study"
+    point = out_dir / "asgd-w2.h5"
+    sweep = subprocess.Popen([sys.executable, "-m", "hpcbench", "sweep", "--local", "--algos", "asgd", "--ranks", "3",
+                              "--out-dir", str(out_dir), "--epochs", "300", "--set", "flush_s=0.3"],
+                             env=launch_env(3), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while result_status(point) != "incomplete" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.killpg(sweep.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+        _, err = sweep.communicate(timeout=120)
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+            sweep.communicate()
+    assert sweep.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "hpcbench: stopped by Ctrl-C during sweep; a study continues with --resume"
+    assert "Traceback" not in err
+    assert result_status(point) == "aborted"
+    code, out, err = cli("sweep", "--local", "--algos", "asgd", "--ranks", "3", "--out-dir", str(out_dir), "--resume",
+                         "--steps", "3")
+    assert code == 0, err
+    assert result_status(point) == "ok"

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import socket
+import sys
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, TypeVar
@@ -17,7 +20,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib, pkl5
 
-from hpcbench.errors import PeerFailure, WaitTimeout, undeclared_add, undeclared_size
+from hpcbench.errors import LauncherGone, PeerFailure, WaitTimeout, undeclared_add, undeclared_size
 from hpcbench.signals import stops_deferred
 
 T = TypeVar("T")
@@ -42,6 +45,12 @@ MAX_SLEEP_S = 0.0002  # ... up to this: an idle rank costs the computing ones li
 # every 0.2 ms would take the cores from rank 0 and from the workers that compute)
 PR_SET_TIMERSLACK = 29  # prctl(2): a thread's timer slack in nanoseconds
 TICK_S = 0.001  # notices, heartbeats, faults and flushes are looked at this often, not at every operation
+PARENT_CHECK_S = 0.5  # how often a rank looks whether its launcher is still there
+# A rank whose launcher has gone and that has not noticed within this long is blocked inside MPI (an
+# operation on a rank that has ended): a watchdog thread ends it. One that noticed gets longer to keep
+# the run's record (rank 0) or tell rank 0 (a worker), then the watchdog ends it whatever it is doing.
+ORPHAN_WATCHDOG_S = 2.0
+ORPHAN_GRACE_S = 60.0
 
 
 def wait_for(test: Callable[[], T | None], timeout: float, what: str, fail: bool = True,
@@ -213,6 +222,12 @@ class MpiComm:
         self.spin_collective = math.inf  # collectives advance only while tested: spin, given a core
         self.nap = MAX_SLEEP_S  # the longest sleep between tests
         self._next_tick = 0.0
+        # The launcher's proxy that started this rank: if it dies (killed, its node's daemon gone),
+        # the rank is re-parented and nothing would ever end it.
+        self.parent = os.getppid()
+        self._next_parent_check = 0.0
+        self.orphaned = False
+        threading.Thread(target=self._watch_launcher, name="hpcbench-launcher-watchdog", daemon=True).start()
         self.windows: dict[str, Window] = {}
         self.window_sizes: dict[str, int] = {}
         self.channels: dict[str, Channel] = {}
@@ -344,6 +359,9 @@ class MpiComm:
         if now < self._next_tick:
             return
         self._next_tick = now + TICK_S
+        if now >= self._next_parent_check:
+            self._next_parent_check = now + PARENT_CHECK_S
+            self.check_launcher()
         if self.rank == 0:
             self.check_peers()
         self.beat()
@@ -351,6 +369,31 @@ class MpiComm:
             self.on_wait()
 
     # --- failures -----------------------------------------------------------------------------
+    def _watch_launcher(self) -> None:
+        """A rank blocked inside MPI never reaches ``check_launcher``; MPI calls release the GIL, so this
+        thread still runs: once the launcher has been gone ORPHAN_WATCHDOG_S and the rank has not
+        noticed (or ORPHAN_GRACE_S and it has not ended), it ends the process."""
+        gone_since = math.inf
+        while True:
+            time.sleep(PARENT_CHECK_S)
+            if os.getppid() == self.parent:
+                continue
+            gone_since = min(gone_since, time.monotonic())
+            if time.monotonic() - gone_since > (ORPHAN_GRACE_S if self.orphaned else ORPHAN_WATCHDOG_S):
+                try:
+                    print(f"hpcbench: error: rank {self.rank} on {self.host}: the launcher that started it (pid "
+                          f"{self.parent}) has gone and this rank is stuck; it ends now", file=sys.stderr, flush=True)
+                finally:
+                    os._exit(1)
+
+    def check_launcher(self) -> None:
+        """Raise ``LauncherGone`` if the process that started this rank has died (this rank was
+        re-parented): the run ends, with a record, instead of running to the end of its budget."""
+        if os.getppid() != self.parent:
+            self.orphaned = True
+            raise LauncherGone(f"the launcher that started this rank (pid {self.parent}) has gone, so nothing "
+                               "would end this rank: it ends the run itself")
+
     def check_peers(self) -> None:
         """Rank 0: raise ``PeerFailure`` if a worker has said it failed."""
         status = MPI.Status()
@@ -517,6 +560,9 @@ class MpiComm:
         return self.local_rank, self.local_size
 
     def abort(self, code: int) -> None:
+        if self.orphaned:  # MPI_Abort asks the launcher, which is gone: end this process directly
+            time.sleep(ABORT_PAUSE_S)
+            os._exit(code)
         # Hydra reads a rank's stderr and its abort on different sockets: a line printed just before
         # MPI_Abort was lost in 3 of 40 runs here (and once in CI, leaving a failed run with no reason).
         time.sleep(ABORT_PAUSE_S)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Sequence
 from hpcbench.errors import UsageError
 from hpcbench.runtime.threads import cpu_count
 
+STOP_GRACE_S = 60.0  # for a run stopped by Ctrl-C to write its record before it is killed
 RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
 SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS")
 
@@ -105,5 +107,32 @@ def run_ranks(ranks: int, args: Sequence[str], timeout: float, capture: bool = F
     ``timeout`` seconds."""
     env = launch_env(ranks)
     env["MPIEXEC"] = mpiexec_path()  # the emulated cluster's launcher wraps this one
-    return subprocess.run(mpi_command(ranks, args, emulated), env=env, timeout=timeout, text=True,
-                          capture_output=capture)
+    pipe = subprocess.PIPE if capture else None
+    cmd = mpi_command(ranks, args, emulated)
+    with subprocess.Popen(cmd, env=env, text=True, stdout=pipe, stderr=pipe) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        except KeyboardInterrupt:  # Ctrl-C: the run ends as "aborted", keeping its record, then we stop
+            stop_run(proc)
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def stop_run(proc: subprocess.Popen) -> None:
+    """End a run we started, letting rank 0 keep its record: a Ctrl-C at a terminal reached mpiexec as
+    well (wait for it); a signal to this process alone did not (pass it on); then, past
+    STOP_GRACE_S, kill it."""
+    for signalled in (False, True):
+        if signalled:
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=STOP_GRACE_S if signalled else 2.0)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    proc.kill()
+    proc.communicate()

@@ -3,6 +3,7 @@ rename that never replaces a file another run put there meanwhile."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import secrets
 import shutil
@@ -48,6 +49,10 @@ def check_target(path: str | os.PathLike, overwrite: bool) -> None:
         if not overwrite:
             raise UsageError(f"--out {str(target)!r} already exists; choose another name or pass --overwrite "
                              "to replace it")
+        if held(target):
+            raise UsageError(f"--out {str(target)!r} belongs to a run that is still going (it holds "
+                             f"{lock_name(target).name}): --overwrite replaces only a finished run's file; choose "
+                             "another --out, or wait for that run to end")
 
 
 def check_room(path: str | os.PathLike, needed: int) -> None:
@@ -132,3 +137,63 @@ def claim(partial: Path, name: Path) -> bool:
         return True
     partial.unlink()
     return True
+
+
+def lock_name(final: Path) -> Path:
+    """The hidden file whose lock says a live run owns ``final``'s name."""
+    return final.with_name(f".{final.name}.lock")
+
+
+class NameHold:
+    """A live run's hold on its result file's name: an exclusive lock on a hidden file beside it, which
+    the kernel releases however the run ends (a killed run leaves an unlocked file, never a stale
+    hold). ``--overwrite`` never replaces a held name (``check_target``), and a run never rewrites a
+    file that is no longer the one it wrote (``identity``)."""
+
+    def __init__(self, final: Path) -> None:
+        self.final = final
+        self.fd = -1
+
+    def take(self) -> bool:
+        """Hold the name; False if another live run holds it."""
+        fd = os.open(lock_name(self.final), os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self.fd = fd
+        return True
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            try:
+                os.unlink(lock_name(self.final))
+            except FileNotFoundError:
+                pass
+            os.close(self.fd)
+            self.fd = -1
+
+
+def held(final: Path) -> bool:
+    """Whether a live run holds ``final``'s name (see ``NameHold``)."""
+    try:
+        fd = os.open(lock_name(final), os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops a lock taken just now
+    return False
+
+
+def identity(path: str | os.PathLike) -> tuple[int, int] | None:
+    """Which file is at ``path`` (device, inode), or None when none is."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino

@@ -25,10 +25,11 @@ class RunLogs:
 
     def score(self, evaluate: Callable[[np.ndarray], tuple[float, float, float, float]],
               seconds: float = math.inf) -> None:
-        """Evaluate every snapshot, in order, with ``evaluate(params) -> (loss, accuracy, val_loss,
-        val_accuracy)``; after ``seconds`` the rest are kept unscored (NaN)."""
+        """Evaluate every snapshot not scored yet, in order, with ``evaluate(params) -> (loss, accuracy,
+        val_loss, val_accuracy)``; after ``seconds`` the rest are kept unscored (NaN). Scoring cut short
+        (a stop signal) goes on where it stopped when called again."""
         deadline = time.monotonic() + seconds
-        for t, op in self.snapshots:
+        for t, op in self.snapshots[len(self.evals):]:
             loss, accuracy, val_loss, val_accuracy = \
                 evaluate(op.params) if time.monotonic() < deadline else (math.nan,) * 4
             self.evals.append((t, op.samples, op.updates, loss, accuracy, op.consensus, val_loss, val_accuracy))

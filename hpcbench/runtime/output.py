@@ -6,7 +6,9 @@ import sys
 from datetime import datetime, timezone
 
 from hpcbench.config import RunConfig
-from hpcbench.results.paths import run_id
+from pathlib import Path
+
+from hpcbench.results.paths import NameHold, identity, run_id, sibling
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
 from hpcbench.runtime.plan import Plan
@@ -22,24 +24,56 @@ def default_out(cfg: RunConfig, workers: int, mode: str = "mpi") -> str:
 class ResultFile:
     """A run's result file on rank 0: first written when training starts (status "incomplete"), then
     rewritten whole at each flush and at the end. Every write goes to a temporary name renamed over
-    the file, so a kill at any instant leaves the last complete write, readable."""
+    the file, so a kill at any instant leaves the last complete write, readable. The run holds the
+    file's name while it goes on (``NameHold``), and rewrites only the file it wrote: one replaced
+    meanwhile (by anything) is left alone and the run goes on beside it, under a name of its own."""
 
     def __init__(self, cfg: RunConfig, workers: int, mode: str) -> None:
         self.wanted = cfg.out or default_out(cfg, workers, mode)
         self.overwrite = cfg.overwrite
         self.path = ""
+        self.written: tuple[int, int] | None = None  # the file this run wrote last (device, inode)
+        self.hold: NameHold | None = None
 
-    def write(self, rec: RunRecord) -> str:
+    def write(self, rec: RunRecord, last: bool = False) -> str:
+        """Write ``rec``; → where it went. ``last``: the run's final write (the name is let go after it)."""
         from hpcbench.results.store import rewrite_run, write_run  # here: workers never load h5py
 
-        if self.path:
+        if self.path and identity(self.path) == self.written:
             rewrite_run(self.path, rec)
-            return self.path
-        self.path = str(write_run(self.wanted, rec, self.overwrite))
-        if self.path != self.wanted:
-            print(f"hpcbench: {self.wanted} appeared while this run was set up; the result goes to {self.path}",
-                  file=sys.stderr, flush=True)
+        else:
+            lost = self.path
+            want = Path(lost or self.wanted)
+            if lost:
+                want = sibling(want, run_id())
+            hold = NameHold(want)
+            if not hold.take():  # another live run holds the name
+                want = sibling(want, run_id())
+                hold = NameHold(want)
+                hold.take()
+            path = str(write_run(want, rec, self.overwrite and not lost))
+            if path != str(want):  # the name was taken meanwhile: hold the one the file got
+                hold.release()
+                hold = NameHold(Path(path))
+                hold.take()
+            self.release()
+            self.path, self.hold = path, hold
+            if lost:
+                print(f"hpcbench: {lost} is no longer the file this run wrote (something replaced or removed it); "
+                      f"it is left alone and the result goes to {path}", file=sys.stderr, flush=True)
+            elif path != self.wanted:
+                print(f"hpcbench: {self.wanted} appeared while this run was set up; the result goes to {path}",
+                      file=sys.stderr, flush=True)
+        self.written = identity(self.path)
+        if last:
+            self.release()
         return self.path
+
+    def release(self) -> None:
+        """Let go of the name (after the last write)."""
+        if self.hold is not None:
+            self.hold.release()
+            self.hold = None
 
 
 def expected_bytes(run: Run) -> int:

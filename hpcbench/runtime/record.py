@@ -59,12 +59,15 @@ def resolved_config(run: Run, parameters: int) -> dict[str, Any]:
 
 def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], offsets: np.ndarray,
                  origin: float, logs: RunLogs, provenance: dict[str, Any], simulation: dict[str, Any] | None = None,
-                 model_parameters: int = 0, failure: tuple[str, str, float] | None = None) -> RunRecord:
+                 model_parameters: int = 0, failure: tuple[str, str, float] | None = None,
+                 stopped: tuple[str, str] | None = None) -> RunRecord:
     """``parts``: every rank's part, its times on its own clock (``offsets``: each clock minus rank 0's).
 
     ``model_parameters``: the model's size when the algorithms ran on a stand-in (simulation
     without numerics); by default the size of the parameters the algorithms saw. ``failure``: (status,
-    error line, when on rank 0's clock) for the record of a run that did not finish.
+    error line, when on rank 0's clock) for the record of a run that did not finish. ``stopped``:
+    (status, error line) of a run stopped after it trained: every row is there, the status says how
+    it ended.
     """
     cfg, algo, ctx = run.cfg, run.algo, run.algo.ctx
     parts = sorted(parts, key=lambda p: p.rank)
@@ -99,8 +102,8 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], 
         "model": cfg.model,
         "dataset": cfg.dataset,
         "seed": cfg.seed,
-        "status": "ok" if failure is None else failure[0],
-        "error": "" if failure is None else failure[1],
+        "status": (failure or stopped or ("ok",))[0],
+        "error": (failure or stopped or ("", ""))[1],
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": resolved_config(run, model_parameters or ctx.size),
     }

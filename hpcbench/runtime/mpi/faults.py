@@ -9,6 +9,9 @@ from hpcbench.errors import InjectedFault
 from hpcbench.signals import deferring
 
 
+SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "term": signal.SIGTERM}
+
+
 class Injector:
     """One rank's view of the run's fault: checked between operations and while waiting.
 
@@ -27,7 +30,7 @@ class Injector:
             text, self.fault = str(self.fault), Fault()
             if kind == "raise":
                 raise InjectedFault(f"injected fault {text}")
-            os.kill(os.getpid(), signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+            os.kill(os.getpid(), SIGNALS[kind])
 
     def check(self, now: float, step: int) -> None:
         # A kill or stop waits until no lock is held: a rank stopped holding a lock on rank 0's window
@@ -38,9 +41,9 @@ class Injector:
         kind, at = self.fault.kind, self.fault.at
         if kind == "kill" and now - self.start >= at:
             os.kill(os.getpid(), signal.SIGKILL)
-        elif kind == "stop" and now - self.start >= at:
-            self.fault = Fault()  # once: after SIGCONT the rank goes on
-            os.kill(os.getpid(), signal.SIGSTOP)
+        elif kind in ("stop", "term") and now - self.start >= at:
+            self.fault = Fault()  # once: after SIGCONT the rank goes on; SIGTERM ends the run its own way
+            os.kill(os.getpid(), SIGNALS[kind])
         elif kind == "raise" and step >= at:
             text, self.fault = str(self.fault), Fault()
             raise InjectedFault(f"injected fault {text}")

@@ -7,19 +7,20 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 import signal
 import sys
 import time
 import traceback
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 from hpcbench.algorithms.api import Layout, Program, role_of
 from hpcbench.comm.transport import Cluster
-from hpcbench.errors import (HpcbenchError, PeerFailure, ResultWriteError, UsageError, WaitTimeout, error_line,
-                             failure_status)
+from hpcbench.errors import (HpcbenchError, LauncherGone, PeerFailure, ResultWriteError, Stopped, TimeLimitPassed,
+                             UsageError, WaitTimeout, error_line, failure_status)
 from hpcbench.results.paths import check_room
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
@@ -39,6 +40,7 @@ from hpcbench.telemetry.timeline import Timeline
 # ends every rank); rank 0 spends at most SCORE_ON_FAILURE_S (and a quarter of timeout_s, the time
 # workers wait to hear from it) scoring the evaluations.
 NOTICE_GRACE_S = 30.0
+LAUNCHER_GONE_GRACE_S = 1.0  # for the notice to leave, when nothing but this rank itself can end it
 SCORE_ON_FAILURE_S = 3.0
 FLUSH_SHARE = 0.05  # the most of rank 0's time that rewriting the result file mid-run may take
 
@@ -112,14 +114,27 @@ def run_on(plan: Plan, comm: Cluster) -> int:
         with stop_on_signals():
             return execute(plan, comm)
     except BaseException as exc:
-        with signals_held():
+        with signals_held(), ending(comm):
             if not isinstance(exc, Reported):
                 report(exc, comm)
             if comm.rank != 0:  # rank 0 keeps a record of the run, then ends every rank
-                waiting_for_rank0 = isinstance(exc, WaitTimeout) and exc.peer == 0
-                comm.tell_failure(failure_status(exc), error_line(exc), 0.0 if waiting_for_rank0 else NOTICE_GRACE_S)
-            comm.abort(1)
+                # Rank 0 gets a grace to keep the record and end every rank, unless it is the one that went
+                # silent, or this rank's launcher is gone (rank 0 could not end this rank: it ends itself).
+                if isinstance(exc, WaitTimeout) and exc.peer == 0:
+                    grace = 0.0
+                else:
+                    grace = LAUNCHER_GONE_GRACE_S if isinstance(exc, LauncherGone) else NOTICE_GRACE_S
+                comm.tell_failure(failure_status(exc), error_line(exc), grace)
     return 1
+
+
+@contextmanager
+def ending(comm: Cluster) -> Iterator[None]:
+    """Whatever happens within (stderr gone with a dead launcher, a second failure), every rank ends."""
+    try:
+        yield
+    finally:
+        comm.abort(1)
 
 
 class Reported(Exception):
@@ -155,6 +170,10 @@ def set_up(plan: Plan, comm: Cluster) -> tuple[Run, str, int, float] | None:
         run = prepared[0]
         if rank == 0:
             check_room(cfg.out or default_out(cfg, workers), expected_bytes(run))
+            if not cfg.warmup_steps and cfg.time_limit_s:
+                print(f"hpcbench: warning: warmup_steps = 0, so nothing measured how long a step takes: no estimate "
+                      f"of the run against time_limit_s = {cfg.time_limit_s:g} s before it starts (the limit still "
+                      "ends the run when it passes)", file=sys.stderr, flush=True)
         elif cfg.warmup_steps:  # before the timed window: counts toward nothing
             step_s = run.workload.warm_up(np.resize(run.stream(rank).shard, cfg.batch_size), cfg.warmup_steps)
             warmup_s = step_s * cfg.warmup_steps
@@ -194,18 +213,24 @@ def execute(plan: Plan, comm: Cluster) -> int:
         keeper.claim()  # the file exists before the first step, outside the timed window
     comm.world_barrier(cfg.timeout_s, "the start of training")
     start, cpu_start = comm.wtime(), time.process_time()
+    limit_s, limited_by = time_limit(cfg, os.environ, time.time())
     injector = Injector(cfg.fault, rank, start)
     driver = MpiDriver(comm, timeline, cfg.timeout_s, run.workload, stream, run.slow_factor(rank),
                        keeper.logs if keeper is not None else None, progress, tick=comm.tick,
                        slowdown=injector.slow_factor, modeled=run.modeled(rank))
 
     def on_wait() -> None:
-        injector.check(comm.wtime(), driver.step)
+        now = comm.wtime()
+        injector.check(now, driver.step)
         if keeper is not None:
+            if now - start > limit_s:  # rank 0 ends the run, with its record, when its time is up
+                raise TimeLimitPassed(f"the run passed the {limit_s:.4g} s it may take ({limited_by}) after "
+                                      f"{driver.step} of rank 0's steps")
             keeper.maybe_flush(driver.step)
 
     comm.on_wait = on_wait
     comm.start_heartbeats(min(1.0, cfg.timeout_s / 10), cfg.timeout_s)
+    gathered: list[RankResult] | None = None
     try:
         if keeper is not None:
             keeper.begin(start)
@@ -219,9 +244,18 @@ def execute(plan: Plan, comm: Cluster) -> int:
         injector.at_phase("gather")
         gathered = comm.collect(placed[rank].timed(start, end, timeline.columns(), warmup_s=warmup_s, cpu_s=cpu_s),
                                 cfg.timeout_s, "the final gather of timelines")
+        injector.at_phase("final")
+        if keeper is not None:
+            assert gathered is not None
+            final, path = keeper.finish(gathered)
+            print(result_line(final, path), flush=True)
+    except Reported:
+        raise
     except BaseException as exc:
         comm.on_wait = None
         if keeper is not None:
+            if gathered is not None and isinstance(exc, Stopped):  # stopped after the gather: keep every row
+                keeper.keep_stopped(gathered, exc)
             named = blamed(comm, exc, cfg.timeout_s)
             with signals_held():
                 if progress is not None:
@@ -231,10 +265,6 @@ def execute(plan: Plan, comm: Cluster) -> int:
                 keeper.fail(named)
             raise Reported() from None
         raise
-    if keeper is not None:
-        assert gathered is not None
-        final, path = keeper.finish(gathered)
-        print(result_line(final, path), flush=True)
     comm.finalize()
     return 0
 
@@ -283,9 +313,11 @@ class Keeper:
         self.start = 0.0
         self.next_flush = math.inf
 
-    def record(self, parts: list[RankResult], failure: tuple[str, str, float] | None) -> RunRecord:
+    def record(self, parts: list[RankResult], failure: tuple[str, str, float] | None,
+               stopped: tuple[str, str] | None = None) -> RunRecord:
         return build_record(self.run, mode="mpi", world_size=self.comm.size, parts=parts, offsets=self.offsets,
-                            origin=self.start, logs=self.logs, provenance=self.provenance, failure=failure)
+                            origin=self.start, logs=self.logs, provenance=self.provenance, failure=failure,
+                            stopped=stopped)
 
     def own_parts(self, now: float) -> list[RankResult]:
         """Rank 0's timeline; the workers' are gathered only at the end."""
@@ -312,22 +344,44 @@ class Keeper:
         self.next_flush = done + max(self.run.cfg.flush_s, (done - now) / FLUSH_SHARE)
 
     def maybe_flush(self, step: int) -> None:
+        """Rewrite the file when it is due. A rewrite that fails (a full disk) is said and tried again
+        after ``flush_s``; the run goes on (only the final write's failure ends it)."""
         t0 = self.comm.wtime()
         if t0 >= self.next_flush:
             self.next_flush = math.inf  # no flush within a flush
-            self.flush(t0)
+            try:
+                self.flush(t0)
+            except ResultWriteError as exc:
+                self.next_flush = self.comm.wtime() + self.run.cfg.flush_s
+                print(f"hpcbench: warning: a periodic rewrite of the result failed, the run goes on and tries again "
+                      f"in {self.run.cfg.flush_s:g} s: {exc}", file=sys.stderr, flush=True)
             self.timeline.add(step, "flush", t0, self.comm.wtime())
 
     def finish(self, gathered: list[RankResult]) -> tuple[RunRecord, str]:
-        """The complete record, written over the last flush; → (record, path)."""
-        cfg = self.run.cfg
-        self.logs.score(lambda params: self.run.workload.evaluate(params, cfg.eval_samples))
+        """The complete record, written over the last flush; → (record, path). A stop signal here (Slurm's
+        warning or time limit can land while the evaluations are scored) ends in ``keep_stopped``."""
+        self.logs.score(self.evaluate)
         final = self.record(gathered, None)
         try:
-            return final, self.file.write(final)
+            return final, self.file.write(final, last=True)
         except ResultWriteError as exc:
             raise ResultWriteError(f"{exc}; {self.file.path} keeps the run as of its last flush "
                                    "(status 'incomplete')") from None
+
+    def evaluate(self, params: np.ndarray) -> tuple[float, float, float, float]:
+        return self.run.workload.evaluate(params, self.run.cfg.eval_samples)
+
+    def keep_stopped(self, gathered: list[RankResult], exc: Stopped) -> None:
+        """Stopped after the final gather (scoring, writing): every row the ranks measured, as
+        "aborted", with the evaluations a few seconds can score; then the run ends (``Reported``)."""
+        with signals_held():
+            line = f"rank 0 on {self.comm.host}: {exc} after training, while its result was scored and written"
+            print(f"hpcbench: error: {line}", file=sys.stderr, flush=True)
+            self.logs.score(self.evaluate, seconds=min(SCORE_ON_FAILURE_S, self.run.cfg.timeout_s / 4))
+            path = self.file.write(self.record(gathered, None, stopped=(exc.status, line)), last=True)
+            print(f"hpcbench: the run ended as {exc.status!r} after it trained; every row it measured is in {path}",
+                  file=sys.stderr, flush=True)
+        raise Reported()
 
     def fail(self, exc: BaseException) -> None:
         """When the run cannot finish: what rank 0 recorded until now (its own timeline, the
@@ -335,11 +389,10 @@ class Keeper:
         cfg = self.run.cfg
         now = self.comm.wtime()
         try:
-            self.logs.score(lambda params: self.run.workload.evaluate(params, cfg.eval_samples),
-                            seconds=min(SCORE_ON_FAILURE_S, cfg.timeout_s / 4))
+            self.logs.score(self.evaluate, seconds=min(SCORE_ON_FAILURE_S, cfg.timeout_s / 4))
             record = self.record(self.own_parts(now),
                                  (failure_status(exc), where_from(exc, self.comm.host), now))
-            path = self.file.write(record)
+            path = self.file.write(record, last=True)
         except Exception as write_error:  # the run's own error is the one to report
             print(f"hpcbench: could not keep a record of the failed run: {write_error}", file=sys.stderr, flush=True)
             return

@@ -132,6 +132,6 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
 def simulate(plan: Plan, sim: SimConfig) -> int:
     result = ResultFile(plan.cfg, sim.workers, "sim")
     record, work = simulated_record(plan, sim, out=result.wanted)
-    path = result.write(record)
+    path = result.write(record, last=True)
     print(result_line(record, path) + f" [{work}]", flush=True)
     return 0
