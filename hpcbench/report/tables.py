@@ -47,7 +47,7 @@ def collect(paths: Sequence[str]) -> list[Path]:
     for p in map(Path, paths):
         if p.is_dir():
             found.extend(sorted(p.rglob("*.h5")))
-        elif p.is_file():
+        elif p.exists():  # a fifo or a device too: the reader refuses it in one line, without opening it
             found.append(p)
         else:
             raise UsageError(f"no such result file or directory: {str(p)!r}")

@@ -74,6 +74,26 @@ def family_of(tables: Mapping[str, object]) -> str:
     return next((family for family, (needs, _) in FAMILY_SUMMARIES.items() if all(t in tables for t in needs)), "")
 
 
+# What a reader may rely on (``results/store.py`` checks every file it reads against these): each
+# root attribute's type, the modes, and the least value of the numbers readers do arithmetic with.
+ATTR_TYPES = {"schema_version": int, "hpcbench_version": str, "mode": str, "algorithm": str, "world_size": int,
+              "workers": int, "model": str, "dataset": str, "seed": int, "status": str, "error": str,
+              "created_utc": str}
+MODES = ("mpi", "sim")
+# Resolved configuration keys (where a file has them): numbers at least this large.
+CONFIG_LEAST = {"steps_per_worker": 0, "budget_samples": 0, "eval_every": 1, "parameters": 0, "train_size": 0,
+                "val_size": 0, "batch_size": 1, "evals": 1, "eval_samples": 1, "seed": 0, "lr": 0.0,
+                "momentum": 0.0, "weight_decay": 0.0, "warmup_epochs": 0.0, "target_accuracy": 0.0,
+                "max_steps": 0, "straggler_factor": 1.0}
+# Summary counts: at least 0 (every other summary value is a number, NaN where there is none).
+SUMMARY_COUNTS = ("samples", "updates", "late_gradients", "echoed_updates", "echo_bytes", "server_state_bytes")
+# The columns every file since schema 1 has (those added later read as their neutral values).
+READ_COLUMNS = {"timeline": ("rank", "step", "phase", "t_start", "t_end"),
+                "evals": ("t", "samples", "updates", "loss", "accuracy"), "server": ("t", "worker")}
+# A status older writers left on disk while they wrote (read as a run that did not finish).
+OLD_STATUSES = ("running",)
+
+
 def undeclared(rec: "RunRecord") -> list[str]:
     """Names in ``rec`` that this module does not declare (a writer refuses such a record)."""
     found = [f"attribute {k}" for k in rec.attrs if k not in ROOT_ATTRS]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ import numpy as np
 
 from hpcbench.errors import ResultWriteError, UsageError
 from hpcbench.results.paths import partial_name, publish, run_id
-from hpcbench.results.schema import ROOT_ATTRS, SCHEMA_VERSION, RunRecord, undeclared
+from hpcbench.results.schema import (ATTR_TYPES, CONFIG_LEAST, MODES, PROVENANCE_PER_RANK, READ_COLUMNS, ROOT_ATTRS,
+                                     OLD_STATUSES, SCHEMA_VERSION, STATUSES, SUMMARY_COUNTS, RunRecord, undeclared)
 
 STRING = h5py.string_dtype()
 
@@ -185,19 +187,81 @@ def result_status(path: str | os.PathLike) -> str | None:
 
 def read_run(path: str | os.PathLike) -> RunRecord:
     """A result file as a ``RunRecord``; one line (``UsageError``) for anything that is not a complete,
-    well-formed hpcbench result file this version can read."""
+    well-formed hpcbench result file this version can read (``malformed`` lists what is checked). A
+    path that is not a regular file (a fifo, a device, a directory) is refused without opening it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise UsageError(f"cannot read result file {str(path)!r}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a fifo" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise UsageError(f"{path} is not a regular file ({kind}), so not a result file")
     try:
         f = h5py.File(path, "r")
     except (OSError, FileNotFoundError) as exc:
         raise UsageError(f"cannot read result file {str(path)!r}: {exc}") from None
     with f:
         try:
-            return _read(f, path)
+            rec = _read(f, path)
         except UsageError:
             raise
         except (KeyError, ValueError, TypeError, AttributeError, IndexError, OSError) as exc:
             what = f"missing {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
             raise UsageError(f"{path} is not a well-formed hpcbench result file ({what})") from None
+    wrong = malformed(rec)
+    if wrong:
+        raise UsageError(f"{path} is not a well-formed hpcbench result file ({wrong})")
+    return rec
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def numeric(column: Any) -> bool:
+    return isinstance(column, np.ndarray) and column.dtype.kind in "iufb"
+
+
+def malformed(rec: RunRecord) -> str:
+    """What in ``rec`` a reader could not rely on, in a few words ("" when it is well-formed): the
+    types, modes and statuses of ``results/schema.py``, counts that add up (workers and ranks, every
+    per-rank list), numbers where readers do arithmetic, columns of numbers of one length each."""
+    a = rec.attrs
+    for key, kind in ATTR_TYPES.items():
+        if not isinstance(a[key], kind) or (kind is int and isinstance(a[key], bool)):
+            return f"attribute {key} = {a[key]!r} is not a {kind.__name__}"
+    if a["mode"] not in MODES:
+        return f"mode {a['mode']!r} is not one of {', '.join(MODES)}"
+    if a["status"] not in STATUSES + OLD_STATUSES:
+        return f"status {a['status']!r} is not one of {', '.join(STATUSES)}"
+    if a["workers"] < 1 or a["world_size"] != a["workers"] + 1:
+        return f"{a['workers']} workers in a world of {a['world_size']} ranks"
+    for key, least in CONFIG_LEAST.items():
+        value = a["config"].get(key, least)
+        if not is_number(value) or not value >= least:
+            return f"config {key} = {value!r} is not a number >= {least}"
+    schedule = a["config"].get("schedule", {})
+    if not isinstance(schedule, dict) or not is_number(schedule.get("lr", 0.0)):
+        return f"config schedule = {schedule!r} is not a schedule"
+    for key, value in rec.summary.items():
+        if not is_number(value) or (key in SUMMARY_COUNTS and not value >= 0):
+            return f"summary {key} = {value!r} is not a {'count' if key in SUMMARY_COUNTS else 'number'}"
+    for key in PROVENANCE_PER_RANK:  # the host of every rank; the other lists where a file has them
+        if (key == "hostnames" or key in rec.per_rank) and len(rec.per_rank.get(key, ())) != a["world_size"]:
+            return f"provenance/{key} does not list the {a['world_size']} ranks"
+    parts = {"timeline": (rec.timeline, READ_COLUMNS["timeline"]), "evals": (rec.evals, READ_COLUMNS["evals"]),
+             **{f"server/{name}": (table, READ_COLUMNS["server"]) for name, table in rec.tables.items()}}
+    for where, (columns, needed) in parts.items():
+        missing = [n for n in needed if n not in columns]
+        if missing:
+            return f"{where} has no {', '.join(missing)}"
+        if not all(numeric(c) for c in columns.values()) or len({len(c) for c in columns.values()}) > 1:
+            return f"{where}'s columns are not numbers of one length"
+    if not numeric(rec.final_params) or rec.final_params.ndim != 1:
+        return "model/final_params is not a vector of numbers"
+    if not numeric(rec.clock_offsets) or len(rec.clock_offsets) != a["world_size"]:
+        return "timeline/clock_offset_s does not hold a number per rank"
+    return ""
 
 
 def _read(f: h5py.File, path: str | os.PathLike) -> RunRecord:
