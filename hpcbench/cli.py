@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -15,6 +18,7 @@ from hpcbench.launch.arguments import Parser, add_run_flags, add_run_options, ad
 from hpcbench.launch.local import env_rank
 
 if TYPE_CHECKING:
+    from hpcbench.options.sim import SimConfig
     from hpcbench.results.schema import RunRecord
     from hpcbench.runtime.plan import Plan
 
@@ -22,7 +26,8 @@ if TYPE_CHECKING:
 def cmd_run(args: argparse.Namespace) -> int:
     from hpcbench.runtime import plan
 
-    cfg, _ = configs_from_args(args)
+    cfg, sim = configs_from_args(args)
+    refuse_sim_options(sim)
     if args.dry_run:
         return dry_run(plan.validate(cfg), args.workers)
     if args.workers is not None:
@@ -30,6 +35,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hpcbench.runtime.mpi.session import run_mpi
 
     return run_mpi(plan.validate(cfg))
+
+
+def refuse_sim_options(sim: SimConfig) -> None:
+    """Real runs take no ``sim.*`` options: they run on the machines, not on a virtual cluster."""
+    from hpcbench.options.sim import SimConfig
+
+    given = [f.name for f in dataclasses.fields(sim)  # (run's --workers is --dry-run's world, not the simulator's)
+             if f.name != "workers" and getattr(sim, f.name) != getattr(SimConfig(), f.name)]
+    if given:
+        raise UsageError(f"{', '.join(f'sim.{k}' for k in given)}: simulate's options (its virtual cluster); "
+                         "a real run takes none: remove them, or use simulate")
 
 
 def dry_run(validated: Plan, workers: int | None) -> int:
@@ -104,7 +120,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.plot:
         from hpcbench.report.plots import write_plots
 
-        for name, series in write_plots(records, args.plot, args.target).items():
+        try:
+            plots = write_plots(records, args.plot, args.target)
+        except OSError as exc:
+            raise UsageError(f"cannot write plots to --plot {args.plot!r}: {exc.strerror or exc}") from None
+        for name, series in plots.items():
             print(f"plot: {args.plot}/{name} ({', '.join(series)})")
     return strictly(args, skipped, 0)
 
@@ -141,7 +161,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from hpcbench.report.trace import write_trace
     from hpcbench.results.store import read_run
 
-    count = write_trace(read_run(args.path), args.output)
+    rec = read_run(args.path)
+    try:
+        count = write_trace(rec, args.output)
+    except OSError as exc:
+        raise UsageError(f"cannot write the trace to {args.output!r}: {exc.strerror or exc}") from None
     print(f"{count} trace events -> {args.output} (open in https://ui.perfetto.dev or chrome://tracing)")
     return 0
 
@@ -190,10 +214,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not args.algos or not args.out_dir:
         raise UsageError("sweep needs --algos and --out-dir (or --resubmit-failed STUDY_DIR)")
     algos = sweep.parse_algos(args.algos)
-    cfg, _ = configs_from_args(args)
-    base_args = cfg.to_argv()
+    cfg, sim = configs_from_args(args)
+    refuse_sim_options(sim)
+    base_args = {a: cfg.for_algo(a).to_argv() for a in algos}
     for a in algos:  # refuse a bad study before writing or submitting anything
-        plan.validate(cfg.with_updates(algo=a))
+        plan.validate(cfg.for_algo(a))
     if args.emulated and not args.local:
         raise UsageError("--emulated runs a local sweep across the emulated nodes: give --local too")
     if args.emulated:
@@ -292,7 +317,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         cfg = cfg.with_updates(val_fraction=0.1)
     for a in algos:  # refuse a bad grid before running anything
         for st in settings:
-            plan.validate(cfg.with_updates(algo=a, **{k: tuple(v) if isinstance(v, list) else v
+            plan.validate(cfg.for_algo(a).with_updates(**{k: tuple(v) if isinstance(v, list) else v
                                                       for k, v in st.values().items()}))
             if args.mode == "sim":
                 for n in workers:
@@ -309,6 +334,58 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return tune(grid, run_args, base, cfg.options, sim_values, args.out_dir, args.mode, jobs, args.timeout)
 
 
+def seconds(text: str) -> float:
+    """A flag's number of seconds: finite and > 0."""
+    value = number(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
+
+
+def accuracy(text: str) -> float:
+    value = number(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an accuracy in (0, 1]")
+    return value
+
+
+def percent(text: str) -> float:
+    value = number(text)
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage >= 0")
+    return value
+
+
+def number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def at_least(least: int) -> Callable[[str], int]:
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= {least}")
+        return value
+    whole.__name__ = f"whole number >= {least}"
+    return whole
+
+
+SLURM_TIME = re.compile(r"(\d+-\d{1,2}(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)", re.IGNORECASE)
+
+
+def slurm_time(text: str) -> str:
+    """sbatch --time: MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS[:MINUTES[:SECONDS]]."""
+    if not SLURM_TIME.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Slurm time (MINUTES, HH:MM:SS or DAYS-HH:MM:SS)")
+    return text
+
+
 def strict_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true", help="exit 1 when a result file could not be read (by "
                    "default such files are listed on stderr and skipped)")
@@ -318,7 +395,7 @@ def table_options(p: argparse.ArgumentParser) -> None:
     """The options of commands that print report tables."""
     strict_option(p)
     p.add_argument("--format", default="text", help="text | md | latex | csv | json | html (the last three: report only) (default text)")
-    p.add_argument("--target", type=float, default=0.9, help="accuracy for time-to-target (default 0.9)")
+    p.add_argument("--target", type=accuracy, default=0.9, help="accuracy for time-to-target (default 0.9)")
 
 
 def build_parser() -> Parser:
@@ -341,20 +418,20 @@ def build_parser() -> Parser:
     p = sub.add_parser("sweep", help="a scaling study: Slurm jobs per scale point and algorithm, or --local")
     p.add_argument("--algos", help="algorithms, comma-separated")
     p.add_argument("--nodes", default="", help="node counts, comma-separated, e.g. 8,16,32,64,128")
-    p.add_argument("--repeats", type=int, default=1, help="runs per point (repeat k uses seed k-1)")
+    p.add_argument("--repeats", type=at_least(1), default=1, help="runs per point (repeat k uses seed k-1)")
     p.add_argument("--config", help="TOML file of run options for every job")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="run option for every job")
     p.add_argument("--out-dir", help="where job scripts, logs, result files and the report go")
     p.set_defaults(run_flags=add_run_flags(p, prefix="every job: "))  # passed on to every run
     p.add_argument("--resume", action="store_true", help="add to an --out-dir that holds results: run only the "
                    "points without an ok result (those are never rewritten)")
-    p.add_argument("--tasks-per-node", type=int, default=1, help="MPI ranks per node (default 1)")
-    p.add_argument("--cpus-per-task", type=int, default=1, help="cores per rank; sets torch threads (default 1)")
-    p.add_argument("--gpus-per-task", type=int, default=0, help="GPUs per worker, e.g. 1 (default none)")
+    p.add_argument("--tasks-per-node", type=at_least(1), default=1, help="MPI ranks per node (default 1)")
+    p.add_argument("--cpus-per-task", type=at_least(1), default=1, help="cores per rank; sets torch threads (default 1)")
+    p.add_argument("--gpus-per-task", type=at_least(0), default=0, help="GPUs per worker, e.g. 1 (default none)")
     p.add_argument("--rank0", choices=("extra", "slot"), help="extra: rank 0 is one task more on the first node "
                    "and every slot trains (default with --gpus-per-task); slot: rank 0 takes a slot (default "
                    "without GPUs)")
-    p.add_argument("--time", default="01:00:00", help="time limit per run job (default 01:00:00)")
+    p.add_argument("--time", type=slurm_time, default="01:00:00", help="time limit per run job (default 01:00:00)")
     p.add_argument("--partition", help="Slurm partition")
     p.add_argument("--account", help="Slurm account")
     p.add_argument("--mpi", choices=("pmi2", "pmix"), help="srun --mpi= plugin (default: from the MPI library)")
@@ -373,7 +450,7 @@ def build_parser() -> Parser:
     p.add_argument("--ranks", default="3,5", help="with --local: world sizes, comma-separated (default 3,5)")
     p.add_argument("--emulated", action="store_true",
                    help="with --local: run across the emulated nodes (jobs/local/emulated-cluster.sh up)")
-    p.add_argument("--timeout", type=float, default=600.0, help="with --local: seconds allowed per run")
+    p.add_argument("--timeout", type=seconds, default=600.0, help="with --local: seconds allowed per run")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("status", help="a study's points: result, latest Slurm job and its state")
@@ -400,7 +477,7 @@ def build_parser() -> Parser:
     p.add_argument("old", metavar="OLD", help="result file or directory")
     p.add_argument("new", metavar="NEW", help="result file or directory")
     table_options(p)
-    p.add_argument("--fail-above", type=float, metavar="PCT", help="exit 1 when a point in both studies got worse "
+    p.add_argument("--fail-above", type=percent, metavar="PCT", help="exit 1 when a point in both studies got worse "
                    "by more than PCT percent in --metric")
     p.add_argument("--metric", default="samples_per_s", help="what --fail-above watches: samples_per_s (default), "
                    "speedup, efficiency, final_accuracy, time_to_target_s, staleness_mean")
@@ -410,7 +487,7 @@ def build_parser() -> Parser:
     p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")
     p.add_argument("--reference", required=True, metavar="REF.toml", help="[ALGO.WORKERS] tables of "
                    "METRIC = [LOW, HIGH] or {min = LOW, max = HIGH}")
-    p.add_argument("--target", type=float, default=0.9, help="accuracy for time-to-target (default 0.9)")
+    p.add_argument("--target", type=accuracy, default=0.9, help="accuracy for time-to-target (default 0.9)")
     strict_option(p)
     p.set_defaults(func=cmd_check)
 
@@ -427,10 +504,10 @@ def build_parser() -> Parser:
     p.add_argument("--preset", default="full", choices=("full", "quick", "toy"), help="study size (default full; "
                    "toy: seconds, for tests)")
     p.add_argument("--mode", default="sim", choices=("sim", "mpi"), help="simulator (default) or real MPI runs here")
-    p.add_argument("--max-ranks", type=int, default=9, help="with --mode mpi: the largest world size run (default 9)")
+    p.add_argument("--max-ranks", type=at_least(2), default=9, help="with --mode mpi: the largest world size run (default 9)")
     p.add_argument("--emulated", action="store_true", help="sgp with --mode mpi: also all-reduce, sgp and osgp "
                    "across emulated nodes at 1 Gbit/s and 100 Mbit/s, beside the simulator (root)")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per run")
+    p.add_argument("--timeout", type=seconds, default=1800.0, help="seconds allowed per run")
     p.add_argument("--jobs", type=int, default=0, help="simulated runs at a time (default: the cores here, "
                    "one for --preset toy; real runs go one at a time)")
     p.set_defaults(func=cmd_reproduce)
@@ -448,7 +525,7 @@ def build_parser() -> Parser:
     p.add_argument("--seeds", default="0,1,2", help="seeds per setting, comma-separated (default 0,1,2)")
     p.add_argument("--mode", default="sim", choices=("sim", "mpi"), help="simulator (default) or real MPI runs here")
     p.add_argument("--jobs", type=int, default=0, help="simulated runs at a time (default: the cores here)")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per run")
+    p.add_argument("--timeout", type=seconds, default=1800.0, help="seconds allowed per run")
     p.add_argument("--out-dir", required=True, help="where runs/, tune.md, tune.png, tune.json and best/*.toml go")
     p.add_argument("--config", help="TOML file of run options for every run")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="run option for every run "
@@ -467,9 +544,9 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("demo", help="every algorithm at two world sizes on this machine, then the report")
     p.add_argument("--ranks", default="3,5", help="world sizes, comma-separated (default 3,5)")
-    p.add_argument("--steps", type=int, default=0, help="steps per worker (default: one sample budget)")
+    p.add_argument("--steps", type=at_least(0), default=0, help="steps per worker (default: one sample budget)")
     p.add_argument("--out-dir", default="results/demo", help="where the result files go")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per run")
+    p.add_argument("--timeout", type=seconds, default=120.0, help="seconds allowed per run")
     p.set_defaults(func=cmd_demo)
     return parser
 

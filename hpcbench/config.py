@@ -148,6 +148,13 @@ class RunConfig:
     def with_updates(self, **changes: Any) -> "RunConfig":
         return dataclasses.replace(self, **changes)
 
+    def for_algo(self, name: str) -> "RunConfig":
+        """This configuration for a run of algorithm ``name``, without the other algorithms' option
+        tables (one study's configuration may hold the tables of every algorithm it compares)."""
+        tables = option_tables()
+        return dataclasses.replace(self, algo=name, options={
+            t: v for t, v in self.options.items() if t == name or t not in tables or not tables[t].algorithm})
+
     def to_argv(self) -> list[str]:
         """The command-line options (``--set KEY=VALUE``, TOML literals) that give this configuration
         back, every value that differs from its default: what crosses a process boundary."""
@@ -186,6 +193,8 @@ def table_argv(table: str, options: Any, defaults: Any) -> list[str]:
 
 
 MAX_VAL_FRACTION = 0.5
+MAX_SEED = 2**63 - 1
+FILE_DATASETS = ("cifar10",)  # the datasets read from --data-dir
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name != "options")
 
 
@@ -216,8 +225,10 @@ def parse_set_value(text: str) -> Any:
 
 def load_toml(path: str) -> dict[str, Any]:
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise UsageError(f"config file {path!r} does not exist")
+    if not p.is_file():
+        raise UsageError(f"config file {path!r} is not a regular file (a directory, fifo or device)")
     try:
         return tomllib.loads(p.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
@@ -334,8 +345,15 @@ def validate_numbers(cfg: RunConfig) -> None:
         raise UsageError(f"val_fraction must be in [0, {MAX_VAL_FRACTION:g}], got {cfg.val_fraction:g}")
     if not 0.0 < cfg.target_accuracy <= 1.0:
         raise UsageError(f"target accuracy must be in (0, 1], got {cfg.target_accuracy}")
-    if cfg.seed < 0:
-        raise UsageError(f"seed must be >= 0, got {cfg.seed}")
+    if not 0 <= cfg.seed <= MAX_SEED:
+        raise UsageError(f"seed must be >= 0, got {cfg.seed}" if cfg.seed < 0 else
+                         f"seed must be at most 2^63 - 1 (torch's and numpy's seeds), got {cfg.seed}")
+    if any(e < 0 for e in cfg.lr_decay_epochs) or list(cfg.lr_decay_epochs) != sorted(cfg.lr_decay_epochs):
+        raise UsageError(f"lr_decay_epochs must be epochs >= 0 in increasing order, got "
+                         f"{[float(e) for e in cfg.lr_decay_epochs]}")
+    if cfg.data_dir and cfg.dataset not in FILE_DATASETS:
+        raise UsageError(f"--data-dir goes with a dataset read from files ({', '.join(FILE_DATASETS)}); "
+                         f"{cfg.dataset} needs none")
     if cfg.timeout_s <= 0:
         raise UsageError(f"timeout must be > 0 seconds, got {cfg.timeout_s}")
     if cfg.flush_s <= 0:

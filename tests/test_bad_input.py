@@ -1,5 +1,6 @@
 """Nothing is wasted on a doomed run: every input that cannot work is refused before the first step,
 on every rank, with one line and exit 2 (and no result file)."""
+import os
 import pickle
 import shutil
 import subprocess
@@ -213,3 +214,66 @@ def test_a_sweep_across_emulated_nodes_needs_local_and_a_cluster_that_is_up(tmp_
 def test_reproduce_across_emulated_nodes_is_the_sgp_study_in_real_runs(tmp_path, capsys, argv, message):
     refused_here(capsys, [*argv, "--out-dir", str(tmp_path / "out")], None, message)
     assert not (tmp_path / "out").exists()
+
+
+# Inputs that once got through: a traceback, or nonsense run silently. Each is one line and exit 2.
+@pytest.mark.parametrize("argv, message", [
+    (["simulate", "--algo", "asgd", "--seed", str(10**23)], "seed must be at most 2^63 - 1"),
+    (["simulate", "--algo", "ga-asgd", "--set", "ga-asgd.history=1000000000"],
+     "ga-asgd.history must be between 0 and 8192 versions"),
+    (["simulate", "--algo", "asgd", "--out", "/tmp/" + "a" * 300 + ".h5"], "File name too long"),
+    (["simulate", "--algo", "asgd", "--heterogeneity", "1e300"], "heterogeneity (a coefficient of variation) must be at most 10"),
+    (["simulate", "--algo", "asgd", "--set", "lr_decay_epochs=[-5, 3]"], "lr_decay_epochs must be epochs >= 0 in increasing order"),
+    (["simulate", "--algo", "asgd", "--set", "lr_decay_epochs=[60, 30]"], "in increasing order, got [60.0, 30.0]"),
+    (["simulate", "--algo", "asgd", "--set", "fault=kill:1@2"], "injects a fault into a real run (hpcbench run)"),
+    (["simulate", "--algo", "asgd", "--data-dir", "/tmp"], "--data-dir goes with a dataset read from files (cifar10)"),
+    (["simulate", "--algo", "asgd", "--set", "ga-asgd.beta=0.5"], "ga-asgd.* options go with --algo ga-asgd"),
+    (["run", "--algo", "asgd", "--dry-run", "--workers", "2", "--set", "sim.noise=0.1"],
+     "sim.noise: simulate's options (its virtual cluster); a real run takes none"),
+    (["run", "--algo", "asgd", "--dry-run", "--workers", "2", "--out", "results/"], "ends with '/'"),
+    (["sweep", "--algos", "asgd", "--nodes", "2", "--out-dir", "x", "--repeats", "0"], "--repeats: '0' is not a whole number >= 1"),
+    (["sweep", "--algos", "asgd", "--nodes", "2", "--out-dir", "x", "--time", "abc"], "--time: 'abc' is not a Slurm time"),
+    (["sweep", "--algos", "asgd", "--nodes", "2", "--out-dir", "x", "--cpus-per-task", "-1"],
+     "--cpus-per-task: '-1' is not a whole number >= 1"),
+    (["sweep", "--local", "--algos", "asgd", "--out-dir", "x", "--timeout", "nan"], "--timeout: 'nan' is not a number of seconds > 0"),
+    (["sweep", "--local", "--algos", "asgd", "--out-dir", "x", "--timeout", "-5"], "--timeout: '-5' is not a number of seconds > 0"),
+    (["reproduce", "gap-aware", "--out-dir", "x", "--timeout", "nan"], "--timeout: 'nan' is not a number of seconds > 0"),
+    (["report", "results", "--target", "2"], "--target: '2' is not an accuracy in (0, 1]"),
+    (["report", "results", "--target", "nan"], "--target: 'nan' is not an accuracy in (0, 1]"),
+    (["diff", "a", "b", "--fail-above", "nan"], "--fail-above: 'nan' is not a percentage >= 0"),
+])
+def test_inputs_that_once_got_through_are_one_line(tmp_path, capsys, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    from hpcbench.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(err) == 1 and message in err[0], (code, err)
+    assert not list(tmp_path.rglob("*.h5"))
+
+
+def test_an_out_that_is_a_dangling_link_and_a_config_that_is_not_a_file(tmp_path, capsys):
+    link = tmp_path / "gone.h5"
+    link.symlink_to(tmp_path / "nowhere.h5")
+    refused_here(capsys, ["simulate", "--algo", "asgd", "--out", str(link)], None,
+                 "is a symbolic link to a file that does not exist")
+    os.mkfifo(tmp_path / "config.toml")
+    refused_here(capsys, ["simulate", "--algo", "asgd", "--config", str(tmp_path / "config.toml")], None,
+                 "is not a regular file (a directory, fifo or device)")
+
+
+def test_report_outputs_that_cannot_be_written_are_one_line(tmp_path, capsys):
+    from conftest import cli
+
+    code, _, err = cli("simulate", "--algo", "asgd", "--workers", "2", "--steps", "2", "--out", str(tmp_path / "r.h5"))
+    assert code == 0, err
+    (tmp_path / "a-file").write_text("")
+    for target in (str(tmp_path), "/proc/hpcbench-trace.json", "", str(tmp_path / "a-file" / "t.json")):
+        code, _, err = cli("trace", str(tmp_path / "r.h5"), "-o", target)
+        assert code == 2 and err.strip().startswith("hpcbench: error: cannot write the trace to"), (target, err)
+    code, _, err = cli("report", str(tmp_path / "r.h5"), "--plot", str(tmp_path / "a-file"))
+    assert code == 2 and "cannot write plots to --plot" in err and "Traceback" not in err, err

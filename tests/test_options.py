@@ -28,9 +28,13 @@ def test_every_algorithm_and_every_other_table_is_in_the_registry_once():
 
 
 def test_a_plan_resolves_the_tables_its_run_uses_with_defaults_and_those_it_gives():
-    plan = validate(RunConfig(algo="ga-asgd", model="payload", dataset="teacher",
-                              options={"payload": {"params": 10}, "sgp": {"init_spread": 0.5}}))
-    assert set(plan.tables) == {"ga-asgd", "payload", "teacher", "sgp"}  # sgp's: given, checked, unused
+    cfg = RunConfig(algo="ga-asgd", model="payload", dataset="teacher",
+                    options={"payload": {"params": 10}, "sgp": {"init_spread": 0.5}})
+    with pytest.raises(UsageError, match=r"^sgp\.\* options go with --algo sgp \(the algo is 'ga-asgd'\)$"):
+        validate(cfg)
+    plan = validate(cfg.for_algo("ga-asgd"))  # what a study gives each algorithm's runs
+    assert set(plan.tables) == {"ga-asgd", "payload", "teacher"}
+    assert validate(cfg.for_algo("sgp")).options == ALGORITHMS.get("sgp").Options(init_spread=0.5)
     assert plan.options == ALGORITHMS.get("ga-asgd").Options()
     assert plan.tables["payload"] == PayloadOptions(params=10) and plan.tables["teacher"] == TeacherOptions()
     assert set(validate(RunConfig(algo="asgd")).tables) == {"asgd"}

@@ -61,8 +61,9 @@ class ParameterServer(Algorithm):
     def check(cls, cfg: Settings, options: Any, workers: int) -> None:
         super().check(cfg, options, workers)
         if cls.penalty == "gap":
-            if options.history < 0:
-                raise UsageError(f"{cls.name}.history must be >= 0 versions (0: 2·workers + 4), got {options.history}")
+            if not 0 <= options.history <= MAX_HISTORY:
+                raise UsageError(f"{cls.name}.history must be between 0 and {MAX_HISTORY} versions (0: 2·workers + "
+                                 f"4), got {options.history}")
             if not 0.0 <= options.beta < 1.0:
                 raise UsageError(f"{cls.name}.beta must be in [0, 1), got {options.beta}")
             if not options.eps > 0.0:
@@ -155,6 +156,9 @@ class ParameterServer(Algorithm):
         if got != used:
             raise RuntimeFailure(f"rank {src} echoed version {got}, but its gradient was computed on {used}")
         return self.params_frame.view(raw, "params")
+
+
+MAX_HISTORY = 8192  # published versions the server keeps: each a copy of the model
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
             done.append(out)
             print(f"[{i}/{len(points)}] {label}: kept (an ok result is already in {out})", flush=True)
             continue
-        point = cfg.with_updates(algo=algo, out=str(out), overwrite=replace or out.exists(),
+        point = cfg.for_algo(algo).with_updates(out=str(out), overwrite=replace or out.exists(),
                                  seed=repeat if repeats > 1 else cfg.seed)
         args = ["run", *point.to_argv()]
         t0 = time.monotonic()

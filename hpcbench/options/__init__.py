@@ -46,12 +46,17 @@ class OptionTable:
         kind, _, name = self.goes_with.partition("=")
         return bool(name) and getattr(cfg, kind) == name
 
+    @property
+    def algorithm(self) -> bool:
+        return self.goes_with.startswith("algo=")
+
     def refuse_unless_applies(self, cfg: Any) -> None:
-        """A model's or dataset's table given for a run of another one is a mistake; an algorithm's is
-        not (one config file may hold the tables of every algorithm a study compares)."""
+        """A table given for a run it does not go with is a mistake: another model's, dataset's or
+        algorithm's (a study's commands give each algorithm's runs its own, ``RunConfig.for_algo``)."""
         kind, _, name = self.goes_with.partition("=")
-        if kind in ("model", "dataset") and getattr(cfg, kind) != name:
-            raise UsageError(f"{self.name}.* options go with --{kind} {name} (the {kind} is {getattr(cfg, kind)!r})")
+        if kind in ("model", "dataset", "algo") and getattr(cfg, kind) != name:
+            flag = "--algo" if kind == "algo" else f"--{kind}"
+            raise UsageError(f"{self.name}.* options go with {flag} {name} (the {kind} is {getattr(cfg, kind)!r})")
 
     def build(self, values: Mapping[str, Any]) -> Any:
         """The table's options from ``values`` (defaults for the rest), checked."""

@@ -11,6 +11,7 @@ from hpcbench.errors import UsageError, one_of
 from hpcbench.registry import rule
 
 PROGRESS_MODES = ("async", "polling")
+MAX_HETEROGENEITY = 10.0  # speeds spread far wider than any cluster's (and lognormal's sigma stays finite)
 ALLREDUCE_ALGORITHMS = ("rabenseifner", "ring")
 
 
@@ -62,6 +63,9 @@ class SimConfig:
         for name, value in positive.items():
             if not value > 0:
                 raise UsageError(f"simulation {name} must be > 0, got {value}")
+        if not self.heterogeneity <= MAX_HETEROGENEITY:
+            raise UsageError(f"simulation heterogeneity (a coefficient of variation) must be at most "
+                             f"{MAX_HETEROGENEITY:g}, got {self.heterogeneity:g}")
         for name, value in {"heterogeneity": self.heterogeneity, "pause_s": self.pause_s,
                             "alpha_s": self.alpha_s, "jitter_s": self.jitter_s, "noise": self.noise}.items():
             if not 0 <= value < math.inf:

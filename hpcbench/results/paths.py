@@ -36,12 +36,19 @@ def check_target(path: str | os.PathLike, overwrite: bool) -> None:
     a directory, a device such as /dev/null, a pipe or a socket).
     """
     target = Path(path)
+    if str(path).endswith(os.sep):
+        raise UsageError(f"--out {str(path)!r} ends with {os.sep!r}: give the path of a result file (*.h5)")
     try:
         mode = target.stat().st_mode
     except FileNotFoundError:
+        if target.is_symlink():
+            raise UsageError(f"--out {str(target)!r} is a symbolic link to a file that does not exist; give the "
+                             "path of a result file (*.h5)") from None
         mode = None
     except NotADirectoryError:
         raise UsageError(f"--out {str(target)!r}: a part of the path is a file, not a directory") from None
+    except OSError as exc:
+        raise UsageError(f"--out {str(target)!r}: {exc.strerror or exc}") from None
     if mode is not None:
         if not stat.S_ISREG(mode):
             kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"

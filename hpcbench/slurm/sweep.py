@@ -9,7 +9,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from hpcbench.errors import UsageError
 from hpcbench.results.study import JOBS, read_manifest, record_jobs, write_manifest
@@ -96,15 +96,18 @@ def resources(tasks_per_node: int, cpus_per_task: int, gpus_per_task: int, time:
                      rank0=rank0 or ("extra" if gpus_per_task else "slot"))
 
 
-def run_args(point: Point, base_args: list[str], out: Path) -> list[str]:
+BaseArgs = Mapping[str, list[str]]  # each algorithm's run options (its own option table, not the others')
+
+
+def run_args(point: Point, base_args: BaseArgs, out: Path) -> list[str]:
     """The point's ``hpcbench run`` arguments; a failed or unreadable earlier result at ``out`` is replaced."""
-    args = ["run", "--algo", point.algo, *base_args]
+    args = ["run", "--algo", point.algo, *base_args[point.algo]]
     if point.repeat:
         args += ["--set", f"seed={point.repeat - 1}"]
     return args + ["--out", str(out)] + (["--overwrite"] if out.exists() else [])
 
 
-def write_study(out_dir: Path, points: list[Point], res: Resources, base_args: list[str]) -> tuple[list[Path], Path]:
+def write_study(out_dir: Path, points: list[Point], res: Resources, base_args: BaseArgs) -> tuple[list[Path], Path]:
     """Write runs/*.sbatch, report.sbatch and submit.sh for the points without an ``ok`` result
     (those keep theirs); returns (run scripts, report script)."""
     from hpcbench.results.store import result_status
@@ -130,7 +133,7 @@ def write_study(out_dir: Path, points: list[Point], res: Resources, base_args: l
     return scripts, report
 
 
-def study_again(out_dir: Path) -> tuple[list[Point], Resources, list[str]]:
+def study_again(out_dir: Path) -> tuple[list[Point], Resources, BaseArgs]:
     """A study's points, resources and run arguments as its manifest recorded them."""
     manifest = read_manifest(out_dir)
     if manifest.get("local"):
@@ -139,7 +142,10 @@ def study_again(out_dir: Path) -> tuple[list[Point], Resources, list[str]]:
     recorded: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in manifest["resources"].items()}
     res = Resources(**recorded)
     points = [Point(p["algo"], p["nodes"], p["repeat"]) for p in manifest["points"]]
-    return points, res, list(manifest["base_args"])
+    recorded_args = manifest["base_args"]  # one list for every algorithm in studies written before 0.3
+    base_args = {p.algo: list(recorded_args if isinstance(recorded_args, list) else recorded_args[p.algo])
+                 for p in points}
+    return points, res, base_args
 
 
 def sbatch(args: list[str]) -> str:

@@ -9,6 +9,7 @@ import numpy as np
 
 from hpcbench.algorithms.api import PARAMETER_SERVER
 from hpcbench.algorithms.ops import Gradient
+from hpcbench.errors import UsageError
 from hpcbench.results.paths import check_room
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
@@ -95,6 +96,9 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     record will be written (checked for room before the simulation starts)."""
     sim.validate()
     cfg, n = plan.cfg, sim.workers
+    if cfg.fault:
+        raise UsageError(f"fault = {cfg.fault} injects a fault into a real run (hpcbench run); a simulation has no "
+                         "processes to fault: model slow workers with --stragglers or --pauses")
     set_threads(cfg, thread_count(cfg.threads, 1))
     run = assemble(plan, n, stand_in=0 if sim.numerics else STAND_IN_FLOATS)
     workload, algo = run.workload, run.algo
