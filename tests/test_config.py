@@ -60,6 +60,11 @@ def test_wrong_types_are_refused():
         config(sets=["batch_size=many"])
     with pytest.raises(UsageError, match="lr = True is not a float"):
         config(sets=["lr=true"])
+    with pytest.raises(UsageError, match="steps = 'few' is not a int"):  # an optional field: the type inside
+        config(sets=["steps=few"])
+    with pytest.raises(UsageError, match="lr_decay_epochs = 'x' is not a float"):  # every item of a tuple
+        config(sets=['lr_decay_epochs=[30, "x"]'])
+    assert config(sets=["lr_decay_epochs=30"]).lr_decay_epochs == (30.0,)  # one value for a tuple: a tuple of one
 
 
 def test_set_without_equals_sign():

@@ -20,7 +20,7 @@ ACCEPTED = [
     ("easgd-sync", 4, {"alpha": 0.2499}), ("easgd-sync", 1, {}), ("easgd-sync", 64, {}),
     ("local-sgd", 2, {"period": 1}), ("allreduce", 2, {"bucket_mb": 1e-9}),
     ("gossip", 3, {"variant": "push"}), ("gossip", 3, {"variant": "pull"}),
-    ("ga-asgd", 2, {"history": 0}), ("ga-asgd", 2, {"beta": 0.0, "eps": 1e-30}), ("dana-ga", 2, {"beta": 0.9999}),
+    ("ga-asgd", 2, {"history": 0}), ("ga-asgd", 2, {"history": 8192}), ("ga-asgd", 2, {"beta": 0.0, "eps": 1e-30}), ("dana-ga", 2, {"beta": 0.9999}),
 ]
 
 
@@ -50,8 +50,10 @@ REFUSED = [
     ("allreduce", 2, {"bucket_mb": 0.0}, "allreduce.bucket_mb must be > 0 MiB, got 0"),
     ("allreduce", 2, {"bucket_mb": float("nan")}, "allreduce.bucket_mb = nan is not a finite number"),
     ("gossip", 3, {"variant": "pul"}, "unknown gossip.variant 'pul'; valid: pull, push"),
-    ("ga-asgd", 2, {"history": -1}, "ga-asgd.history must be >= 0 versions (0: 2·workers + 4), got -1"),
-    ("dana-ga", 2, {"history": -1}, "dana-ga.history must be >= 0 versions (0: 2·workers + 4), got -1"),
+    ("ga-asgd", 2, {"history": -1}, "ga-asgd.history must be between 0 and 8192 versions (0: 2·workers + 4), got -1"),
+    ("dana-ga", 2, {"history": -1}, "dana-ga.history must be between 0 and 8192 versions (0: 2·workers + 4), got -1"),
+    ("ga-asgd", 2, {"history": 8193},
+     "ga-asgd.history must be between 0 and 8192 versions (0: 2·workers + 4), got 8193"),
     ("ga-asgd", 2, {"beta": 1.0}, "ga-asgd.beta must be in [0, 1), got 1.0"),
     ("ga-asgd", 2, {"beta": -0.1}, "ga-asgd.beta must be in [0, 1), got -0.1"),
     ("dana-ga", 2, {"eps": 0.0}, "dana-ga.eps must be > 0, got 0.0"),

@@ -82,3 +82,9 @@ def test_every_undeclared_name_is_listed_at_once_whatever_part_it_is_in(tmp_path
     assert schema.undeclared(bad) == ["attribute colour", "provenance moon", "provenance shoe", "timeline column mood",
                                       "evals column vibe", "server/updates column extra", "summary staleness_mena"]
     assert schema.undeclared(rec) == []
+
+
+def test_the_family_of_a_run_is_read_from_the_tables_it_kept():
+    assert schema.family_of({"updates": {}, "late": {}}) == "server"
+    assert schema.family_of({"updates": {}}) == "" and schema.family_of({"final_models": {}}) == ""
+    assert schema.family_of({}) == ""

@@ -55,8 +55,7 @@ class OptionTable:
         algorithm's (a study's commands give each algorithm's runs its own, ``RunConfig.for_algo``)."""
         kind, _, name = self.goes_with.partition("=")
         if kind in ("model", "dataset", "algo") and getattr(cfg, kind) != name:
-            flag = "--algo" if kind == "algo" else f"--{kind}"
-            raise UsageError(f"{self.name}.* options go with {flag} {name} (the {kind} is {getattr(cfg, kind)!r})")
+            raise UsageError(f"{self.name}.* options go with --{kind} {name} (the {kind} is {getattr(cfg, kind)!r})")
 
     def build(self, values: Mapping[str, Any]) -> Any:
         """The table's options from ``values`` (defaults for the rest), checked."""
