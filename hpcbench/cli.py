@@ -27,7 +27,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hpcbench.runtime import plan
 
     cfg, sim = configs_from_args(args)
-    refuse_sim_options(sim)
+    refuse_sim_options(cfg, sim)
     if args.dry_run:
         return dry_run(plan.validate(cfg), args.workers)
     if args.workers is not None:
@@ -37,12 +37,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_mpi(plan.validate(cfg))
 
 
-def refuse_sim_options(sim: SimConfig) -> None:
-    """Real runs take no ``sim.*`` options: they run on the machines, not on a virtual cluster."""
+def refuse_sim_options(cfg: RunConfig, sim: SimConfig) -> None:
+    """Real runs take no ``sim.*`` options: they run on the machines, not on a virtual cluster. Fields a
+    table of the run shares with the simulator are its own (``--model payload``'s compute model), and
+    run's ``--workers`` is ``--dry-run``'s world, not the simulator's."""
+    from hpcbench.options import TABLES
     from hpcbench.options.sim import SimConfig
 
-    given = [f.name for f in dataclasses.fields(sim)  # (run's --workers is --dry-run's world, not the simulator's)
-             if f.name != "workers" and getattr(sim, f.name) != getattr(SimConfig(), f.name)]
+    own = {"workers", *(k for _, table in TABLES.items() if table.applies(cfg) for k in table.shares)}
+    given = [f.name for f in dataclasses.fields(sim)
+             if f.name not in own and getattr(sim, f.name) != getattr(SimConfig(), f.name)]
     if given:
         raise UsageError(f"{', '.join(f'sim.{k}' for k in given)}: simulate's options (its virtual cluster); "
                          "a real run takes none: remove them, or use simulate")
@@ -215,7 +219,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError("sweep needs --algos and --out-dir (or --resubmit-failed STUDY_DIR)")
     algos = sweep.parse_algos(args.algos)
     cfg, sim = configs_from_args(args)
-    refuse_sim_options(sim)
+    refuse_sim_options(cfg, sim)
     base_args = {a: cfg.for_algo(a).to_argv() for a in algos}
     for a in algos:  # refuse a bad study before writing or submitting anything
         plan.validate(cfg.for_algo(a))

@@ -76,7 +76,7 @@ def test_a_budget_too_large_to_count_is_refused_on_every_rank(tmp_path, args):
     (["--batch-size", "100000000"], "batch size 100000000 is larger than a worker's shard (718 of the 1437 training samples of digits"),
     (["--batch-size", "719"], "batch size 719 is larger than a worker's shard"),
     (["--set", "threads=100000"], "threads = 100000 is more than the"),
-    (["--algo", "ga-asgd", "--set", "ga-asgd.history=-1"], "ga-asgd.history must be >= 0"),
+    (["--algo", "ga-asgd", "--set", "ga-asgd.history=-1"], "ga-asgd.history must be between 0 and 8192 versions"),
     (["--set", "fault=kill:7@1"], "fault kill:7@1: there is no rank 7 (ranks 0..2)"),
 ])
 def test_sizes_that_cannot_work_are_refused_before_training(tmp_path, args, message):
@@ -277,3 +277,12 @@ def test_report_outputs_that_cannot_be_written_are_one_line(tmp_path, capsys):
         assert code == 2 and err.strip().startswith("hpcbench: error: cannot write the trace to"), (target, err)
     code, _, err = cli("report", str(tmp_path / "r.h5"), "--plot", str(tmp_path / "a-file"))
     assert code == 2 and "cannot write plots to --plot" in err and "Traceback" not in err, err
+
+
+def test_the_payloads_compute_model_is_a_real_runs_own_not_a_simulator_option(tmp_path, capsys):
+    from hpcbench.cli import main
+
+    code = main(["run", "--algo", "asgd", "--model", "payload", "--compute", "gamma:shape=10,mean=0.01",
+                 "--dry-run", "--workers", "2"])
+    assert code == 0, capsys.readouterr().err
+    assert '"compute_mean_s": 0.01' in capsys.readouterr().out
