@@ -220,7 +220,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     algos = sweep.parse_algos(args.algos)
     cfg, sim = configs_from_args(args)
     refuse_sim_options(cfg, sim)
-    base_args = {a: cfg.for_algo(a).to_argv() for a in algos}
+    # Each algorithm's run options, its own table and no other's (the job script names the algorithm).
+    base_args = {a: dataclasses.replace(cfg.for_algo(a), algo="").to_argv() for a in algos}
     for a in algos:  # refuse a bad study before writing or submitting anything
         plan.validate(cfg.for_algo(a))
     if args.emulated and not args.local:

@@ -116,7 +116,8 @@ def test_study_points_and_files(tmp_path):
     assert (tmp_path / "submit.sh").stat().st_mode & 0o100
     manifest = json.loads((tmp_path / "study.json").read_text())
     assert [p["stem"] for p in manifest["points"]] == ["asgd-n8", "sgp-n8", "asgd-n16", "sgp-n16"]
-    assert manifest["base_args"] == ["--set", "steps=50"] and manifest["resources"]["tasks_per_node"] == 2
+    assert manifest["base_args"] == {"asgd": ["--set", "steps=50"], "sgp": ["--set", "steps=50"]}
+    assert manifest["resources"]["tasks_per_node"] == 2
 
 
 def test_sweep_takes_run_flags_and_sbatch_options(tmp_path):
@@ -372,3 +373,11 @@ def test_ctrl_c_stops_a_local_sweep_with_one_line_the_run_aborted_and_resume_fin
                          "--steps", "3")
     assert code == 0, err
     assert result_status(point) == "ok"
+
+
+def test_a_sweep_gives_each_algorithms_runs_its_own_options_only(tmp_path):
+    code, out, err = cli("sweep", "--nodes", "2", "--algos", "asgd,ga-asgd", "--out-dir", str(tmp_path),
+                         "--set", "ga-asgd.beta=0.5", "--mpi", "pmi2")
+    assert code == 0, err
+    assert "ga-asgd.beta" not in (tmp_path / "runs" / "asgd-n2.sbatch").read_text()
+    assert "run --algo ga-asgd --set ga-asgd.beta=0.5 --out" in (tmp_path / "runs" / "ga-asgd-n2.sbatch").read_text()
