@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from hpcbench.comm.probe import srun_mpi_flag
 from hpcbench.errors import UsageError
 from hpcbench.results.study import JOBS, read_manifest, record_jobs, write_manifest
-from hpcbench.comm.probe import srun_mpi_flag
 from hpcbench.slurm.jobs import Resources, report_job, run_job, submit_script
 
 

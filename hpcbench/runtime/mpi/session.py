@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import math
 import os
-from contextlib import contextmanager
 import signal
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
@@ -24,15 +24,15 @@ from hpcbench.errors import (HpcbenchError, LauncherGone, PeerFailure, ResultWri
 from hpcbench.results.paths import check_room
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
-from hpcbench.runtime.mpi.faults import Injector
 from hpcbench.runtime.mpi.driver import MpiDriver
+from hpcbench.runtime.mpi.faults import Injector
 from hpcbench.runtime.mpi.placement import choose_device
-from hpcbench.runtime.threads import cpu_count, set_threads, thread_count
-from hpcbench.runtime.plan import Plan, check_duration, time_limit
-from hpcbench.runtime.output import ResultFile, default_out, expected_bytes, result_line
-from hpcbench.runtime.record import RankResult, build_record
-from hpcbench.signals import signals_held, stop_on_signals
 from hpcbench.runtime.mpi.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
+from hpcbench.runtime.output import ResultFile, default_out, expected_bytes, result_line
+from hpcbench.runtime.plan import Plan, check_duration, time_limit
+from hpcbench.runtime.record import RankResult, build_record
+from hpcbench.runtime.threads import cpu_count, set_threads, thread_count
+from hpcbench.signals import signals_held, stop_on_signals
 from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.telemetry.timeline import Timeline
 
