@@ -427,7 +427,7 @@ def build_parser() -> Parser:
     p.add_argument("--config", help="TOML file of run options for every job")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="run option for every job")
     p.add_argument("--out-dir", help="where job scripts, logs, result files and the report go")
-    p.set_defaults(run_flags=add_run_flags(p, prefix="every job: "))  # passed on to every run
+    add_run_flags(p, prefix="every job: ")
     p.add_argument("--resume", action="store_true", help="add to an --out-dir that holds results: run only the "
                    "points without an ok result (those are never rewritten)")
     p.add_argument("--tasks-per-node", type=at_least(1), default=1, help="MPI ranks per node (default 1)")
@@ -535,11 +535,11 @@ def build_parser() -> Parser:
     p.add_argument("--config", help="TOML file of run options for every run")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="run option for every run "
                    "(val_fraction defaults to 0.1 here)")
-    tune_flags = add_run_flags(p, prefix="every run: ", grid=True)
+    add_run_flags(p, prefix="every run: ", grid=True)
     p.add_argument("--network", help="with --mode sim: alpha=SECONDS,bandwidth=BYTES_PER_S")
     p.add_argument("--heterogeneity", type=float, help="with --mode sim: per-worker speed variation")
     p.add_argument("--pauses", help="with --mode sim: PROB:SECONDS transient pauses per step")
-    p.set_defaults(func=cmd_tune, run_flags=tune_flags, numerics=None)
+    p.set_defaults(func=cmd_tune, numerics=None)
 
     p = sub.add_parser("list", help="algorithms, models, datasets and options with defaults")
     p.set_defaults(func=cmd_list)

@@ -158,8 +158,9 @@ class RunConfig:
     def to_argv(self) -> list[str]:
         """The command-line options (``--set KEY=VALUE``, TOML literals) that give this configuration
         back, every value that differs from its default: what crosses a process boundary."""
-        out = [f"{f.name}={set_literal(argv_value(getattr(self, f.name)))}" for f in dataclasses.fields(self)
-               if f.name != "options" and getattr(self, f.name) != f.default]
+        given, defaults = self.to_dict(), RunConfig().to_dict()
+        out = [f"{key}={set_literal(value)}" for key, value in given.items()
+               if key != "options" and value != defaults[key]]
         out += [f"{table}.{key}={set_literal(value)}" for table, values in self.options.items()
                 for key, value in values.items()]
         return [a for item in out for a in ("--set", item)]
@@ -171,11 +172,6 @@ class RunConfig:
         d["fault"] = str(self.fault)
         d["options"] = {k: dict(v) for k, v in self.options.items()}
         return d
-
-
-def argv_value(value: Any) -> Any:
-    """A run setting as ``--set`` spells it: stragglers and faults by their text, the rest as they are."""
-    return str(value) if isinstance(value, (Stragglers, Fault)) else value
 
 
 def set_literal(value: Any) -> str:

@@ -1,4 +1,7 @@
 """Errors a user can act on: each renders as one line naming the bad value and the valid choices."""
+from __future__ import annotations
+
+from typing import Callable
 
 
 class HpcbenchError(Exception):
@@ -75,6 +78,13 @@ def undeclared_add(window: str) -> RuntimeFailure:
 def undeclared_size(channel: str, nbytes: int, declared: int) -> RuntimeFailure:
     """A message whose size is not its channel's: MPI would truncate it, or hand over stale bytes."""
     return RuntimeFailure(f"a {channel!r} message of {nbytes} bytes, where its layout declares {declared}")
+
+
+def stopped_answering(quiet: list[tuple[int, float]], name: Callable[[int], str]) -> WaitTimeout:
+    """The peers ``quiet`` (rank, seconds silent; the longest first) ended the run: named by ``name``."""
+    who = ", ".join(f"{name(r)} for {s:.0f} s" for r, s in quiet)
+    return WaitTimeout(f"{'a rank has' if len(quiet) == 1 else 'ranks have'} stopped answering "
+                       f"(nothing heard past timeout_s): {who}", peer=quiet[0][0])
 
 
 def failure_status(exc: BaseException) -> str:

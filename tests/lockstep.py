@@ -4,10 +4,12 @@
 chooses); ``lockstep`` runs several, each until it joins a collective, then completes the
 collective for all of them. A program that never ends fails the test after ``MAX_OPS`` operations
 instead of hanging it. (To run the programs on the simulator with an analytic gradient instead, see
-``tests/quadratic.py``.)
+``tests/quadratic.py``.) ``as_threads`` runs a function once per rank, each rank a thread (the
+loopback cluster's tests).
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 from hpcbench.algorithms.api import Program
@@ -56,3 +58,23 @@ def lockstep(programs: dict[int, Program], answer: Callable[[int, Op], Any], joi
             assert sorted(joined) == sorted(running), "a rank skipped a collective"
             results.update(complete(joined))
     raise AssertionError(f"programs ran {max_ops} collectives without ending")
+
+
+def as_threads(body: Callable[[int], Any], ranks: int, limit: float) -> dict[int, Any]:
+    """``body(rank)`` for ranks 0..ranks-1, each in its own thread; → each rank's result, or the
+    exception it raised. Fails, instead of hanging, if a rank has not ended after ``limit`` seconds."""
+    results: dict[int, Any] = {}
+
+    def rank_main(rank: int) -> None:
+        try:
+            results[rank] = body(rank)
+        except BaseException as exc:  # noqa: BLE001 — handed to the test
+            results[rank] = exc
+
+    threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in range(ranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(limit)
+    assert not any(t.is_alive() for t in threads), "a rank hung"
+    return results

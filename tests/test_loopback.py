@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import threading
 from typing import get_args
 
 import numpy as np
@@ -28,6 +27,7 @@ from hpcbench.options.sim import SimConfig
 from hpcbench.workload.compute import ComputeModel
 from hpcbench.runtime.sim.session import simulated_record
 from hpcbench.telemetry.timeline import OPS, Timeline
+from lockstep import as_threads
 from reference import union_batch_sgd
 
 COMMON = dict(model="mlp", dataset="digits", batch_size=16, lr=0.05, momentum=0.9, weight_decay=0.001, evals=4,
@@ -46,22 +46,13 @@ def run_threads(cfg: RunConfig, workers: int, timeout: float = 60.0):
     timelines = [Timeline(rank) for rank in range(workers + 1)]
     drivers = [MpiDriver(ends[r], timelines[r], timeout, runs[r].workload, runs[r].stream(r) if r else None,
                          logs=logs if r == 0 else None) for r in range(workers + 1)]
-    errors: dict[int, BaseException] = {}
 
     def rank_main(rank: int) -> None:
         algo = runs[rank].algo
-        try:
-            drivers[rank].run(algo.server() if rank == 0 else algo.worker(rank))
-        except BaseException as exc:  # noqa: BLE001 — handed to the test
-            errors[rank] = exc
+        drivers[rank].run(algo.server() if rank == 0 else algo.worker(rank))
 
-    threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in range(workers + 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout + 30)
-    assert not any(t.is_alive() for t in threads), "a rank hung"
-    return logs, timelines, errors
+    ended = as_threads(rank_main, workers + 1, timeout + 30)
+    return logs, timelines, {r: e for r, e in ended.items() if isinstance(e, BaseException)}
 
 
 def test_every_operation_has_a_handler_in_both_drivers_and_a_timeline_code():

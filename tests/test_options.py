@@ -24,7 +24,7 @@ def test_every_algorithm_and_every_other_table_is_in_the_registry_once():
     assert (tables["payload"].options, tables["teacher"].options, tables["sim"].options) == \
         (PayloadOptions, TeacherOptions, SimConfig)
     with pytest.raises(ValueError, match="option table 'teacher' is registered twice"):
-        TABLES.register("teacher")(OptionTable("teacher", TeacherOptions, "dataset=teacher", ""))
+        TABLES.register("teacher")(OptionTable("teacher", TeacherOptions, "dataset=teacher"))
 
 
 def test_a_plan_resolves_the_tables_its_run_uses_with_defaults_and_those_it_gives():

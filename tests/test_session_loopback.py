@@ -5,7 +5,6 @@ the session's own code here, exactly as under mpiexec; only the transport differ
 """
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -13,12 +12,13 @@ import pytest
 
 from hpcbench.comm.loopback import Loopback
 from hpcbench.config import Fault, RunConfig
-from hpcbench.errors import UsageError
+from hpcbench.errors import UsageError, WaitTimeout
+from hpcbench.options.sim import SimConfig
 from hpcbench.results.store import read_run
 from hpcbench.runtime.mpi import session
 from hpcbench.runtime.plan import validate
-from hpcbench.options.sim import SimConfig
 from hpcbench.runtime.sim.session import simulated_record
+from lockstep import as_threads
 
 COMMON = dict(model="mlp", dataset="digits", batch_size=16, lr=0.05, momentum=0.9, evals=3, warmup_epochs=0.0,
               flush_s=0.2)
@@ -27,20 +27,7 @@ COMMON = dict(model="mlp", dataset="digits", batch_size=16, lr=0.05, momentum=0.
 def run_cluster(cfg: RunConfig, workers: int, limit: float = 60.0) -> list[int]:
     """``run_on`` on rank 0 and ``workers`` worker threads; → every rank's exit code, in rank order."""
     hub = Loopback(workers + 1)
-    codes: dict[int, object] = {}
-
-    def rank_main(rank: int) -> None:
-        try:
-            codes[rank] = session.run_on(validate(cfg), hub.endpoint(rank))
-        except BaseException as exc:  # noqa: BLE001 — the test reports it
-            codes[rank] = exc
-
-    threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in range(workers + 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(limit)
-    assert not any(t.is_alive() for t in threads), "a rank hung"
+    codes = as_threads(lambda rank: session.run_on(validate(cfg), hub.endpoint(rank)), workers + 1, limit)
     return [codes[r] for r in range(workers + 1)]
 
 
@@ -122,21 +109,10 @@ def test_a_worker_that_stops_answering_is_named_by_its_heartbeats(tmp_path, monk
 def test_a_rank_missing_from_a_collective_is_named_by_the_others():
     hub = Loopback(3)
     ends = [hub.endpoint(r) for r in range(3)]
-    errors: dict[int, str] = {}
-
-    def enter(rank: int) -> None:
-        try:
-            ends[rank].exchange(rank, 0.3, "the set-up")
-        except Exception as exc:  # noqa: BLE001
-            errors[rank] = str(exc)
-
-    threads = [threading.Thread(target=enter, args=(r,)) for r in (0, 1)]  # rank 2 never comes
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
-    assert errors == {r: "timed out after 0.3 s waiting for rank 2 on loopback to take part in the set-up"
-                      for r in (0, 1)}
+    ended = as_threads(lambda rank: ends[rank].exchange(rank, 0.3, "the set-up"), 2, 10)  # rank 2 never comes
+    assert {r: str(e) for r, e in ended.items()} == {
+        r: "timed out after 0.3 s waiting for rank 2 on loopback to take part in the set-up" for r in (0, 1)}
+    assert all(isinstance(e, WaitTimeout) for e in ended.values())
 
 
 @pytest.mark.timeout(120)

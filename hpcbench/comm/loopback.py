@@ -10,7 +10,6 @@ collective, and ``abort`` ends every rank's waits. One host ("loopback"), one cl
 """
 from __future__ import annotations
 
-import json
 import math
 import threading
 import time
@@ -20,7 +19,7 @@ from typing import Any, Callable, TypeVar
 import numpy as np
 
 from hpcbench.comm.transport import Cluster
-from hpcbench.errors import PeerFailure, WaitTimeout, undeclared_add, undeclared_size
+from hpcbench.errors import PeerFailure, WaitTimeout, stopped_answering, undeclared_add, undeclared_size
 
 T = TypeVar("T")
 HOST = "loopback"
@@ -45,7 +44,7 @@ class Loopback:
         self.start = time.monotonic()
         self.collectives: dict[int, list[Any]] = {}  # the k-th exchange's values, by rank
         self.heard: dict[int, float] = {}  # when each rank last ticked: its heartbeat
-        self.notices: deque[tuple[int, str]] = deque()  # (worker, notice as JSON) for rank 0
+        self.notices: deque[tuple[int, str, str]] = deque()  # (worker, status, error line) for rank 0
         self.ended_by: int | None = None  # the rank that ended every rank (``abort``)
 
     def endpoint(self, rank: int) -> LoopbackEndpoint:
@@ -85,14 +84,11 @@ class LoopbackEndpoint:
         if hub.ended_by is not None and hub.ended_by != self.rank:
             raise PeerFailure(f"rank {hub.ended_by} ended every rank", "aborted")
         if self.rank == 0 and hub.notices:
-            worker, text = hub.notices.popleft()
-            notice = json.loads(text)
-            raise PeerFailure(f"rank {worker} on {notice['host']}: {notice['error']}", notice["status"])
+            worker, status, error = hub.notices.popleft()
+            raise PeerFailure(f"{self.name(worker)}: {error}", status)
         quiet = self.silent(self.beat_deadline) if self.watched else []
         if quiet:
-            who = ", ".join(f"{self.name(r)} for {s:.0f} s" for r, s in quiet)
-            raise WaitTimeout(f"{'a rank has' if len(quiet) == 1 else 'ranks have'} stopped answering "
-                              f"(nothing heard past timeout_s): {who}", peer=quiet[0][0])
+            raise stopped_answering(quiet, self.name)
         if self.on_wait is not None:
             self.on_wait()
 
@@ -108,7 +104,7 @@ class LoopbackEndpoint:
 
     def tell_failure(self, status: str, error: str, grace: float) -> None:
         with self.hub.lock:
-            self.hub.notices.append((self.rank, json.dumps({"status": status, "host": self.host, "error": error})))
+            self.hub.notices.append((self.rank, status, error))
             self.hub.lock.notify_all()
         deadline = time.monotonic() + grace
         while self.hub.ended_by is None and time.monotonic() < deadline:

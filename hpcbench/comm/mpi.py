@@ -20,7 +20,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib, pkl5
 
-from hpcbench.errors import LauncherGone, PeerFailure, WaitTimeout, undeclared_add, undeclared_size
+from hpcbench.errors import LauncherGone, PeerFailure, WaitTimeout, stopped_answering, undeclared_add, undeclared_size
 from hpcbench.signals import stops_deferred
 
 T = TypeVar("T")
@@ -435,9 +435,7 @@ class MpiComm:
                 self.world.Isend([BEAT, MPI.BYTE], dst, HEARTBEAT_TAG).Free()
             quiet = self.silent(self._beat_deadline, now)
             if quiet:  # all of them: a rank blocked in a transfer to a stopped one falls silent too
-                who = ", ".join(f"{self.name(r)} for {s:.0f} s" for r, s in quiet)
-                raise WaitTimeout(f"{'a rank has' if len(quiet) == 1 else 'ranks have'} stopped answering "
-                                  f"(nothing heard past timeout_s): {who}", peer=quiet[0][0])
+                raise stopped_answering(quiet, self.name)
 
     def silent(self, longer_than: float, now: float | None = None) -> list[tuple[int, float]]:
         """The peers not heard from for ``longer_than`` seconds, as (rank, seconds), longest first."""

@@ -24,29 +24,25 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def add_run_flags(p: argparse.ArgumentParser, prefix: str = "", grid: bool = False) -> list[tuple[str, str]]:
-    """The run flags ``run`` and ``sweep`` share (``prefix`` starts each help text); → (flag, attribute)
-    of each, for passing them on. ``grid``: without --lr and --momentum (``tune`` takes lists there)."""
+def add_run_flags(p: argparse.ArgumentParser, prefix: str = "", grid: bool = False) -> None:
+    """The run flags ``run``, ``sweep`` and ``tune`` share (``prefix`` starts each help text). ``grid``:
+    without --lr and --momentum (``tune`` takes lists there)."""
     from hpcbench.workload.datasets import DATASETS
     from hpcbench.workload.models import MODELS
 
     budget = p.add_mutually_exclusive_group()
-    added = [
-        p.add_argument("--model", help=f"{prefix}{' | '.join(MODELS.names())} (default {RunConfig.model})"),
-        p.add_argument("--dataset", help=f"{prefix}{' | '.join(DATASETS.names())} (default {RunConfig.dataset})"),
-        p.add_argument("--data-dir", help=f"{prefix}directory of the cifar10 python pickle batches"),
-        budget.add_argument("--steps", type=int, help=f"{prefix}steps per worker (default 100)"),
-        budget.add_argument("--epochs", type=float, help=f"{prefix}passes over the training set, over all workers"),
-        p.add_argument("--batch-size", type=int, help=f"{prefix}samples per worker step (default 32)"),
-        *(() if grid else (
-            p.add_argument("--lr", type=float, help=f"{prefix}learning rate of the single-worker recipe (default 0.05)"),
-            p.add_argument("--momentum", type=float, help=f"{prefix}momentum (default 0)"))),
-        p.add_argument("--stragglers", help=f"{prefix}FRACTION:FACTOR, e.g. 0.25:3 slows a quarter of the workers 3x"),
-        p.add_argument("--compute", help=f"{prefix}gamma:shape=K,mean=SECONDS per batch: the simulator's compute "
-                       "model, and --model payload's (default gamma:shape=100,mean=0.05)"),
-    ]
-    return [(a.option_strings[0], a.dest) for a in added]
-
+    p.add_argument("--model", help=f"{prefix}{' | '.join(MODELS.names())} (default {RunConfig.model})")
+    p.add_argument("--dataset", help=f"{prefix}{' | '.join(DATASETS.names())} (default {RunConfig.dataset})")
+    p.add_argument("--data-dir", help=f"{prefix}directory of the cifar10 python pickle batches")
+    budget.add_argument("--steps", type=int, help=f"{prefix}steps per worker (default 100)")
+    budget.add_argument("--epochs", type=float, help=f"{prefix}passes over the training set, over all workers")
+    p.add_argument("--batch-size", type=int, help=f"{prefix}samples per worker step (default 32)")
+    if not grid:
+        p.add_argument("--lr", type=float, help=f"{prefix}learning rate of the single-worker recipe (default 0.05)")
+        p.add_argument("--momentum", type=float, help=f"{prefix}momentum (default 0)")
+    p.add_argument("--stragglers", help=f"{prefix}FRACTION:FACTOR, e.g. 0.25:3 slows a quarter of the workers 3x")
+    p.add_argument("--compute", help=f"{prefix}gamma:shape=K,mean=SECONDS per batch: the simulator's compute "
+                   "model, and --model payload's (default gamma:shape=100,mean=0.05)")
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--algo", help="algorithm (see `hpcbench list`)")

@@ -32,7 +32,6 @@ class OptionTable:
     name: str
     options: type
     goes_with: str
-    what: str  # one line for ``hpcbench list``
     # Fields that are also simulate's (``sim``), one value for both: ``--model payload`` computes as the
     # simulator models it, so ``payload.compute_*`` and ``--compute`` are the same numbers.
     shares: tuple[str, ...] = ()
@@ -54,7 +53,7 @@ class OptionTable:
         """A table given for a run it does not go with is a mistake: another model's, dataset's or
         algorithm's (a study's commands give each algorithm's runs its own, ``RunConfig.for_algo``)."""
         kind, _, name = self.goes_with.partition("=")
-        if kind in ("model", "dataset", "algo") and getattr(cfg, kind) != name:
+        if name and not self.applies(cfg):
             raise UsageError(f"{self.name}.* options go with --{kind} {name} (the {kind} is {getattr(cfg, kind)!r})")
 
     def build(self, values: Mapping[str, Any]) -> Any:
@@ -77,7 +76,7 @@ def option_tables() -> dict[str, OptionTable]:
     """Every table: each registered algorithm's, then the others, by name."""
     from hpcbench.algorithms import ALGORITHMS
 
-    found = {name: OptionTable(name, cls.Options, f"algo={name}", cls.summary) for name, cls in ALGORITHMS.items()}
+    found = {name: OptionTable(name, cls.Options, f"algo={name}") for name, cls in ALGORITHMS.items()}
     return {**found, **dict(TABLES.items())}
 
 
@@ -151,7 +150,6 @@ def build_options(cls: type, values: Mapping[str, Any], owner: str) -> Any:
     return cls(**typed)
 
 
-register(OptionTable("payload", PayloadOptions, "model=payload", "what --model payload sends and how long it computes",
-                     shares=("compute_shape", "compute_mean_s")))
-register(OptionTable("teacher", TeacherOptions, "dataset=teacher", "the size and label noise of --dataset teacher"))
-register(OptionTable("sim", SimConfig, "simulate", "simulate's virtual cluster"))
+register(OptionTable("payload", PayloadOptions, "model=payload", shares=("compute_shape", "compute_mean_s")))
+register(OptionTable("teacher", TeacherOptions, "dataset=teacher"))
+register(OptionTable("sim", SimConfig, "simulate"))
