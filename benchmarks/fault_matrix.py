@@ -24,11 +24,13 @@ from hpcbench.report.metrics import how_far
 from hpcbench.results.store import read_run
 from hpcbench.launch.local import launch_env, mpi_command
 
-# Each fault hits worker 2 (rank 0 for "kill0", the coordinator or server itself) 3 s into training,
-# or at its 30th step for "raise"; "slow" makes worker 2 four times slower from the start.
+# Each fault hits worker 2 (rank 0 for "kill0" and "term0", the coordinator or server itself) 3 s into
+# training, or at its 30th step for "raise"; "slow" makes worker 2 four times slower from the start;
+# "term-final" sends SIGTERM to rank 0 while it scores and writes a finished run.
 FAULTS = {
     "kill": "kill:2@3", "kill0": "kill:0@3", "stop": "stop:2@3", "raise": "raise:2@30", "slow": "slow:2@0:4",
     "stop-setup": "stop:2@setup", "stop-gather": "stop:1@gather",
+    "term": "term:2@3", "term0": "term:0@3", "term-final": "term:0@final",
 }
 
 
@@ -49,7 +51,7 @@ def said(proc: subprocess.CompletedProcess) -> str:
 
 def case(algo: str, fault: str, ranks: int, timeout: float, out_dir: Path) -> list[str]:
     out = out_dir / f"{algo}-{fault}.h5"
-    steps = "20" if fault.endswith(("setup", "gather")) or fault == "slow" else "100000"
+    steps = "20" if fault.endswith(("setup", "gather", "final")) or fault == "slow" else "100000"
     args = ["run", "--algo", algo, "--steps", steps, "--set", f"fault={FAULTS[fault]}", "--set", f"timeout_s={timeout:g}",
             "--set", "flush_s=1", "--out", str(out)]
     t0 = time.monotonic()

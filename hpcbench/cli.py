@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from hpcbench import __version__
 from hpcbench.config import RunConfig
-from hpcbench.errors import UsageError
+from hpcbench.errors import HungUp, UsageError
 from hpcbench.launch.arguments import Parser, add_run_flags, add_run_options, add_sim_flags, configs_from_args
 from hpcbench.launch.local import env_rank
 
@@ -501,8 +501,8 @@ def build_parser() -> Parser:
     p.add_argument("-o", "--output", required=True, help="trace file to write, e.g. trace.json")
     p.set_defaults(func=cmd_trace)
 
-    p = sub.add_parser("reproduce", help="test a published finding: gap-aware | jin | sgp (runs, report, verdict)")
-    p.add_argument("study", metavar="STUDY", help="gap-aware | jin | sgp")
+    p = sub.add_parser("reproduce", help="test a published finding: gap-aware | jin | sgp | diloco (runs, report, verdict)")
+    p.add_argument("study", metavar="STUDY", help="gap-aware | jin | sgp | diloco")
     p.add_argument("--out-dir", required=True, help="where the result files, report.md, the plot and verdict.json go")
     p.add_argument("--quick", action="store_true", help="fewer sizes, grid points and seeds, a shorter budget "
                    "(minutes on 2 cores)")
@@ -565,11 +565,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if env_rank() == 0:
             print(f"hpcbench: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C in a study: the run under way has kept its record ("aborted")
+    except KeyboardInterrupt as stop:  # Ctrl-C or a hangup in a study: the run under way kept its record ("aborted")
+        hangup = isinstance(stop, HungUp)
         if env_rank() == 0:
-            print(f"hpcbench: stopped by Ctrl-C during {args.command}; a study continues with --resume",
-                  file=sys.stderr)
-        return 128 + signal.SIGINT
+            print(f"hpcbench: stopped by {'SIGHUP' if hangup else 'Ctrl-C'} during {args.command}; a study "
+                  "continues with --resume", file=sys.stderr)
+        return 128 + (signal.SIGHUP if hangup else signal.SIGINT)
     except BrokenPipeError:  # the reader has gone (``| head``): end quietly, as a tool killed by SIGPIPE
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush has nowhere to fail
         return 128 + signal.SIGPIPE

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from hpcbench.algorithms.schedule import SCALINGS
 from hpcbench.errors import UsageError, one_of
 from hpcbench.options import TABLES, build_options, option_tables
+from hpcbench.ranges import bounded, check_ranges
 from hpcbench.registry import rule
 
 if sys.version_info >= (3, 11):
@@ -106,6 +107,10 @@ class Fault:
         return f"{self.kind}:{self.rank}@{when}" + (f":{self.factor:g}" if self.kind == "slow" else "")
 
 
+MAX_VAL_FRACTION = 0.5
+MAX_SEED = 2**63 - 1
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that defines a run; identical for ``run`` (real MPI) and ``simulate``."""
@@ -114,33 +119,33 @@ class RunConfig:
     model: str = "mlp"
     dataset: str = "digits"
     data_dir: str = rule("", "none (only cifar10 reads files)")
-    steps: int | None = rule(None, "from epochs, else 100")  # steps per worker
-    epochs: float | None = rule(None, "unset (steps decide)")  # passes over the training set, in samples over all workers
+    steps: int | None = bounded(None, low=1, unit="steps", resolves="from epochs, else 100")  # steps per worker
+    epochs: float | None = bounded(None, above=0, unit="epochs", resolves="unset (steps decide)")  # passes over the training set, in samples over all workers
     # At most this many steps per worker, whatever steps or epochs say: a smoke test of a command
     # (HPCBENCH_MAX_STEPS sets it for every run a command starts); recorded, so never mistaken for a measurement.
-    max_steps: int = rule(0, "no cap (HPCBENCH_MAX_STEPS=N sets it)")
-    batch_size: int = 32
-    lr: float = 0.05
-    momentum: float = 0.0
+    max_steps: int = bounded(0, low=0, unit="steps", resolves="no cap (HPCBENCH_MAX_STEPS=N sets it)")
+    batch_size: int = bounded(32, low=1, unit="samples")
+    lr: float = bounded(0.05, low=0)
+    momentum: float = bounded(0.0, low=0, below=1)
     nesterov: bool = False
-    weight_decay: float = 0.0
-    warmup_epochs: float = 5.0  # linear warm-up from 1/n of the rate, the same for every algorithm
+    weight_decay: float = bounded(0.0, low=0)
+    warmup_epochs: float = bounded(5.0, low=0, unit="epochs")  # linear warm-up from 1/n of the rate, the same for every algorithm
     lr_scaling: str = "none"  # synchronous methods only: none | linear | sqrt in the number of workers
-    lr_decay_epochs: tuple[float, ...] = ()
-    lr_decay_factor: float = 0.1
-    seed: int = 0
-    evals: int = 20  # evaluations of the global model spread over the sample budget
-    eval_samples: int = 2000  # test (and validation) samples per evaluation (at most)
-    val_fraction: float = 0.0  # training samples held out as the validation split, the same for every seed
-    target_accuracy: float = 0.9
+    lr_decay_epochs: tuple[float, ...] = bounded((), low=0, unit="epochs")  # in increasing order
+    lr_decay_factor: float = bounded(0.1, above=0, high=1)
+    seed: int = bounded(0, low=0, high=MAX_SEED)  # torch's and numpy's seeds are at most 2^63 - 1
+    evals: int = bounded(20, low=1, unit="evaluations")  # evaluations of the global model spread over the sample budget
+    eval_samples: int = bounded(2000, low=1, unit="samples")  # test (and validation) samples per evaluation (at most)
+    val_fraction: float = bounded(0.0, low=0, high=MAX_VAL_FRACTION)  # training samples held out as the validation split, the same for every seed
+    target_accuracy: float = bounded(0.9, above=0, high=1)
     stragglers: Stragglers = rule(Stragglers(), "none")  # from "FRACTION:FACTOR"
-    timeout_s: float = 120.0  # longest any blocking wait may last before the run fails
-    flush_s: float = 10.0  # rank 0 rewrites the result file (status "incomplete") this often (less when large)
-    time_limit_s: float = rule(0.0, "the Slurm job's end, else 7 days")  # longest the run may take
+    timeout_s: float = bounded(120.0, above=0, unit="seconds")  # longest any blocking wait may last before the run fails
+    flush_s: float = bounded(10.0, above=0, unit="seconds")  # rank 0 rewrites the result file (status "incomplete") this often (less when large)
+    time_limit_s: float = bounded(0.0, low=0, unit="seconds", resolves="the Slurm job's end, else 7 days")  # longest the run may take
     fault: Fault = rule(Fault(), "none")  # from "KIND:RANK@WHEN[:FACTOR]": a fault injected on purpose
-    progress_s: float = 30.0  # seconds between rank 0's progress lines when its output is not a terminal
-    warmup_steps: int = 2  # untimed gradient computations per worker before the timed window (never applied)
-    threads: int = rule(0, "this node's cores shared among its ranks")  # torch threads per rank
+    progress_s: float = bounded(30.0, above=0, unit="seconds")  # seconds between rank 0's progress lines when its output is not a terminal
+    warmup_steps: int = bounded(2, low=0, unit="steps")  # untimed gradient computations per worker before the timed window (never applied)
+    threads: int = bounded(0, low=0, unit="threads", resolves="this node's cores shared among its ranks")  # torch threads per rank
     out: str = rule("", "results/ALGO-DATASET-MODEL-MODE-wWORKERS-sSEED-TIME-ID.h5")
     overwrite: bool = False  # replace an existing result file at ``out`` (regular files only)
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -188,8 +193,6 @@ def table_argv(table: str, options: Any, defaults: Any) -> list[str]:
             for a in ("--set", f"{table}.{f.name}={set_literal(getattr(options, f.name))}")]
 
 
-MAX_VAL_FRACTION = 0.5
-MAX_SEED = 2**63 - 1
 FILE_DATASETS = ("cifar10",)  # the datasets read from --data-dir
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name != "options")
 
@@ -316,56 +319,15 @@ def make_config(run: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]]
 
 
 def validate_numbers(cfg: RunConfig) -> None:
-    """Impossible sizes and values, each named with what would be valid."""
-    if cfg.steps is not None and cfg.steps <= 0:
-        raise UsageError(f"steps must be a positive integer, got {cfg.steps}")
-    if cfg.max_steps < 0:
-        raise UsageError(f"max_steps must be >= 0 steps (0: no cap), got {cfg.max_steps}")
-    if cfg.epochs is not None and cfg.epochs <= 0:
-        raise UsageError(f"epochs must be positive, got {cfg.epochs}")
+    """Impossible sizes and values, each named with what would be valid: every number within the range
+    its field declares, then the rules between fields."""
+    check_ranges(cfg, "")
     if cfg.steps is not None and cfg.epochs is not None:
         raise UsageError("give either steps or epochs, not both")
-    if cfg.batch_size <= 0:
-        raise UsageError(f"batch size must be a positive integer, got {cfg.batch_size}")
-    if cfg.lr < 0:
-        raise UsageError(f"lr must be >= 0, got {cfg.lr}")
-    if not 0.0 <= cfg.momentum < 1.0:
-        raise UsageError(f"momentum must be in [0, 1), got {cfg.momentum}")
-    if cfg.weight_decay < 0:
-        raise UsageError(f"weight decay must be >= 0, got {cfg.weight_decay}")
-    if cfg.evals < 1:
-        raise UsageError(f"evals must be >= 1, got {cfg.evals}")
-    if cfg.eval_samples < 1:
-        raise UsageError(f"eval samples must be >= 1, got {cfg.eval_samples}")
-    if not 0.0 <= cfg.val_fraction <= MAX_VAL_FRACTION:
-        raise UsageError(f"val_fraction must be in [0, {MAX_VAL_FRACTION:g}], got {cfg.val_fraction:g}")
-    if not 0.0 < cfg.target_accuracy <= 1.0:
-        raise UsageError(f"target accuracy must be in (0, 1], got {cfg.target_accuracy}")
-    if not 0 <= cfg.seed <= MAX_SEED:
-        raise UsageError(f"seed must be >= 0, got {cfg.seed}" if cfg.seed < 0 else
-                         f"seed must be at most 2^63 - 1 (torch's and numpy's seeds), got {cfg.seed}")
-    if any(e < 0 for e in cfg.lr_decay_epochs) or list(cfg.lr_decay_epochs) != sorted(cfg.lr_decay_epochs):
-        raise UsageError(f"lr_decay_epochs must be epochs >= 0 in increasing order, got "
-                         f"{[float(e) for e in cfg.lr_decay_epochs]}")
+    if list(cfg.lr_decay_epochs) != sorted(cfg.lr_decay_epochs):
+        raise UsageError(f"lr_decay_epochs must be in increasing order, got {[float(e) for e in cfg.lr_decay_epochs]}")
     if cfg.data_dir and cfg.dataset not in FILE_DATASETS:
         raise UsageError(f"--data-dir goes with a dataset read from files ({', '.join(FILE_DATASETS)}); "
                          f"{cfg.dataset} needs none")
-    if cfg.timeout_s <= 0:
-        raise UsageError(f"timeout must be > 0 seconds, got {cfg.timeout_s}")
-    if cfg.flush_s <= 0:
-        raise UsageError(f"flush_s must be > 0 seconds, got {cfg.flush_s:g}")
-    if cfg.time_limit_s < 0:
-        raise UsageError(f"time_limit_s must be >= 0 seconds (0: the Slurm job's end, else 7 days), "
-                         f"got {cfg.time_limit_s:g}")
-    if not cfg.progress_s > 0:
-        raise UsageError(f"progress_s must be > 0 seconds, got {cfg.progress_s}")
-    if cfg.warmup_steps < 0:
-        raise UsageError(f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
-    if cfg.threads < 0:
-        raise UsageError(f"threads must be >= 0, got {cfg.threads}")
-    if cfg.warmup_epochs < 0:
-        raise UsageError(f"warmup epochs must be >= 0, got {cfg.warmup_epochs}")
     if cfg.lr_scaling not in SCALINGS:
         raise one_of("lr_scaling", cfg.lr_scaling, SCALINGS)
-    if not 0.0 < cfg.lr_decay_factor <= 1.0:
-        raise UsageError(f"lr decay factor must be in (0, 1], got {cfg.lr_decay_factor}")

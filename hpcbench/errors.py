@@ -48,6 +48,10 @@ class Stopped(RuntimeFailure):
     status = "aborted"
 
 
+class HungUp(KeyboardInterrupt):
+    """The terminal went away (SIGHUP) while this process ran a study's runs: stopped as Ctrl-C stops it."""
+
+
 class LauncherGone(RuntimeFailure):
     """The process that started this rank (mpiexec's proxy, srun's step daemon) has died: nothing will
     end this rank for it, so it ends itself."""

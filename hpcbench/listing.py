@@ -14,6 +14,7 @@ from hpcbench.algorithms import ALGORITHMS
 from hpcbench.config import RunConfig, toml_literal
 from hpcbench.workload.datasets import DATASET_HELP
 from hpcbench.options import TABLES, option_tables
+from hpcbench.ranges import range_of
 from hpcbench.workload.models import MODELS
 
 
@@ -32,8 +33,14 @@ def shown(f: dataclasses.Field) -> str:
     return value if isinstance(value, str) else toml_literal(value)  # strings bare, as --set takes them
 
 
+def valid(f: dataclasses.Field) -> str:
+    """A numeric field's declared range, in words (``>= 1 local steps``)."""
+    limits = range_of(f)
+    return limits.text() if limits is not None else ""
+
+
 def rows(owner: str, options: type, skip: tuple[str, ...] = ()) -> list[list[str]]:
-    return [[f"{owner}{f.name}", shown(f)] for f in dataclasses.fields(options) if f.name not in skip]
+    return [[f"{owner}{f.name}", shown(f), valid(f)] for f in dataclasses.fields(options) if f.name not in skip]
 
 
 def listing() -> str:
@@ -45,16 +52,16 @@ def listing() -> str:
         "Algorithms",
         tabulate(algos, headers=["name", "family", "min ranks", "what it does"]),
         f"Algorithm, {' and '.join(others)} options (--set NAME.OPTION=VALUE, or a [NAME] table in --config)",
-        tabulate(options, headers=["option", "default"]),
+        tabulate(options, headers=["option", "default", "valid"]),
         "Simulator options (simulate: --set sim.OPTION=VALUE, or a [sim] table in --config; --workers,\n"
         "--numerics, --compute, --network, --pauses and --heterogeneity set the same fields)",
-        tabulate(rows("sim.", tables["sim"].options), headers=["option", "default"]),
+        tabulate(rows("sim.", tables["sim"].options), headers=["option", "default", "valid"]),
         "Models",
         tabulate(sorted((name, model.text) for name, model in MODELS.items()), headers=["name", "what it is"]),
         "Datasets",
         tabulate(sorted(DATASET_HELP.items()), headers=["name", "what it is"]),
         "Run options (flags, --set KEY=VALUE, or top-level keys in --config)",
-        tabulate(rows("", RunConfig, skip=("options",)), headers=["key", "default"]),
+        tabulate(rows("", RunConfig, skip=("options",)), headers=["key", "default", "valid"]),
         "Learning-rate recipe (the same for every algorithm)",
         RECIPE,
     ]

@@ -115,5 +115,5 @@ def test_a_bucket_size_that_is_not_positive_is_one_error_line(tmp_path, capsys):
     code = main(["simulate", "--algo", "allreduce", "--workers", "2", "--steps", "2", "--set", "allreduce.bucket_mb=0",
                  "--out", str(tmp_path / "x.h5")])
     err = capsys.readouterr().err
-    assert code == 2 and err.strip() == "hpcbench: error: allreduce.bucket_mb must be > 0 MiB, got 0"
+    assert code == 2 and err.strip() == "hpcbench: error: allreduce.bucket_mb must be > 0 MiB, got 0.0"
     assert not (tmp_path / "x.h5").exists()

@@ -21,18 +21,24 @@ from hpcbench.telemetry.progress import ProgressLine
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def option_rows(text: str) -> dict[str, str]:
-    """`list`'s option tables (header "option  default" or "key  default") as {option: default text}."""
-    rows, inside = {}, False
-    for line in text.splitlines():
-        if re.match(r"^(option|key)\s+default$", line):
-            inside = True
+def option_table(text: str) -> dict[str, tuple[str, str]]:
+    """`list`'s option tables (header "option  default  valid" or "key  default  valid") as
+    {option: (default text, valid range text)}, cut at the columns the dashes under the header mark."""
+    rows: dict[str, tuple[str, str]] = {}
+    lines, spans = text.splitlines(), None
+    for above, line in zip([""] + lines, lines):
+        if re.match(r"^(option|key)\s+default\s+valid$", above) and line.startswith("-"):
+            spans = [m.span() for m in re.finditer(r"-+", line)]
         elif not line.strip():
-            inside = False
-        elif inside and not line.startswith("-"):
-            name, value = re.split(r"\s{2,}", line.strip(), maxsplit=1)
-            rows[name] = value
+            spans = None
+        elif spans and not re.match(r"^(option|key)\s", line):
+            name, default, valid = (line[a:b if i < 2 else None].strip() for i, (a, b) in enumerate(spans))
+            rows[name] = (default, valid)
     return rows
+
+
+def option_rows(text: str) -> dict[str, str]:
+    return {name: default for name, (default, _) in option_table(text).items()}
 
 
 def test_list_shows_what_a_placeholder_default_resolves_to():
@@ -59,6 +65,15 @@ def test_list_shows_every_simulator_option():
     assert "parameter" in rows["sim.apply_s"] and "model's size" in rows["sim.message_params"]
 
 
+def test_list_shows_every_numeric_options_range_as_refusals_name_it():
+    _, out, _ = cli("list")
+    valid = {name: text for name, (_, text) in option_table(out).items()}
+    assert valid["local-sgd.period"] == ">= 1 local steps" and valid["easgd.alpha"] == "in (0, 1)"
+    assert valid["ga-asgd.history"] == "between 0 and 8192 versions" and valid["momentum"] == "in [0, 1)"
+    assert valid["sim.bandwidth"] == "> 0 bytes/s" and valid["teacher.samples"] == "between 1 and 10,000,000 samples"
+    assert valid["gossip.variant"] == valid["nesterov"] == valid["out"] == ""  # not numbers
+
+
 def test_list_names_each_family_as_the_readme_does():
     families = {}
     for line in README.read_text(encoding="utf-8").splitlines():  # the table under "| family | algorithms |"
@@ -68,7 +83,7 @@ def test_list_names_each_family_as_the_readme_does():
                 families[name] = match.group(1)
     _, out, _ = cli("list")
     listed = {}
-    for line in out.splitlines():
+    for line in out.split("\n\n")[1].splitlines():  # the "Algorithms" table
         match = re.match(r"^([a-z-]+)\s{2,}([a-z ]+?)\s{2,}\d+\s", line)
         if match:
             listed[match.group(1)] = match.group(2)

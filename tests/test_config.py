@@ -82,10 +82,10 @@ def test_malformed_toml_file(tmp_path):
 
 
 @pytest.mark.parametrize("sets, message", [
-    (["steps=0"], "steps must be a positive integer, got 0"),
-    (["steps=-3"], "steps must be a positive integer, got -3"),
-    (["batch_size=0"], "batch size must be a positive integer, got 0"),
-    (["epochs=0"], "epochs must be positive"),
+    (["steps=0"], "steps must be >= 1 steps, got 0"),
+    (["steps=-3"], "steps must be >= 1 steps, got -3"),
+    (["batch_size=0"], "batch_size must be >= 1 samples, got 0"),
+    (["epochs=0"], "epochs must be > 0 epochs, got 0.0"),
     (["momentum=1.0"], r"momentum must be in \[0, 1\)"),
     (["steps=5", "epochs=2"], "either steps or epochs"),
     (["stragglers=half"], "is not FRACTION:FACTOR"),

@@ -109,6 +109,73 @@ def test_periodic_averaging_matches_the_naive_reference(period, momentum):
     np.testing.assert_array_equal(models[-1], np.broadcast_to(models[-1][0], models[-1].shape))
 
 
+def naive_outer(period: int, momentum: float, outer: str, outer_lr: float, mu: float) -> np.ndarray:
+    """Written out: the local steps as above; at the end of each round Δ = mean_i(θ − x_i), then
+    m ← μ·m + Δ and θ ← θ − lr·(Δ + μ·m) (nesterov) or θ ← θ − lr·m (sgd), and every x_i ← θ."""
+    x = np.tile(start().astype(np.float64), (N, 1))
+    theta, m, buf = start().astype(np.float64), np.zeros(SIZE), np.zeros_like(x)
+    out = []
+    for step in range(STEPS):
+        for i in range(N):
+            g = gradient(i + 1, x[i].astype(np.float32))
+            buf[i] = momentum * buf[i] + g if momentum else g
+            x[i] -= LR * buf[i]
+        if (step + 1) % period == 0 or step + 1 == STEPS:
+            delta = (theta - x).mean(axis=0)
+            m = mu * m + delta
+            theta = theta - outer_lr * (delta + mu * m if outer == "nesterov" else m)
+            x[:] = theta
+        out.append(x.copy())
+    return np.array(out)
+
+
+@pytest.mark.parametrize("period, momentum, outer, outer_lr, mu", [
+    (3, 0.0, "nesterov", 0.7, 0.9),  # DiLoCo's outer step
+    (4, 0.9, "sgd", 0.5, 0.6),  # SlowMo's heavy-ball, inner momentum kept across rounds
+    (2, 0.0, "sgd", 1.3, 0.0),  # an extrapolating outer step without momentum
+    (STEPS + 5, 0.9, "nesterov", 0.7, 0.9),  # one round, at the end
+])
+def test_an_outer_optimizer_matches_the_naive_reference(period, momentum, outer, outer_lr, mu):
+    published = program_models("local-sgd", momentum, period=period, outer=outer, outer_lr=outer_lr,
+                               outer_momentum=mu)
+    models = np.array([published[s] for s in sorted(published)])
+    want = naive_outer(period, momentum, outer, outer_lr, mu)
+    np.testing.assert_allclose(models, want, rtol=2e-5, atol=2e-5)
+    assert not np.allclose(want, naive_local_sgd(period, momentum), atol=1e-3)  # the outer step shows
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_outer_sgd_at_rate_one_without_momentum_is_plain_averaging_step_for_step(momentum):
+    outer = program_models("local-sgd", momentum, period=3, outer="sgd", outer_lr=1.0, outer_momentum=0.0)
+    plain = program_models("local-sgd", momentum, period=3)
+    assert sorted(outer) == sorted(plain) == list(range(1, STEPS + 1))
+    for step in plain:  # θ − mean(θ − x_i) is mean(x_i) up to float32 rounding
+        np.testing.assert_allclose(outer[step], plain[step], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("outer, lr, mu", [("nesterov", 0.7, 0.9), ("sgd", 1.0, 0.5)])
+def test_an_outer_optimizer_without_rate_or_momentum_takes_its_papers(outer, lr, mu):
+    given = program_models("local-sgd", 0.0, period=3, outer=outer)
+    np.testing.assert_allclose(np.array([given[s] for s in sorted(given)]), naive_outer(3, 0.0, outer, lr, mu),
+                               rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("options, line", [
+    ({"outer": "adam"}, "unknown local-sgd.outer 'adam'; valid: none, sgd, nesterov"),
+    ({"compress": "int8"}, "unknown local-sgd.compress 'int8'; valid: none, fp16, bf16, powersgd"),
+    ({"outer_momentum": 1.0}, "local-sgd.outer_momentum must be in [0, 1) (-1: 0.9 for nesterov, 0.5 for sgd "
+                              "(SlowMo)), got 1.0"),
+    ({"outer_lr": -0.5}, "local-sgd.outer_lr must be > 0 (0: 0.7 for nesterov (DiLoCo), else 1), got -0.5"),
+    ({"powersgd_rank": 0}, "local-sgd.powersgd_rank must be >= 1 columns, got 0"),
+])
+def test_outer_and_compression_options_are_checked_in_one_line(options, line):
+    cfg = RunConfig(algo="local-sgd", options={"local-sgd": options})
+    with pytest.raises(UsageError) as refused:
+        validated = plan.validate(cfg)
+        validated.algo.check(cfg, validated.options, 4)
+    assert str(refused.value) == line
+
+
 def test_a_period_below_one_is_refused_in_one_line():
     cfg = RunConfig(algo="local-sgd", options={"local-sgd": {"period": 0}})
     with pytest.raises(UsageError, match=r"local-sgd.period must be >= 1 local steps, got 0"):
@@ -131,6 +198,9 @@ def test_simulated_local_sgd_ends_in_consensus_and_period_one_tracks_allreduce(t
     sync = simulate(tmp_path, "allreduce", "--algo", "allreduce")
     np.testing.assert_allclose(period1.final_params, sync.final_params, rtol=1e-4, atol=1e-5)
     assert not np.allclose(local.final_params, sync.final_params, rtol=1e-4, atol=1e-5)
+    assert local.attrs["config"]["resolved_options"] == {"outer_lr": 1.0, "outer_momentum": 0.0}
+    diloco = simulate(tmp_path, "diloco", "--algo", "local-sgd", "--set", "local-sgd.outer=nesterov")
+    assert diloco.attrs["config"]["resolved_options"] == {"outer_lr": 0.7, "outer_momentum": 0.9}
     rows, code = local.timeline, list(local.ops).index("Allreduce")
     for rank in range(1, 5):  # 12 steps, an average every 4
         assert ((rows["rank"] == rank) & (rows["op"] == code)).sum() == 3

@@ -161,4 +161,4 @@ def test_calibrate_simulates_with_the_links_noise_it_is_given(runs, capsys):
     assert "noise=" not in describe(rec).split("# or, in a --config file:")[0]
     for bad in ("-1", "nan"):
         assert main(["calibrate", str(rec.path), "--noise", bad]) == 2
-        assert capsys.readouterr().err.strip() == f"hpcbench: error: simulation noise must be a finite number >= 0, got {float(bad)}"
+        assert capsys.readouterr().err.strip() == f"hpcbench: error: sim.noise must be >= 0, got {float(bad)}"

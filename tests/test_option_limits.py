@@ -1,6 +1,8 @@
 """Every algorithm's limits, at their edges: the last value it accepts runs, the first it refuses
 gets one exact line naming the option, its limit and the value given. The messages are the
 contract a user meets (README, "Bad input"), so they are compared whole."""
+import re
+
 import pytest
 
 from hpcbench.config import RunConfig
@@ -42,12 +44,12 @@ REFUSED = [
     ("osgp", 2, {"tau": -1}, "osgp.tau must be >= 0 iterations, got -1"),
     ("easgd", 4, {"tau": 0}, "easgd.tau must be >= 1 local steps, got 0"),
     ("easgd-sync", 4, {"tau": 0}, "easgd-sync.tau must be >= 1 local steps, got 0"),
-    ("easgd", 3, {"alpha": 1.0}, "easgd.alpha must be in (0, 1), got 1.0"),
-    ("easgd", 3, {"alpha": -0.5}, "easgd.alpha must be in (0, 1), got -0.5"),
+    ("easgd", 3, {"alpha": 1.0}, "easgd.alpha must be in (0, 1) (0: 0.9 / workers), got 1.0"),
+    ("easgd", 3, {"alpha": -0.5}, "easgd.alpha must be in (0, 1) (0: 0.9 / workers), got -0.5"),
     ("easgd-sync", 4, {"alpha": 0.25}, "easgd-sync is unstable unless workers × alpha < 1 (got 4 × 0.25)"),
     ("easgd-sync", 2, {"alpha": 0.75}, "easgd-sync is unstable unless workers × alpha < 1 (got 2 × 0.75)"),
     ("local-sgd", 2, {"period": 0}, "local-sgd.period must be >= 1 local steps, got 0"),
-    ("allreduce", 2, {"bucket_mb": 0.0}, "allreduce.bucket_mb must be > 0 MiB, got 0"),
+    ("allreduce", 2, {"bucket_mb": 0.0}, "allreduce.bucket_mb must be > 0 MiB, got 0.0"),
     ("allreduce", 2, {"bucket_mb": float("nan")}, "allreduce.bucket_mb = nan is not a finite number"),
     ("gossip", 3, {"variant": "pul"}, "unknown gossip.variant 'pul'; valid: pull, push"),
     ("ga-asgd", 2, {"history": -1}, "ga-asgd.history must be between 0 and 8192 versions (0: 2·workers + 4), got -1"),
@@ -89,3 +91,62 @@ def test_an_algorithm_that_does_not_say_whether_it_is_asynchronous_is_not_regist
     assert {name: ALGORITHMS.get(name).asynchronous for name in ALGORITHMS.names()} == {
         "allreduce": False, "asgd": True, "sa-asgd": True, "ga-asgd": True, "dana": True, "dana-ga": True,
         "easgd": True, "easgd-sync": False, "gossip": True, "sgp": False, "osgp": True, "local-sgd": False}
+
+
+def numeric_fields():
+    """Every int and float (or tuple of them) option of every table and of the run itself."""
+    import dataclasses
+    import typing
+
+    from hpcbench.options import option_tables
+    owners = {f"{name}.": table.options for name, table in option_tables().items()} | {"": RunConfig}
+    for owner, cls in owners.items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            text = str(hints[f.name])
+            if re.search(r"\b(int|float)\b", text) and "bool" not in text:
+                yield owner, f
+
+
+def test_every_numeric_option_declares_a_range_its_default_keeps():
+    from hpcbench.ranges import range_of
+    found = list(numeric_fields())
+    assert len(found) > 50  # every table's, not an empty walk
+    for owner, f in found:
+        limits = range_of(f)
+        assert limits is not None, f"{owner}{f.name} declares no range"
+        if "resolves" not in f.metadata:  # a placeholder (0: "2·workers + 4") may sit outside its range
+            for value in f.default if isinstance(f.default, tuple) else (f.default,):
+                assert limits.contains(value), f"{owner}{f.name}'s default {f.default} is outside {limits.text()}"
+
+
+@pytest.mark.parametrize("owner, options, line", [
+    ("", {"batch_size": 0}, "batch_size must be >= 1 samples, got 0"),
+    ("", {"target_accuracy": 0.0}, "target_accuracy must be in (0, 1], got 0.0"),
+    ("", {"lr_decay_epochs": (3.0, -5.0)}, "lr_decay_epochs must be >= 0 epochs, got [3.0, -5.0]"),
+    ("", {"max_steps": -1}, "max_steps must be >= 0 steps (0: no cap (HPCBENCH_MAX_STEPS=N sets it)), got -1"),
+    ("", {"seed": 2**63}, "seed must be in [0, 9,223,372,036,854,775,807], got 9223372036854775808"),
+    ("sim.", {"apply_s": -2.0}, "sim.apply_s must be >= 0 seconds (-1: 2 ns per model parameter), got -2.0"),
+    ("sim.", {"bandwidth": 0.0}, "sim.bandwidth must be > 0 bytes/s, got 0.0"),
+    ("sim.", {"heterogeneity": 1e300}, "sim.heterogeneity must be in [0, 10], got 1e+300"),
+    ("sim.", {"noise": float("inf")}, "sim.noise must be >= 0, got inf"),
+])
+def test_a_value_outside_its_declared_range_is_refused_in_one_line(owner, options, line):
+    import dataclasses
+
+    from hpcbench.options.sim import SimConfig
+    from hpcbench.ranges import check_ranges
+    base = SimConfig() if owner else RunConfig(algo="asgd")
+    with pytest.raises(UsageError) as refused:
+        check_ranges(dataclasses.replace(base, **options), owner)
+    assert str(refused.value) == line
+
+
+def test_a_placeholder_default_is_accepted_and_values_at_the_edges_are_inside():
+    import dataclasses
+
+    from hpcbench.options.sim import SimConfig
+    from hpcbench.ranges import check_ranges
+    check_ranges(SimConfig(apply_s=-1.0, update_s=-1.0, pause_prob=1.0, heterogeneity=10.0, bandwidth=1e-300), "sim.")
+    check_ranges(dataclasses.replace(RunConfig(algo="asgd"), target_accuracy=1.0, val_fraction=0.5, momentum=0.0,
+                                     seed=2**63 - 1, lr_decay_factor=1.0, steps=1), "")

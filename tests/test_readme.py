@@ -20,6 +20,7 @@ import pytest
 
 from conftest import requires_mpi
 from hpcbench.algorithms import ALGORITHMS
+from hpcbench.launch.study import DEMO_VARIANTS
 from hpcbench.results.store import read_run
 
 pytestmark = [requires_mpi, pytest.mark.timeout(900)]
@@ -51,13 +52,17 @@ GATES = ("--fail-above", "hpcbench check ")  # exit 1 is their answer, not a fai
 
 
 def demo_made_every_run(scratch: Path, output: str) -> None:
-    """The quick start's promise: every algorithm at 2 and 4 workers, each ok, all in the report."""
+    """The quick start's promise: every algorithm at 2 and 4 workers, and DiLoCo and PowerSGD beside
+    them, each ok, all in the report (the variants as rows of their algorithm, kept apart)."""
     files = sorted(p.name for p in (scratch / "results" / "demo").glob("*.h5"))
-    assert files == sorted(f"{name}-w{n}.h5" for name in ALGORITHMS.names() for n in (2, 4))
+    assert files == sorted(f"{name}-w{n}.h5" for name in [*ALGORITHMS.names(), *DEMO_VARIANTS] for n in (2, 4))
     assert all(read_run(scratch / "results" / "demo" / f).attrs["status"] == "ok" for f in files)
+    diloco = read_run(scratch / "results" / "demo" / "diloco-w4.h5").attrs["config"]["options"]["local-sgd"]
+    assert diloco["outer"] == "nesterov"
     report = output[output.index("Runs ("):]
     for name in ALGORITHMS.names():
-        assert sum(line.startswith(f"{name} ") for line in report.splitlines()) >= 2, name
+        rows = sum(line.startswith(f"{name} ") for line in report.splitlines())
+        assert rows >= (4 if name in ("local-sgd", "allreduce") else 2), name
 
 
 def report_as_shown(scratch: Path, output: str) -> None:

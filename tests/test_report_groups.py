@@ -307,3 +307,14 @@ def test_a_run_row_holds_what_its_file_says(tmp_path, algo):
     assert row.evals == config["evals"] == 8
     server = algo == "ga-asgd"  # only a parameter server has gradients too stale to apply
     assert math.isnan(row.too_stale) != server and (not server or row.too_stale == float(s["too_stale"]))
+
+
+def test_a_default_resolved_per_worker_count_keeps_one_curve(tmp_path):
+    """easgd's alpha defaults to 0.9/n: the file records the value used (config.resolved_options), and
+    the 2- and 4-worker runs still make one scaling curve."""
+    for workers in (2, 4):
+        simulate(tmp_path / f"w{workers}.h5", "--algo", "easgd", "--workers", str(workers))
+    assert read_run(tmp_path / "w4.h5").attrs["config"]["resolved_options"] == {"alpha": 0.9 / 4}
+    rows = scaling_rows(tmp_path)
+    assert [(r["algorithm"], r["workers"]) for r in rows] == [("easgd", "2"), ("easgd", "4")]
+    assert float(rows[0]["speedup"]) == 1.0 and float(rows[1]["speedup"]) != 1.0

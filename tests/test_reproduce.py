@@ -9,7 +9,7 @@ from conftest import requires_mpi
 from hpcbench.cli import main
 from hpcbench.reproduce.protocol import DEPENDS
 from hpcbench.reproduce.runner import reproduce
-from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR, Cell, crossing, gap_aware, jin, sgp
+from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR, Cell, crossing, diloco, gap_aware, jin, sgp
 from hpcbench.results.store import read_run, rewrite_run
 from hpcbench.tuning.grid import Setting
 
@@ -97,6 +97,51 @@ def test_sgp_verdict_follows_the_numbers():
     assert sgp(sgp_cells(3.0, 1.2, acc_gap=-0.05), "slow", "fast").outcome == FAILS
     assert sgp(sgp_cells(3.0, 3.5), "slow", "fast").outcome == FAILS  # the gap grows on the fast network
     assert sgp(sgp_cells(6.0, 1.2), "slow", "fast").outcome == UNCLEAR  # faster than claimed: not "about 3x"
+
+
+def diloco_cells(acc_gap=0.0, bytes_ratio=None, time_ratio=0.2, net="1 GbE"):
+    """All-reduce and DiLoCo at H = 10 and 50 at 8 and 32 workers: DiLoCo ``acc_gap`` more accurate,
+    ``bytes_ratio`` (default H) times fewer bytes per sample, ``time_ratio`` of all-reduce's time."""
+    out = []
+    for n in (8, 32):
+        out.append(Cell("allreduce", n, net, (0.8,), (1.0,), (10.0,), 0.1, (1e6,)))
+        for h in (10, 50):
+            ratio = bytes_ratio or h
+            out.append(Cell(f"diloco-h{h}", n, net, (0.8 + acc_gap,), (1.0,), (10.0 * time_ratio,), 0.1, (1e6 / ratio,)))
+    return out
+
+
+def test_diloco_verdict_follows_the_numbers():
+    assert diloco(diloco_cells(), "1 GbE", (10, 50)).outcome == HOLDS
+    worse = diloco(diloco_cells(acc_gap=-0.05), "1 GbE", (10, 50))
+    assert worse.outcome == FAILS and worse.checks[0].result is False and "n=8: -5.0 pts" in worse.checks[0].numbers
+    chatty = diloco(diloco_cells(bytes_ratio=2.0), "1 GbE", (10, 50))
+    assert chatty.checks[1].result is False and chatty.checks[1].numbers == "n=8: 2x, n=32: 2x"
+    slower = diloco(diloco_cells(time_ratio=1.5), "1 GbE", (10, 50))
+    assert slower.checks[2].result is False and "10 s against 15 s" in slower.checks[2].numbers
+    missing = diloco(diloco_cells(), "1 GbE", (10, 50, 200))
+    assert missing.outcome == UNCLEAR and missing.checks[-1].numbers == "no size where both finished"
+
+
+def test_diloco_at_toy_size_runs_each_period_and_counts_the_bytes_its_files_hold(tmp_path):
+    out = tmp_path / "diloco"
+    assert reproduce("diloco", str(out), "toy") == 0
+    text, verdict = report_of(out)
+    shared = verdict["arms"][0]
+    chosen = {(c["algo"], c["workers"]): Setting(**c["setting"]).stem() for c in shared["cells"]}
+    runs = {a: read_run(out / "runs" / f"{a}-n4-{chosen[(a, 4)]}-s0-1gbe.h5")
+            for a in ("allreduce", "local-sgd-h50", "diloco-h10", "diloco-h50")}
+    scalings = {p.name.split("-s0-")[0] for p in (out / "runs").glob("allreduce-n4-*.h5")}
+    assert len(scalings) == 3 * 2  # all-reduce's rate scaling chosen on validation: 3 in shared, 3 x 2 rates in own lr
+    assert {rec.attrs["config"]["lr_scaling"] for rec in map(read_run, (out / "runs").glob("allreduce-n4-*.h5"))} == \
+        {"none", "sqrt", "linear"}
+    assert runs["diloco-h10"].attrs["config"]["options"]["local-sgd"]["period"] == 10
+    assert runs["diloco-h10"].attrs["config"]["options"]["local-sgd"]["outer"] == "nesterov"
+    assert runs["local-sgd-h50"].attrs["config"]["options"]["local-sgd"]["outer"] == "none"
+    assert runs["allreduce"].simulation["message_params"] == 25_557_032
+    ratio = runs["allreduce"].summary["bytes_per_sample"] / runs["diloco-h10"].summary["bytes_per_sample"]
+    assert f"n=4: {ratio:.3g}x" in shared["checks"][1]["numbers"]
+    assert "| 1 GbE     |         4 | diloco-h50" in text and "bytes vs all-reduce" in text
 
 
 def edit_accuracy(path, accuracy):
@@ -214,7 +259,7 @@ def test_a_study_with_no_size_that_fits_is_one_line(tmp_path, capsys):
 
 def test_an_unknown_study_is_one_line(tmp_path, capsys):
     assert main(["reproduce", "gossip", "--out-dir", str(tmp_path / "x")]) == 2
-    assert capsys.readouterr().err.strip() == "hpcbench: error: unknown study 'gossip'; valid: gap-aware, jin, sgp"
+    assert capsys.readouterr().err.strip() == "hpcbench: error: unknown study 'gossip'; valid: gap-aware, jin, sgp, diloco"
     assert not (tmp_path / "x").exists()
 
 

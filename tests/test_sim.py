@@ -163,7 +163,7 @@ def test_allreduce_cost_follows_the_algorithm_mpi_runs(tmp_path, workers, algori
 def test_an_unknown_allreduce_algorithm_is_refused_naming_the_valid_ones(capsys):
     code = main(["simulate", "--algo", "allreduce", "--workers", "4", "--set", "sim.allreduce=tree"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err == ["hpcbench: error: unknown simulation allreduce 'tree'; valid: rabenseifner, ring"]
+    assert code == 2 and err == ["hpcbench: error: unknown sim.allreduce 'tree'; valid: rabenseifner, ring"]
 
 
 def test_report_puts_real_and_simulated_runs_side_by_side(tmp_path):
@@ -188,7 +188,7 @@ def test_bad_simulator_options(parse, text, message):
 def test_bad_worker_count_is_one_line(tmp_path, capsys):
     assert main(["simulate", "--algo", "asgd", "--workers", "0", "--out", str(tmp_path / "x.h5")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["hpcbench: error: --workers must be between 1 and 4096, got 0"]
+    assert err == ["hpcbench: error: sim.workers must be between 1 and 4096 workers, got 0"]
     assert not (tmp_path / "x.h5").exists()
 
 

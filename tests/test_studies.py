@@ -341,7 +341,11 @@ def test_dry_run_prints_the_resolved_configuration_and_runs_nothing(tmp_path, mo
 
 @requires_mpi
 @pytest.mark.timeout(300)
-def test_ctrl_c_stops_a_local_sweep_with_one_line_the_run_aborted_and_resume_finishes_it(tmp_path):
+@pytest.mark.parametrize("stop, said, code", [("SIGINT", "Ctrl-C", 130), ("SIGHUP", "SIGHUP", 129)])
+def test_ctrl_c_or_a_hangup_stops_a_local_sweep_with_one_line_the_run_aborted_and_resume_finishes_it(
+        tmp_path, stop, said, code):
+    """What a terminal does: Ctrl-C, or closing (SIGHUP), signals the whole foreground group, the
+    sweep, mpiexec and the ranks alike."""
     import signal
     import sys
     import time
@@ -359,14 +363,14 @@ def test_ctrl_c_stops_a_local_sweep_with_one_line_the_run_aborted_and_resume_fin
         deadline = time.monotonic() + 120
         while result_status(point) != "incomplete" and time.monotonic() < deadline:
             time.sleep(0.1)
-        os.killpg(sweep.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+        os.killpg(sweep.pid, getattr(signal, stop))
         _, err = sweep.communicate(timeout=120)
     finally:
         if sweep.poll() is None:
             os.killpg(sweep.pid, signal.SIGKILL)
             sweep.communicate()
-    assert sweep.returncode == 130, err
-    assert err.strip().splitlines()[-1] == "hpcbench: stopped by Ctrl-C during sweep; a study continues with --resume"
+    assert sweep.returncode == code, err
+    assert err.strip().splitlines()[-1] == f"hpcbench: stopped by {said} during sweep; a study continues with --resume"
     assert "Traceback" not in err
     assert result_status(point) == "aborted"
     code, out, err = cli("sweep", "--local", "--algos", "asgd", "--ranks", "3", "--out-dir", str(out_dir), "--resume",

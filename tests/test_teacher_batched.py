@@ -54,7 +54,7 @@ def test_teacher_data_do_not_depend_on_the_run_seed_and_its_size_is_an_option(tm
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--set", "teacher.samples=0"], "teacher.samples must be between 1 and 10,000,000, got 0"),
+    (["--set", "teacher.samples=0"], "teacher.samples must be between 1 and 10,000,000 samples, got 0"),
     (["--set", "teacher.noise=1.5"], "teacher.noise must be in [0, 1], got 1.5"),
     (["--set", "teacher.size=3"], "unknown option 'teacher.size'; valid: teacher.samples, teacher.test_samples, "
                                   "teacher.noise"),
@@ -153,4 +153,4 @@ def test_bucketed_allreduce_costs_the_modeled_size():
 def test_message_params_must_not_be_negative(capsys):
     assert main(["simulate", "--algo", "asgd", "--set", "sim.message_params=-1"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "hpcbench: error: simulation message_params must be >= 0 (0: the model's own size), got -1")
+        "hpcbench: error: sim.message_params must be >= 0 floats (0: the model's size), got -1")

@@ -1,26 +1,27 @@
 """allreduce: synchronous data-parallel SGD; the gradient all-reduced over the workers every step.
 
 By default in buckets of ``allreduce.bucket_mb`` overlapped with the backward pass, as PyTorch DDP
-does; ``allreduce.overlap=false`` all-reduces the flat gradient once the backward pass is done.
+does; ``allreduce.overlap=false`` all-reduces the flat gradient once the backward pass is done, and
+so does a compressed all-reduce (``allreduce.compress``: fp16, bf16 or PowerSGD, as DDP's hooks).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from hpcbench.algorithms import decentral
+from hpcbench.algorithms import compress, decentral
 from hpcbench.algorithms.api import SYNCHRONOUS, Algorithm, Context, Layout, Program, Settings, register
 from hpcbench.algorithms.buckets import plan_buckets
+from hpcbench.algorithms.compress import CompressOptions, Compressor
 from hpcbench.algorithms.ops import Allreduce, Compute
-from hpcbench.errors import UsageError
+from hpcbench.ranges import bounded
 
 
 @dataclass(frozen=True)
-class AllreduceOptions:
-    bucket_mb: float = 25.0  # MiB of gradient per bucket (DDP's bucket_cap_mb)
-    overlap: bool = True  # all-reduce each bucket as the backward pass finishes it
+class AllreduceOptions(CompressOptions):
+    bucket_mb: float = bounded(25.0, above=0, unit="MiB")  # MiB of gradient per bucket (DDP's bucket_cap_mb)
+    overlap: bool = True  # all-reduce each bucket as the backward pass finishes it (uncompressed only)
 
 
 @register
@@ -35,13 +36,19 @@ class AllReduceSgd(Algorithm):
         super().__init__(ctx)
         self.frame = decentral.model_frame(ctx.size)
         opts = self.opts
-        self.buckets = plan_buckets(ctx.model_bounds, opts.bucket_mb * 2**20) if opts.overlap else ()
+        plain = opts.compress == "none"
+        self.buckets = plan_buckets(ctx.model_bounds, opts.bucket_mb * 2**20) if opts.overlap and plain else ()
+        self.compressed = not plain
+
 
     @classmethod
-    def check(cls, cfg: Settings, options: Any, workers: int) -> None:
+    def check(cls, cfg: Settings, options: AllreduceOptions, workers: int) -> None:
         super().check(cfg, options, workers)
-        if not options.bucket_mb > 0:
-            raise UsageError(f"allreduce.bucket_mb must be > 0 MiB, got {options.bucket_mb:g}")
+        compress.check(cls.name, options)
+
+    @property
+    def shaped_messages(self) -> bool:
+        return self.opts.compress == "powersgd"
 
     def layout(self) -> Layout:
         return decentral.layout(self.ctx, until_budget=False)
@@ -55,14 +62,16 @@ class AllReduceSgd(Algorithm):
         reporter = decentral.Reporter(ctx, not self.asynchronous)
         buf = np.zeros_like(theta) if ctx.momentum else None
         scale = np.float32(1.0 / ctx.workers)
+        compressor = Compressor(self.opts, ctx.workers, ctx.size, ctx.model_bounds, ctx.model_shapes)
         for step in range(ctx.steps):
             if self.buckets:
                 result = yield Compute(theta, self.buckets)  # summed over the workers during backward
-                total = result.grad
+                mean = result.grad * scale
             else:
                 result = yield Compute(theta)
-                total = yield Allreduce(result.grad)
-            reporter.trained(result, decentral.local_sgd(ctx, theta, total * scale, theta, buf, step))
+                mean = (yield from compressor.mean(result.grad)) if self.compressed else \
+                    (yield Allreduce(result.grad)) * scale
+            reporter.trained(result, decentral.local_sgd(ctx, theta, mean, theta, buf, step))
             done = step + 1 == ctx.steps
             if done:  # the final model, for rank 0 to read (snapshots are kept as rank 0 asks)
                 yield decentral.publish(self.frame, ctx, step + 1, theta)

@@ -79,10 +79,15 @@ class Context:
     # are whole parameters); () for one parameter spanning the vector. In the model's own elements,
     # also when the algorithm runs on a stand-in vector (the simulator without numerics).
     bounds: tuple[int, ...] = ()
+    shapes: tuple[tuple[int, ...], ...] = ()  # each parameter's shape, as bounds (() : one vector)
 
     @property
     def model_bounds(self) -> tuple[int, ...]:
         return self.bounds or (0, self.size)
+
+    @property
+    def model_shapes(self) -> tuple[tuple[int, ...], ...]:
+        return self.shapes or ((self.size,),)
 
     @property
     def budget(self) -> int:
@@ -155,6 +160,16 @@ class Algorithm:
     def state_bytes(self) -> int:
         """Memory the server keeps for this algorithm beyond one copy of the parameters."""
         return 0
+
+    def resolved_options(self) -> dict[str, Any]:
+        """The options whose placeholder default this run resolved, with the values it used."""
+        return {}
+
+    @property
+    def shaped_messages(self) -> bool:
+        """Whether message sizes follow the model's parameter shapes, not only its size (PowerSGD's):
+        the simulator cannot then count a stand-in vector as the real model."""
+        return False
 
 
 ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")

@@ -9,7 +9,7 @@ their communicator: x_i −= α(x_i − x̃) and x̃ += α Σ_i (x_i − x̃), w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -19,13 +19,13 @@ from hpcbench.algorithms.api import (DECENTRALIZED, SYNCHRONOUS, Algorithm, Cont
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.ops import SERVER, Accumulate, Allreduce, Publish, Read
 from hpcbench.errors import UsageError
-from hpcbench.registry import rule
+from hpcbench.ranges import bounded
 
 
 @dataclass(frozen=True)
 class EasgdOptions:
-    alpha: float = rule(0.0, "0.9 / workers")  # elastic moving rate β/n with β = 0.9
-    tau: int = 4  # local steps between exchanges with the centre
+    alpha: float = bounded(0.0, above=0, below=1, resolves="0.9 / workers")  # elastic moving rate β/n with β = 0.9
+    tau: int = bounded(4, low=1, unit="local steps")  # local steps between exchanges with the centre
 
 
 def elastic_rate(options: EasgdOptions, workers: int) -> float:
@@ -45,14 +45,8 @@ class ElasticAveraging(Algorithm):
         self.centre = Frame(x=(np.float32, ctx.size))
         self.alpha = elastic_rate(self.opts, ctx.workers)
 
-    @classmethod
-    def check(cls, cfg: Settings, options: EasgdOptions, workers: int) -> None:
-        super().check(cfg, options, workers)
-        if options.tau < 1:
-            raise UsageError(f"{cls.name}.tau must be >= 1 local steps, got {options.tau}")
-        alpha = elastic_rate(options, workers)
-        if not 0.0 < alpha < 1.0:
-            raise UsageError(f"{cls.name}.alpha must be in (0, 1), got {alpha}")
+    def resolved_options(self) -> dict[str, Any]:
+        return {"alpha": self.alpha}
 
     def layout(self) -> Layout:
         owner = self.centre_owner

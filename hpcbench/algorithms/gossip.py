@@ -21,6 +21,7 @@ from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.ops import Accumulate, Barrier, Drain, Read
 from hpcbench.algorithms.topology import random_peer
 from hpcbench.errors import one_of
+from hpcbench.ranges import bounded
 
 VARIANTS = ("pull", "push")
 
@@ -28,7 +29,7 @@ VARIANTS = ("pull", "push")
 @dataclass(frozen=True)
 class GossipOptions:
     variant: str = "pull"  # pull: average with a peer's model; push: push-sum into a peer's mailbox
-    init_spread: float = 0.0  # std of a per-worker perturbation of the start (to study consensus)
+    init_spread: float = bounded(0.0, low=0)  # std of a per-worker perturbation of the start (to study consensus)
 
 
 @register

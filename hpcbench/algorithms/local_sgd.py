@@ -6,29 +6,67 @@ so the run ends with identical replicas. With period 1 the update is allreduce's
 models x − lr·g_i is averaging the gradients (the momentum buffers, being linear in the
 gradients, average the same way), up to float32 rounding. Synchronous: equal steps per worker,
 and the rate follows ``lr_scaling`` like allreduce's.
+
+With an outer optimizer (``local-sgd.outer``) the average becomes a step of its own: every worker
+keeps the global model θ of the last round; after ``period`` inner steps the workers all-reduce the
+pseudo-gradient Δ = mean_i(θ − x_i) and each applies θ ← θ − outer_lr·(Δ + μ·m) with momentum
+m ← μ·m + Δ (``nesterov``: DiLoCo, Douillard et al. 2023, e.g. outer_lr 0.7, μ 0.9) or
+θ ← θ − outer_lr·m (``sgd``: heavy-ball, SlowMo, Wang et al. 2020), then starts the next round from
+θ; each worker's inner momentum buffer carries across rounds. Rate and momentum default to the
+method's: 0.7 and 0.9 for nesterov, 1 and 0.5 for sgd (fairscale's SlowMo). ``outer = sgd`` with outer_lr 1 and no
+momentum is plain averaging. A compressed all-reduce (``local-sgd.compress``) averages Δ too.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from hpcbench.algorithms import decentral
+from hpcbench.algorithms import compress, decentral
 from hpcbench.algorithms.api import SYNCHRONOUS, Algorithm, Context, Layout, Program, Settings, register
+from hpcbench.algorithms.compress import CompressOptions, Compressor
 from hpcbench.algorithms.ops import Allreduce
-from hpcbench.errors import UsageError
+from hpcbench.errors import one_of
+from hpcbench.ranges import bounded
+
+OUTER = ("none", "sgd", "nesterov")
+# Each outer optimizer's rate and momentum where not given: SlowMo's (fairscale's SlowMoDDP) and
+# DiLoCo's (OpenDiLoCo); plain averaging is an outer step at rate 1 without momentum.
+OUTER_DEFAULTS = {"none": (1.0, 0.0), "sgd": (1.0, 0.5), "nesterov": (0.7, 0.9)}
 
 
 @dataclass(frozen=True)
-class LocalSgdOptions:
-    period: int = 4  # local steps between model averages (1: every step, as allreduce)
+class LocalSgdOptions(CompressOptions):
+    period: int = bounded(4, low=1, unit="local steps")  # local steps between model averages (1: every step, as allreduce)
+    outer: str = "none"  # none (average the models) | sgd (heavy-ball, SlowMo) | nesterov (DiLoCo)
+    # The outer step's rate on the pseudo-gradient, and its momentum μ.
+    outer_lr: float = bounded(0.0, above=0, resolves="0.7 for nesterov (DiLoCo), else 1")
+    outer_momentum: float = bounded(-1.0, low=0, below=1, resolves="0.9 for nesterov, 0.5 for sgd (SlowMo)")
+
+
+def outer_setting(options: LocalSgdOptions) -> tuple[float, float]:
+    """(rate, momentum) of the outer step: the options, or the outer optimizer's defaults."""
+    lr, momentum = OUTER_DEFAULTS.get(options.outer, (1.0, 0.0))
+    return (options.outer_lr or lr, momentum if options.outer_momentum < 0 else options.outer_momentum)
+
+
+def outer_step(theta: np.ndarray, delta: np.ndarray, m: np.ndarray | None, kind: str, lr: float,
+               momentum: float) -> None:
+    """θ ← the outer optimizer's step on the pseudo-gradient Δ, in place (``m``: its momentum buffer,
+    updated in place; None without momentum): torch.optim.SGD's rule with Δ as the gradient."""
+    step = delta
+    if m is not None:
+        m *= np.float32(momentum)
+        m += delta
+        step = delta + np.float32(momentum) * m if kind == "nesterov" else m
+    theta -= np.float32(lr) * step
 
 
 @register
 class LocalSgd(Algorithm):
     name = "local-sgd"
-    summary = "periodic model averaging: period local SGD steps, then all-reduce the models"
+    summary = "periodic model averaging: period local SGD steps, then all-reduce the models (outer: DiLoCo, SlowMo)"
     family = SYNCHRONOUS
     asynchronous = False
     Options: ClassVar[type] = LocalSgdOptions
@@ -40,8 +78,17 @@ class LocalSgd(Algorithm):
     @classmethod
     def check(cls, cfg: Settings, options: LocalSgdOptions, workers: int) -> None:
         super().check(cfg, options, workers)
-        if options.period < 1:
-            raise UsageError(f"local-sgd.period must be >= 1 local steps, got {options.period}")
+        compress.check(cls.name, options)
+        if options.outer not in OUTER:
+            raise one_of(f"{cls.name}.outer", options.outer, OUTER)
+
+    def resolved_options(self) -> dict[str, Any]:
+        lr, momentum = outer_setting(self.opts)
+        return {"outer_lr": lr, "outer_momentum": momentum}
+
+    @property
+    def shaped_messages(self) -> bool:
+        return self.opts.compress == "powersgd"
 
     def layout(self) -> Layout:
         return decentral.layout(self.ctx, until_budget=False)
@@ -50,15 +97,28 @@ class LocalSgd(Algorithm):
         return decentral.coordinate(self.ctx, not self.asynchronous)
 
     def worker(self, rank: int) -> Program:
-        ctx, period = self.ctx, self.opts.period
+        ctx, opts = self.ctx, self.opts
         x = ctx.params.copy()
         reporter = decentral.Reporter(ctx, not self.asynchronous)
         buf = np.zeros_like(x) if ctx.momentum else None
         scale = np.float32(1.0 / ctx.workers)
+        plain = opts.outer == "none" and opts.compress == "none"
+        theta = None if plain else x.copy()  # the global model of the last round
+        outer_lr, outer_momentum = outer_setting(opts)
+        m = np.zeros_like(x) if opts.outer != "none" and outer_momentum else None
+        compressor = Compressor(opts, ctx.workers, ctx.size, ctx.model_bounds, ctx.model_shapes)
         for step in range(ctx.steps):
             yield from decentral.local_step(ctx, reporter, x, buf, step)
-            if (step + 1) % period == 0 or step + 1 == ctx.steps:
-                x[...] = (yield Allreduce(x)) * scale
+            if (step + 1) % opts.period == 0 or step + 1 == ctx.steps:
+                if theta is None:
+                    x[...] = (yield Allreduce(x)) * scale
+                else:
+                    delta = yield from compressor.mean(theta - x)
+                    if opts.outer == "none":
+                        theta -= delta
+                    else:
+                        outer_step(theta, delta, m, opts.outer, outer_lr, outer_momentum)
+                    x[...] = theta
             done = step + 1 == ctx.steps
             if done:  # the final model, for rank 0 to read (snapshots are kept as rank 0 asks)
                 yield decentral.publish(self.frame, ctx, step + 1, x)

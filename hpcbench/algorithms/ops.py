@@ -118,9 +118,11 @@ class Recv(NamedTuple):
 
 
 class Allreduce(NamedTuple):
-    """Workers: element-wise sum of ``data`` over all workers. → array."""
+    """Workers: element-wise sum of ``data`` over all workers, in its own type (float16 sums in
+    float16). → array."""
 
     data: np.ndarray
+    bf16: bool = False  # ``data`` holds bfloat16 bit patterns (uint16), summed as bfloat16
 
 
 class Barrier(NamedTuple):

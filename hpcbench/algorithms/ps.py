@@ -25,7 +25,7 @@ from hpcbench.algorithms.meter import TrainingMeter
 from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Publish, Read, Record, Recv, Send
 from hpcbench.algorithms.rules import ServerRule, VersionRing
 from hpcbench.errors import RuntimeFailure, UsageError
-from hpcbench.registry import rule
+from hpcbench.ranges import bounded
 from hpcbench.results.schema import LATE, UPDATES
 
 # version_used: the version the worker read; version_applied: the version the gradient was applied
@@ -60,14 +60,6 @@ class ParameterServer(Algorithm):
     @classmethod
     def check(cls, cfg: Settings, options: Any, workers: int) -> None:
         super().check(cfg, options, workers)
-        if cls.penalty == "gap":
-            if not 0 <= options.history <= MAX_HISTORY:
-                raise UsageError(f"{cls.name}.history must be between 0 and {MAX_HISTORY} versions (0: 2·workers + "
-                                 f"4), got {options.history}")
-            if not 0.0 <= options.beta < 1.0:
-                raise UsageError(f"{cls.name}.beta must be in [0, 1), got {options.beta}")
-            if not options.eps > 0.0:
-                raise UsageError(f"{cls.name}.eps must be > 0, got {options.eps}")
         if cls.per_worker_momentum and cfg.nesterov:
             raise UsageError(f"{cls.name} already publishes a look-ahead; --set nesterov=true is not available")
 
@@ -163,9 +155,9 @@ MAX_HISTORY = 8192  # published versions the server keeps: each a copy of the mo
 
 @dataclass(frozen=True)
 class GapOptions:
-    beta: float = 0.999  # decay of the running second moment of the step direction
-    eps: float = 1e-8
-    history: int = rule(0, "2·workers + 4")  # published versions kept for Δ (older ones are echoed by the worker)
+    beta: float = bounded(0.999, low=0, below=1)  # decay of the running second moment of the step direction
+    eps: float = bounded(1e-8, above=0)
+    history: int = bounded(0, low=0, high=MAX_HISTORY, unit="versions", resolves="2·workers + 4")  # published versions kept for Δ (older ones are echoed by the worker)
 
 
 @register

@@ -21,22 +21,23 @@ import numpy as np
 
 from hpcbench.algorithms import decentral
 from hpcbench.algorithms.api import (DECENTRALIZED, SYNCHRONOUS, Algorithm, ChannelSpec, Context, Layout, Program,
-                                     Settings, Sub, register)
+                                     Sub, register)
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.ops import Recv, Send
 from hpcbench.algorithms.topology import exponential_hops, exponential_in_peer, exponential_out_peer
-from hpcbench.errors import RuntimeFailure, UsageError
+from hpcbench.errors import RuntimeFailure
+from hpcbench.ranges import bounded
 
 
 @dataclass(frozen=True)
 class SgpOptions:
-    init_spread: float = 0.0  # std of a per-worker perturbation of the start (to study consensus)
+    init_spread: float = bounded(0.0, low=0)  # std of a per-worker perturbation of the start (to study consensus)
 
 
 @dataclass(frozen=True)
 class OsgpOptions:
-    tau: int = 1  # iterations a worker may run ahead of a message it has not received
-    init_spread: float = 0.0
+    tau: int = bounded(1, low=0, unit="iterations")  # iterations a worker may run ahead of a message it has not received
+    init_spread: float = bounded(0.0, low=0)
 
 
 class Inbox:
@@ -152,9 +153,3 @@ class Osgp(PushSum):
     family = DECENTRALIZED
     Options = OsgpOptions
     delay = 1
-
-    @classmethod
-    def check(cls, cfg: Settings, options: OsgpOptions, workers: int) -> None:
-        super().check(cfg, options, workers)
-        if options.tau < 0:
-            raise UsageError(f"osgp.tau must be >= 0 iterations, got {options.tau}")

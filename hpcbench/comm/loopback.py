@@ -18,6 +18,7 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
+from hpcbench.bfloat16 import summed
 from hpcbench.comm.transport import Cluster
 from hpcbench.errors import PeerFailure, WaitTimeout, stopped_answering, undeclared_add, undeclared_size
 
@@ -247,15 +248,14 @@ class LoopbackEndpoint:
         except WaitTimeout:
             return None
 
-    def allreduce(self, data: np.ndarray, timeout: float) -> np.ndarray:
+    def allreduce(self, data: np.ndarray, timeout: float, bf16: bool = False) -> np.ndarray:
         hub = self.hub
         assert hub.reduce_barrier is not None and self.rank > 0, "all-reduce is among the workers"
         with hub.lock:
             hub.reduce_parts[self.rank] = data.copy()
         self._barrier(hub.reduce_barrier, timeout, "the workers' all-reduce")
         if self.rank == 1:  # one worker sums, in rank order, as a deterministic reduction would
-            hub.reduce_sum = np.sum([hub.reduce_parts[r] for r in sorted(hub.reduce_parts)], axis=0,
-                                    dtype=data.dtype)
+            hub.reduce_sum = summed([hub.reduce_parts[r] for r in sorted(hub.reduce_parts)], bf16)
         self._barrier(hub.reduce_barrier, timeout, "the workers' all-reduce")
         assert hub.reduce_sum is not None
         out = hub.reduce_sum.copy()

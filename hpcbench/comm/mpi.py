@@ -20,6 +20,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib, pkl5
 
+from hpcbench.bfloat16 import add_bf16
 from hpcbench.errors import LauncherGone, PeerFailure, WaitTimeout, stopped_answering, undeclared_add, undeclared_size
 from hpcbench.signals import stops_deferred
 
@@ -320,13 +321,13 @@ class MpiComm:
                           spin=0.0 if idle else self.spin, nap=max(self.nap, IDLE_SLEEP_S) if idle else self.nap)
 
     # --- collectives --------------------------------------------------------------------------
-    def allreduce(self, data: np.ndarray, timeout: float) -> np.ndarray:
+    def allreduce(self, data: np.ndarray, timeout: float, bf16: bool = False) -> np.ndarray:
         out = np.empty_like(data)
-        self.finish_allreduces([self.start_allreduce(data, out)], timeout)
+        self.finish_allreduces([self.start_allreduce(data, out, bf16)], timeout)
         return out
 
-    def start_allreduce(self, data: np.ndarray, out: np.ndarray) -> MPI.Request:
-        return self.workers.Iallreduce(data, out, op=MPI.SUM)
+    def start_allreduce(self, data: np.ndarray, out: np.ndarray, bf16: bool = False) -> MPI.Request:
+        return self.workers.Iallreduce(data, out, op=bf16_sum() if bf16 else MPI.SUM)
 
     def progress(self, started: list[MPI.Request]) -> None:
         MPI.Request.Testall(started)
@@ -577,3 +578,17 @@ class MpiComm:
         self._stop_listening()
         self.workers.Free()
         MPI.Finalize()
+
+
+_BF16_SUM: list[MPI.Op] = []
+
+
+def bf16_sum() -> MPI.Op:
+    """The bfloat16 sum as an MPI reduction over uint16 bit patterns (MPI has no bfloat16 type)."""
+    if not _BF16_SUM:
+        def add(into: Any, inout: Any, _datatype: Any) -> None:
+            target = np.frombuffer(inout, np.uint16)
+            target[...] = add_bf16(np.frombuffer(into, np.uint16), target)
+
+        _BF16_SUM.append(MPI.Op.Create(add, commute=True))
+    return _BF16_SUM[0]

@@ -45,8 +45,9 @@ class Transport(Protocol):
     def recv(self, channel: str, src: int, timeout: float) -> tuple[int, np.ndarray] | None:
         """Next message on ``channel`` from ``src`` (-1: any) as (sender, bytes); None after ``timeout``."""
 
-    def allreduce(self, data: np.ndarray, timeout: float) -> np.ndarray:
-        """Workers only: element-wise sum of ``data`` over the workers."""
+    def allreduce(self, data: np.ndarray, timeout: float, bf16: bool = False) -> np.ndarray:
+        """Workers only: element-wise sum of ``data`` over the workers, in its own type (``bf16``: uint16
+        bfloat16 bit patterns, summed as bfloat16)."""
 
     def start_allreduce(self, data: np.ndarray, out: np.ndarray) -> Any:
         """Workers only, nonblocking: ``out`` becomes the element-wise sum of ``data`` over the workers

@@ -7,10 +7,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from hpcbench.errors import UsageError
+from hpcbench.errors import HungUp, UsageError
 from hpcbench.runtime.threads import cpu_count
 
 STOP_GRACE_S = 60.0  # for a run stopped by Ctrl-C to write its record before it is killed
@@ -109,17 +110,33 @@ def run_ranks(ranks: int, args: Sequence[str], timeout: float, capture: bool = F
     env["MPIEXEC"] = mpiexec_path()  # the emulated cluster's launcher wraps this one
     pipe = subprocess.PIPE if capture else None
     cmd = mpi_command(ranks, args, emulated)
-    with subprocess.Popen(cmd, env=env, text=True, stdout=pipe, stderr=pipe) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            raise
-        except KeyboardInterrupt:  # Ctrl-C: the run ends as "aborted", keeping its record, then we stop
-            stop_run(proc)
-            raise
+    # mpiexec ignores SIGHUP (MPICH's would kill the ranks outright, losing the run's record); a SIGHUP
+    # to this process stops the study as Ctrl-C does (``HungUp``), the run under way ending "aborted".
+    # A terminal's hangup reaches the ranks too, and each ends in order. Only the main thread can
+    # handle signals; elsewhere nothing changes.
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN) if main else None  # inherited by mpiexec
+    try:
+        with subprocess.Popen(cmd, env=env, text=True, stdout=pipe, stderr=pipe) as proc:
+            if main:
+                signal.signal(signal.SIGHUP, hung_up)
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise
+            except KeyboardInterrupt:  # Ctrl-C or a hangup: the run ends as "aborted", keeping its record
+                stop_run(proc)
+                raise
+    finally:
+        if main:
+            signal.signal(signal.SIGHUP, before)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def hung_up(signum: int, frame: Any) -> None:
+    raise HungUp()
 
 
 def stop_run(proc: subprocess.Popen) -> None:

@@ -5,13 +5,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
 
 # The demo: every algorithm on the real digits data, small enough for 2 cores in a few minutes.
 DEMO = RunConfig(dataset="digits", model="mlp", epochs=10, batch_size=32, lr=0.05, warmup_epochs=1, evals=8)
+# Beside every algorithm, the demo runs these: a name → (algorithm, its options).
+Variants = Mapping[str, tuple[str, Mapping[str, object]]]
+DEMO_VARIANTS: Variants = {
+    "diloco": ("local-sgd", {"outer": "nesterov"}),  # DiLoCo's outer step (rate 0.7, momentum 0.9)
+    "powersgd": ("allreduce", {"compress": "powersgd", "powersgd_start": 10}),
+}
 
 
 def parse_ranks(text: str) -> list[int]:
@@ -28,9 +34,10 @@ def parse_ranks(text: str) -> list[int]:
 
 def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_dir: str,
               timeout: float, repeats: int = 1, replace: bool = False,
-              emulated: bool = False) -> tuple[list[Path], list[str]]:
+              emulated: bool = False, variants: Variants | None = None) -> tuple[list[Path], list[str]]:
     """Run each point in turn; returns (result files, failure descriptions). ``emulated``: across the
-    emulated cluster's nodes (jobs/local/emulated-cluster.sh).
+    emulated cluster's nodes (jobs/local/emulated-cluster.sh). ``variants``: names in ``algos`` that
+    run an algorithm with options of their own.
 
     A point that already has an ``ok`` result is kept and not run again (unless ``replace``: the
     demo, which owns its directory); a failed or unreadable one is run again and replaced.
@@ -40,16 +47,20 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
     from hpcbench.results.study import write_manifest
     from hpcbench.launch.local import run_ranks, why_failed
 
+    named = {name: cfg.with_updates(algo=algo, options={algo: dict(options)})
+             for name, (algo, options) in (variants or {}).items()}
+    configs = {a: named.get(a) or cfg.for_algo(a) for a in algos}
     points = [(a, r, k) for a in algos for r in ranks for k in range(repeats)]
     stems = {p: f"{p[0]}-w{p[1] - 1}" + (f"-r{p[2] + 1}" if repeats > 1 else "") for p in points}
-    fits = {p: p[1] - 1 >= ALGORITHMS.get(p[0]).min_workers for p in points}
+    fits = {p: p[1] - 1 >= ALGORITHMS.get(configs[p[0]].algo).min_workers for p in points}
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    write_manifest(Path(out_dir), [{"stem": stems[p], "algo": p[0], "ranks": p[1], "repeat": p[2]} for p in points
-                                   if fits[p]], {"base_args": cfg.to_argv(), "local": True, "emulated": emulated})
+    write_manifest(Path(out_dir), [{"stem": stems[p], "algo": configs[p[0]].algo, "ranks": p[1], "repeat": p[2]}
+                                   for p in points if fits[p]],
+                   {"base_args": cfg.to_argv(), "local": True, "emulated": emulated})
     done: list[Path] = []
     failures: list[str] = []
     for i, (algo, world, repeat) in enumerate(points, 1):
-        cls = ALGORITHMS.get(algo)
+        cls = ALGORITHMS.get(configs[algo].algo)
         label = f"{algo} on {world} ranks" + (f", repeat {repeat + 1}" if repeats > 1 else "")
         if not fits[algo, world, repeat]:
             print(f"[{i}/{len(points)}] {label}: skipped ({algo} needs {cls.min_workers + 1}+ ranks)", flush=True)
@@ -60,8 +71,8 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
             done.append(out)
             print(f"[{i}/{len(points)}] {label}: kept (an ok result is already in {out})", flush=True)
             continue
-        point = cfg.for_algo(algo).with_updates(out=str(out), overwrite=replace or out.exists(),
-                                 seed=repeat if repeats > 1 else cfg.seed)
+        point = configs[algo].with_updates(out=str(out), overwrite=replace or out.exists(),
+                                           seed=repeat if repeats > 1 else cfg.seed)
         args = ["run", *point.to_argv()]
         t0 = time.monotonic()
         try:
@@ -81,12 +92,13 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
 
 
 def demo(out_dir: str, ranks_text: str, steps: int, timeout: float) -> tuple[list[Path], list[str]]:
-    """Every algorithm at each world size; → (result files, failure descriptions)."""
+    """Every algorithm at each world size, and the ``DEMO_VARIANTS``; → (result files, failure descriptions)."""
     from hpcbench.algorithms import ALGORITHMS
 
     ranks = parse_ranks(ranks_text)
     cfg = DEMO.with_updates(steps=steps, epochs=None) if steps else DEMO
     t0 = time.monotonic()
-    files, failures = run_local(ALGORITHMS.names(), ranks, cfg, out_dir, timeout, replace=True)
+    files, failures = run_local([*ALGORITHMS.names(), *DEMO_VARIANTS], ranks, cfg, out_dir, timeout, replace=True,
+                                variants=DEMO_VARIANTS)
     print(f"\n{len(files)} runs in {time.monotonic() - t0:.0f} s; result files in {out_dir}/\n")
     return files, failures

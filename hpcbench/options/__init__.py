@@ -1,8 +1,8 @@
 """Option tables: every ``[NAME]`` table of a config file and ``--set NAME.KEY=VALUE``, in one registry.
 
-A table is a frozen dataclass (fields with defaults, and ``validate()`` where values have limits)
-and what it goes with: an algorithm's own (``ga-asgd``), a model's (``payload``), a dataset's
-(``teacher``) or a command's (``sim``, simulate's virtual cluster). ``--set`` and config files take
+A table is a frozen dataclass (fields with defaults, each number with its range: ``ranges.bounded``;
+``validate()`` for rules between fields) and what it goes with: an algorithm's own (``ga-asgd``), a
+model's (``payload``), a dataset's (``teacher``) or a command's (``sim``, simulate's virtual cluster). ``--set`` and config files take
 their names from here, ``runtime.plan`` resolves a run's tables once into its ``Plan``, ``hpcbench
 list`` shows them, and the result file records the ones a run used.
 """
@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from hpcbench.errors import UsageError, one_of
 from hpcbench.options.sim import SimConfig
+from hpcbench.ranges import check_ranges
 from hpcbench.registry import Registry
 from hpcbench.workload.payload import PayloadOptions
 from hpcbench.workload.teacher import TeacherOptions
@@ -59,9 +60,9 @@ class OptionTable:
     def build(self, values: Mapping[str, Any]) -> Any:
         """The table's options from ``values`` (defaults for the rest), checked."""
         built = build_options(self.options, values, f"{self.name}.")
-        check = getattr(built, "validate", None)
-        if check is not None and not self.by_command:  # a command checks its own table when it runs
-            check()
+        if not self.by_command:  # a command checks its own table when it runs
+            check_ranges(built, f"{self.name}.")
+            getattr(built, "validate", lambda: None)()
         return built
 
 

@@ -3,14 +3,14 @@
 per second; the cost models that read it are in ``runtime/sim/models.py``."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from hpcbench.errors import UsageError, one_of
-from hpcbench.registry import rule
+from hpcbench.ranges import bounded, check_ranges
 
 PROGRESS_MODES = ("async", "polling")
+MAX_WORKERS = 4096
 MAX_HETEROGENEITY = 10.0  # speeds spread far wider than any cluster's (and lognormal's sigma stays finite)
 ALLREDUCE_ALGORITHMS = ("rabenseifner", "ring")
 
@@ -19,31 +19,31 @@ ALLREDUCE_ALGORITHMS = ("rabenseifner", "ring")
 class SimConfig:
     """The virtual cluster. Times in seconds, bandwidth in bytes per second."""
 
-    workers: int = 8
+    workers: int = bounded(8, low=1, high=MAX_WORKERS, unit="workers")
     numerics: bool = True  # run the real model math; off = timing only, for very large worker counts
     # With numerics: compute the gradients of workers whose computations overlap in virtual time in
     # one batched pass (same results to float rounding); false = one worker at a time.
     batch_gradients: bool = True
     # Bytes on the wire count as if the model had this many parameters (0: its own size): numerics on
     # a small model, messages (and the per-parameter costs of rank 0 and the workers) of a large one.
-    message_params: int = rule(0, "the model's size")
-    compute_shape: float = 100.0  # gamma shape of a batch's compute time (100: coefficient of variation 0.1)
-    compute_mean_s: float = 0.05  # mean compute time of one batch on a worker of speed 1
-    heterogeneity: float = 0.0  # coefficient of variation of fixed per-worker speed factors
-    pause_prob: float = 0.0  # chance per step that a worker pauses (a transient straggler)
-    pause_s: float = 0.0  # length of such a pause
-    alpha_s: float = 5e-6  # network latency per message
-    bandwidth: float = 1.25e9  # bytes per second of every rank's link (10 Gb/s)
+    message_params: int = bounded(0, low=0, unit="floats", resolves="the model's size")
+    compute_shape: float = bounded(100.0, above=0)  # gamma shape of a batch's compute time (100: coefficient of variation 0.1)
+    compute_mean_s: float = bounded(0.05, above=0, unit="seconds")  # mean compute time of one batch on a worker of speed 1
+    heterogeneity: float = bounded(0.0, low=0, high=MAX_HETEROGENEITY)  # coefficient of variation of fixed per-worker speed factors
+    pause_prob: float = bounded(0.0, low=0, high=1)  # chance per step that a worker pauses (a transient straggler)
+    pause_s: float = bounded(0.0, low=0, unit="seconds")  # length of such a pause
+    alpha_s: float = bounded(5e-6, low=0, unit="seconds")  # network latency per message
+    bandwidth: float = bounded(1.25e9, above=0, unit="bytes/s")  # bytes per second of every rank's link (10 Gb/s)
     # Mean of an exponentially distributed extra delay on every point-to-point and one-sided
     # transfer: OS noise and targets slow to respond (ranks sharing cores); calibrate fits it.
-    jitter_s: float = 0.0
+    jitter_s: float = bounded(0.0, low=0, unit="seconds")
     # Coefficient of variation of each point-to-point and one-sided transfer's time on the wire (a
     # gamma factor of mean 1 on its bytes): a real link's own spread (TCP's pacing, a switch's or token
     # bucket's bursts). It costs nothing on average, but lets ranks drift apart where the pattern
     # amplifies drift (SGP's shifted peers with sends that complete at once); bare_exchange measures it.
-    noise: float = 0.0
-    apply_s: float = rule(-1.0, "2 ns per model parameter")  # rank 0's work per received message
-    update_s: float = rule(-1.0, "1 ns per model parameter")  # a worker's own math per step
+    noise: float = bounded(0.0, low=0)
+    apply_s: float = bounded(-1.0, low=0, unit="seconds", resolves="2 ns per model parameter")  # rank 0's work per received message
+    update_s: float = bounded(-1.0, low=0, unit="seconds", resolves="1 ns per model parameter")  # a worker's own math per step
     # How one-sided operations progress: "async" (without the target, as RDMA hardware or an
     # async-progress thread do) or "polling" (only while the target is inside MPI: a read of a
     # rank that is computing or applying waits for it, as with MPICH's default progress).
@@ -54,28 +54,11 @@ class SimConfig:
     allreduce: str = "rabenseifner"
 
     def validate(self) -> None:
-        if not 1 <= self.workers <= 4096:
-            raise UsageError(f"--workers must be between 1 and 4096, got {self.workers}")
-        if self.message_params < 0:
-            raise UsageError(f"simulation message_params must be >= 0 (0: the model's own size), got {self.message_params}")
-        positive = {"compute_shape": self.compute_shape, "compute_mean_s": self.compute_mean_s,
-                    "bandwidth": self.bandwidth}
-        for name, value in positive.items():
-            if not value > 0:
-                raise UsageError(f"simulation {name} must be > 0, got {value}")
-        if not self.heterogeneity <= MAX_HETEROGENEITY:
-            raise UsageError(f"simulation heterogeneity (a coefficient of variation) must be at most "
-                             f"{MAX_HETEROGENEITY:g}, got {self.heterogeneity:g}")
-        for name, value in {"heterogeneity": self.heterogeneity, "pause_s": self.pause_s,
-                            "alpha_s": self.alpha_s, "jitter_s": self.jitter_s, "noise": self.noise}.items():
-            if not 0 <= value < math.inf:
-                raise UsageError(f"simulation {name} must be a finite number >= 0, got {value}")
-        if not 0 <= self.pause_prob <= 1:
-            raise UsageError(f"simulation pause_prob must be in [0, 1], got {self.pause_prob}")
+        check_ranges(self, "sim.")
         if self.allreduce not in ALLREDUCE_ALGORITHMS:
-            raise one_of("simulation allreduce", self.allreduce, ALLREDUCE_ALGORITHMS)
+            raise one_of("sim.allreduce", self.allreduce, ALLREDUCE_ALGORITHMS)
         if self.progress not in PROGRESS_MODES:
-            raise UsageError(f"unknown simulation progress {self.progress!r}; valid: {', '.join(PROGRESS_MODES)}")
+            raise one_of("sim.progress", self.progress, PROGRESS_MODES)
 
 
 def parse_keyvals(text: str, what: str, valid: tuple[str, ...]) -> dict[str, float]:

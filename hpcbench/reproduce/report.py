@@ -8,8 +8,8 @@ from typing import Any, Sequence
 from tabulate import tabulate
 
 from hpcbench.reproduce.protocol import DEPENDS, OWN_LR, ArmResult, Recipe, arm_text
-from hpcbench.reproduce.studies import VAL_FRACTION, Study, mpi_args
-from hpcbench.reproduce.verdicts import Cell, Verdict, crossing, gap_aware, jin, sgp
+from hpcbench.reproduce.studies import DILOCO_PERIODS, VAL_FRACTION, Study, mpi_args
+from hpcbench.reproduce.verdicts import Cell, Verdict, crossing, diloco, gap_aware, jin, sgp
 from hpcbench.tuning.grid import Trial
 
 
@@ -19,6 +19,8 @@ def judge(s: Study, cells: Sequence[Cell], network: str = "") -> Verdict:
         return gap_aware(cells)
     if s.name == "jin":
         return jin(cells)
+    if s.name == "diloco":
+        return diloco(cells, network or s.networks[0].name, DILOCO_PERIODS)
     slow, fast = (n.name for n in s.networks)
     return sgp(cells, network or slow, fast)
 
@@ -47,6 +49,17 @@ def table(s: Study, cells: Sequence[Cell]) -> str:
         for v, n in keys:
             rows.append([n] + [time_text(by[(a, n, v)].ttt) if (a, n, v) in by else "-" for a in s.algos] +
                         [acc_text(by[(a, n, v)]) if (a, n, v) in by else "-" for a in s.algos])
+    elif s.name == "diloco":  # a row per contender: its time, accuracy and bytes beside all-reduce's
+        headers = ["network", "workers", "algorithm", "time (s)", "final acc %", "bytes per sample",
+                   "bytes vs all-reduce", "time vs all-reduce"]
+        for v, n in keys:
+            base = by.get(("allreduce", n, v))
+            for a in s.algos:
+                if (a, n, v) in by:
+                    x = by[(a, n, v)]
+                    rows.append([v, n, a, f"{x.seconds:.3g}", acc_text(x), f"{x.moved:,.0f}",
+                                 f"{x.moved / base.moved:.3g}x" if base else "-",
+                                 f"{x.seconds / base.seconds:.3g}x" if base else "-"])
     else:
         headers = ["network", "workers"] + [f"{a} time (s)" for a in s.algos] + \
                   [f"{a} final acc %" for a in s.algos] + ["all-reduce / sgp", "all-reduce / osgp"]

@@ -55,18 +55,19 @@ def stem(algo: str, workers: int, variant: str, setting: Setting, seed: int) -> 
 
 def planned(s: Study, preset: str, runs: Path, cell: CellKey, setting: Setting, seed: int,
             mode: str, extra: Sequence[str]) -> Planned:
-    algo, n, variant = cell
+    name, n, variant = cell
+    contender = s.contender(name)
     flags = dict(s.variants()).get(variant, ()) if mode == "sim" else ()
-    args = [*s.run_args(preset), *flags, *extra, "--set", f"seed={seed}", *setting.args()]
+    args = [*s.run_args(preset), *flags, *extra, *contender.flags, "--set", f"seed={seed}", *setting.args()]
     if mode == "sim" and s.message_params and n > 1:
         args += ["--set", f"sim.message_params={s.message_params}"]
     if mode == "sim" and n > 1 and "allreduce" in s.algos:  # the papers' all-reduce: a ring (NCCL's)
         args += ["--set", "sim.allreduce=ring"]
     # One worker learns the same whatever the network and compute: its runs are the same in every study.
     args = args if mode == "sim" and n > 1 else mpi_args(args)
-    label = f"{algo}, {n} workers, {setting.label()}, seed {seed}" + (f", {variant}" if variant else "")
-    return Planned(cell, setting, seed, Job.of(algo, n, tuple(args), runs / f"{stem(algo, n, variant, setting, seed)}.h5",
-                                            label))
+    label = f"{name}, {n} workers, {setting.label()}, seed {seed}" + (f", {variant}" if variant else "")
+    return Planned(cell, setting, seed, Job.of(contender.algo, n, tuple(args),
+                                               runs / f"{stem(name, n, variant, setting, seed)}.h5", label))
 
 
 def expected_seconds(s: Study, preset: str, arm_runs: int, recipe_runs: int, jobs: int) -> float:
@@ -119,7 +120,7 @@ def cell_of(cell: CellKey, paths: Sequence[Path], target: float) -> Cell:
     from hpcbench.results.store import read_run
     from hpcbench.telemetry.summary import time_to_target
 
-    acc, ttt, wall, gaps = [], [], [], []
+    acc, ttt, wall, gaps, moved = [], [], [], [], []
     for path in paths:
         rec = read_run(path)
         t = time_to_target(rec.evals["t"], rec.evals["accuracy"], target)
@@ -127,7 +128,8 @@ def cell_of(cell: CellKey, paths: Sequence[Path], target: float) -> Cell:
         ttt.append(math.inf if math.isnan(t) else t)
         wall.append(float(rec.summary["wall_s"]))
         gaps.append(float(np.max(np.diff(rec.evals["t"]))) if len(rec.evals["t"]) > 1 else 0.0)
-    return Cell(cell[0], cell[1], cell[2], tuple(acc), tuple(ttt), tuple(wall), max(gaps))
+        moved.append(float(rec.summary.get("bytes_per_sample", math.nan)))
+    return Cell(cell[0], cell[1], cell[2], tuple(acc), tuple(ttt), tuple(wall), max(gaps), tuple(moved))
 
 
 def decide_arm(name: str, runs: Sequence[Planned], outcome: Mapping[Path, str], scores: Mapping[Path, float],

@@ -26,6 +26,12 @@ class Cell:
     time_to_target: tuple[float, ...]  # seconds of each seed; inf when it never reached the target
     wall: tuple[float, ...]  # seconds each seed's run took (virtual time in the simulator)
     eval_gap: float = 0.0  # seconds between evaluations: times to target closer than this are a tie
+    bytes_per_sample: tuple[float, ...] = ()  # bytes that crossed between ranks per sample, each seed's
+
+    @property
+    def moved(self) -> float:
+        """Mean bytes per training sample over seeds (NaN where the files do not say)."""
+        return mean(self.bytes_per_sample) if self.bytes_per_sample else math.nan
 
     @property
     def acc(self) -> float:
@@ -231,3 +237,32 @@ def sgp(cells: Sequence[Cell], slow: str, fast: str) -> Verdict:
         checks.append(Check(f"the gap shrinks over {fast}", None, f"no runs over {fast}"))
     return combine(checks)
 
+
+COMMUNICATION_SHARE = 0.5  # "H times less": at least half of H (rank 0's evaluation reads are not divided)
+
+
+def diloco(cells: Sequence[Cell], network: str, periods: Sequence[int]) -> Verdict:
+    """For each H: final accuracy at most about one point below all-reduce's at every size ("matches":
+    ahead counts); at least H/2 times fewer bytes per sample; the budget finished sooner than
+    all-reduce's over ``network``."""
+    c = index(cells)
+    checks = []
+    for h in periods:
+        name = f"diloco-h{h}"
+        sizes = sizes_with(c, ("allreduce", name), network)
+        if not sizes:
+            checks.append(Check(f"DiLoCo H={h} against all-reduce", None, "no size where both finished"))
+            continue
+        pairs = [(n, c[("allreduce", n, network)], c[(name, n, network)]) for n in sizes]
+        gaps = [(n, d.acc - a.acc, max(a.acc_spread, d.acc_spread)) for n, a, d in pairs]
+        close = all(g >= -(ACCURACY_POINTS + e) for _, g, e in gaps)
+        checks.append(Check(f"DiLoCo H={h}: final accuracy at most about one point below all-reduce's", close,
+                            ", ".join(f"n={n}: {pct(g)}" for n, g, _ in gaps)))
+        ratios = [(n, a.moved / d.moved) for n, a, d in pairs]
+        less = None if any(math.isnan(r) for _, r in ratios) else all(r >= COMMUNICATION_SHARE * h for _, r in ratios)
+        checks.append(Check(f"DiLoCo H={h}: about {h}x fewer bytes per sample than all-reduce", less,
+                            ", ".join(f"n={n}: {r:.3g}x" for n, r in ratios)))
+        sooner = all(d.seconds < a.seconds for _, a, d in pairs)
+        checks.append(Check(f"DiLoCo H={h} finishes the budget sooner than all-reduce over {network}", sooner,
+                            ", ".join(f"n={n}: {a.seconds:.3g} s against {d.seconds:.3g} s" for n, a, d in pairs)))
+    return combine(checks)

@@ -15,7 +15,9 @@ import numpy as np
 #    without one); /summary gained final_val_loss and final_val_accuracy.
 # 4: /provenance gained network (the emulated links a run crossed; "" before and elsewhere) and the
 #    per-rank local_ranks.
-SCHEMA_VERSION = 4
+# 5: /summary gained bytes_per_sample (the workers' bytes moved per training sample; compressed
+#    all-reduces count in the type they travel in).
+SCHEMA_VERSION = 5
 
 # Every name a result file holds is declared here, once; the writer refuses any other, the reader,
 # the report and the algorithms take their names from here.
@@ -57,7 +59,7 @@ DISTRIBUTIONS = tuple(f"{name}_{stat}" for name in ("staleness", "penalty", "gap
 SUMMARY_KEYS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "final_accuracy", "best_accuracy",
                 "final_val_loss", "final_val_accuracy",
                 "target_accuracy", "time_to_target_s", "median_step_s", "step_p90_s", "step_p99_s",
-                "step_worker_min_s", "step_worker_max_s", "eval_s", "final_consensus",
+                "step_worker_min_s", "step_worker_max_s", "eval_s", "final_consensus", "bytes_per_sample",
                 *PHASE_FRACTIONS, *DISTRIBUTIONS, "server_state_bytes", "too_stale", "warmup_s",
                 "rank0_cpu_share")
 # The summary a family of algorithms adds, beside the tables it is computed from

@@ -78,6 +78,7 @@ def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0) -
                          "or less, or fewer workers")
     workload = model.build(Needs(cfg.model, data, cfg.seed, device, workers, plan.tables))
     params = np.zeros(stand_in, np.float32) if stand_in else workload.initial
-    ctx = make_context(cfg, plan.algo, workers, params, len(data.y_train), plan.options, workload.bounds)
+    ctx = make_context(cfg, plan.algo, workers, params, len(data.y_train), plan.options, workload.bounds,
+                       workload.shapes)
     algo = plan.algo(ctx)
     return Run(plan, algo, algo.layout(), workload, straggler_ranks(cfg.stragglers, workers, cfg.seed))

@@ -79,9 +79,10 @@ def schedule_for(cfg: RunConfig, algo: type[Algorithm], workers: int, train_size
 
 
 def make_context(cfg: RunConfig, algo: type[Algorithm], workers: int, params: np.ndarray,
-                 train_size: int, options: Any = None, bounds: tuple[int, ...] = ()) -> Context:
+                 train_size: int, options: Any = None, bounds: tuple[int, ...] = (),
+                 shapes: tuple[tuple[int, ...], ...] = ()) -> Context:
     """``options``: the algorithm's built options (a ``Plan``'s); built from ``cfg`` when not given;
-    ``bounds``: the model's parameter boundaries in its flat vector."""
+    ``bounds``: the model's parameter boundaries in its flat vector; ``shapes``: each parameter's shape."""
     steps = steps_per_worker(cfg, workers, train_size)
     budget = steps * workers * cfg.batch_size
     if budget > MAX_SAMPLES:
@@ -92,7 +93,7 @@ def make_context(cfg: RunConfig, algo: type[Algorithm], workers: int, params: np
         workers=workers, params=params, batch_size=cfg.batch_size, steps=steps, train_size=train_size,
         schedule=schedule_for(cfg, algo, workers, train_size), momentum=cfg.momentum, nesterov=cfg.nesterov,
         weight_decay=cfg.weight_decay, eval_every=max(1, budget // cfg.evals), seed=cfg.seed,
-        options=options_for(cfg, algo) if options is None else options, bounds=bounds,
+        options=options_for(cfg, algo) if options is None else options, bounds=bounds, shapes=shapes,
     )
 
 

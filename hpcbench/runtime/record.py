@@ -44,6 +44,7 @@ def resolved_config(run: Run, parameters: int) -> dict[str, Any]:
     ctx = run.algo.ctx
     out = run.cfg.to_dict()
     out["options"] = {run.algo.name: {k: getattr(ctx.options, k) for k in vars(ctx.options)}}
+    out["resolved_options"] = run.algo.resolved_options()  # placeholders given as defaults, as this run set them
     sched = ctx.schedule
     out.update(steps_per_worker=ctx.steps, budget_samples=ctx.budget, eval_every=ctx.eval_every,
                parameters=parameters, train_size=ctx.train_size, val_size=len(run.workload.data.y_val),

@@ -6,7 +6,7 @@ from typing import Mapping
 import numpy as np
 
 from hpcbench.results.schema import LATE, UPDATES
-from hpcbench.telemetry.timeline import PHASE_CODE
+from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE
 
 WORKER_PHASES = ("data", "compute", "communicate", "wait", "update")
 
@@ -89,6 +89,20 @@ def percentiles(values: np.ndarray, name: str) -> dict[str, float]:
             f"{name}_p99": float(np.percentile(v, 99))}
 
 
+# Operations whose bytes cross between ranks, each counted once: a message where it is received, a
+# one-sided read or add where it is started, an all-reduce as each worker's vector. (A send's bytes
+# are its receiver's; a publish writes the rank's own window; an evaluation is local.)
+WIRE_OPS = ("Allreduce", "Read", "Recv", "Accumulate", "FetchAdd")
+
+
+def wire_bytes(tl: Mapping[str, np.ndarray]) -> int:
+    """Bytes training moved between ranks (``WIRE_OPS``), in the type they travelled in. Rank 0's own
+    reads are left out: it reads the workers' models only to evaluate them (a measurement)."""
+    moved = np.isin(tl["op"], [OP_CODE[op] for op in WIRE_OPS])
+    measuring = (tl["rank"] == 0) & (tl["op"] == OP_CODE["Read"])
+    return int(tl["nbytes"][moved & ~measuring].sum())
+
+
 def summarize(tl: Mapping[str, np.ndarray], evals: Mapping[str, np.ndarray], updates: Mapping[str, np.ndarray],
               workers: int, wall_s: float, target: float) -> dict[str, float]:
     worker_ranks = np.arange(1, workers + 1)
@@ -107,6 +121,7 @@ def summarize(tl: Mapping[str, np.ndarray], evals: Mapping[str, np.ndarray], upd
         "time_to_target_s": time_to_target(evals["t"], evals["accuracy"], target),
         "eval_s": float(((tl["t_end"] - tl["t_start"])[(tl["rank"] == 0) & (tl["phase"] == PHASE_CODE["eval"])]).sum()),
         "final_consensus": float(evals["consensus"][-1]) if len(evals["consensus"]) else float("nan"),
+        "bytes_per_sample": wire_bytes(tl) / samples if samples else float("nan"),
     }
     out.update(step_times(tl, worker_ranks))
     out.update(phase_fractions(tl, worker_ranks))

@@ -19,6 +19,7 @@ class Workload(Protocol):
     size: int  # float32 parameters in the flat vector the algorithms exchange
     initial: np.ndarray  # the initial flat parameters, identical on every rank
     bounds: tuple[int, ...]  # where each parameter starts in the flat vector, then ``size``
+    shapes: tuple[tuple[int, ...], ...]  # each parameter's shape (compression views matrices as such)
     # Modeled compute: each worker's gradient lasts the time this draws (the payload); None: as long
     # as computing it takes.
     compute: ComputeModel | None

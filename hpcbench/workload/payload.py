@@ -11,14 +11,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcbench.errors import UsageError
+from hpcbench.ranges import bounded
 from hpcbench.workload.base import Ready, last_of
 from hpcbench.workload.compute import Compute, ComputeModel
 from hpcbench.workload.datasets import Dataset
 
 # The gradient's value: small and constant, so parameters drift slowly and stay finite for any budget.
 GRADIENT_VALUE = 1e-6
-PIECE = 65536  # floats per stand-in "parameter" (256 KiB), the unit buckets are built from
+SIDE = 256
+PIECE = SIDE * SIDE  # floats per stand-in "parameter" (256 KiB), the unit buckets are built from
 MAX_PARAMS = 2**31 // 4  # a message of at most 2 GiB: MPI counts are 32-bit in the calls every algorithm uses
 
 
@@ -26,17 +27,10 @@ MAX_PARAMS = 2**31 // 4  # a message of at most 2 GiB: MPI counts are 32-bit in 
 class PayloadOptions:
     """``--set payload.KEY=VALUE``; the compute model comes from ``--compute gamma:shape=K,mean=S``."""
 
-    params: int = 1_000_000  # float32 elements per message (25.6M: a ResNet-50-sized message)
-    compute_shape: float = 100.0  # gamma shape of one batch's modeled compute time
-    compute_mean_s: float = 0.05  # its mean in seconds; 0 = no compute at all
-
-    def validate(self) -> None:
-        if not 1 <= self.params <= MAX_PARAMS:
-            raise UsageError(f"payload.params must be between 1 and {MAX_PARAMS} (2 GiB of float32), got {self.params}")
-        if not self.compute_shape > 0:
-            raise UsageError(f"payload compute shape must be > 0, got {self.compute_shape:g}")
-        if not self.compute_mean_s >= 0:
-            raise UsageError(f"payload compute mean must be >= 0 seconds, got {self.compute_mean_s:g}")
+    # float32 elements per message (25.6M: a ResNet-50-sized message; at most 2 GiB of float32)
+    params: int = bounded(1_000_000, low=1, high=MAX_PARAMS, unit="floats")
+    compute_shape: float = bounded(100.0, above=0)  # gamma shape of one batch's modeled compute time
+    compute_mean_s: float = bounded(0.05, low=0, unit="seconds")  # its mean; 0 = no compute at all
 
 
 class Payload:
@@ -51,6 +45,9 @@ class Payload:
         self.initial = np.zeros(self.size, np.float32)
         # No parameters: pieces of PIECE floats stand in for them, so buckets come out near their size.
         self.bounds = tuple(range(0, self.size, PIECE)) + (self.size,)
+        # Each whole piece a square matrix, as a layer's weights are; the rest a vector.
+        self.shapes: tuple[tuple[int, ...], ...] = tuple((SIDE, SIDE) if stop - start == PIECE else (stop - start,)
+                            for start, stop in zip(self.bounds, self.bounds[1:]))
 
     @property
     def nbytes(self) -> int:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcbench.errors import UsageError
+from hpcbench.ranges import bounded
 
 FEATURES = 64  # input features, stored as 1×8×8 "images"
 HIDDEN = 16  # the teacher's hidden tanh units
@@ -25,16 +25,9 @@ MAX_SAMPLES = 10_000_000
 class TeacherOptions:
     """``--set teacher.KEY=VALUE``: the size and label noise of the generated task."""
 
-    samples: int = 50_000  # training samples
-    test_samples: int = 10_000  # held-out samples
-    noise: float = 0.05  # fraction of labels replaced by a uniformly random class
-
-    def validate(self) -> None:
-        for name, value in (("samples", self.samples), ("test_samples", self.test_samples)):
-            if not 1 <= value <= MAX_SAMPLES:
-                raise UsageError(f"teacher.{name} must be between 1 and {MAX_SAMPLES:,}, got {value}")
-        if not 0.0 <= self.noise <= 1.0:
-            raise UsageError(f"teacher.noise must be in [0, 1], got {self.noise:g}")
+    samples: int = bounded(50_000, low=1, high=MAX_SAMPLES, unit="samples")  # training samples
+    test_samples: int = bounded(10_000, low=1, high=MAX_SAMPLES, unit="samples")  # held-out samples
+    noise: float = bounded(0.05, low=0, high=1)  # fraction of labels replaced by a uniformly random class
 
 
 def teacher_weights() -> tuple[np.ndarray, np.ndarray]:

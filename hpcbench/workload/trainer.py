@@ -65,6 +65,7 @@ class Trainer:
         self._params = params
         self._offsets = offsets
         self.bounds = tuple(offsets) + (self.size,)
+        self.shapes = tuple(tuple(p.shape) for p in params)
         self._bucketing: Bucketing | None = None  # while a bucketed gradient is computed
         self.initial = self.flat.cpu().numpy().copy()
         self.has_batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules())

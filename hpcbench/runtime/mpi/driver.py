@@ -164,7 +164,7 @@ class MpiDriver:
         return got
 
     def allreduce(self, op: Allreduce) -> np.ndarray:
-        return self._timed("communicate", op.data.nbytes, op, lambda: self.comm.allreduce(op.data, self.timeout))
+        return self._timed("communicate", op.data.nbytes, op, lambda: self.comm.allreduce(op.data, self.timeout, op.bf16))
 
     def barrier(self, op: Barrier) -> None:
         self._timed("wait", 0, op, lambda: self.comm.worker_barrier(self.timeout))

@@ -22,6 +22,7 @@ from hpcbench.algorithms.buckets import FLOAT_BYTES, overlapped_end, ready_fract
 from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, FetchAdd,
                                      Gradient, Poll, Progress, Publish, Read, Record, Recv, Send, Timestamp, WATCHED,
                                      handler_name)
+from hpcbench.bfloat16 import summed
 from hpcbench.errors import RuntimeFailure, undeclared_add, undeclared_size
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.links import Links, WindowLock
@@ -66,7 +67,7 @@ class Engine:
         self.progress_line, self.jitter, self.noise = progress, jitter, noise
         n = cfg.workers
         self.ranks = range(n + 1)
-        self.float_bytes = 4 * algo.ctx.size
+        self.vector, self.float_bytes = algo.ctx.size, 4 * algo.ctx.size
         self.extra_bytes = 4 * (real_size - algo.ctx.size)  # a stand-in vector counts as the real one
         self.programs = [algo.server()] + [algo.worker(r) for r in range(1, n + 1)]
         self.timelines = [Timeline(r) for r in self.ranks]
@@ -144,6 +145,11 @@ class Engine:
     def modeled(self, nbytes: int) -> int:
         """Bytes on the wire: each parameter-sized vector in a payload counts at the real model's size."""
         return nbytes + (nbytes // self.float_bytes) * self.extra_bytes
+
+    def wire(self, data: np.ndarray) -> int:
+        """An all-reduced vector's bytes on the wire, in its own type: one of the model's size (a
+        float16 or bfloat16 copy too) counts at the real model's size."""
+        return data.nbytes + (data.size // self.vector) * (self.extra_bytes // 4) * data.itemsize
 
     def transfer(self, src: int, dst: int, nbytes: int, t: float, done: Callable[[], None], target: int = -1) -> None:
         """``done()`` when ``nbytes`` sent from src at ``t`` have reached dst."""
@@ -410,12 +416,12 @@ class Engine:
             self.resume(rank, None)
 
     def allreduce(self, rank: int, op: Allreduce) -> object:
-        return self.gather(rank, op.data)
+        return self.gather(rank, op.data, op.bf16)
 
     def barrier(self, rank: int, op: Barrier) -> object:
         return self.gather(rank, None)
 
-    def gather(self, rank: int, data: np.ndarray | None) -> object:
+    def gather(self, rank: int, data: np.ndarray | None, bf16: bool = False) -> object:
         """Workers' collectives: all arrive, then all leave together after the collective's cost."""
         self.collective.append((rank, self.now, data))
         if len(self.collective) < self.cfg.workers:
@@ -426,12 +432,12 @@ class Engine:
         if data is None:
             result, cost, phase, name = None, barrier_s(p, self.cfg.alpha_s), "wait", "Barrier"
         else:
-            result = summed([part for _, _, part in arrivals if part is not None])
-            cost = allreduce_s(self.modeled(data.nbytes), p, self.cfg.alpha_s, self.cfg.bandwidth, self.cfg.allreduce)
+            result = summed([part for _, _, part in arrivals if part is not None], bf16)
+            cost = allreduce_s(self.wire(data), p, self.cfg.alpha_s, self.cfg.bandwidth, self.cfg.allreduce)
             phase, name = "communicate", "Allreduce"
         done = max(t for _, t, _ in arrivals) + cost
         for r, t, part in arrivals:
-            self.row(r, phase, t, done, 0 if part is None else self.modeled(part.nbytes), name)
+            self.row(r, phase, t, done, 0 if part is None else self.wire(part), name)
             self.later(r, done, None if result is None else result.copy())
         return BLOCKED
 
@@ -460,9 +466,3 @@ class Engine:
         self.logs.record(self.now, op)
 
 
-def summed(parts: list[np.ndarray]) -> np.ndarray:
-    """The element-wise sum of every worker's vector, added in rank order (as given)."""
-    total = parts[0].copy()
-    for other in parts[1:]:
-        total += other
-    return total

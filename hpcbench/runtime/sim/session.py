@@ -102,6 +102,9 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     set_threads(cfg, thread_count(cfg.threads, 1))
     run = assemble(plan, n, stand_in=0 if sim.numerics else STAND_IN_FLOATS)
     workload, algo = run.workload, run.algo
+    if algo.shaped_messages and (not sim.numerics or sim.message_params):
+        raise UsageError(f"{cfg.algo}'s PowerSGD messages follow the model's own matrices: simulate it with numerics "
+                         "on and without message_params")
     if out:
         check_room(out, expected_bytes(run))
     message_params = sim.message_params or workload.size

@@ -1,0 +1,145 @@
+"""Compressed all-reduce, as PyTorch DDP's communication hooks do it: fp16 and bf16 (cast, divide by
+the worker count, sum in the narrow type, cast back) and PowerSGD (Vogels et al. 2019: rank-r power
+iteration per matrix-shaped parameter, error feedback, warm start; vectors and matrices too small to
+gain go uncompressed). The pure math is here; ``Compressor.mean`` is the piece of a worker program
+that averages a vector over the workers with it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from hpcbench.algorithms.api import Sub
+from hpcbench.algorithms.ops import Allreduce
+from hpcbench.bfloat16 import from_bf16, to_bf16
+from hpcbench.errors import one_of
+from hpcbench.ranges import bounded
+
+COMPRESSORS = ("none", "fp16", "bf16", "powersgd")
+MIN_COMPRESSION_RATE = 2.0  # DDP's: a matrix is compressed only where r·(rows + cols) ≤ rows·cols / 2
+POWERSGD_SEED = 0x5D6  # the first Qs: the same random matrices on every worker
+
+
+@dataclass(frozen=True)
+class CompressOptions:
+    """The all-reduce's compression (``allreduce`` and ``local-sgd`` share these fields)."""
+
+    compress: str = "none"  # none | fp16 | bf16 | powersgd
+    powersgd_rank: int = bounded(1, low=1, unit="columns")  # r: rank of each matrix's approximation
+    powersgd_start: int = bounded(10, low=0, unit="all-reduces")  # plain all-reduces before PowerSGD starts
+    error_feedback: bool = True  # PowerSGD adds what its last approximation missed to the next vector
+
+
+def orthogonalize(m: np.ndarray) -> None:
+    """Gram-Schmidt on the columns of ``m``, in place (PowerSGD's; a zero column stays zero)."""
+    for i in range(m.shape[1]):
+        col = m[:, i]
+        norm = np.linalg.norm(col)
+        if norm > 0:
+            col /= norm
+        if i + 1 < m.shape[1]:
+            m[:, i + 1:] -= np.outer(col, col @ m[:, i + 1:])
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A parameter as PowerSGD sees it: rows × the rest of its shape, approximated at ``rank``."""
+
+    start: int  # where the parameter begins in the flat vector
+    rows: int
+    cols: int
+    rank: int
+
+    @classmethod
+    def of(cls, start: int, shape: Sequence[int], rank: int) -> "Matrix":
+        rows, cols = (shape[0], int(np.prod(shape[1:]))) if len(shape) > 1 else (int(np.prod(shape)), 1)
+        return cls(start, rows, cols, min(rows, cols, rank))
+
+    @property
+    def compressible(self) -> bool:
+        """DDP's rule: compressed where the factors take at most half the matrix (never a vector)."""
+        return self.cols > 1 and self.rows * self.cols >= MIN_COMPRESSION_RATE * self.rank * (self.rows + self.cols)
+
+
+def compressible(shape: Sequence[int], rank: int) -> bool:
+    """Whether PowerSGD compresses a parameter of ``shape`` at ``rank``."""
+    return Matrix.of(0, shape, rank).compressible
+
+
+def matrices(bounds: Sequence[int], shapes: Sequence[Sequence[int]], rank: int) -> list[Matrix]:
+    """The parameters PowerSGD compresses: each matrix-shaped one that gains at ``rank``."""
+    return [m for m in (Matrix.of(start, shape, rank) for start, shape in zip(bounds, shapes)) if m.compressible]
+
+
+def check(owner: str, options: CompressOptions) -> None:
+    if options.compress not in COMPRESSORS:
+        raise one_of(f"{owner}.compress", options.compress, COMPRESSORS)
+
+
+class Compressor:
+    """One worker's all-reduce with its compression, and the state PowerSGD keeps between calls."""
+
+    def __init__(self, options: CompressOptions, workers: int, size: int, bounds: Sequence[int],
+                 shapes: Sequence[tuple[int, ...]]) -> None:
+        self.kind, self.options, self.workers = options.compress, options, workers
+        self.calls = 0
+        self.mats = matrices(bounds, shapes, options.powersgd_rank) if self.kind == "powersgd" else []
+        rest = np.ones(size if self.kind == "powersgd" else 0, bool)
+        for m in self.mats:
+            rest[m.start:m.start + m.rows * m.cols] = False
+        self.rest = np.flatnonzero(rest)  # elements PowerSGD all-reduces as they are
+        self.error = np.zeros(size if self.kind == "powersgd" else 0, np.float32)
+        rng = np.random.default_rng(POWERSGD_SEED)
+        self.qs = [rng.standard_normal((m.cols, m.rank)).astype(np.float32) for m in self.mats]
+
+    def mean(self, vector: np.ndarray) -> Sub[np.ndarray]:
+        """The workers' mean of ``vector`` (float32), through this compression; → a new array."""
+        n, kind = self.workers, self.kind
+        self.calls += 1
+        if kind == "fp16":
+            part = vector.astype(np.float16) / np.float16(n)
+            return (yield Allreduce(part)).astype(np.float32)
+        if kind == "bf16":
+            part = to_bf16(from_bf16(to_bf16(vector)) / np.float32(n))
+            return from_bf16((yield Allreduce(part, bf16=True)))
+        if kind == "none" or self.calls <= self.options.powersgd_start:
+            return (yield Allreduce(vector)) * np.float32(1.0 / n)
+        return (yield from self.powersgd(vector))
+
+    def powersgd(self, vector: np.ndarray) -> Sub[np.ndarray]:
+        """DDP's ``powerSGD_hook`` over the whole vector: the uncompressed part summed, then per matrix
+        M (with the error fed back): P = M·Q summed and orthogonalized, Q = Mᵀ·P summed and divided by
+        n, M̂ = P·Qᵀ. The error kept is this worker's own residual M − P·(Mᵀ·P)ᵀ (Vogels et al.'s
+        Algorithm 1); DDP keeps M less the workers' M̂, which differs by terms that sum to zero over the
+        workers, so every average is the same, with smaller numbers carried."""
+        scale = np.float32(1.0 / self.workers)
+        fed = vector + self.error if self.options.error_feedback else vector.astype(np.float32, copy=True)
+        out = np.empty_like(fed)
+        if self.rest.size:
+            out[self.rest] = (yield Allreduce(np.ascontiguousarray(fed[self.rest]))) * scale
+        if self.mats:
+            ms = [fed[m.start:m.start + m.rows * m.cols].reshape(m.rows, m.cols) for m in self.mats]
+            for q in self.qs:  # warm start: last step's Qs, orthogonalized again
+                orthogonalize(q)
+            ps = split((yield Allreduce(np.concatenate([(mat @ q).ravel() for mat, q in zip(ms, self.qs)]))),
+                       [(m.rows, m.rank) for m in self.mats])
+            for p in ps:
+                orthogonalize(p)
+            own = [mat.T @ p for mat, p in zip(ms, ps)]  # this worker's Q
+            summed = yield Allreduce(np.concatenate([q.ravel() for q in own]))
+            self.qs = split(summed * scale, [(m.cols, m.rank) for m in self.mats])
+            for m, p, q, mine, mat in zip(self.mats, ps, self.qs, own, ms):
+                out[m.start:m.start + m.rows * m.cols] = (p @ q.T).ravel()
+                if self.options.error_feedback:
+                    self.error[m.start:m.start + m.rows * m.cols] = (mat - p @ mine.T).ravel()
+        return out
+
+
+def split(flat: np.ndarray, shapes: Sequence[tuple[int, int]]) -> list[np.ndarray]:
+    """Consecutive matrices of ``shapes`` out of one flat vector, each its own contiguous copy."""
+    out, at = [], 0
+    for rows, cols in shapes:
+        out.append(flat[at:at + rows * cols].reshape(rows, cols).copy())
+        at += rows * cols
+    return out
