@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, Iterator
 
-from hpcbench.errors import Stopped
+from hpcbench.errors import HungUp, Stopped
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGXCPU")
                      if hasattr(signal, name))
@@ -77,3 +77,32 @@ def stop_on_signals() -> Any:
 def signals_held() -> Any:
     """Within: stop signals are ignored (while the record of a failed run is written)."""
     return _handled_by(signal.SIG_IGN)
+
+
+@contextmanager
+def hangup(handler: Any) -> Iterator[None]:
+    """Within (the main thread only; elsewhere nothing changes): ``handler`` for SIGHUP."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGHUP, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def _hung_up(signum: int, frame: FrameType | None) -> None:
+    raise HungUp()
+
+
+def hangup_stops_study() -> Any:
+    """Within: SIGHUP (the terminal closed) raises ``HungUp``, a KeyboardInterrupt, so a study that
+    runs processes of its own stops them as Ctrl-C would, each run ending "aborted" with its record."""
+    return hangup(_hung_up)
+
+
+def hangup_ignored() -> Any:
+    """Within: SIGHUP is ignored, by this process and by the processes it starts (they inherit it):
+    MPICH's mpiexec, which would kill its ranks outright on a hangup, started so."""
+    return hangup(signal.SIG_IGN)

@@ -91,3 +91,32 @@ def test_simulate_and_run_share_one_compute_model():
                             {"compute_shape": 7.0, "compute_mean_s": 0.1})
     assert dict(cfg.options["payload"]) == {"compute_mean_s": 0.2, "compute_shape": 7.0}
     assert sim["compute_mean_s"] == 0.2 and sim["compute_shape"] == 7.0
+
+
+@requires_mpi
+@pytest.mark.timeout(200)
+def test_compressed_all_reduces_send_what_their_compression_says_without_torch(tmp_path, no_torch):
+    """Two 256 x 256 pieces and a 1,000-float rest: fp16 and bf16 send 2 bytes a number; PowerSGD at rank
+    2 (after 2 plain all-reduces) the rest as it is, then P and Q of 2 x 256 x 2 floats each."""
+    params = 2 * 65536 + 1000
+    runs = {"fp16": ("allreduce", "allreduce.compress=fp16"), "bf16": ("allreduce", "allreduce.compress=bf16"),
+            "powersgd": ("allreduce", "allreduce.compress=powersgd"),
+            "diloco": ("local-sgd", "local-sgd.compress=powersgd")}
+    for name, (algo, compress) in runs.items():
+        out = tmp_path / f"{name}.h5"
+        extra = ["--set", f"{algo}.powersgd_rank=2", "--set", f"{algo}.powersgd_start=2"]
+        if algo == "local-sgd":
+            extra += ["--set", "local-sgd.period=1", "--set", "local-sgd.outer=nesterov"]
+        ok(mpirun(5, "run", "--algo", algo, "--model", "payload", "--set", f"payload.params={params}",
+                  "--compute", "gamma:shape=100,mean=0.002", "--steps", "5", "--set", f"{compress}", *extra,
+                  "--out", str(out), env=no_torch, timeout=180))
+        rec = read_run(out)
+        assert rec.attrs["status"] == "ok" and np.isfinite(rec.final_params).all(), name
+        tl = rec.timeline
+        for rank in range(1, 5):
+            mine = (tl["rank"] == rank) & (tl["op"] == list(rec.ops).index("Allreduce"))
+            sent = tl["nbytes"][mine][np.argsort(tl["t_start"][mine], kind="stable")].tolist()
+            if name in ("fp16", "bf16"):
+                assert sent == [2 * params] * 5, (name, sent)
+            else:  # 2 plain all-reduces, then 3 steps of rest, P and Q
+                assert sent == [4 * params] * 2 + [4 * 1000, 4 * 2 * 256 * 2, 4 * 2 * 256 * 2] * 3, (name, sent)

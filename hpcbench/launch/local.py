@@ -7,12 +7,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-from hpcbench.errors import HungUp, UsageError
+from hpcbench.errors import UsageError
 from hpcbench.runtime.threads import cpu_count
+from hpcbench.signals import hangup_ignored, hangup_stops_study
 
 STOP_GRACE_S = 60.0  # for a run stopped by Ctrl-C to write its record before it is killed
 RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
@@ -110,33 +110,21 @@ def run_ranks(ranks: int, args: Sequence[str], timeout: float, capture: bool = F
     env["MPIEXEC"] = mpiexec_path()  # the emulated cluster's launcher wraps this one
     pipe = subprocess.PIPE if capture else None
     cmd = mpi_command(ranks, args, emulated)
-    # mpiexec ignores SIGHUP (MPICH's would kill the ranks outright, losing the run's record); a SIGHUP
-    # to this process stops the study as Ctrl-C does (``HungUp``), the run under way ending "aborted".
-    # A terminal's hangup reaches the ranks too, and each ends in order. Only the main thread can
-    # handle signals; elsewhere nothing changes.
-    main = threading.current_thread() is threading.main_thread()
-    before = signal.signal(signal.SIGHUP, signal.SIG_IGN) if main else None  # inherited by mpiexec
-    try:
-        with subprocess.Popen(cmd, env=env, text=True, stdout=pipe, stderr=pipe) as proc:
-            if main:
-                signal.signal(signal.SIGHUP, hung_up)
-            try:
-                out, err = proc.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                raise
-            except KeyboardInterrupt:  # Ctrl-C or a hangup: the run ends as "aborted", keeping its record
-                stop_run(proc)
-                raise
-    finally:
-        if main:
-            signal.signal(signal.SIGHUP, before)
+    # mpiexec ignores SIGHUP (MPICH's would kill the ranks outright, losing the run's record); a hangup
+    # reaches the ranks, which end in order, and this process, which stops as on Ctrl-C.
+    with hangup_ignored():
+        proc = subprocess.Popen(cmd, env=env, text=True, stdout=pipe, stderr=pipe)
+    with proc, hangup_stops_study():
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        except KeyboardInterrupt:  # Ctrl-C or a hangup: the run ends as "aborted", keeping its record
+            stop_run(proc)
+            raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-def hung_up(signum: int, frame: Any) -> None:
-    raise HungUp()
 
 
 def stop_run(proc: subprocess.Popen) -> None:

@@ -18,6 +18,7 @@ from typing import Sequence
 from hpcbench.config import RunConfig, table_argv
 from hpcbench.launch.arguments import parse_run
 from hpcbench.options.sim import SimConfig
+from hpcbench.signals import hangup_stops_study
 
 MODES = ("sim", "mpi")
 
@@ -109,30 +110,32 @@ def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float) -> d
         return outcome
     running: list[tuple[Job, subprocess.Popen, float]] = []
     queue = list(todo)
-    try:
-        while queue or running:
-            while queue and len(running) < width:
-                job = queue.pop(0)
-                running.append((job, start(job, mode), time.monotonic()))
-            time.sleep(0.05)
-            for entry in list(running):
-                job, proc, t0 = entry
-                code = proc.poll()
-                if code is None and time.monotonic() - t0 < timeout:
-                    continue
-                running.remove(entry)
-                if code is None:
-                    stop(proc)
-                    why, out = f"killed after {timeout:g} s", ""
-                else:
-                    out, err = proc.communicate()
-                    why = "" if code == 0 else why_failed(code, err)
-                done += 1
-                outcome[job.path] = why
-                say(done, total, job, why, out)
-    finally:
-        for _, proc, _ in running:
-            stop(proc)
+    # Each run has a session of its own (no terminal's signal reaches it): a hangup here stops them.
+    with hangup_stops_study():
+        try:
+            while queue or running:
+                while queue and len(running) < width:
+                    job = queue.pop(0)
+                    running.append((job, start(job, mode), time.monotonic()))
+                time.sleep(0.05)
+                for entry in list(running):
+                    job, proc, t0 = entry
+                    code = proc.poll()
+                    if code is None and time.monotonic() - t0 < timeout:
+                        continue
+                    running.remove(entry)
+                    if code is None:
+                        stop(proc)
+                        why, out = f"killed after {timeout:g} s", ""
+                    else:
+                        out, err = proc.communicate()
+                        why = "" if code == 0 else why_failed(code, err)
+                    done += 1
+                    outcome[job.path] = why
+                    say(done, total, job, why, out)
+        finally:
+            for _, proc, _ in running:
+                stop(proc)
     return outcome
 
 
