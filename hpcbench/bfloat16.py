@@ -14,7 +14,7 @@ def to_bf16(x: np.ndarray) -> np.ndarray:
 
 def from_bf16(u: np.ndarray) -> np.ndarray:
     """bfloat16 bit patterns (uint16) → float32, exactly."""
-    return (np.asarray(u, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return (u.astype(np.uint32) << 16).view(np.float32)
 
 
 def add_bf16(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from hpcbench.algorithms.compress import POWERSGD_SEED, CompressOptions, Compressor, compressible
+from hpcbench.algorithms.compress import POWERSGD_SEED, CompressOptions, Compressor, compressible, orthogonalize
 from hpcbench.algorithms.ops import Allreduce
 from hpcbench.bfloat16 import add_bf16, from_bf16, to_bf16
 
@@ -15,9 +15,12 @@ def test_bf16_rounds_to_nearest_even_as_torch_does():
     x = np.concatenate([rng.standard_normal(10_000).astype(np.float32) * 10.0 ** rng.integers(-30, 30, 10_000),
                         np.array([1.0 + 2**-8, 1.0 + 3 * 2**-8, -(1.0 + 2**-8), 0.0, -0.0, np.inf, -np.inf,
                                   3.3895314e38, 1e-40], np.float32)])  # ties both ways, the largest, a subnormal
+    x = np.append(x, np.float32(np.nan))
     want = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-    np.testing.assert_array_equal(to_bf16(x), want)
-    assert np.isnan(from_bf16(to_bf16(np.array([np.nan], np.float32))))[0]
+    got = to_bf16(x)
+    assert got.dtype == np.uint16 and got[-1] == 0x7FC0  # torch's NaN, bit for bit
+    np.testing.assert_array_equal(got, want)
+    assert from_bf16(got).dtype == np.float32 and np.isnan(from_bf16(got)[-1])
     finite = x[np.isfinite(x) & (np.abs(x) > 1e-37)]
     back = from_bf16(to_bf16(finite))
     assert np.max(np.abs(back - finite) / np.abs(finite)) <= 2.0**-8  # half a unit in the last of 8 bits
@@ -28,9 +31,10 @@ def test_a_bf16_sum_is_the_rounded_float_sum():
     np.testing.assert_array_equal(from_bf16(add_bf16(to_bf16(a), to_bf16(b))), [1.0, 256.0, 0.0])
 
 
-def means(kind: str, vectors: list[list[np.ndarray]], bounds=(0,), shapes=None, **options) -> list[np.ndarray]:
+def means(kind: str, vectors: list[list[np.ndarray]], bounds=(0,), shapes=None, sent=None, **options) -> list[np.ndarray]:
     """Every worker's Compressor averaging vectors[step][worker], its all-reduces answered by summing
-    the workers' parts in their own type; → each step's results (checked identical on every worker)."""
+    the workers' parts in their own type; → each step's results (checked identical on every worker).
+    ``sent``: a list to receive, per step, each all-reduce's (dtype, size, bf16) of worker 1."""
     n, size = len(vectors[0]), vectors[0][0].size
     shapes = shapes or [(size,)]
     compressors = [Compressor(CompressOptions(compress=kind, **options), n, size, list(bounds) + [size], shapes)
@@ -40,8 +44,12 @@ def means(kind: str, vectors: list[list[np.ndarray]], bounds=(0,), shapes=None, 
         programs = [c.mean(v) for c, v in zip(compressors, parts)]
         ops = [next(p) for p in programs]
         results = [None] * n
+        if sent is not None:
+            sent.append([])
         while True:
             assert all(isinstance(op, Allreduce) for op in ops)
+            if sent is not None:
+                sent[-1].append((ops[0].data.dtype, ops[0].data.size, ops[0].bf16))
             total = ops[0].data.copy()
             for op in ops[1:]:
                 total = add_bf16(total, op.data) if op.bf16 else total + op.data
@@ -59,14 +67,41 @@ def means(kind: str, vectors: list[list[np.ndarray]], bounds=(0,), shapes=None, 
     return out
 
 
-@pytest.mark.parametrize("kind, precision", [("fp16", 2.0**-10), ("bf16", 2.0**-7)])
-def test_fp16_and_bf16_means_are_within_their_precision(kind, precision):
+@pytest.mark.parametrize("kind, precision, wire", [("fp16", 2.0**-10, (np.float16, False)),
+                                                   ("bf16", 2.0**-7, (np.uint16, True))])
+def test_fp16_and_bf16_means_are_within_their_precision_and_travel_in_16_bits(kind, precision, wire):
     rng = np.random.default_rng(1)
-    parts = [[rng.standard_normal(1000).astype(np.float32) for _ in range(4)] for _ in range(3)]
-    for got, step in zip(means(kind, parts), parts):
+    parts = [[rng.standard_normal(1000).astype(np.float32) for _ in range(4)] for _ in range(12)]
+    sent: list = []
+    for got, step in zip(means(kind, parts, sent=sent), parts):
         exact = np.mean(step, axis=0, dtype=np.float64)
         scale = np.max(np.abs(step))  # the error is relative to the largest term summed
         assert got.dtype == np.float32 and np.max(np.abs(got - exact)) <= 4 * precision * scale
+        assert np.max(np.abs(got - exact)) > 0  # it was rounded
+    assert sent == [[(np.dtype(wire[0]), 1000, wire[1])]] * 12  # every step, past powersgd_start too
+
+
+def test_no_compression_is_the_float32_mean_every_time():
+    rng = np.random.default_rng(4)
+    parts = [[rng.standard_normal(50).astype(np.float32) for _ in range(3)] for _ in range(12)]
+    sent: list = []
+    for got, step in zip(means("none", parts, sent=sent), parts):
+        np.testing.assert_allclose(got, np.mean(step, axis=0), rtol=1e-6, atol=1e-7)
+    assert sent == [[(np.dtype(np.float32), 50, False)]] * 12
+
+
+def test_orthogonalize_gives_orthonormal_columns_whatever_their_scale_and_keeps_a_zero_column():
+    rng = np.random.default_rng(5)
+    for scale in (1e-3, 1.0, 1e3):
+        m = (rng.standard_normal((20, 3)) * scale).astype(np.float32)
+        want = gram_schmidt_by_qr(m)
+        orthogonalize(m)
+        np.testing.assert_allclose(m.T @ m, np.eye(3), atol=1e-5)
+        np.testing.assert_allclose(m, want, atol=1e-5)
+    m = np.zeros((5, 2), np.float32)
+    m[:, 1] = 1.0
+    orthogonalize(m)
+    assert np.all(m[:, 0] == 0) and np.allclose(m[:, 1], 1 / np.sqrt(5))
 
 
 def gram_schmidt_by_qr(m: np.ndarray) -> np.ndarray:
@@ -103,13 +138,15 @@ def naive_powersgd(vectors, bounds, shapes, rank, start, feedback=True):
     return out
 
 
-LAYERS = {"bounds": (0, 192, 204, 228), "shapes": [(16, 12), (12,), (8, 3), (10,)]}  # 238 floats
+# 268 floats: at rank 1 three matrices are compressed (16x12, 8x3, 6x5), at rank 2 one, at rank 3 one.
+LAYERS = {"bounds": (0, 192, 204, 228, 238), "shapes": [(16, 12), (12,), (8, 3), (10,), (6, 5)]}
+SIZE = 268
 
 
 @pytest.mark.parametrize("rank, start, feedback", [(1, 0, True), (2, 2, True), (3, 1, False)])
 def test_powersgd_matches_the_naive_reimplementation_step_for_step(rank, start, feedback):
     rng = np.random.default_rng(2)
-    steps = [[rng.standard_normal(238).astype(np.float32) for _ in range(3)] for _ in range(6)]
+    steps = [[rng.standard_normal(SIZE).astype(np.float32) for _ in range(3)] for _ in range(6)]
     got = means("powersgd", steps, **LAYERS, powersgd_rank=rank, powersgd_start=start, error_feedback=feedback)
     want = naive_powersgd(steps, LAYERS["bounds"], LAYERS["shapes"], rank, start, feedback)
     for k, (g, w) in enumerate(zip(got, want)):
@@ -132,11 +169,18 @@ def test_powersgd_at_the_matrices_rank_is_the_plain_mean():
     assert not np.allclose(low[0], np.mean(steps[0], axis=0), atol=1e-2)
 
 
+@pytest.mark.parametrize("shape, rank, compressed", [((4, 4), 1, False), ((5, 4), 1, True), ((4, 3, 3), 1, True),
+                                                     ((4, 3, 3), 2, False), ((100,), 1, False), ((100, 1), 1, False)])
+def test_a_matrix_is_compressed_where_its_factors_take_less_than_half_of_it(shape, rank, compressed):
+    """DDP's rule, its edge included: 4 x 4 at rank 1 is 16 numbers either way (8·2 = 16): not compressed."""
+    assert compressible(shape, rank) is compressed
+
+
 def test_powersgd_sends_r_times_rows_plus_columns_per_matrix():
     sizes = []
-    compressor = Compressor(CompressOptions(compress="powersgd", powersgd_rank=2, powersgd_start=0), 1, 238,
-                            list(LAYERS["bounds"]) + [238], LAYERS["shapes"])
-    program = compressor.mean(np.ones(238, np.float32))
+    compressor = Compressor(CompressOptions(compress="powersgd", powersgd_rank=2, powersgd_start=0), 1, SIZE,
+                            list(LAYERS["bounds"]) + [SIZE], LAYERS["shapes"])
+    program = compressor.mean(np.ones(SIZE, np.float32))
     op = next(program)
     try:
         while True:
@@ -144,8 +188,8 @@ def test_powersgd_sends_r_times_rows_plus_columns_per_matrix():
             op = program.send(op.data)
     except StopIteration:
         pass
-    # (8, 3) gains nothing at rank 2 and goes with the vectors: 12 + 24 + 10 = 46; P 16·2, Q 12·2
-    assert sizes == [46, 32, 24]
+    # (8, 3) and (6, 5) gain nothing at rank 2 and go with the vectors: 12 + 24 + 10 + 30 = 76; P 16·2, Q 12·2
+    assert sizes == [76, 32, 24]
 
 
 def sim_and_mpi(tmp_path, name: str, args: list[str]):

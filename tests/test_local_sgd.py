@@ -10,6 +10,7 @@ from conftest import mpirun, ok, requires_mpi
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms.decentral import EVALUATE, NO_MORE, model_frame
 from hpcbench.algorithms.ops import Allreduce, Compute, Gradient, Op, Poll, Publish, Recv, Send
+from hpcbench.bfloat16 import add_bf16
 from hpcbench.cli import main
 from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
@@ -62,7 +63,13 @@ def program_models(algo: str, momentum: float, **options) -> dict[int, np.ndarra
 
     def complete(joined: dict[int, Op]) -> dict[int, object]:
         parts = {r: gradient(r, op.params) if isinstance(op, Compute) else op.data for r, op in joined.items()}
-        total = np.sum([parts[r] for r in sorted(parts)], axis=0, dtype=np.float32)
+        ordered = [parts[r] for r in sorted(parts)]
+        if any(isinstance(op, Allreduce) and op.bf16 for op in joined.values()):  # bfloat16 bit patterns
+            total = ordered[0]
+            for part in ordered[1:]:
+                total = add_bf16(total, part)
+        else:  # in the parts' own type (float16 sums in float16)
+            total = np.sum(ordered, axis=0, dtype=ordered[0].dtype)
         return {r: Gradient(total, 0.0, 1, 0) if isinstance(op, Compute) else total.copy()
                 for r, op in joined.items()}
 
@@ -151,6 +158,18 @@ def test_outer_sgd_at_rate_one_without_momentum_is_plain_averaging_step_for_step
     assert sorted(outer) == sorted(plain) == list(range(1, STEPS + 1))
     for step in plain:  # θ − mean(θ − x_i) is mean(x_i) up to float32 rounding
         np.testing.assert_allclose(outer[step], plain[step], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("compress, tolerance", [("powersgd", 1e-6), ("fp16", 1e-2), ("bf16", 5e-2)])
+def test_a_compressed_average_of_the_models_differences_is_plain_averaging_within_its_precision(compress, tolerance):
+    """outer = none with compression averages Δ = θ − x_i, never the models: θ − mean(Δ) is the plain
+    average, to the compression's precision (PowerSGD sends a vector as it is: exact)."""
+    compressed = program_models("local-sgd", 0.0, period=3, compress=compress, powersgd_start=0)
+    plain = program_models("local-sgd", 0.0, period=3)
+    for step in plain:
+        np.testing.assert_allclose(compressed[step], plain[step], rtol=tolerance, atol=tolerance)
+    if compress != "powersgd":  # rounded to 16 bits: well beyond float32's rounding
+        assert np.abs(compressed[STEPS] - plain[STEPS]).max() > 1e-5
 
 
 @pytest.mark.parametrize("outer, lr, mu", [("nesterov", 0.7, 0.9), ("sgd", 1.0, 0.5)])

@@ -150,3 +150,34 @@ def test_a_placeholder_default_is_accepted_and_values_at_the_edges_are_inside():
     check_ranges(SimConfig(apply_s=-1.0, update_s=-1.0, pause_prob=1.0, heterogeneity=10.0, bandwidth=1e-300), "sim.")
     check_ranges(dataclasses.replace(RunConfig(algo="asgd"), target_accuracy=1.0, val_fraction=0.5, momentum=0.0,
                                      seed=2**63 - 1, lr_decay_factor=1.0, steps=1), "")
+
+
+@pytest.mark.parametrize("limits, text", [
+    ({"low": 1, "unit": "local steps"}, ">= 1 local steps"), ({"above": 0}, "> 0"),
+    ({"high": 5}, "<= 5"), ({"below": 5, "unit": "s"}, "< 5 s"), ({}, "a finite number"),
+    ({"low": 0, "high": 8192, "unit": "versions"}, "between 0 and 8192 versions"),
+    ({"low": 0, "high": 1}, "in [0, 1]"), ({"above": 0, "below": 1}, "in (0, 1)"),
+    ({"low": 0, "below": 1}, "in [0, 1)"), ({"above": 0, "high": 1, "unit": "x"}, "in (0, 1] x"),
+])
+def test_a_range_says_itself_as_its_refusals_do(limits, text):
+    from hpcbench.ranges import Range
+    assert Range(**limits).text() == text
+
+
+@pytest.mark.parametrize("value, text", [(9999, "9999"), (10_000, "10,000"), (-10_000, "-10,000"), (0.5, "0.5"),
+                                         (1e-9, "1e-09"), (4096.0, "4096"), (2.0**53, "9.0072e+15"),
+                                         (2.0**53 - 1, "9,007,199,254,740,991"), (2**63 - 1, "9,223,372,036,854,775,807")])
+def test_a_limit_is_written_as_a_user_would_read_it(value, text):
+    from hpcbench.ranges import number
+    assert number(value) == text
+
+
+@pytest.mark.parametrize("limits, inside, outside", [
+    ({"low": 1}, [1, 1e300], [0.999, float("inf"), float("nan")]),
+    ({"above": 0, "below": 1}, [1e-300, 0.999], [0, 1]),
+    ({"high": 2}, [-1e300, 2], [2.001]),
+])
+def test_a_range_holds_its_edges_and_refuses_what_is_not_finite(limits, inside, outside):
+    from hpcbench.ranges import Range
+    assert all(Range(**limits).contains(v) for v in inside)
+    assert not any(Range(**limits).contains(v) for v in outside)

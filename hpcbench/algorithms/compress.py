@@ -17,7 +17,7 @@ from hpcbench.errors import one_of
 from hpcbench.ranges import bounded
 
 COMPRESSORS = ("none", "fp16", "bf16", "powersgd")
-MIN_COMPRESSION_RATE = 2.0  # DDP's: a matrix is compressed only where r·(rows + cols) ≤ rows·cols / 2
+MIN_COMPRESSION_RATE = 2.0  # DDP's: a matrix is compressed only where r·(rows + cols) < rows·cols / 2
 POWERSGD_SEED = 0x5D6  # the first Qs: the same random matrices on every worker
 
 
@@ -38,8 +38,7 @@ def orthogonalize(m: np.ndarray) -> None:
         norm = np.linalg.norm(col)
         if norm > 0:
             col /= norm
-        if i + 1 < m.shape[1]:
-            m[:, i + 1:] -= np.outer(col, col @ m[:, i + 1:])
+        m[:, i + 1:] -= np.outer(col, col @ m[:, i + 1:])
 
 
 @dataclass(frozen=True)
@@ -51,25 +50,19 @@ class Matrix:
     cols: int
     rank: int
 
-    @classmethod
-    def of(cls, start: int, shape: Sequence[int], rank: int) -> "Matrix":
-        rows, cols = (shape[0], int(np.prod(shape[1:]))) if len(shape) > 1 else (int(np.prod(shape)), 1)
-        return cls(start, rows, cols, min(rows, cols, rank))
-
-    @property
-    def compressible(self) -> bool:
-        """DDP's rule: compressed where the factors take at most half the matrix (never a vector)."""
-        return self.cols > 1 and self.rows * self.cols >= MIN_COMPRESSION_RATE * self.rank * (self.rows + self.cols)
-
 
 def compressible(shape: Sequence[int], rank: int) -> bool:
-    """Whether PowerSGD compresses a parameter of ``shape`` at ``rank``."""
-    return Matrix.of(0, shape, rank).compressible
+    """DDP's rule for a parameter of ``shape`` (rows × the rest; a vector is rows × 1): compressed where
+    the factors take less than half of it. (Where it holds, ``rank`` is below both sides, so DDP's
+    min(rows, cols, rank) is ``rank``.)"""
+    rows, cols = shape[0], int(np.prod(shape[1:]))
+    return rows * cols > MIN_COMPRESSION_RATE * rank * (rows + cols)
 
 
 def matrices(bounds: Sequence[int], shapes: Sequence[Sequence[int]], rank: int) -> list[Matrix]:
     """The parameters PowerSGD compresses: each matrix-shaped one that gains at ``rank``."""
-    return [m for m in (Matrix.of(start, shape, rank) for start, shape in zip(bounds, shapes)) if m.compressible]
+    return [Matrix(start, shape[0], int(np.prod(shape[1:])), rank)
+            for start, shape in zip(bounds, shapes) if compressible(shape, rank)]
 
 
 def check(owner: str, options: CompressOptions) -> None:
@@ -114,7 +107,7 @@ class Compressor:
         Algorithm 1); DDP keeps M less the workers' M̂, which differs by terms that sum to zero over the
         workers, so every average is the same, with smaller numbers carried."""
         scale = np.float32(1.0 / self.workers)
-        fed = vector + self.error if self.options.error_feedback else vector.astype(np.float32, copy=True)
+        fed = vector + self.error  # the error stays zero without error feedback
         out = np.empty_like(fed)
         if self.rest.size:
             out[self.rest] = (yield Allreduce(np.ascontiguousarray(fed[self.rest]))) * scale

@@ -47,7 +47,7 @@ class LocalSgdOptions(CompressOptions):
 
 def outer_setting(options: LocalSgdOptions) -> tuple[float, float]:
     """(rate, momentum) of the outer step: the options, or the outer optimizer's defaults."""
-    lr, momentum = OUTER_DEFAULTS.get(options.outer, (1.0, 0.0))
+    lr, momentum = OUTER_DEFAULTS[options.outer]
     return (options.outer_lr or lr, momentum if options.outer_momentum < 0 else options.outer_momentum)
 
 
@@ -114,10 +114,7 @@ class LocalSgd(Algorithm):
                     x[...] = (yield Allreduce(x)) * scale
                 else:
                     delta = yield from compressor.mean(theta - x)
-                    if opts.outer == "none":
-                        theta -= delta
-                    else:
-                        outer_step(theta, delta, m, opts.outer, outer_lr, outer_momentum)
+                    outer_step(theta, delta, m, opts.outer, outer_lr, outer_momentum)
                     x[...] = theta
             done = step + 1 == ctx.steps
             if done:  # the final model, for rank 0 to read (snapshots are kept as rank 0 asks)
