@@ -22,7 +22,7 @@ class Range:
     unit: str = ""
 
     def contains(self, value: float) -> bool:
-        return (math.isfinite(value)
+        return ((isinstance(value, int) or math.isfinite(value))  # an int of any size compares exactly
                 and (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
                 and (self.above is None or value > self.above) and (self.below is None or value < self.below))
 

@@ -126,6 +126,7 @@ def test_every_numeric_option_declares_a_range_its_default_keeps():
     ("", {"lr_decay_epochs": (3.0, -5.0)}, "lr_decay_epochs must be >= 0 epochs, got [3.0, -5.0]"),
     ("", {"max_steps": -1}, "max_steps must be >= 0 steps (0: no cap (HPCBENCH_MAX_STEPS=N sets it)), got -1"),
     ("", {"seed": 2**63}, "seed must be in [0, 9,223,372,036,854,775,807], got 9223372036854775808"),
+    ("", {"seed": 10**400}, "seed must be in [0, 9,223,372,036,854,775,807], got 1" + "0" * 400),
     ("sim.", {"apply_s": -2.0}, "sim.apply_s must be >= 0 seconds (-1: 2 ns per model parameter), got -2.0"),
     ("sim.", {"bandwidth": 0.0}, "sim.bandwidth must be > 0 bytes/s, got 0.0"),
     ("sim.", {"heterogeneity": 1e300}, "sim.heterogeneity must be in [0, 10], got 1e+300"),
