@@ -55,13 +55,13 @@ def deferring() -> bool:
 
 
 @contextmanager
-def _handled_by(handler: Any) -> Iterator[None]:
-    """Within: ``handler`` for every stop signal. Off the main thread (a rank of the loopback cluster,
-    where signals reach the process, not the rank) nothing changes."""
+def _handled_by(handler: Any, signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """Within: ``handler`` for ``signals`` (every stop signal). Off the main thread (a rank of the
+    loopback cluster, where signals reach the process, not the rank) nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
@@ -79,19 +79,6 @@ def signals_held() -> Any:
     return _handled_by(signal.SIG_IGN)
 
 
-@contextmanager
-def hangup(handler: Any) -> Iterator[None]:
-    """Within (the main thread only; elsewhere nothing changes): ``handler`` for SIGHUP."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGHUP, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGHUP, previous)
-
-
 def _hung_up(signum: int, frame: FrameType | None) -> None:
     raise HungUp()
 
@@ -99,10 +86,10 @@ def _hung_up(signum: int, frame: FrameType | None) -> None:
 def hangup_stops_study() -> Any:
     """Within: SIGHUP (the terminal closed) raises ``HungUp``, a KeyboardInterrupt, so a study that
     runs processes of its own stops them as Ctrl-C would, each run ending "aborted" with its record."""
-    return hangup(_hung_up)
+    return _handled_by(_hung_up, (signal.SIGHUP,))
 
 
 def hangup_ignored() -> Any:
     """Within: SIGHUP is ignored, by this process and by the processes it starts (they inherit it):
     MPICH's mpiexec, which would kill its ranks outright on a hangup, started so."""
-    return hangup(signal.SIG_IGN)
+    return _handled_by(signal.SIG_IGN, (signal.SIGHUP,))

@@ -14,7 +14,7 @@ from hpcbench.algorithms import compress, decentral
 from hpcbench.algorithms.api import SYNCHRONOUS, Algorithm, Context, Layout, Program, Settings, register
 from hpcbench.algorithms.buckets import plan_buckets
 from hpcbench.algorithms.compress import CompressOptions, Compressor
-from hpcbench.algorithms.ops import Allreduce, Compute
+from hpcbench.algorithms.ops import Compute
 from hpcbench.ranges import bounded
 
 
@@ -36,10 +36,8 @@ class AllReduceSgd(Algorithm):
         super().__init__(ctx)
         self.frame = decentral.model_frame(ctx.size)
         opts = self.opts
-        plain = opts.compress == "none"
-        self.buckets = plan_buckets(ctx.model_bounds, opts.bucket_mb * 2**20) if opts.overlap and plain else ()
-        self.compressed = not plain
-
+        overlapped = opts.overlap and opts.compress == "none"  # a compressed all-reduce runs after backward
+        self.buckets = plan_buckets(ctx.model_bounds, opts.bucket_mb * 2**20) if overlapped else ()
 
     @classmethod
     def check(cls, cfg: Settings, options: AllreduceOptions, workers: int) -> None:
@@ -69,8 +67,7 @@ class AllReduceSgd(Algorithm):
                 mean = result.grad * scale
             else:
                 result = yield Compute(theta)
-                mean = (yield from compressor.mean(result.grad)) if self.compressed else \
-                    (yield Allreduce(result.grad)) * scale
+                mean = yield from compressor.mean(result.grad)  # compress=none: the all-reduced sum × 1/n
             reporter.trained(result, decentral.local_sgd(ctx, theta, mean, theta, buf, step))
             done = step + 1 == ctx.steps
             if done:  # the final model, for rank 0 to read (snapshots are kept as rank 0 asks)

@@ -77,12 +77,14 @@ class Compressor:
                  shapes: Sequence[tuple[int, ...]]) -> None:
         self.kind, self.options, self.workers = options.compress, options, workers
         self.calls = 0
-        self.mats = matrices(bounds, shapes, options.powersgd_rank) if self.kind == "powersgd" else []
-        rest = np.ones(size if self.kind == "powersgd" else 0, bool)
+        power = self.kind == "powersgd"
+        kept = size if power else 0  # PowerSGD's state; none for the other kinds
+        self.mats = matrices(bounds, shapes, options.powersgd_rank) if power else []
+        rest = np.ones(kept, bool)
         for m in self.mats:
             rest[m.start:m.start + m.rows * m.cols] = False
         self.rest = np.flatnonzero(rest)  # elements PowerSGD all-reduces as they are
-        self.error = np.zeros(size if self.kind == "powersgd" else 0, np.float32)
+        self.error = np.zeros(kept, np.float32)
         rng = np.random.default_rng(POWERSGD_SEED)
         self.qs = [rng.standard_normal((m.cols, m.rank)).astype(np.float32) for m in self.mats]
 

@@ -44,6 +44,7 @@ def add_run_flags(p: argparse.ArgumentParser, prefix: str = "", grid: bool = Fal
     p.add_argument("--compute", help=f"{prefix}gamma:shape=K,mean=SECONDS per batch: the simulator's compute "
                    "model, and --model payload's (default gamma:shape=100,mean=0.05)")
 
+
 def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--algo", help="algorithm (see `hpcbench list`)")
     add_run_flags(p)

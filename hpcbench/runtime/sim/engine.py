@@ -464,5 +464,3 @@ class Engine:
     def record(self, rank: int, op: Record) -> None:
         self.steps[rank] += 1
         self.logs.record(self.now, op)
-
-
