@@ -206,6 +206,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 
+def local_jobs(jobs: int, ranks: list[int], emulated: bool) -> int:
+    """``sweep --local --jobs``: runs at a time (0: as many as fit in the cores here); a warning when
+    the runs would share cores, whose timings would then include each other's load."""
+    from hpcbench.launch.study import default_jobs
+    from hpcbench.runtime.threads import cpu_count
+
+    if jobs < 0:
+        raise UsageError(f"--jobs must be >= 1 (0: as many runs as fit in the cores here), got {jobs}")
+    cores = cpu_count()
+    jobs = jobs or (1 if emulated else default_jobs(ranks, cores))
+    if jobs > 1 and jobs * max(ranks) > cores:
+        print(f"hpcbench: warning: {jobs} runs of up to {max(ranks)} ranks at a time share {cores} cores: each "
+              "run's timings include the others' load", file=sys.stderr, flush=True)
+    return jobs
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from hpcbench.results.paths import check_study_dir
     from hpcbench.runtime import plan
@@ -226,13 +242,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         plan.validate(cfg.for_algo(a))
     if args.emulated and not args.local:
         raise UsageError("--emulated runs a local sweep across the emulated nodes: give --local too")
+    if args.jobs and not args.local:
+        raise UsageError("--jobs is how many runs of a local sweep run at a time: give --local too")
     if args.emulated:
         emulated_nodes()  # refuse before the study directory is made
     out_dir = Path(args.out_dir).resolve()
     check_study_dir(out_dir, args.resume)
     if args.local:
-        files, failures = run_local(algos, parse_ranks(args.ranks), cfg, str(out_dir), args.timeout,
-                                    args.repeats, emulated=args.emulated)
+        ranks = parse_ranks(args.ranks)
+        files, failures = run_local(algos, ranks, cfg, str(out_dir), args.timeout, args.repeats,
+                                    emulated=args.emulated, jobs=local_jobs(args.jobs, ranks, args.emulated))
         print_report(files)
         return 1 if failures else 0
     nodes = sweep.parse_counts(args.nodes, "--nodes", 1)
@@ -451,11 +470,13 @@ def build_parser() -> Parser:
     p.add_argument("--submit", action="store_true", help="submit the jobs with sbatch and print their ids")
     p.add_argument("--resubmit-failed", metavar="STUDY_DIR", help="submit again, as first written, the points of "
                    "a study without an ok result (and a new report job)")
-    p.add_argument("--local", action="store_true", help="run the study here with mpiexec, one run at a time")
+    p.add_argument("--local", action="store_true", help="run the study here with mpiexec (--jobs runs at a time)")
     p.add_argument("--ranks", default="3,5", help="with --local: world sizes, comma-separated (default 3,5)")
     p.add_argument("--emulated", action="store_true",
                    help="with --local: run across the emulated nodes (jobs/local/emulated-cluster.sh up)")
     p.add_argument("--timeout", type=seconds, default=600.0, help="with --local: seconds allowed per run")
+    p.add_argument("--jobs", type=int, default=0, help="with --local: runs at a time (default: as many as fit "
+                   "in the cores here with the largest world size, at least 1)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("status", help="a study's points: result, latest Slurm job and its state")

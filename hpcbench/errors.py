@@ -72,10 +72,10 @@ def one_of(kind: str, name: object, valid: list[str] | tuple[str, ...]) -> Usage
     return UsageError(f"unknown {kind} {name!r}; valid: {', '.join(valid)}")
 
 
-def undeclared_add(window: str) -> RuntimeFailure:
-    """An Accumulate or fetch-and-add into a window its layout does not declare "accumulate": an
-    algorithm's bug, refused by the simulator and under MPI alike."""
-    return RuntimeFailure(f"an add into window {window!r}, which its layout declares \"publish\": declare it "
+def undeclared_add(window: str, what: str = "an add into") -> RuntimeFailure:
+    """An Accumulate, fetch-and-add or drain of a window its layout does not declare "accumulate":
+    an algorithm's bug, refused by the simulator and under MPI alike."""
+    return RuntimeFailure(f"{what} window {window!r}, which its layout declares \"publish\": declare it "
                           "\"accumulate\" (reads of a window others add into must exclude the adders)")
 
 

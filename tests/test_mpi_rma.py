@@ -16,6 +16,18 @@ def test_workers_never_read_a_torn_parameter_vector():
     assert all(int(t) == 0 for _, _, t in found), proc.stdout
 
 
+@pytest.mark.parametrize("case, expected", [
+    ("1", "version=1 retries=0 waits=0"),  # the owner wrote the other slot: the chosen one is still whole
+    ("2", "version=3 retries=1 waits=0"),  # it marked the chosen one before the reader's count landed
+    ("held", "version=3 retries=0 waits=3"),  # the publish waited until the reader let go
+])
+def test_the_races_of_a_versioned_window(case, expected):
+    # A reader counts itself on the newest slot, then checks the owner has not marked it meanwhile; the
+    # owner marks a slot, then checks no reader counts on it. Each side must see the other.
+    proc = ok(mpirun(1, case, module="mpi_programs.overtaken_read", env={"PYTHONPATH": "tests"}))
+    assert expected in proc.stdout, proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("op", ["accumulate", "fetch_add", "read"])
 def test_a_stop_signal_while_a_worker_holds_a_lock_leaves_the_window_unlocked(op):
     # The signal lands as the lock is granted, before the transfer: the transfer and the unlock still

@@ -2,6 +2,7 @@
 import io
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from conftest import cli, requires_mpi
 from hpcbench.comm.probe import srun_mpi_flag
 from hpcbench.results.store import read_run
+from hpcbench.runtime.threads import cpu_count
 from hpcbench.runtime.mpi.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
 from hpcbench.slurm.jobs import Resources, report_job, run_job, submit_script
 from hpcbench.slurm.sweep import Point, plan_points
@@ -285,8 +287,12 @@ def test_report_latex_and_csv_formats(small_study):
 @pytest.mark.timeout(300)
 def test_local_sweep_runs_each_point_and_prints_the_table(tmp_path):
     code, out, err = cli("sweep", "--local", "--ranks", "3,4", "--algos", "asgd,allreduce", "--set", "steps=10",
-                         "--out-dir", str(tmp_path))
+                         "--out-dir", str(tmp_path), "--jobs", "2")
     assert code == 0, err
+    cores = cpu_count()
+    if 8 > cores:  # two runs of up to 4 ranks at a time
+        assert f"hpcbench: warning: 2 runs of up to 4 ranks at a time share {cores} cores" in err
+    assert len(re.findall(r"^\[\d/4\] (asgd|allreduce) on [34] ranks: .* -> ", out, re.M)) == 4, out
     assert sorted(p.name for p in tmp_path.glob("*.h5")) == ["allreduce-w2.h5", "allreduce-w3.h5", "asgd-w2.h5",
                                                              "asgd-w3.h5"]
     assert "Scaling" in out and out.count("allreduce ") >= 4

@@ -58,11 +58,15 @@ class Frame:
     def pack(self, **values: object) -> np.ndarray:
         """A new buffer holding ``values``; fields not given are zero."""
         if len(values) < len(self.fields):
-            buf = np.zeros(self.nbytes, dtype=np.uint8)
-        else:  # every field is written below: only the gaps between them need zeroing
-            buf = np.empty(self.nbytes, dtype=np.uint8)
-            for start, stop in self._gaps:
-                buf[start:stop] = 0
+            return self.fill(np.zeros(self.nbytes, dtype=np.uint8), **values)
+        buf = np.empty(self.nbytes, dtype=np.uint8)  # every field is written: only the gaps need zeroing
+        for start, stop in self._gaps:
+            buf[start:stop] = 0
+        return self.fill(buf, **values)
+
+    def fill(self, buf: np.ndarray, **values: object) -> np.ndarray:
+        """``buf`` (this frame's bytes) with ``values`` written over its fields; → ``buf``. A buffer
+        reused step after step spares a large frame's allocation and first-touch page faults."""
         scalars = self._scalars
         for name, value in values.items():
             if type(value) is not np.ndarray and name in scalars:

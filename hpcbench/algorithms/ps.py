@@ -80,6 +80,7 @@ class ParameterServer(Algorithm):
 
     def worker(self, rank: int) -> Program:
         frame = self.params_frame
+        out = self.grad_frame.new()  # the Send is copied before the program resumes: one buffer will do
         while True:
             [raw] = yield Read("params", (SERVER,))
             version = frame.integer(raw, "version")
@@ -87,7 +88,7 @@ class ParameterServer(Algorithm):
                 raise RuntimeFailure(f"rank {rank} read a torn parameter window "
                                      f"(header version {version}, trailer {frame.integer(raw, 'check')})")
             result = yield Compute(frame.view(raw, "params"))
-            yield Send("grad", SERVER, self.grad_frame.pack(version=version, loss=result.loss,
+            yield Send("grad", SERVER, self.grad_frame.fill(out, version=version, loss=result.loss,
                                                             correct=result.correct, grad=result.grad))
             _, ack = yield Recv("ack", SERVER)
             if ANSWERS[ACK.integer(ack, "answer")] == "echo":  # the server no longer holds what we read
@@ -102,6 +103,7 @@ class ParameterServer(Algorithm):
         version = applied = stopped = 0
         meter = TrainingMeter()
         published = rule.published(ctx.schedule.at(0))  # version 0 is the window's initial content
+        window = self.params_frame.new()  # what each Publish copies from
         if ring is not None:
             ring.put(0, published)
         yield Evaluate(rule.theta, 0, 0)
@@ -127,7 +129,7 @@ class ParameterServer(Algorithm):
             applied += 1
             version += 1
             published = rule.published(ctx.schedule.at(applied * batch))
-            yield Publish("params", self.params_frame.pack(version=version, params=published, check=version))
+            yield Publish("params", self.params_frame.fill(window, version=version, params=published, check=version))
             if ring is not None:
                 ring.put(version, published)
             yield Record(UPDATES, (src, used, onto, staleness, penalty, gap, lr, echoed))

@@ -215,11 +215,12 @@ class LoopbackEndpoint:
             counter[0] += value
             return before
 
-    def _addable(self, window: str) -> None:
+    def _addable(self, window: str, what: str = "an add into") -> None:
         if window not in self.hub.accumulated:
-            raise undeclared_add(window)
+            raise undeclared_add(window, what)
 
     def drain(self, window: str) -> np.ndarray:
+        self._addable(window, "a drain of")
         with self.hub.lock:
             own = self.hub.windows[(window, self.rank)]
             out = own.copy()

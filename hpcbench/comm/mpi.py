@@ -103,14 +103,12 @@ def tighten_timer_slack() -> None:
 
 
 class Window:
-    """An RMA window of ``nbytes`` bytes on this rank (0 on ranks that only access others')."""
+    """An RMA window others add into (an atomic counter, a mailbox): ``nbytes`` on this rank (0 on
+    ranks that only access others'), every access under a passive-target lock."""
 
-    def __init__(self, comm: MPI.Intracomm, nbytes: int, accumulated: bool = False) -> None:
+    def __init__(self, comm: MPI.Intracomm, nbytes: int) -> None:
         self.win = MPI.Win.Allocate(nbytes, 1, comm=comm)
         self.rank = comm.rank
-        # A Get racing an Accumulate is undefined in MPI: reads of accumulated windows lock them exclusively.
-        self.accumulated = accumulated
-        self.read_lock = MPI.LOCK_EXCLUSIVE if accumulated else MPI.LOCK_SHARED
         self.local = (np.frombuffer(self.win.tomemory(), dtype=np.uint8)  # type: ignore[call-overload]
                       if nbytes else np.empty(0, np.uint8))
         # MPI leaves allocated memory as it found it (zero only where it maps fresh shared pages): a
@@ -130,7 +128,6 @@ class Window:
                 self.win.Unlock(rank)
 
     def publish(self, data: np.ndarray, offset: int = 0) -> None:
-        # An exclusive lock on our own window waits out every reader's shared lock: no torn reads.
         with self.locked(self.rank, MPI.LOCK_EXCLUSIVE):
             self.local[offset:offset + data.nbytes] = data.view(np.uint8)
 
@@ -142,13 +139,12 @@ class Window:
 
     def read(self, ranks: tuple[int, ...], nbytes: int,
              wait: Callable[[Callable[[], Any]], Any] | None = None, offset: int = 0) -> list[np.ndarray]:
-        # One lock per target, one target at a time: each owner is held only while its own bytes
-        # move (Lock_all would keep every owner from publishing until the last transfer ends).
-        # A request-based get, waited for by ``wait``: a reader naps while the owner is busy instead of
-        # spinning inside MPI.
+        # A Get racing an Accumulate is undefined in MPI: a read locks the window exclusively, one
+        # target at a time. A request-based get, waited for by ``wait``: a reader naps while the owner
+        # is busy instead of spinning inside MPI.
         bufs = [np.empty(nbytes, dtype=np.uint8) for _ in ranks]
         for rank, buf in zip(ranks, bufs):
-            with self.locked(rank, self.read_lock):
+            with self.locked(rank, MPI.LOCK_EXCLUSIVE):
                 req = self.win.Rget([buf, MPI.BYTE], rank, target=(offset, nbytes, MPI.BYTE))
                 if wait is None:
                     req.Wait()
@@ -170,6 +166,148 @@ class Window:
 
     def free(self) -> None:
         self.win.Free()
+
+
+SEQ = np.dtype(np.int64)
+ONE, MINUS_ONE = np.ones(1, SEQ), -np.ones(1, SEQ)
+
+
+class VersionedWindow:
+    """A window its owner publishes and others only read, without locks: a reader never waits for a
+    busy owner, and an owner waits only for readers still copying the version before the newest.
+
+    The owner's bytes are held twice, in two slots; at the window's start, for each slot, a
+    sequence number (odd while the slot is written, even when it holds a version; each write raises
+    it above every number before) and a count of the readers copying it. A reader takes the newest
+    slot (or, while that one is written, the other, which holds the version just before), adds
+    itself to its count, checks that its number has not moved (else the owner began writing it
+    first: it lets go and starts again), copies the bytes and lets go. A publish of the whole window
+    writes the slot readers are not pointed at, once no reader is copying it: it marks the slot's
+    number odd, then reads its count, and if a reader is there puts the number back and waits for
+    the count to fall to zero. A publish of a part writes the newest slot in place the same way.
+    The marks and counts are MPI atomics and the windows' memory barriers (``MPI_Win_sync``), so one
+    of the two always sees the other. Every rank holds a shared lock on every rank for the window's
+    life (``MPI_MODE_NOCHECK``: no lock messages): where the window is in shared memory, a read is
+    a direct copy that needs nothing from the owner.
+    """
+
+    HEADER = 4 * SEQ.itemsize  # two sequence numbers, then two reader counts
+
+    def __init__(self, comm: MPI.Intracomm, nbytes: int, owned: bool) -> None:
+        """``nbytes``: the window's size on the ranks that own one (a reader finds the slots by it)."""
+        self.nbytes = nbytes
+        self.rank = comm.rank
+        self.stride = -(-nbytes // SEQ.itemsize) * SEQ.itemsize  # each slot 8-aligned
+        size = self.HEADER + 2 * self.stride if owned and nbytes else 0
+        self.win = MPI.Win.Allocate(size, 1, comm=comm)
+        self.local = (np.frombuffer(self.win.tomemory(), dtype=np.uint8)  # type: ignore[call-overload]
+                      if size else np.empty(0, np.uint8))
+        self.local[:] = 0
+        self.seqs = self.local[:2 * SEQ.itemsize].view(SEQ)
+        self.top = 0  # the highest sequence number written (owner)
+        self.newest = 0  # the slot that holds it (owner)
+        self.retries = 0  # reads that began again (their slot taken by the owner as they came)
+        self.win.Lock_all(MPI.MODE_NOCHECK)
+
+    def publish(self, data: np.ndarray, offset: int = 0,
+                wait: Callable[[Callable[[], Any]], Any] | None = None) -> None:
+        """``wait``: how to wait for the readers still copying the slot (a test until it is free)."""
+        whole = offset == 0 and data.nbytes == self.nbytes
+        slot = 1 - self.newest if whole else self.newest
+        while True:
+            with stops_deferred():  # a number left odd would keep every reader waiting
+                if self._claim(slot):
+                    start = self.HEADER + slot * self.stride + offset
+                    self.local[start:start + data.nbytes] = data.view(np.uint8)
+                    self.win.Sync()
+                    self.top += 2
+                    self.seqs[slot] = self.top
+                    self.win.Sync()
+                    self.newest = slot
+                    return
+            (wait or spin)(lambda: True if self._readers(slot) == 0 else None)
+
+    def _claim(self, slot: int) -> bool:
+        """Mark ``slot`` as being written unless a reader is copying it (then leave it as it was)."""
+        before = self.seqs[slot]
+        self.seqs[slot] = self.top + 1
+        self.win.Sync()  # a memory barrier: the mark is visible before the count is read
+        if self._readers(slot) == 0:
+            return True
+        self.seqs[slot] = before
+        self.win.Sync()
+        return False
+
+    def _readers(self, slot: int) -> int:
+        count = np.zeros(1, SEQ)
+        self.win.Fetch_and_op([ONE, MPI.INT64_T], [count, MPI.INT64_T], self.rank, self._count_at(slot), op=MPI.NO_OP)
+        self.win.Flush(self.rank)
+        return int(count[0])
+
+    def read(self, ranks: tuple[int, ...], nbytes: int,
+             wait: Callable[[Callable[[], Any]], Any] | None = None, offset: int = 0) -> list[np.ndarray]:
+        """A request-based get, waited for by ``wait`` (a long transfer leaves the reader its
+        heartbeats and notices)."""
+        out = []
+        for rank in ranks:
+            buf = np.empty(nbytes, dtype=np.uint8)
+            while not self._copy(rank, buf, offset, wait):
+                self.retries += 1
+            out.append(buf)
+        return out
+
+    def _copy(self, rank: int, buf: np.ndarray, offset: int, wait: Callable[[Callable[[], Any]], Any] | None) -> bool:
+        """Copy ``rank``'s newest version (from ``offset`` on) into ``buf``; False: it could not be
+        held (a part of it being written in place, or the slot taken by the owner as we came)."""
+        seqs = self._seqs(rank)
+        slot = readable(seqs)
+        if slot is None:
+            return False
+        with stops_deferred():  # a count left raised would keep the owner from that slot for good
+            self._count(rank, slot, ONE)
+            try:
+                if self._seqs(rank)[slot] != seqs[slot]:  # the owner marked it before our count landed
+                    return False
+                req = self.win.Rget([buf, MPI.BYTE], rank, target=(self.HEADER + slot * self.stride + offset,
+                                                                    buf.nbytes, MPI.BYTE))
+                (wait or spin)(lambda: True if req.Test() else None)
+                return True
+            finally:
+                self._count(rank, slot, MINUS_ONE)
+
+    def _count(self, rank: int, slot: int, add: np.ndarray) -> None:
+        self.win.Accumulate([add, MPI.INT64_T], rank, target=(self._count_at(slot), 1, MPI.INT64_T), op=MPI.SUM)
+        self.win.Flush(rank)
+
+    @staticmethod
+    def _count_at(slot: int) -> int:
+        return (2 + slot) * SEQ.itemsize
+
+    def _seqs(self, rank: int) -> np.ndarray:
+        seqs = np.empty(2, SEQ)
+        self.win.Get([seqs, MPI.INT64_T], rank, target=(0, 2, MPI.INT64_T))
+        self.win.Flush(rank)
+        return seqs
+
+    def free(self) -> None:
+        self.win.Unlock_all()
+        self.win.Free()
+
+
+def spin(test: Callable[[], Any]) -> None:
+    while test() is None:
+        pass
+
+
+def readable(seqs: np.ndarray) -> int | None:
+    """The slot of a versioned window to read, given its two sequence numbers: the newest version,
+    or while it is being written (odd) the other slot if that holds the version just before; None:
+    wait (a part of the newest is being written in place)."""
+    newest = int(np.argmax(seqs))
+    if seqs[newest] % 2 == 0:
+        return newest
+    other = 1 - newest
+    return other if seqs[other] == seqs[newest] - 1 else None
 
 
 class Channel:
@@ -238,7 +376,7 @@ class MpiComm:
         self._next_parent_check = 0.0
         self.orphaned = False
         threading.Thread(target=self._watch_launcher, name="hpcbench-launcher-watchdog", daemon=True).start()
-        self.windows: dict[str, Window] = {}
+        self.windows: dict[str, Window | VersionedWindow] = {}
         self.window_sizes: dict[str, int] = {}
         self.channels: dict[str, Channel] = {}
         self._sends: list[tuple[MPI.Request, np.ndarray]] = []
@@ -261,7 +399,8 @@ class MpiComm:
     # --- set-up -------------------------------------------------------------------------------
     def open_window(self, name: str, nbytes: int, owned: bool, accumulated: bool = False) -> None:
         """Collective: a window of ``nbytes`` on the ranks that own it, empty on the others."""
-        self.windows[name] = Window(self.world, nbytes if owned else 0, accumulated)
+        self.windows[name] = (Window(self.world, nbytes if owned else 0) if accumulated
+                              else VersionedWindow(self.world, nbytes, owned))
         self.window_sizes[name] = nbytes
 
     def open_channel(self, name: str, nbytes: int, sources: tuple[int, ...]) -> None:
@@ -291,7 +430,12 @@ class MpiComm:
         return self.window_sizes[window]
 
     def publish(self, window: str, data: np.ndarray, offset: int = 0) -> None:
-        self.windows[window].publish(data, offset)
+        found = self.windows[window]
+        if isinstance(found, Window):
+            found.publish(data, offset)
+        else:
+            found.publish(data, offset, lambda test: self._wait(
+                test, math.inf, f"the readers of window {window!r} to let go of it", spin=self.spin))
 
     def read(self, window: str, ranks: tuple[int, ...], nbytes: int, offset: int = 0) -> list[np.ndarray]:
         return self.windows[window].read(ranks, nbytes, lambda test: self._wait(
@@ -303,13 +447,14 @@ class MpiComm:
     def fetch_add(self, window: str, rank: int, value: int) -> int:
         return self._addable(window).fetch_add(rank, value)
 
-    def _addable(self, window: str) -> Window:
-        if not self.windows[window].accumulated:
-            raise undeclared_add(window)
-        return self.windows[window]
+    def _addable(self, window: str, what: str = "an add into") -> Window:
+        found = self.windows[window]
+        if not isinstance(found, Window):
+            raise undeclared_add(window, what)
+        return found
 
     def drain(self, window: str) -> np.ndarray:
-        return self.windows[window].drain()
+        return self._addable(window, "a drain of").drain()
 
     # --- point to point -----------------------------------------------------------------------
     def send(self, channel: str, dest: int, data: np.ndarray) -> None:

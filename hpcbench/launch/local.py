@@ -7,13 +7,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
-from typing import Sequence
+from typing import IO, Iterator, NamedTuple, Sequence
 
 from hpcbench.errors import UsageError
 from hpcbench.runtime.threads import cpu_count
 from hpcbench.signals import hangup_ignored, hangup_stops_study
 
+POLL_S = 0.05  # how often a launcher looks whether its runs have ended
 STOP_GRACE_S = 60.0  # for a run stopped by Ctrl-C to write its record before it is killed
 RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
 SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS")
@@ -102,29 +105,84 @@ def mpi_command(ranks: int, args: Sequence[str], emulated: bool = False) -> list
     return [str(EMULATED_LAUNCHER), "-n", str(ranks), "-ppn", str(per_node), *program]
 
 
+class Started(NamedTuple):
+    proc: subprocess.Popen
+    output: tuple[IO[str], IO[str]] | None  # where its stdout and stderr go, when captured
+
+
+def start_ranks(ranks: int, args: Sequence[str], capture: bool = False, emulated: bool = False) -> Started:
+    """Start ``hpcbench ARGS`` on ``ranks`` MPI ranks here (or across the emulated cluster); ``capture``:
+    its output into temporary files (read by ``finished``), which no amount of it can fill."""
+    env = launch_env(ranks)
+    env["MPIEXEC"] = mpiexec_path()  # the emulated cluster's launcher wraps this one
+    output = (tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) if capture else None
+    # mpiexec ignores SIGHUP (MPICH's would kill the ranks outright, losing the run's record); a hangup
+    # reaches the ranks, which end in order, and this process, which stops as on Ctrl-C.
+    with hangup_ignored():
+        proc = subprocess.Popen(mpi_command(ranks, args, emulated), env=env, text=True,
+                                stdout=output[0] if output else None, stderr=output[1] if output else None)
+    return Started(proc, output)
+
+
+def finished(run: Started) -> subprocess.CompletedProcess:
+    """A run ``start_ranks`` started, once it has ended, with what it printed if captured."""
+    code = run.proc.wait()
+    texts: list[str | None] = [None, None]
+    for i, stream in enumerate(run.output or ()):
+        stream.seek(0)
+        texts[i] = stream.read()
+        stream.close()
+    return subprocess.CompletedProcess(run.proc.args, code, texts[0], texts[1])
+
+
 def run_ranks(ranks: int, args: Sequence[str], timeout: float, capture: bool = False,
               emulated: bool = False) -> subprocess.CompletedProcess:
     """Run ``hpcbench ARGS`` on ``ranks`` MPI ranks here (or across the emulated cluster), killed after
     ``timeout`` seconds."""
-    env = launch_env(ranks)
-    env["MPIEXEC"] = mpiexec_path()  # the emulated cluster's launcher wraps this one
-    pipe = subprocess.PIPE if capture else None
-    cmd = mpi_command(ranks, args, emulated)
-    # mpiexec ignores SIGHUP (MPICH's would kill the ranks outright, losing the run's record); a hangup
-    # reaches the ranks, which end in order, and this process, which stops as on Ctrl-C.
-    with hangup_ignored():
-        proc = subprocess.Popen(cmd, env=env, text=True, stdout=pipe, stderr=pipe)
-    with proc, hangup_stops_study():
+    [(_, result, _)] = run_many([(ranks, args)], 1, timeout, capture, emulated)
+    if isinstance(result, subprocess.TimeoutExpired):
+        raise result
+    return result
+
+
+Launch = tuple[int, Sequence[str]]  # (ranks, hpcbench arguments)
+
+
+def run_many(launches: Sequence[Launch], jobs: int, timeout: float, capture: bool = False,
+             emulated: bool = False) -> Iterator[tuple[int, subprocess.CompletedProcess | subprocess.TimeoutExpired, float]]:
+    """Run each launch, ``jobs`` at a time; yield (its index, how it ended, its seconds) as each ends: a
+    run past ``timeout`` seconds is killed (``TimeoutExpired``). Ctrl-C or a hangup stops every run under way
+    as ``stop_run`` does, then raises."""
+    queue = list(enumerate(launches))
+    running: list[tuple[int, Started, float]] = []
+    with hangup_stops_study():
         try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+            while queue or running:
+                while queue and len(running) < jobs:
+                    i, (ranks, args) = queue.pop(0)
+                    running.append((i, start_ranks(ranks, args, capture, emulated), time.monotonic()))
+                time.sleep(POLL_S)
+                for entry in list(running):
+                    i, run, t0 = entry
+                    took = time.monotonic() - t0
+                    if run.proc.poll() is None and took <= timeout:
+                        continue
+                    running.remove(entry)
+                    if run.proc.returncode is None:
+                        run.proc.kill()
+                        finished(run)
+                        yield i, subprocess.TimeoutExpired(run.proc.args, timeout), took
+                    else:
+                        yield i, finished(run), took
+        except KeyboardInterrupt:  # Ctrl-C or a hangup: each run ends as "aborted", keeping its record
+            for _, run, _ in running:
+                stop_run(run.proc)
             raise
-        except KeyboardInterrupt:  # Ctrl-C or a hangup: the run ends as "aborted", keeping its record
-            stop_run(proc)
-            raise
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+        finally:
+            for _, run, _ in running:  # the caller stopped early (an exception of its own)
+                if run.proc.poll() is None:
+                    run.proc.kill()
+                    run.proc.wait()
 
 
 def stop_run(proc: subprocess.Popen) -> None:

@@ -34,10 +34,10 @@ def parse_ranks(text: str) -> list[int]:
 
 def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_dir: str,
               timeout: float, repeats: int = 1, replace: bool = False,
-              emulated: bool = False, variants: Variants | None = None) -> tuple[list[Path], list[str]]:
-    """Run each point in turn; returns (result files, failure descriptions). ``emulated``: across the
-    emulated cluster's nodes (jobs/local/emulated-cluster.sh). ``variants``: names in ``algos`` that
-    run an algorithm with options of their own.
+              emulated: bool = False, variants: Variants | None = None, jobs: int = 1) -> tuple[list[Path], list[str]]:
+    """Run each point, ``jobs`` at a time; returns (result files, failure descriptions). ``emulated``:
+    across the emulated cluster's nodes (jobs/local/emulated-cluster.sh). ``variants``: names in
+    ``algos`` that run an algorithm with options of their own.
 
     A point that already has an ``ok`` result is kept and not run again (unless ``replace``: the
     demo, which owns its directory); a failed or unreadable one is run again and replaced.
@@ -45,7 +45,7 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
     from hpcbench.algorithms import ALGORITHMS
     from hpcbench.results.store import result_status
     from hpcbench.results.study import write_manifest
-    from hpcbench.launch.local import run_ranks, why_failed
+    from hpcbench.launch.local import run_many, why_failed
 
     named = {name: cfg.with_updates(algo=algo, options={algo: dict(options)})
              for name, (algo, options) in (variants or {}).items()}
@@ -59,6 +59,7 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
                    {"base_args": cfg.to_argv(), "local": True, "emulated": emulated})
     done: list[Path] = []
     failures: list[str] = []
+    todo = []  # (position, label, ranks, arguments, result file)
     for i, (algo, world, repeat) in enumerate(points, 1):
         cls = ALGORITHMS.get(configs[algo].algo)
         label = f"{algo} on {world} ranks" + (f", repeat {repeat + 1}" if repeats > 1 else "")
@@ -66,29 +67,30 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
             print(f"[{i}/{len(points)}] {label}: skipped ({algo} needs {cls.min_workers + 1}+ ranks)", flush=True)
             continue
         out = Path(out_dir) / f"{stems[algo, world, repeat]}.h5"
-        status = result_status(out)
-        if status == "ok" and not replace:
+        if result_status(out) == "ok" and not replace:
             done.append(out)
             print(f"[{i}/{len(points)}] {label}: kept (an ok result is already in {out})", flush=True)
             continue
         point = configs[algo].with_updates(out=str(out), overwrite=replace or out.exists(),
                                            seed=repeat if repeats > 1 else cfg.seed)
-        args = ["run", *point.to_argv()]
-        t0 = time.monotonic()
-        try:
-            proc = run_ranks(world, args, timeout, capture=True, emulated=emulated)
-            ok = proc.returncode == 0
-            why = why_failed(proc)
-        except subprocess.TimeoutExpired:
-            ok, why = False, f"killed after {timeout:g} s"
-        elapsed = time.monotonic() - t0
-        if ok:
-            done.append(out)
-            print(f"[{i}/{len(points)}] {label}: {proc.stdout.strip().splitlines()[-1]} ({elapsed:.0f} s)", flush=True)
-        else:
+        todo.append((i, label, world, ["run", *point.to_argv()], out))
+    launches = [(world, args) for _, _, world, args, _ in todo]
+    for k, result, seconds in run_many(launches, jobs, timeout, capture=True, emulated=emulated):
+        i, label, _, _, out = todo[k]
+        if isinstance(result, subprocess.TimeoutExpired) or result.returncode:
+            why = f"killed after {timeout:g} s" if isinstance(result, subprocess.TimeoutExpired) else why_failed(result)
             failures.append(f"{label}: {why}")
             print(f"[{i}/{len(points)}] {label}: FAILED: {why}", file=sys.stderr, flush=True)
+        else:
+            done.append(out)
+            print(f"[{i}/{len(points)}] {label}: {result.stdout.strip().splitlines()[-1]} ({seconds:.0f} s)", flush=True)
     return done, failures
+
+
+def default_jobs(ranks: Sequence[int], cores: int) -> int:
+    """Real runs at a time when none is asked for: as many as fit in the cores with their largest
+    world size (one, where that world already shares them)."""
+    return max(1, cores // max(ranks))
 
 
 def demo(out_dir: str, ranks_text: str, steps: int, timeout: float) -> tuple[list[Path], list[str]]:

@@ -1,8 +1,8 @@
 """A stop signal that lands while a worker holds a lock on rank 0's window must not leave it locked.
 
 Rank 1 is signalled (SIGUSR1, the handler hpcbench installs) the moment its lock on rank 0's window is
-granted, during ``accumulate``, ``fetch_add`` or ``read`` (argv[1]); then rank 0 locks its own window
-exclusively, as it does to publish or drain. Prints "rank 1 stopped: ..." and "rank 0 locked its window";
+granted, during ``accumulate``, ``fetch_add`` or ``read`` (argv[1]) of a window others add into (the
+only kind read under a lock); then rank 0 locks its own window exclusively, as it does to drain it. Prints "rank 1 stopped: ..." and "rank 0 locked its window";
 a lock left behind blocks rank 0 forever, so a watchdog exits 3 after 20 s saying so.
 """
 import os
@@ -44,7 +44,7 @@ def touch(window, op: str) -> None:
 
 def main(op: str) -> None:
     comm = MpiComm()
-    comm.open_window("w", NBYTES, owned=comm.rank == 0, accumulated=op != "read")
+    comm.open_window("w", NBYTES, owned=comm.rank == 0, accumulated=True)  # reads of others' take no lock
     window = comm.windows["w"]
     comm.world_barrier(60)
     if comm.rank == 1:

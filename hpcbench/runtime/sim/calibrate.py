@@ -49,10 +49,10 @@ def per_step_sums(rows: dict[str, np.ndarray], mask: np.ndarray, durations: np.n
 
 
 def uncontended(durations: np.ndarray, locked: np.ndarray, ranks: np.ndarray) -> np.ndarray:
-    """``durations`` with rank 0's and the workers' lock-taking rows (``locked``) each at the group's
-    shortest: an owner's publish or drain waits for the readers and adders holding its window, which
-    the simulator models itself (at a busy server most publishes wait); what it needs from the run is
-    the copy, which the shortest is."""
+    """``durations`` with rank 0's and the workers' rows that may wait for others (``locked``) each at
+    the group's shortest: an owner's publish waits for the readers still copying the slot it writes,
+    a drain for the adders holding its window, which the simulator models itself; what it needs from
+    the run is the copy, which the shortest is."""
     out = durations.copy()
     for group in (ranks == 0, ranks > 0):
         rows = locked & group

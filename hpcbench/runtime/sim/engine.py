@@ -2,8 +2,8 @@
 
 The same algorithm programs as under MPI; each operation costs virtual time from the models:
 compute from the compute model, transfers α + bytes/bandwidth through per-rank full-duplex links
-(a send and a receive direction, each shared fairly by the transfers in it: links.py), passive-target
-locks granted in the order asked, the all-reduce's cost for collectives, and fixed per-message and
+(a send and a receive direction, each shared fairly by the transfers in it: links.py), locks on the
+windows others add into granted in the order asked, versioned windows read without one, the all-reduce's cost for collectives, and fixed per-message and
 per-step costs for rank 0's and the workers' own math.
 Events at equal times run in the order they were scheduled, so a run is deterministic.
 """
@@ -25,7 +25,7 @@ from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrie
 from hpcbench.bfloat16 import summed
 from hpcbench.errors import RuntimeFailure, undeclared_add, undeclared_size
 from hpcbench.runtime.logs import RunLogs
-from hpcbench.runtime.sim.links import Links, WindowLock
+from hpcbench.runtime.sim.links import Links, Versions, WindowLock
 from hpcbench.options.sim import SimConfig
 from hpcbench.runtime.sim.models import Draws, allreduce_s, barrier_s
 from hpcbench.workload.compute import ComputeModel
@@ -89,6 +89,8 @@ class Engine:
         # A window others add into is read under an exclusive lock (a Get racing an Accumulate is
         # undefined in MPI): such a read waits for the adds under way, and adds wait for it to end.
         self.accumulated = {name for name, spec in layout.windows.items() if spec.mode == "accumulate"}
+        # The others are versioned: read without a lock, published into the slot no reader holds.
+        self.versions: dict[tuple[str, int], Versions] = {}
         self.channels = layout.channels
         self.inbox: dict[tuple[str, int], deque[tuple[int, np.ndarray]]] = {}
         self.waiting: dict[int, tuple[str, int, int, float]] = {}  # rank → (channel, src, token, since)
@@ -237,6 +239,13 @@ class Engine:
     def publish(self, rank: int, op: Publish) -> object:
         key, since = (op.window, rank), self.now
         data = op.data.view(np.uint8)
+        if op.window not in self.accumulated:  # versioned: waits only for readers of the slot it writes
+            whole = op.offset == 0 and data.nbytes == self.windows[key].nbytes
+            versions = self.versions.setdefault(key, Versions())
+            if versions.publish(whole, lambda: self.written(rank, key, data.copy(), op.offset, since)):
+                self.windows[key][op.offset:op.offset + data.nbytes] = data
+                return None
+            return BLOCKED
         if self.lock(key, True, lambda: self.write(rank, key, data.copy(), op.offset, since)):
             self.windows[key][op.offset:op.offset + data.nbytes] = data
             self.unlock(key, True)
@@ -245,12 +254,17 @@ class Engine:
 
     def write(self, rank: int, key: tuple[str, int], data: np.ndarray, offset: int, since: float) -> None:
         """A publish that waited for its exclusive lock: write, let go, and let the owner go on."""
+        self.written(rank, key, data, offset, since)
+        self.unlock(key, True)
+
+    def written(self, rank: int, key: tuple[str, int], data: np.ndarray, offset: int, since: float) -> None:
+        """A publish that waited (for its lock, or for the readers of its slot): write, and let the owner go on."""
         self.row(rank, "wait", since, self.now, 0, "Publish")
         self.windows[key][offset:offset + data.nbytes] = data
-        self.unlock(key, True)
         self.resume(rank, None)
 
     def drain(self, rank: int, op: Drain) -> object:
+        self.addable(op.window, "a drain of")
         key, since = (op.window, rank), self.now
         if self.lock(key, True, lambda: self.drained(rank, key, since)):
             out = self.take(key)
@@ -271,9 +285,10 @@ class Engine:
         return out
 
     def read(self, rank: int, op: Read) -> object:
-        """Each target's window in turn, under its lock, asked for once the request is there: a copy
-        taken when the lock is granted, which reaches the reader when the transfer ends; the lock is
-        held until then."""
+        """Each target's window in turn, asked for once the request is there: a copy taken then, which
+        reaches the reader when the transfer ends. A window others add into is read under its
+        exclusive lock, held until then; a versioned one with the reader counted on the newest slot
+        until then (the owner's publish into that slot waits for it)."""
         sizes = [(self.windows[(op.window, target)].nbytes - op.offset if op.nbytes < 0 else op.nbytes)
                  for target in op.ranks]
         if op.observe:  # costs nothing
@@ -282,7 +297,7 @@ class Engine:
             self.row(rank, "communicate", self.now, self.now, sum(self.modeled(b.nbytes) for b in bufs), "Read")
             return bufs
         start, bufs = self.now, []
-        exclusive = op.window in self.accumulated  # a window others add into: after the adds under way
+        locked = op.window in self.accumulated  # a window others add into: after the adds under way
 
         def next_target() -> None:
             if len(bufs) == len(op.ranks):
@@ -291,17 +306,26 @@ class Engine:
                 return
             target, nbytes = op.ranks[len(bufs)], sizes[len(bufs)]
             key = (op.window, target)
+            held = [0]
 
-            def arrived() -> None:
-                self.unlock(key, exclusive)
+            def arrived(copy: np.ndarray) -> None:
+                bufs.append(copy)
+                if locked:
+                    self.unlock(key, True)
+                else:
+                    publish = self.versions[key].release(held[0])
+                    if publish is not None:
+                        publish()
                 next_target()
 
             def granted() -> None:
-                bufs.append(self.windows[key][op.offset:op.offset + nbytes].copy())
-                self.carry(target, rank, nbytes, arrived)
+                if not locked:
+                    held[0] = self.versions.setdefault(key, Versions()).hold()
+                copy = self.windows[key][op.offset:op.offset + nbytes].copy()
+                self.carry(target, rank, nbytes, partial(arrived, copy))
 
             def asked() -> None:
-                if self.lock(key, exclusive, granted):
+                if not locked or self.lock(key, True, granted):
                     granted()
 
             self.at(self.now if target == rank else self.begins(self.now, target), asked)
@@ -309,10 +333,10 @@ class Engine:
         next_target()
         return BLOCKED
 
-    def addable(self, window: str) -> None:
-        """An add only into a window its layout declares "accumulate" (as the MPI transport requires)."""
+    def addable(self, window: str, what: str = "an add into") -> None:
+        """An add or drain only of a window its layout declares "accumulate" (as the MPI transport requires)."""
         if window not in self.accumulated:
-            raise undeclared_add(window)
+            raise undeclared_add(window, what)
 
     def accumulate(self, rank: int, op: Accumulate) -> object:
         self.addable(op.window)

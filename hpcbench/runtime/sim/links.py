@@ -160,3 +160,40 @@ class WindowLock:
             self.take(wants)
             granted.append(then)
         return granted
+
+
+class Versions:
+    """A versioned window's two slots: readers count themselves on the newest while they copy it; a
+    publish writes the other slot (the newest, for a part of the window) once no reader is on it,
+    else waits until the last one lets go."""
+
+    __slots__ = ("newest", "readers", "waiting")
+
+    def __init__(self) -> None:
+        self.newest = 0
+        self.readers = [0, 0]
+        self.waiting: tuple[int, Done] | None = None  # the owner's publish: (its slot, what to do once free)
+
+    def hold(self) -> int:
+        """A reader begins copying the newest version; → its slot (for ``release``)."""
+        self.readers[self.newest] += 1
+        return self.newest
+
+    def release(self, slot: int) -> Done | None:
+        """A reader is done with ``slot``; → the owner's waiting publish, now free to go."""
+        self.readers[slot] -= 1
+        if self.waiting is not None and self.waiting[0] == slot and not self.readers[slot]:
+            then = self.waiting[1]
+            self.waiting = None
+            self.newest = slot
+            return then
+        return None
+
+    def publish(self, whole: bool, then: Done) -> bool:
+        """True: written now (``then`` is not called); False: ``then`` runs once the slot is free."""
+        slot = 1 - self.newest if whole else self.newest
+        if self.readers[slot]:
+            self.waiting = (slot, then)
+            return False
+        self.newest = slot
+        return True
