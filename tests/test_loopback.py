@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from typing import get_args
 
 import numpy as np
 import pytest
 
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.algorithms.ops import ALL_OPS, TIMED_OPS, Accumulate, FetchAdd, Gradient, Op, Recv, handler_name
+from hpcbench.algorithms.ops import (ALL_OPS, TIMED_OPS, Accumulate, Drain, FetchAdd, Gradient, Op, Publish, Read, Recv,
+                                     handler_name)
 from hpcbench.comm.loopback import Loopback
 from hpcbench.config import RunConfig
 from hpcbench.errors import RuntimeFailure
@@ -26,7 +28,7 @@ from hpcbench.runtime.logs import RunLogs
 from hpcbench.options.sim import SimConfig
 from hpcbench.workload.compute import ComputeModel
 from hpcbench.runtime.sim.session import simulated_record
-from hpcbench.telemetry.timeline import OPS, Timeline
+from hpcbench.telemetry.timeline import OP_CODE, OPS, Timeline
 from lockstep import as_threads
 from reference import union_batch_sgd
 
@@ -136,16 +138,18 @@ def test_asynchronous_decentralised_runs_train_exactly_the_shared_budget(algo, o
     assert np.isfinite(logs.last_params).all()
 
 
-def undeclared_add(window: str) -> str:
-    return (f"an add into window {window!r}, which its layout declares \"publish\": declare it \"accumulate\" "
+def undeclared_add(window: str, what: str = "an add into") -> str:
+    return (f"{what} window {window!r}, which its layout declares \"publish\": declare it \"accumulate\" "
             "(reads of a window others add into must exclude the adders)")
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("op", [Accumulate("w", 0, ((0, np.ones(2, np.float32)),)), FetchAdd("w", 0, 1)])
-def test_an_add_into_a_window_not_declared_accumulate_is_refused_by_the_transport(op):
-    """Under MPI a reader of such a window takes a shared lock, racing the adds (undefined in MPI):
-    the algorithm's layout is wrong, and the transports say so."""
+@pytest.mark.parametrize("op, rank, what", [(Accumulate("w", 0, ((0, np.ones(2, np.float32)),)), 1, "an add into"),
+                                            (FetchAdd("w", 0, 1), 1, "an add into"), (Drain("w"), 0, "a drain of")])
+def test_an_add_into_a_window_not_declared_accumulate_is_refused_by_the_transport(op, rank, what):
+    """Under MPI a reader of such a window copies it without a lock, racing the adds (undefined in
+    MPI), and its owner's drain could not exclude them: the algorithm's layout is wrong, and the
+    transports say so."""
     def program():
         yield op
 
@@ -154,8 +158,34 @@ def test_an_add_into_a_window_not_declared_accumulate_is_refused_by_the_transpor
     for end in ends:
         end.open_window("w", 8, owned=end.rank == 0)
     with pytest.raises(RuntimeFailure) as refused:
-        MpiDriver(ends[1], Timeline(1), timeout=1.0).run(program())
-    assert str(refused.value) == undeclared_add("w")
+        MpiDriver(ends[rank], Timeline(rank), timeout=1.0).run(program())
+    assert str(refused.value) == undeclared_add("w", what)
+
+
+@pytest.mark.timeout(60)
+def test_a_ranks_processor_time_ends_with_its_last_training_operation():
+    """What rank 0 does after its last training operation (reading and averaging the kept snapshots)
+    measures the run: ``rank0_cpu_share`` leaves it out."""
+    hub = Loopback(1)
+    end = hub.endpoint(0)
+    end.open_window("w", 8, owned=True)
+    timeline = Timeline(0)
+    driver = MpiDriver(end, timeline, timeout=1.0)
+    burnt = []
+
+    def program():
+        yield Publish("w", np.zeros(8, np.uint8))
+        start = time.process_time()
+        while time.process_time() - start < 0.2:  # averaging snapshots, say
+            pass
+        burnt.append(time.process_time())
+        yield Read("w", (0,), observe=True)
+
+    driver.run(program())
+    rows = timeline.columns()
+    publish_end, read_start = rows["t_end"][rows["op"] == OP_CODE["Publish"]][0], rows["t_start"][-1]
+    assert publish_end <= driver.trained[0] < read_start - 0.15
+    assert driver.trained[1] < burnt[0] - 0.15
 
 
 def simulate_with(name: str, change) -> RuntimeFailure:

@@ -31,12 +31,16 @@ class RankResult:
     end: float = 0.0
     timeline: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)  # its Timeline's columns
     warmup_s: float = 0.0  # untimed gradients before the window
-    cpu_s: float = math.nan  # processor time over the window (rank 0 under MPI; NaN elsewhere)
+    # Processor seconds from ``start`` to ``cpu_end``, the end of its last training operation (MPI
+    # runs; NaN elsewhere): reading and averaging evaluation snapshots afterwards is measurement.
+    cpu_s: float = math.nan
+    cpu_end: float = math.nan
 
     def timed(self, start: float, end: float, timeline: Mapping[str, np.ndarray], warmup_s: float = 0.0,
-              cpu_s: float = math.nan) -> "RankResult":
+              cpu_s: float = math.nan, cpu_end: float = math.nan) -> "RankResult":
         """This placement with what the rank measured."""
-        return dataclasses.replace(self, start=start, end=end, timeline=timeline, warmup_s=warmup_s, cpu_s=cpu_s)
+        return dataclasses.replace(self, start=start, end=end, timeline=timeline, warmup_s=warmup_s, cpu_s=cpu_s,
+                                   cpu_end=cpu_end)
 
 
 def resolved_config(run: Run, parameters: int) -> dict[str, Any]:
@@ -90,8 +94,8 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], 
     summary = summarize(timeline, evals, tables.get(UPDATES, {}), ctx.workers, wall, cfg.target_accuracy)
     summary["server_state_bytes"] = algo.state_bytes()
     summary["warmup_s"] = max(p.warmup_s for p in parts)
-    own = parts[0]  # rank 0's processor time over its part of the run (MPI runs; NaN simulated or failed)
-    summary["rank0_cpu_share"] = own.cpu_s / (own.end - own.start) if own.end > own.start else math.nan
+    own = parts[0]  # rank 0's processor time over its part of the training (MPI runs; NaN simulated or failed)
+    summary["rank0_cpu_share"] = own.cpu_s / (own.cpu_end - own.start) if own.cpu_end > own.start else math.nan
     summary.update(family_summary(family_of(tables), timeline, tables, ctx.workers, complete=failure is None))
     final = logs.last_params if logs.last_params is not None else ctx.params
     attrs = {

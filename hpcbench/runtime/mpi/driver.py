@@ -1,6 +1,7 @@
 """Carries out one rank's program over a transport (real MPI), timing every operation into its timeline."""
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable
 
@@ -21,6 +22,11 @@ from hpcbench.workload.sharding import BatchStream
 
 
 PROGRESS_NAP_S = 0.001  # a stretched or modeled compute with all-reduces under way tests them this often
+
+
+def measures(op: Any) -> bool:
+    """An operation that measures the run rather than trains it: an evaluation, an observing read."""
+    return type(op) is Evaluate or (type(op) is Read and op.observe)
 
 
 class MpiDriver:
@@ -52,6 +58,9 @@ class MpiDriver:
         self.slowdown = slowdown
         self.step = 0
         self.clock = comm.wtime
+        # When the rank's last training operation ended, and its processor time then: what follows
+        # (rank 0 reading and averaging the workers' kept snapshots) measures, and is not its load.
+        self.trained = (math.nan, math.nan)
         self.handlers: dict[type, Callable[[Any], Any]] = {op: getattr(self, handler_name(op)) for op in ALL_OPS}
 
     def run(self, program: Program) -> float:
@@ -73,6 +82,8 @@ class MpiDriver:
                 self.timeline.add(self.step, own_math, resumed, now)
                 result = self.handlers[type(op)](op)
                 resumed = self.clock()
+                if not measures(op):
+                    self.trained = (resumed, time.process_time())
             else:
                 result = self.handlers[type(op)](op)
 

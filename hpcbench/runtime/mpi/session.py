@@ -236,13 +236,14 @@ def execute(plan: Plan, comm: Cluster) -> int:
             keeper.begin(start)
         with collector_paused():
             end = driver.run(program_of(run, rank))
-        cpu_s = time.process_time() - cpu_start
+        cpu_end, cpu_at = driver.trained
         comm.on_wait = None
         if progress is not None:
             progress.close()
         comm.close(cfg.timeout_s)
         injector.at_phase("gather")
-        gathered = comm.collect(placed[rank].timed(start, end, timeline.columns(), warmup_s=warmup_s, cpu_s=cpu_s),
+        gathered = comm.collect(placed[rank].timed(start, end, timeline.columns(), warmup_s=warmup_s,
+                                                   cpu_s=cpu_at - cpu_start, cpu_end=cpu_end),
                                 cfg.timeout_s, "the final gather of timelines")
         injector.at_phase("final")
         if keeper is not None:
