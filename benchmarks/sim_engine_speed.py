@@ -8,6 +8,7 @@ and what the asgd programs alone cost per update when a do-nothing driver answer
 Run by hand: python benchmarks/sim_engine_speed.py
 """
 import argparse
+import re
 import statistics
 import subprocess
 import sys
@@ -49,7 +50,7 @@ def hpcbench_seconds(workers: int, steps: int) -> tuple[float, float]:
                               str(workers), "--steps", str(steps), "--numerics", "off", "--out",
                               str(Path(tmp) / "s.h5")], capture_output=True, text=True, check=True).stdout
         total = time.perf_counter() - t0
-    engine = float(out.rsplit(" events in ", 1)[1].split(" s]")[0])
+    engine = float(re.search(r"events simulated in ([0-9.]+) s", out).group(1))
     return total, engine
 
 

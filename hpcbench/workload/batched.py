@@ -38,6 +38,10 @@ class BatchedGradients:
             return F.cross_entropy(out, y), (out.argmax(1) == y).sum()
 
         self.fn = vmap(grad_and_value(loss, has_aux=True))
+        # The first vmapped gradient imports and sets up torch's function transforms (a second here): on
+        # one sample now, with torch's random state put back, so a simulation's time is its own.
+        with torch.random.fork_rng(devices=[]):
+            self.gradients([np.zeros(trainer.size, np.float32)], [np.zeros(1, np.int64)])
 
     def gradients(self, params: list[np.ndarray], batches: list[np.ndarray]) -> list[tuple[np.ndarray, float, int]]:
         """(gradient, loss, correct) at ``params[i]`` on the training samples ``batches[i]``, for each i."""

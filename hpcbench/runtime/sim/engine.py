@@ -90,7 +90,7 @@ class Engine:
         # undefined in MPI): such a read waits for the adds under way, and adds wait for it to end.
         self.accumulated = {name for name, spec in layout.windows.items() if spec.mode == "accumulate"}
         # The others are versioned: read without a lock, published into the slot no reader holds.
-        self.versions: dict[tuple[str, int], Versions] = {}
+        self.versions = {key: Versions() for key in self.windows if key[0] not in self.accumulated}
         self.channels = layout.channels
         self.inbox: dict[tuple[str, int], deque[tuple[int, np.ndarray]]] = {}
         self.waiting: dict[int, tuple[str, int, int, float]] = {}  # rank → (channel, src, token, since)
@@ -241,8 +241,7 @@ class Engine:
         data = op.data.view(np.uint8)
         if op.window not in self.accumulated:  # versioned: waits only for readers of the slot it writes
             whole = op.offset == 0 and data.nbytes == self.windows[key].nbytes
-            versions = self.versions.setdefault(key, Versions())
-            if versions.publish(whole, lambda: self.written(rank, key, data.copy(), op.offset, since)):
+            if self.versions[key].publish(whole, lambda: self.written(rank, key, data.copy(), op.offset, since)):
                 self.windows[key][op.offset:op.offset + data.nbytes] = data
                 return None
             return BLOCKED
@@ -306,23 +305,21 @@ class Engine:
                 return
             target, nbytes = op.ranks[len(bufs)], sizes[len(bufs)]
             key = (op.window, target)
-            held = [0]
 
-            def arrived(copy: np.ndarray) -> None:
+            def arrived(copy: np.ndarray, slot: int) -> None:
                 bufs.append(copy)
                 if locked:
                     self.unlock(key, True)
                 else:
-                    publish = self.versions[key].release(held[0])
+                    publish = self.versions[key].release(slot)
                     if publish is not None:
                         publish()
                 next_target()
 
             def granted() -> None:
-                if not locked:
-                    held[0] = self.versions.setdefault(key, Versions()).hold()
+                slot = -1 if locked else self.versions[key].hold()
                 copy = self.windows[key][op.offset:op.offset + nbytes].copy()
-                self.carry(target, rank, nbytes, partial(arrived, copy))
+                self.carry(target, rank, nbytes, partial(arrived, copy, slot))
 
             def asked() -> None:
                 if not locked or self.lock(key, True, granted):
