@@ -6,10 +6,11 @@ receives and waits for the acknowledgement. Rank 0 applies θ -= lr·g in arriva
 acknowledges and re-posts the receive, until steps × workers updates. Blocking MPI waits, as a user
 would write them. No timeline, no records, no evaluations, no heartbeats. Prints updates/s on rank 0.
 
-``--protocol versioned`` (hpcbench's now): two slots, each with a sequence number and a count of
-readers; every rank holds a NOCHECK shared lock on the window for the whole run; rank 0 marks the slot
-readers are not pointed at (odd number), and writes it once no reader counts on it; a worker counts
-itself on the newest slot, checks its number did not move, copies it and lets go.
+``--protocol versioned`` (hpcbench's now): two slots, each with an int64 word (sequence number above,
+readers copying it below); every rank holds a NOCHECK shared lock on the window for the whole run;
+rank 0 takes the slot readers are not pointed at with a compare-and-swap that needs no reader on it,
+writes it and raises its number; a worker reads the words, adds one to the newest slot's with a
+fetch-and-add (which says whether its number moved), copies the slot and takes its one back.
 ``--protocol locked`` (hpcbench's before): rank 0 publishes under an exclusive lock on its own
 window, which waits out the readers' shared locks.
 Run: mpiexec -n WORLD python benchmarks/bare_ps.py --params 100000 --protocol versioned
@@ -20,6 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 GO, STOP = 0, 1
+BITS = 24  # a versioned slot's word: sequence number << BITS | readers copying it
 
 
 def main() -> None:
@@ -33,9 +35,9 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     n, d = comm.size - 1, args.params
     # A slot: int64 version, d float32, int64 check (d even keeps the trailer aligned); versioned:
-    # two int64 sequence numbers and two reader counts, then two slots.
+    # two int64 words (sequence number << 24 | readers), then two slots.
     slot = 2 + d // 2
-    header = 4 if versioned else 0
+    header = 2 if versioned else 0
     words = header + (2 if versioned else 1) * slot
     win = MPI.Win.Allocate(words * 8 if comm.rank == 0 else 0, 8, comm=comm)
     if versioned:
@@ -43,7 +45,9 @@ def main() -> None:
     grad_msg = np.zeros(1 + d // 2 + 1, np.int64)  # version, then the gradient's float32 pairs
     if comm.rank == 0:
         theta = np.zeros(d, np.float32)
-        one, count = np.ones(1, np.int64), np.zeros(1, np.int64)
+        seqs = [0, 0]
+        expected, mark, old = np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64)
+        raise_ = np.array([1 << BITS], np.int64)
         buf = np.frombuffer(win.tomemory(), np.int64)
         buf[:] = 0
         recvs = [np.zeros_like(grad_msg) for _ in range(n)]
@@ -61,22 +65,19 @@ def main() -> None:
                 if versioned:
                     s = applied % 2  # the slot readers are not pointed at
                     at = header + s * slot
-                    while True:
-                        before = buf[s]
-                        buf[s] = 2 * applied - 1  # odd: being written
-                        win.Sync()
-                        win.Fetch_and_op(one, count, 0, 2 + s, op=MPI.NO_OP)
+                    expected[0], mark[0] = seqs[s] << BITS, (2 * applied - 1) << BITS  # odd: being written
+                    while True:  # until no reader is copying the slot
+                        win.Compare_and_swap(mark, expected, old, 0, s)
                         win.Flush(0)
-                        if count[0] == 0:
+                        if old[0] == expected[0]:
                             break
-                        buf[s] = before  # a reader is still copying it: wait for it to let go
-                        win.Sync()
                     buf[at] = applied
                     buf[at + 1:at + 1 + d // 2].view(np.float32)[:] = theta
                     buf[at + slot - 1] = applied
                     win.Sync()
-                    buf[s] = 2 * applied
-                    win.Sync()
+                    win.Fetch_and_op(raise_, old, 0, s, op=MPI.SUM)  # even again, keeping readers' counts
+                    win.Flush(0)
+                    seqs[s] = 2 * applied
                 else:
                     win.Lock(0, MPI.LOCK_EXCLUSIVE)
                     buf[0] = applied
@@ -93,28 +94,28 @@ def main() -> None:
         print(f"updates_per_s={applied / (end - t0):.3f}")
     else:
         params = np.zeros(slot, np.int64)
-        seqs, again = np.zeros(2, np.int64), np.zeros(2, np.int64)
+        words, was = np.zeros(2, np.int64), np.zeros(1, np.int64)
         plus, minus = np.ones(1, np.int64), -np.ones(1, np.int64)
         ack = np.zeros(1, np.int64)
         comm.Barrier()
         while True:
             if versioned:
                 while True:
-                    win.Get(seqs, 0, target=0)
+                    win.Get(words, 0, target=0)
                     win.Flush(0)
+                    seqs = words >> BITS
                     s = int(np.argmax(seqs))
                     if seqs[s] % 2:  # being written: the other slot holds the version before
                         s = 1 - s
-                    win.Accumulate(plus, 0, target=2 + s, op=MPI.SUM)
+                    win.Fetch_and_op(plus, was, 0, s, op=MPI.SUM)
                     win.Flush(0)
-                    win.Get(again, 0, target=0)
-                    win.Flush(0)
-                    if again[s] == seqs[s]:
+                    held = was[0] >> BITS == seqs[s]
+                    if held:
                         win.Get(params, 0, target=header + s * slot)
                         win.Flush(0)
-                    win.Accumulate(minus, 0, target=2 + s, op=MPI.SUM)
+                    win.Accumulate(minus, 0, target=s, op=MPI.SUM)
                     win.Flush(0)
-                    if again[s] == seqs[s]:
+                    if held:
                         break
             else:
                 win.Lock(0, MPI.LOCK_SHARED)

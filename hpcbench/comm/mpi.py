@@ -168,81 +168,84 @@ class Window:
         self.win.Free()
 
 
-SEQ = np.dtype(np.int64)
-ONE, MINUS_ONE = np.ones(1, SEQ), -np.ones(1, SEQ)
+WORD = np.dtype(np.int64)
+COUNT_BITS = 24  # a slot's word: its sequence number above, the readers copying it below
 
 
 class VersionedWindow:
     """A window its owner publishes and others only read, without locks: a reader never waits for a
     busy owner, and an owner waits only for readers still copying the version before the newest.
 
-    The owner's bytes are held twice, in two slots; at the window's start, for each slot, a
-    sequence number (odd while the slot is written, even when it holds a version; each write raises
-    it above every number before) and a count of the readers copying it. A reader takes the newest
-    slot (or, while that one is written, the other, which holds the version just before), adds
-    itself to its count, checks that its number has not moved (else the owner began writing it
-    first: it lets go and starts again), copies the bytes and lets go. A publish of the whole window
-    writes the slot readers are not pointed at, once no reader is copying it: it marks the slot's
-    number odd, then reads its count, and if a reader is there puts the number back and waits for
-    the count to fall to zero. A publish of a part writes the newest slot in place the same way.
-    The marks and counts are MPI atomics and the windows' memory barriers (``MPI_Win_sync``), so one
-    of the two always sees the other. Every rank holds a shared lock on every rank for the window's
-    life (``MPI_MODE_NOCHECK``: no lock messages): where the window is in shared memory, a read is
-    a direct copy that needs nothing from the owner.
+    The owner's bytes are held twice, in two slots; at the window's start, one int64 word per slot
+    holds its sequence number (odd while the slot is written, even when it holds a version; each
+    write raises it above every number before) and the count of readers copying it, changed only by
+    MPI atomics. A reader reads both words, picks the newest slot (or, while that one is written,
+    the other, which then holds the version just before), and adds one to its count with a
+    fetch-and-add, which also tells it the number as it was: moved (the owner took the slot
+    meanwhile), it takes the one back and starts again; else it copies the bytes and takes the one
+    back. The owner publishing the whole window takes the slot readers are not pointed at with a
+    compare-and-swap that succeeds only while no reader counts on it (otherwise it waits, ticking,
+    for the count to fall), writes it, then raises its number. A publish of part of the window (a
+    kept snapshot) writes the newest slot in place the same way; readers wait for it. Every rank
+    holds a shared lock on every rank for the window's life (``MPI_MODE_NOCHECK``: no lock
+    messages), so where the window is in shared memory a read is a direct copy that needs nothing
+    from the owner.
     """
 
-    HEADER = 4 * SEQ.itemsize  # two sequence numbers, then two reader counts
+    HEADER = 2 * WORD.itemsize
 
     def __init__(self, comm: MPI.Intracomm, nbytes: int, owned: bool) -> None:
         """``nbytes``: the window's size on the ranks that own one (a reader finds the slots by it)."""
         self.nbytes = nbytes
         self.rank = comm.rank
-        self.stride = -(-nbytes // SEQ.itemsize) * SEQ.itemsize  # each slot 8-aligned
+        self.stride = -(-nbytes // WORD.itemsize) * WORD.itemsize  # each slot 8-aligned
         size = self.HEADER + 2 * self.stride if owned and nbytes else 0
         self.win = MPI.Win.Allocate(size, 1, comm=comm)
         self.local = (np.frombuffer(self.win.tomemory(), dtype=np.uint8)  # type: ignore[call-overload]
                       if size else np.empty(0, np.uint8))
         self.local[:] = 0
-        self.seqs = self.local[:2 * SEQ.itemsize].view(SEQ)
-        self.top = 0  # the highest sequence number written (owner)
-        self.newest = 0  # the slot that holds it (owner)
+        self.seqs = [0, 0]  # each slot's sequence number (owner)
+        self.top = 0  # the highest of them
+        self.newest = 0  # the slot that holds it
         self.retries = 0  # reads that began again (their slot taken by the owner as they came)
         self.win.Lock_all(MPI.MODE_NOCHECK)
 
     def publish(self, data: np.ndarray, offset: int = 0,
                 wait: Callable[[Callable[[], Any]], Any] | None = None) -> None:
         """``wait``: how to wait for the readers still copying the slot (a test until it is free)."""
-        whole = offset == 0 and data.nbytes == self.nbytes
-        slot = 1 - self.newest if whole else self.newest
+        slot = 1 - self.newest if offset == 0 and data.nbytes == self.nbytes else self.newest
+        mark = self.top + 1  # odd: being written
         while True:
             with stops_deferred():  # a number left odd would keep every reader waiting
-                if self._claim(slot):
+                if self._swap(slot, self.seqs[slot] << COUNT_BITS, mark << COUNT_BITS):
                     start = self.HEADER + slot * self.stride + offset
                     self.local[start:start + data.nbytes] = data.view(np.uint8)
                     self.win.Sync()
-                    self.top += 2
-                    self.seqs[slot] = self.top
-                    self.win.Sync()
+                    # An add, not a store: the counts of readers that came meanwhile (and go) are kept.
+                    self._add(self.rank, slot, 1 << COUNT_BITS)
+                    self.top = self.seqs[slot] = mark + 1
                     self.newest = slot
                     return
-            (wait or spin)(lambda: True if self._readers(slot) == 0 else None)
+            (wait or spin)(lambda: True if self._word(slot) & ((1 << COUNT_BITS) - 1) == 0 else None)
 
-    def _claim(self, slot: int) -> bool:
-        """Mark ``slot`` as being written unless a reader is copying it (then leave it as it was)."""
-        before = self.seqs[slot]
-        self.seqs[slot] = self.top + 1
-        self.win.Sync()  # a memory barrier: the mark is visible before the count is read
-        if self._readers(slot) == 0:
-            return True
-        self.seqs[slot] = before
-        self.win.Sync()
-        return False
-
-    def _readers(self, slot: int) -> int:
-        count = np.zeros(1, SEQ)
-        self.win.Fetch_and_op([ONE, MPI.INT64_T], [count, MPI.INT64_T], self.rank, self._count_at(slot), op=MPI.NO_OP)
+    def _swap(self, slot: int, expected: int, new: int) -> bool:
+        """Atomically replace the slot's word ``expected`` by ``new``; False if it was anything else."""
+        old = np.zeros(1, WORD)
+        self.win.Compare_and_swap([np.array([new], WORD), MPI.INT64_T], [np.array([expected], WORD), MPI.INT64_T],
+                                  [old, MPI.INT64_T], self.rank, slot * WORD.itemsize)
         self.win.Flush(self.rank)
-        return int(count[0])
+        return int(old[0]) == expected
+
+    def _word(self, slot: int, rank: int | None = None) -> int:
+        return self._add(self.rank if rank is None else rank, slot, 0)
+
+    def _add(self, rank: int, slot: int, value: int) -> int:
+        """Atomically add ``value`` to the slot's word on ``rank``; → the word as it was."""
+        old = np.zeros(1, WORD)
+        self.win.Fetch_and_op([np.array([value], WORD), MPI.INT64_T], [old, MPI.INT64_T], rank,
+                              slot * WORD.itemsize, op=MPI.SUM)
+        self.win.Flush(rank)
+        return int(old[0])
 
     def read(self, ranks: tuple[int, ...], nbytes: int,
              wait: Callable[[Callable[[], Any]], Any] | None = None, offset: int = 0) -> list[np.ndarray]:
@@ -259,35 +262,23 @@ class VersionedWindow:
     def _copy(self, rank: int, buf: np.ndarray, offset: int, wait: Callable[[Callable[[], Any]], Any] | None) -> bool:
         """Copy ``rank``'s newest version (from ``offset`` on) into ``buf``; False: it could not be
         held (a part of it being written in place, or the slot taken by the owner as we came)."""
-        seqs = self._seqs(rank)
+        words = np.empty(2, WORD)
+        self.win.Get([words, MPI.INT64_T], rank, target=(0, 2, MPI.INT64_T))
+        self.win.Flush(rank)
+        seqs = words >> COUNT_BITS
         slot = readable(seqs)
         if slot is None:
             return False
         with stops_deferred():  # a count left raised would keep the owner from that slot for good
-            self._count(rank, slot, ONE)
+            held = self._add(rank, slot, 1) >> COUNT_BITS == seqs[slot]
             try:
-                if self._seqs(rank)[slot] != seqs[slot]:  # the owner marked it before our count landed
-                    return False
-                req = self.win.Rget([buf, MPI.BYTE], rank, target=(self.HEADER + slot * self.stride + offset,
-                                                                    buf.nbytes, MPI.BYTE))
-                (wait or spin)(lambda: True if req.Test() else None)
-                return True
+                if held:
+                    req = self.win.Rget([buf, MPI.BYTE], rank, target=(self.HEADER + slot * self.stride + offset,
+                                                                        buf.nbytes, MPI.BYTE))
+                    (wait or spin)(lambda: True if req.Test() else None)
             finally:
-                self._count(rank, slot, MINUS_ONE)
-
-    def _count(self, rank: int, slot: int, add: np.ndarray) -> None:
-        self.win.Accumulate([add, MPI.INT64_T], rank, target=(self._count_at(slot), 1, MPI.INT64_T), op=MPI.SUM)
-        self.win.Flush(rank)
-
-    @staticmethod
-    def _count_at(slot: int) -> int:
-        return (2 + slot) * SEQ.itemsize
-
-    def _seqs(self, rank: int) -> np.ndarray:
-        seqs = np.empty(2, SEQ)
-        self.win.Get([seqs, MPI.INT64_T], rank, target=(0, 2, MPI.INT64_T))
-        self.win.Flush(rank)
-        return seqs
+                self._add(rank, slot, -1)
+        return held
 
     def free(self) -> None:
         self.win.Unlock_all()

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from hpcbench.comm.mpi import ONE, MINUS_ONE, MpiComm
+from hpcbench.comm.mpi import MpiComm
 
 SIZE = 1000
 
@@ -19,20 +19,21 @@ def content(version: int) -> np.ndarray:
 
 
 def overtaken(window, publishes: int) -> int:
-    count = window._count
+    add = window._add
+    late = [publishes]
 
-    def late_count(rank, slot, add):
-        if add is ONE and window.retries == 0 and publishes:
-            for _ in range(publishes):
+    def late_add(rank, slot, value):
+        if value == 1 and late:  # the reader's count, on its way
+            for _ in range(late.pop()):
                 window.publish(content(window.top // 2 + 1))
-        count(rank, slot, add)
+        return add(rank, slot, value)
 
-    window._count = late_count
+    window._add = late_add
     return 0
 
 
 def held(window) -> int:
-    window._count(0, window.newest, ONE)  # a reader copying version 1
+    window._add(0, window.newest, 1)  # a reader copying version 1
     window.publish(content(2))  # the other slot: no wait
     waits = []
 
@@ -40,7 +41,7 @@ def held(window) -> int:
         while test() is None:
             waits.append(1)
             if len(waits) == 3:
-                window._count(0, 1 - window.newest, MINUS_ONE)
+                window._add(0, 1 - window.newest, -1)
     window.publish(content(3), wait=wait)
     return len(waits)
 
