@@ -18,7 +18,8 @@ from hpcbench.telemetry.summary import time_to_target
 NOT_SETTINGS = ("algo", "seed", "out", "overwrite", "timeout_s", "progress_s", "data_dir", "steps_per_worker", "budget_samples",
                 "eval_every", "parameters", "train_size", "val_size", "schedule", "straggler_ranks", "straggler_factor",
                 "resolved_options")
-NOT_SIM_SETTINGS = ("workers", "model_parameters", "algorithm_parameters")
+# How the gradients were computed follows from sim.batch_gradients (the setting) and the worker count.
+NOT_SIM_SETTINGS = ("workers", "model_parameters", "algorithm_parameters", "gradients")
 
 Settings = tuple[tuple[str, str], ...]  # (name, value as text), sorted by name
 
