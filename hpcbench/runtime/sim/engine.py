@@ -3,8 +3,9 @@
 The same algorithm programs as under MPI; each operation costs virtual time from the models:
 compute from the compute model, transfers α + bytes/bandwidth through per-rank full-duplex links
 (a send and a receive direction, each shared fairly by the transfers in it: links.py), locks on the
-windows others add into granted in the order asked, versioned windows read without one, the all-reduce's cost for collectives, and fixed per-message and
-per-step costs for rank 0's and the workers' own math.
+windows others add into granted in the order asked, versioned windows read without one, the
+all-reduce's cost for collectives, and fixed per-message and per-step costs for rank 0's and the
+workers' own math.
 Events at equal times run in the order they were scheduled, so a run is deterministic.
 """
 from __future__ import annotations
