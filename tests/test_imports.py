@@ -244,5 +244,16 @@ def test_the_cli_starts_without_torch_mpi4py_or_h5py():
     assert out.stdout.strip() == "[]"
 
 
+def test_a_timing_only_simulation_of_a_network_never_imports_torch(tmp_path):
+    code = ("import sys\nfrom hpcbench.cli import main\n"
+            f"code = main(['simulate', '--algo', 'asgd', '--model', 'cnn', '--workers', '3', '--steps', '2', "
+            f"'--numerics', 'off', '--out', {str(tmp_path / 'sim.h5')!r}])\n"
+            "print(code, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=PACKAGE.parent)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "0 False"
+
+
 def test_the_package_says_it_is_typed():
     assert (PACKAGE / "py.typed").exists()

@@ -17,14 +17,14 @@ class Loop:
 
     def __init__(self, ranks: int) -> None:
         self.now, self.heap, self.seq = 0.0, [], itertools.count()
-        self.links = Links(ranks, B, self.at, lambda: self.now)
+        self.links = Links(ranks, B, self.at)
         self.arrived: dict[int, float] = {}
 
     def at(self, t, action, *args):
         heapq.heappush(self.heap, (t, next(self.seq), action, args))
 
     def send(self, t: float, src: int, dst: int, nbytes: float, name: int) -> None:
-        self.at(t, self.links.start, src, dst, nbytes, lambda: self.arrived.__setitem__(name, self.now))
+        self.at(t, self.links.start, src, dst, nbytes, lambda: self.arrived.__setitem__(name, self.now), t)
 
     def run(self) -> dict[int, float]:
         while self.heap:

@@ -1,6 +1,7 @@
 """The virtual cluster runs the same algorithm code: trajectories, staleness, determinism, timing models."""
 import contextlib
 import dataclasses
+import gc
 import io
 import json
 
@@ -111,9 +112,28 @@ def test_same_seed_same_result_file(tmp_path):
     assert a["model/final_params"] != c["model/final_params"]
 
 
+@pytest.mark.parametrize("algo", ["asgd", "easgd", "gossip", "allreduce"])
+def test_a_simulation_leaves_no_reference_cycles_behind(tmp_path, algo):
+    """The engine runs with the cyclic collector paused; garbage in cycles made per operation would
+    pile up and be collected all at once afterwards (1.8 s at 1,024 workers and 200k updates)."""
+    def cycles_left(steps: int) -> int:
+        gc.collect()
+        gc.disable()
+        try:
+            simulate("--algo", algo, "--workers", "8", "--steps", str(steps), "--numerics", "off", "--out",
+                     str(tmp_path / f"{steps}.h5"))
+            return gc.collect()
+        finally:
+            gc.enable()
+
+    cycles_left(2)  # imports and first-call caches
+    assert cycles_left(40) <= cycles_left(4) + 10
+
+
 def test_compute_model_means_and_straggler_factors():
     cfg = SimConfig(workers=4, compute_shape=100, compute_mean_s=0.2)
     model = ComputeModel(cfg, seed=0, slow={2: 3.0})
+    assert type(model.sample(1)) is float  # not a numpy scalar, which would slow every sum the engine makes of it
     draws = {r: np.array([model.sample(r) for _ in range(4000)]) for r in (1, 2)}
     assert draws[1].mean() == pytest.approx(0.2, rel=0.01)
     assert draws[2].mean() == pytest.approx(0.6, rel=0.01)

@@ -1,5 +1,6 @@
 """Datasets, shards, models and the flat-parameter trainer."""
 import pickle
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ from hpcbench.errors import UsageError
 from hpcbench.workload.datasets import CIFAR_FILES, load_dataset
 from hpcbench.workload.models import MODELS
 from hpcbench.workload.networks import BUILDERS, build_model
+from hpcbench.workload.shapes import Sized
 from hpcbench.workload.sharding import BatchStream, shard_indices
 from hpcbench.workload.trainer import Trainer
 
@@ -82,6 +84,20 @@ def test_models_build_for_every_input_shape(name):
     for shape in ((1, 8, 8), (3, 32, 32)):
         model = build_model(name, shape, 10, seed=0)
         assert model(torch.zeros(2, *shape)).shape == (2, 10)
+
+
+@pytest.mark.parametrize("name", NETWORKS)
+def test_a_sized_network_has_the_built_networks_shapes_in_its_order(name):
+    """What a timing-only simulation charges on the wire (its size) and buckets by (its bounds)."""
+    for dataset in ("digits", "synthetic"):
+        data = load_dataset(dataset)
+        for classes in (data.classes, 7):
+            data = replace(data, classes=classes)
+            built = [tuple(p.shape) for p in build_model(name, data.input_shape, classes, seed=0).parameters()]
+            sized = Sized(name, data)
+            assert list(sized.shapes) == built
+            assert sized.size == sum(int(np.prod(s)) for s in built)
+    assert Sized(name, load_dataset("digits")).bounds == Trainer(name, load_dataset("digits"), seed=0).bounds
 
 
 def test_same_seed_same_initial_parameters():

@@ -76,7 +76,8 @@ def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0) -
         raise UsageError(f"batch size {cfg.batch_size} is larger than a worker's shard ({smallest} of the "
                          f"{len(data.y_train)} training samples of {cfg.dataset} with {workers} workers); use --batch-size {smallest} "
                          "or less, or fewer workers")
-    workload = model.build(Needs(cfg.model, data, cfg.seed, device, workers, plan.tables))
+    build = model.sized if stand_in and model.sized is not None else model.build  # sizes are all a stand-in needs
+    workload = build(Needs(cfg.model, data, cfg.seed, device, workers, plan.tables))
     params = np.zeros(stand_in, np.float32) if stand_in else workload.initial
     ctx = make_context(cfg, plan.algo, workers, params, len(data.y_train), plan.options, workload.bounds,
                        workload.shapes)

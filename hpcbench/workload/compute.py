@@ -56,7 +56,7 @@ class ComputeModel:
             self.speed = np.ones(cfg.workers + 1)
         self.rngs = [np.random.default_rng([seed, 0xC0DE, r]) for r in range(cfg.workers + 1)]
         self.pause_rngs = [np.random.default_rng([seed, 0xFA05, r]) for r in range(cfg.workers + 1)]
-        self.scale = [c * cfg.compute_mean_s / cfg.compute_shape * slow.get(r, 1.0)
+        self.scale = [float(c) * cfg.compute_mean_s / cfg.compute_shape * slow.get(r, 1.0)
                       for r, c in enumerate(self.speed)]
         self.draws: list[np.ndarray] = [np.zeros(0)] * (cfg.workers + 1)
         self.next = [0] * (cfg.workers + 1)

@@ -1,5 +1,6 @@
 """Models by name: what each is, and how a rank makes the workload it computes with. torch is imported
-only to build a network (``networks.py``, ``trainer.py``)."""
+only to build a network (``networks.py``, ``trainer.py``); ``shapes.py`` knows each network's shapes
+without it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,12 +32,20 @@ class ModelSpec:
     text: str
     build: Callable[[Needs], Workload]
     trains: bool = True
+    # Its sizes and shapes without its values (a simulation with numerics off); None: ``build``.
+    sized: Callable[[Needs], Workload] | None = None
 
 
 def trainer(needs: Needs) -> Workload:
     from hpcbench.workload.trainer import Trainer
 
     return Trainer(needs.model, needs.data, needs.seed, needs.device)
+
+
+def sized(needs: Needs) -> Workload:
+    from hpcbench.workload.shapes import Sized
+
+    return Sized(needs.model, needs.data)
 
 
 def payload(needs: Needs) -> Workload:
@@ -51,7 +60,7 @@ for _name, _text in (
     ("cnn", "two 3x3 conv + max-pool stages (32, 64 channels) and a 128-unit dense layer"),
     ("resnet20", "ResNet-20 for CIFAR (3 stages of 3 basic blocks, 16/32/64 channels, BatchNorm)"),
 ):
-    MODELS.register(_name)(ModelSpec(_text, trainer))
+    MODELS.register(_name)(ModelSpec(_text, trainer, sized=sized))
 MODELS.register("payload")(ModelSpec(
     "no network and no torch: real messages of payload.params float32 and modeled compute (--compute), for "
     "scale tests and message-size studies; accuracy is NaN", payload, trains=False))

@@ -60,6 +60,18 @@ class Pending:
 GradientFn = Callable[[int, np.ndarray], "Gradient | Pending"]
 
 
+def scheduler(heap: list) -> Callable[..., None]:
+    """``at(t, action, *args)``: run ``action(*args)`` at virtual time ``t``; events at equal times in
+    the order they were scheduled."""
+    counter = itertools.count()
+    push = heapq.heappush
+
+    def at(t: float, action: Callable[..., None], *args: Any) -> None:
+        push(heap, (t, next(counter), action, args))
+
+    return at
+
+
 class Engine:
     def __init__(self, algo: Algorithm, layout: Layout, cfg: SimConfig, compute: ComputeModel,
                  gradient: GradientFn, logs: RunLogs, real_size: int, progress: ProgressLine | None = None,
@@ -77,7 +89,9 @@ class Engine:
         self.end = [0.0] * (n + 1)
         self.finished = [False] * (n + 1)
         # Full-duplex links, each direction shared fairly by the transfers in it; passive-target locks.
-        self.links = Links(n + 1, cfg.bandwidth, self.at, lambda: self.now)
+        self.heap: list[tuple[float, int, Callable[..., None], tuple]] = []
+        self.at = scheduler(self.heap)
+        self.links = Links(n + 1, cfg.bandwidth, self.at)
         self.locks: dict[tuple[str, int], WindowLock] = {}
         self.outside_mpi_until = [0.0] * (n + 1)  # computing or applying: with polling progress, no RMA
         self.polling = cfg.progress == "polling"
@@ -97,15 +111,15 @@ class Engine:
         self.waiting: dict[int, tuple[str, int, int, float]] = {}  # rank → (channel, src, token, since)
         self.collective: list[tuple[int, float, np.ndarray | None]] = []
         self.reducing: list[tuple[int, float, float, Gradient | Pending]] = []  # (rank, start, compute done, result)
-        self.heap: list[tuple[float, int, Callable[..., None], tuple]] = []
-        self.counter = itertools.count()
+        self.tokens = itertools.count()
         self.now = 0.0
         self.events = 0
-        self.handlers: dict[type, Callable[[int, Any], Any]] = {op: getattr(self, handler_name(op)) for op in ALL_OPS}
+        # Functions, not bound methods, and a scheduler that knows only the heap: nothing the engine
+        # holds refers back to it, so it is freed (with its rows) as soon as its run is done with.
+        self.handlers: dict[type, Callable[[Engine, int, Any], Any]] = {
+            op: getattr(Engine, handler_name(op)) for op in ALL_OPS}
 
     # --- the event loop -----------------------------------------------------------------------
-    def at(self, t: float, action: Callable[..., None], *args: Any) -> None:
-        heapq.heappush(self.heap, (t, next(self.counter), action, args))
 
     def run(self) -> None:
         for r in self.ranks:
@@ -133,7 +147,7 @@ class Engine:
                 self.finished[rank] = True
                 self.end[rank] = self.now
                 return
-            value = self.handlers[type(op)](rank, op)
+            value = self.handlers[type(op)](self, rank, op)
             if value is BLOCKED:
                 return
 
@@ -181,7 +195,7 @@ class Engine:
         if size < EAGER_BYTES:
             self.at(self.now + wire / self.cfg.bandwidth, done)
         else:
-            self.links.start(src, dst, wire, done)
+            self.links.start(src, dst, wire, done, self.now)
 
     def lock(self, key: tuple[str, int], exclusive: bool, granted: Callable[[], None]) -> bool:
         """Ask for a window's lock: True when held now, else ``granted()`` runs once it is."""
@@ -296,39 +310,7 @@ class Engine:
                     for target, n in zip(op.ranks, sizes)]
             self.row(rank, "communicate", self.now, self.now, sum(self.modeled(b.nbytes) for b in bufs), "Read")
             return bufs
-        start, bufs = self.now, []
-        locked = op.window in self.accumulated  # a window others add into: after the adds under way
-
-        def next_target() -> None:
-            if len(bufs) == len(op.ranks):
-                self.row(rank, "communicate", start, self.now, sum(self.modeled(b.nbytes) for b in bufs), "Read")
-                self.resume(rank, bufs)
-                return
-            target, nbytes = op.ranks[len(bufs)], sizes[len(bufs)]
-            key = (op.window, target)
-
-            def arrived(copy: np.ndarray, slot: int) -> None:
-                bufs.append(copy)
-                if locked:
-                    self.unlock(key, True)
-                else:
-                    publish = self.versions[key].release(slot)
-                    if publish is not None:
-                        publish()
-                next_target()
-
-            def granted() -> None:
-                slot = -1 if locked else self.versions[key].hold()
-                copy = self.windows[key][op.offset:op.offset + nbytes].copy()
-                self.carry(target, rank, nbytes, partial(arrived, copy, slot))
-
-            def asked() -> None:
-                if not locked or self.lock(key, True, granted):
-                    granted()
-
-            self.at(self.now if target == rank else self.begins(self.now, target), asked)
-
-        next_target()
+        _Reading(self, rank, op, sizes).next_target()
         return BLOCKED
 
     def addable(self, window: str, what: str = "an add into") -> None:
@@ -424,7 +406,7 @@ class Engine:
                 return self.received(rank, src, data, inline=True)
         if op.timeout == 0:
             return None
-        token = next(self.counter)
+        token = next(self.tokens)
         self.waiting[rank] = (op.channel, op.src, token, self.now)
         if op.timeout is not None and op.timeout != WATCHED:
             self.at(self.now + op.timeout, self.expire, rank, token)
@@ -486,3 +468,51 @@ class Engine:
     def record(self, rank: int, op: Record) -> None:
         self.steps[rank] += 1
         self.logs.record(self.now, op)
+
+
+class _Reading:
+    """One Read under way: each target's window in turn (an object rather than nested closures, which
+    would refer to themselves and leave a reference cycle per read for the collector)."""
+
+    __slots__ = ("engine", "rank", "op", "sizes", "start", "bufs", "locked")
+
+    def __init__(self, engine: Engine, rank: int, op: Read, sizes: list[int]) -> None:
+        self.engine, self.rank, self.op, self.sizes = engine, rank, op, sizes
+        self.start = engine.now
+        self.bufs: list[np.ndarray] = []
+        self.locked = op.window in engine.accumulated  # a window others add into: after the adds under way
+
+    def next_target(self) -> None:
+        engine, op, bufs = self.engine, self.op, self.bufs
+        if len(bufs) == len(op.ranks):
+            engine.row(self.rank, "communicate", self.start, engine.now, sum(engine.modeled(b.nbytes) for b in bufs),
+                       "Read")
+            engine.resume(self.rank, bufs)
+            return
+        target = op.ranks[len(bufs)]
+        engine.at(engine.now if target == self.rank else engine.begins(engine.now, target), self.asked)
+
+    def key(self) -> tuple[str, int]:
+        return (self.op.window, self.op.ranks[len(self.bufs)])
+
+    def asked(self) -> None:
+        if not self.locked or self.engine.lock(self.key(), True, self.granted):
+            self.granted()
+
+    def granted(self) -> None:
+        engine, op, key = self.engine, self.op, self.key()
+        slot = -1 if self.locked else engine.versions[key].hold()
+        nbytes = self.sizes[len(self.bufs)]
+        copy = engine.windows[key][op.offset:op.offset + nbytes].copy()
+        engine.carry(key[1], self.rank, nbytes, partial(self.arrived, copy, slot))
+
+    def arrived(self, copy: np.ndarray, slot: int) -> None:
+        key = self.key()
+        self.bufs.append(copy)
+        if self.locked:
+            self.engine.unlock(key, True)
+        else:
+            publish = self.engine.versions[key].release(slot)
+            if publish is not None:
+                publish()
+        self.next_target()

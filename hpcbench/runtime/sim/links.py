@@ -46,33 +46,32 @@ class Direction:
 
 
 class Links:
-    def __init__(self, ranks: int, bandwidth: float, at: Schedule, clock: Callable[[], float]) -> None:
-        self.bandwidth, self.at, self.clock = bandwidth, at, clock
+    def __init__(self, ranks: int, bandwidth: float, at: Schedule) -> None:
+        self.bandwidth, self.at = bandwidth, at
         self.sending = [Direction() for _ in range(ranks)]
         self.receiving = [Direction() for _ in range(ranks)]
         self.left: dict[int, list] = {}  # transfer id → [directions still serving it, pair, done]
         self.pairs: dict[tuple[int, int], deque[tuple[float, Done]]] = {}  # waiting behind the one under way
         self.ids = itertools.count()
 
-    def start(self, src: int, dst: int, nbytes: float, done: Done) -> None:
-        """Put ``nbytes`` from src to dst on the links now, or after the transfers between the two
-        already under way; ``done()`` when both directions have served them."""
+    def start(self, src: int, dst: int, nbytes: float, done: Done, now: float) -> None:
+        """Put ``nbytes`` from src to dst on the links at ``now``, or after the transfers between the
+        two already under way; ``done()`` when both directions have served them."""
         pair = (src, dst)
         queue = self.pairs.get(pair)
         if queue is not None:
             queue.append((nbytes, done))
             return
         self.pairs[pair] = deque()
-        self.send(pair, nbytes, done)
+        self.send(pair, nbytes, done, now)
 
-    def send(self, pair: tuple[int, int], nbytes: float, done: Done) -> None:
+    def send(self, pair: tuple[int, int], nbytes: float, done: Done, now: float) -> None:
         tid = next(self.ids)
         self.left[tid] = [2, pair, done]
-        now = self.clock()
         self.join(self.sending[pair[0]], tid, nbytes, now)
         self.join(self.receiving[pair[1]], tid, nbytes, now)
 
-    def finished(self, tid: int) -> None:
+    def finished(self, tid: int, now: float) -> None:
         entry = self.left[tid]
         entry[0] -= 1
         if entry[0]:
@@ -81,7 +80,7 @@ class Links:
         pair, done = entry[1], entry[2]
         queue = self.pairs[pair]
         if queue:
-            self.send(pair, *queue.popleft())
+            self.send(pair, *queue.popleft(), now)
         else:
             del self.pairs[pair]
         done()
@@ -103,13 +102,12 @@ class Links:
             if t < d.due:
                 d.version += 1
                 d.due = t
-                self.at(t, self.tick, d, d.version)
+                self.at(t, self.tick, d, d.version, t)
 
-    def tick(self, d: Direction, version: int) -> None:
+    def tick(self, d: Direction, version: int, now: float) -> None:
         if version != d.version:
             return
         d.due = math.inf
-        now = self.clock()
         self.advance(d, now)
         finished = []
         while d.tags and d.tags[0][0] <= d.served * (1 + 1e-12) + 1e-9:
@@ -117,7 +115,7 @@ class Links:
             d.active -= 1
         self.reschedule(d, now)
         for tid in finished:
-            self.finished(tid)
+            self.finished(tid, now)
 
 
 class WindowLock:

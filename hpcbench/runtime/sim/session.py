@@ -105,7 +105,8 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     if cfg.fault:
         raise UsageError(f"fault = {cfg.fault} injects a fault into a real run (hpcbench run); a simulation has no "
                          "processes to fault: model slow workers with --stragglers or --pauses")
-    set_threads(cfg, thread_count(cfg.threads, 1))
+    if sim.numerics:  # with numerics off nothing trains, and torch need not even be imported
+        set_threads(cfg, thread_count(cfg.threads, 1))
     run = assemble(plan, n, stand_in=0 if sim.numerics else STAND_IN_FLOATS)
     workload, algo = run.workload, run.algo
     if algo.shaped_messages and (not sim.numerics or sim.message_params):
