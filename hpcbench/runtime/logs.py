@@ -58,9 +58,10 @@ class RunLogs:
     def table_columns_of(self, name: str, shift: float = 0.0) -> dict[str, np.ndarray]:
         """Columns of integers come out as int64, all others as float64."""
         rows = self.tables[name]
+        names = self.table_columns[name]
         cols = {}
-        for i, c in enumerate(self.table_columns[name]):
-            values = np.asarray([r[i] for r in rows])
+        for c, column in zip(names, zip(*rows) if rows else [()] * len(names)):
+            values = np.asarray(column)
             cols[c] = values.astype(np.int64 if values.dtype.kind in "iu" else np.float64)
         cols["t"] = cols["t"].astype(np.float64) + shift
         return cols

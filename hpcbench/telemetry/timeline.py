@@ -15,31 +15,35 @@ PHASE_CODE = {name: i for i, name in enumerate(PHASES)}
 OPS = ("none",) + tuple(op.__name__ for op in TIMED_OPS)
 OP_CODE = {name: i for i, name in enumerate(OPS)}
 COLUMNS = ("rank", "step", "phase", "op", "t_start", "t_end", "nbytes")
-ROW_DTYPE = np.dtype([("step", np.int64), ("phase", np.uint8), ("op", np.uint8), ("t_start", np.float64),
-                      ("t_end", np.float64), ("nbytes", np.int64)])
+ROW_WIDTH = 6  # numbers in a row as a Timeline keeps it
 
 
 class Timeline:
-    """Rows appended during a run on one rank, in that rank's own clock."""
+    """Rows appended during a run on one rank, in that rank's own clock.
+
+    ``values``: the rows' six numbers one after another (step, phase code, op code, start, end,
+    bytes): a flat list of numbers costs no object per row to keep, free or convert (a 1,024-worker
+    simulation writes over a million rows)."""
 
     def __init__(self, rank: int) -> None:
         self.rank = rank
-        self.rows: list[tuple[int, int, int, float, float, int]] = []
+        self.values: list[float] = []
 
     def add(self, step: int, phase: str, t_start: float, t_end: float, nbytes: int = 0, op: str = "none") -> None:
-        self.rows.append((step, PHASE_CODE[phase], OP_CODE[op], t_start, t_end, nbytes))
+        self.values.extend((step, PHASE_CODE[phase], OP_CODE[op], t_start, t_end, nbytes))
 
     def columns(self, shift: float = 0.0) -> dict[str, np.ndarray]:
         """The rows as columns, times moved by ``shift`` (onto rank 0's clock and run origin)."""
-        table = np.fromiter(self.rows, dtype=ROW_DTYPE, count=len(self.rows))
+        # Steps, codes and byte counts are integers below 2**53: float64 holds them exactly.
+        table = np.fromiter(self.values, dtype=np.float64, count=len(self.values)).reshape(-1, ROW_WIDTH)
         return {
-            "rank": np.full(len(self.rows), self.rank, dtype=np.int32),
-            "step": table["step"],
-            "phase": table["phase"],
-            "op": table["op"],
-            "t_start": table["t_start"] + shift,
-            "t_end": table["t_end"] + shift,
-            "nbytes": table["nbytes"],
+            "rank": np.full(len(table), self.rank, dtype=np.int32),
+            "step": table[:, 0].astype(np.int64),
+            "phase": table[:, 1].astype(np.uint8),
+            "op": table[:, 2].astype(np.uint8),
+            "t_start": table[:, 3] + shift,
+            "t_end": table[:, 4] + shift,
+            "nbytes": table[:, 5].astype(np.int64),
         }
 
 

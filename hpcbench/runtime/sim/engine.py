@@ -30,7 +30,6 @@ from hpcbench.runtime.sim.links import Links, Versions, WindowLock
 from hpcbench.options.sim import SimConfig
 from hpcbench.runtime.sim.models import Draws, allreduce_s, barrier_s
 from hpcbench.workload.compute import ComputeModel
-from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE, Timeline
 
@@ -84,7 +83,7 @@ class Engine:
         self.extra_bytes = 4 * (real_size - algo.ctx.size)  # a stand-in vector counts as the real one
         self.programs = [algo.server()] + [algo.worker(r) for r in range(1, n + 1)]
         self.timelines = [Timeline(r) for r in self.ranks]
-        self.rows = [t.rows for t in self.timelines]
+        self.rows = [t.values for t in self.timelines]
         self.steps = [0] * (n + 1)
         self.end = [0.0] * (n + 1)
         self.finished = [False] * (n + 1)
@@ -120,16 +119,16 @@ class Engine:
             op: getattr(Engine, handler_name(op)) for op in ALL_OPS}
 
     # --- the event loop -----------------------------------------------------------------------
-
     def run(self) -> None:
         for r in self.ranks:
             self.at(0.0, self.resume, r, None)
         heap, pop = self.heap, heapq.heappop
-        with collector_paused():
-            while heap:
-                self.now, _, action, args = pop(heap)
-                self.events += 1
-                action(*args)
+        events = 0
+        while heap:
+            self.now, _, action, args = pop(heap)
+            events += 1
+            action(*args)
+        self.events = events
         stuck = [r for r in self.ranks if not self.finished[r]]
         if stuck:
             what = ", ".join(f"rank {r} on {self.waiting[r][0]!r}" if r in self.waiting else f"rank {r}"
@@ -156,7 +155,7 @@ class Engine:
         return BLOCKED
 
     def row(self, rank: int, phase: str, t0: float, t1: float, nbytes: int = 0, op: str = "none") -> None:
-        self.rows[rank].append((self.steps[rank], PHASE_CODE[phase], OP_CODE[op], t0, t1, nbytes))
+        self.rows[rank].extend((self.steps[rank], PHASE_CODE[phase], OP_CODE[op], t0, t1, nbytes))
 
     # --- costs --------------------------------------------------------------------------------
     def modeled(self, nbytes: int) -> int:
