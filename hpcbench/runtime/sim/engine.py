@@ -136,17 +136,17 @@ class Engine:
             raise RuntimeFailure(f"simulated run deadlocked at t={self.now:.6f} s: {what} still waiting")
 
     def resume(self, rank: int, value: Any) -> None:
-        program = self.programs[rank]
+        step, handlers = self.programs[rank].send, self.handlers
         while True:
-            if isinstance(value, Pending):
+            if type(value) is Pending:
                 value = value.result()
             try:
-                op = program.send(value)
+                op = step(value)
             except StopIteration:
                 self.finished[rank] = True
                 self.end[rank] = self.now
                 return
-            value = self.handlers[type(op)](self, rank, op)
+            value = handlers[type(op)](self, rank, op)
             if value is BLOCKED:
                 return
 
