@@ -72,9 +72,13 @@ def one_of(kind: str, name: object, valid: list[str] | tuple[str, ...]) -> Usage
     return UsageError(f"unknown {kind} {name!r}; valid: {', '.join(valid)}")
 
 
-def undeclared_add(window: str, what: str = "an add into") -> RuntimeFailure:
-    """An Accumulate, fetch-and-add or drain of a window its layout does not declare "accumulate":
-    an algorithm's bug, refused by the simulator and under MPI alike."""
+def undeclared_add(window: str, what: str = "an add into", declared: str = "publish") -> RuntimeFailure:
+    """An operation a window's declared mode does not take: an Accumulate, fetch-and-add or drain of a
+    "publish" window, anything but a fetch-and-add on a "count" one. An algorithm's bug, refused by
+    the simulator and under MPI alike."""
+    if declared == "count":
+        return RuntimeFailure(f"{what} window {window!r}, which its layout declares \"count\": a counter "
+                              "takes fetch-and-adds only")
     return RuntimeFailure(f"{what} window {window!r}, which its layout declares \"publish\": declare it "
                           "\"accumulate\" (reads of a window others add into must exclude the adders)")
 

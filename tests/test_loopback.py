@@ -143,6 +143,10 @@ def undeclared_add(window: str, what: str = "an add into") -> str:
             "(reads of a window others add into must exclude the adders)")
 
 
+def counter_only(window: str, what: str) -> str:
+    return f"{what} window {window!r}, which its layout declares \"count\": a counter takes fetch-and-adds only"
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("op, rank, what", [(Accumulate("w", 0, ((0, np.ones(2, np.float32)),)), 1, "an add into"),
                                             (FetchAdd("w", 0, 1), 1, "an add into"), (Drain("w"), 0, "a drain of")])
@@ -160,6 +164,25 @@ def test_an_add_into_a_window_not_declared_accumulate_is_refused_by_the_transpor
     with pytest.raises(RuntimeFailure) as refused:
         MpiDriver(ends[rank], Timeline(rank), timeout=1.0).run(program())
     assert str(refused.value) == undeclared_add("w", what)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("op, rank, what", [(Accumulate("w", 0, ((0, np.ones(2, np.float32)),)), 1, "an add into"),
+                                            (Drain("w"), 0, "a drain of"), (Read("w", (0,)), 1, "a read of"),
+                                            (Publish("w", np.zeros(8, np.uint8)), 0, "a publish into")])
+def test_a_window_declared_a_counter_takes_only_fetch_and_adds(op, rank, what):
+    """Under MPI its adds are lock-free atomics: a read, a drain or a plain add would race them."""
+    def program():
+        yield FetchAdd("w", 0, 1)
+        yield op
+
+    hub = Loopback(2)
+    ends = [hub.endpoint(r) for r in range(2)]
+    for end in ends:
+        end.open_window("w", 8, owned=end.rank == 0, mode="count")
+    with pytest.raises(RuntimeFailure) as refused:
+        MpiDriver(ends[rank], Timeline(rank), timeout=1.0).run(program())
+    assert str(refused.value) == counter_only("w", what)
 
 
 @pytest.mark.timeout(60)
@@ -213,6 +236,13 @@ def test_the_simulator_refuses_an_add_into_a_window_not_declared_accumulate(wind
     declared "publish", the simulator refuses the first add, as the MPI transport would."""
     error = simulate_with("easgd", lambda layout: replaced(layout, "windows", window, mode="publish"))
     assert str(error) == undeclared_add(window)
+
+
+@pytest.mark.parametrize("name, window, what", [("easgd", "centre", "a read of"), ("gossip", "model", "a read of"),
+                                                 ("allreduce", "kept", "a publish into")])
+def test_the_simulator_refuses_anything_but_a_fetch_and_add_on_a_counter(name, window, what):
+    error = simulate_with(name, lambda layout: replaced(layout, "windows", window, mode="count"))
+    assert str(error) == counter_only(window, what)
 
 
 @pytest.mark.parametrize("name, channel, changes, line", [

@@ -37,6 +37,20 @@ def test_a_stop_signal_while_a_worker_holds_a_lock_leaves_the_window_unlocked(op
     assert "rank 0 locked its window" in proc.stdout
 
 
+@pytest.mark.parametrize("mode", ["count", "accumulate"])
+def test_a_counters_adds_need_nothing_from_a_busy_owner_where_one_locked_needs_its_progress(mode):
+    # The shared sample budget: workers claim batches from rank 0's counter. Declared "count", the adds
+    # are lock-free atomics on shared memory, so rank 0 need not serve them (and may wait for its
+    # messages at leisure); under a lock each add waits for rank 0 to come back into MPI.
+    proc = ok(mpirun(3, mode, module="mpi_programs.busy_counter", env={"PYTHONPATH": "tests"}))
+    found = re.findall(r"rank (\d) adds_s=([0-9.]+) seen=(\d+)", proc.stdout)
+    assert len(found) == 2, proc.stdout + proc.stderr
+    assert all(int(seen) == 50 for _, _, seen in found)  # each add saw a different count: atomic
+    assert "counter=150" in proc.stdout  # 50 adds of 1 and 50 of 2
+    slowest = max(float(s) for _, s, _ in found)
+    assert slowest < 0.75 if mode == "count" else slowest > 0.75, proc.stdout
+
+
 def test_ranks_that_finished_keep_answering_while_rank_0_still_works():
     # Before: the workers stopped their heartbeats on entering close() and waited a fixed timeout, so
     # rank 0 scoring a long run's snapshots for longer than timeout_s ended the run as "stopped answering".

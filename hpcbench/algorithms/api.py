@@ -35,8 +35,9 @@ class WindowSpec:
     nbytes: int
     initial: np.ndarray | None = field(default=None, compare=False)
     # "publish": the owner overwrites it and others read it; "accumulate": others add into it
-    # (element-wise atomic), so every read of it must exclude the adders.
-    mode: Literal["publish", "accumulate"] = "publish"
+    # (element-wise atomic), so every read of it must exclude the adders; "count": an int64 counter
+    # others only fetch-and-add (no locks: in shared memory an add needs nothing from the owner).
+    mode: Literal["publish", "accumulate", "count"] = "publish"
 
 
 @dataclass(frozen=True)

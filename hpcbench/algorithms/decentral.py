@@ -62,7 +62,7 @@ def layout(ctx: Context, until_budget: bool, extra: int = 0, **extra_windows: Wi
     windows = {"model": WindowSpec("workers", frame.nbytes, packed(frame, ctx, 0, ctx.params)),
                "kept": WindowSpec("workers", snapshots(ctx) * slot_bytes(ctx, extra)), **extra_windows}
     if until_budget:
-        windows["budget"] = WindowSpec("server", 8, None, "accumulate")
+        windows["budget"] = WindowSpec("server", 8, None, "count")
     return Layout(
         windows=windows,
         channels={"progress": ChannelSpec("workers", "server", PROGRESS.nbytes),

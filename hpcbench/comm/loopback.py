@@ -36,7 +36,7 @@ class Loopback:
         self.lock = threading.Condition()
         self.windows: dict[tuple[str, int], np.ndarray] = {}
         self.window_sizes: dict[str, int] = {}
-        self.accumulated: set[str] = set()
+        self.modes: dict[str, str] = {}  # each window's declared mode
         self.message_sizes: dict[str, int] = {}
         self.queues: dict[tuple[str, int], deque[tuple[int, np.ndarray]]] = {}
         self.reduce_barrier = threading.Barrier(size - 1) if size > 1 else None
@@ -173,12 +173,11 @@ class LoopbackEndpoint:
     def finalize(self) -> None:
         self.watched = {}
 
-    def open_window(self, name: str, nbytes: int, owned: bool, accumulated: bool = False) -> None:
+    def open_window(self, name: str, nbytes: int, owned: bool, mode: str = "publish") -> None:
         """As ``MpiComm.open_window``: every rank calls it; owners get ``nbytes`` of zeros."""
         with self.hub.lock:
             self.hub.window_sizes[name] = nbytes
-            if accumulated:
-                self.hub.accumulated.add(name)
+            self.hub.modes[name] = mode
             if owned:
                 self.hub.windows[(name, self.rank)] = np.zeros(nbytes, np.uint8)
 
@@ -192,10 +191,12 @@ class LoopbackEndpoint:
         return self.hub.window_sizes[window]
 
     def publish(self, window: str, data: np.ndarray, offset: int = 0) -> None:
+        self._not_counter(window, "a publish into")
         with self.hub.lock:
             self.hub.windows[(window, self.rank)][offset:offset + data.nbytes] = data.view(np.uint8).ravel()
 
     def read(self, window: str, ranks: tuple[int, ...], nbytes: int, offset: int = 0) -> list[np.ndarray]:
+        self._not_counter(window, "a read of")
         with self.hub.lock:
             return [self.hub.windows[(window, r)][offset:offset + nbytes].copy() for r in ranks]
 
@@ -208,7 +209,8 @@ class LoopbackEndpoint:
                 view += array
 
     def fetch_add(self, window: str, rank: int, value: int) -> int:
-        self._addable(window)
+        if self.hub.modes[window] != "count":
+            self._addable(window)
         with self.hub.lock:
             counter = self.hub.windows[(window, rank)][:8].view(np.int64)
             before = int(counter[0])
@@ -216,8 +218,12 @@ class LoopbackEndpoint:
             return before
 
     def _addable(self, window: str, what: str = "an add into") -> None:
-        if window not in self.hub.accumulated:
-            raise undeclared_add(window, what)
+        if self.hub.modes[window] != "accumulate":
+            raise undeclared_add(window, what, self.hub.modes[window])
+
+    def _not_counter(self, window: str, what: str) -> None:
+        if self.hub.modes[window] == "count":
+            raise undeclared_add(window, what, "count")
 
     def drain(self, window: str) -> np.ndarray:
         self._addable(window, "a drain of")

@@ -169,6 +169,30 @@ class Window:
         self.win.Free()
 
 
+class CounterWindow:
+    """An int64 counter others only fetch-and-add into (the shared sample budget), without locks:
+    every rank holds a shared lock on every rank for the window's life (``MPI_MODE_NOCHECK``: no lock
+    messages) and each add is one atomic fetch-and-op, flushed. Where the window is in shared memory
+    an add needs nothing from its owner, which may then wait for messages without serving it."""
+
+    def __init__(self, comm: MPI.Intracomm, owned: bool) -> None:
+        self.win = MPI.Win.Allocate(8 if owned else 0, 1, comm=comm)
+        self.local = (np.frombuffer(self.win.tomemory(), dtype=np.uint8)  # type: ignore[call-overload]
+                      if owned else np.empty(0, np.uint8))
+        self.local[:] = 0
+        self.win.Lock_all(MPI.MODE_NOCHECK)
+
+    def fetch_add(self, rank: int, value: int) -> int:
+        add, before = np.array([value], dtype=np.int64), np.zeros(1, dtype=np.int64)
+        self.win.Fetch_and_op([add, MPI.INT64_T], [before, MPI.INT64_T], rank, 0, op=MPI.SUM)
+        self.win.Flush(rank)
+        return int(before[0])
+
+    def free(self) -> None:
+        self.win.Unlock_all()
+        self.win.Free()
+
+
 WORD = np.dtype(np.int64)
 COUNT_BITS = 24  # a slot's word: its sequence number above, the readers copying it below
 
@@ -372,7 +396,7 @@ class MpiComm:
         self._next_parent_check = 0.0
         self.orphaned = False
         threading.Thread(target=self._watch_launcher, name="hpcbench-launcher-watchdog", daemon=True).start()
-        self.windows: dict[str, Window | VersionedWindow] = {}
+        self.windows: dict[str, Window | VersionedWindow | CounterWindow] = {}
         self.window_sizes: dict[str, int] = {}
         self.channels: dict[str, Channel] = {}
         self._sends: list[tuple[MPI.Request, np.ndarray]] = []
@@ -393,9 +417,11 @@ class MpiComm:
         self._next_beat = 0.0
 
     # --- set-up -------------------------------------------------------------------------------
-    def open_window(self, name: str, nbytes: int, owned: bool, accumulated: bool = False) -> None:
-        """Collective: a window of ``nbytes`` on the ranks that own it, empty on the others."""
-        self.windows[name] = (Window(self.world, nbytes if owned else 0) if accumulated
+    def open_window(self, name: str, nbytes: int, owned: bool, mode: str = "publish") -> None:
+        """Collective: a window of ``nbytes`` on the ranks that own it, empty on the others; ``mode``:
+        as its layout declares it (``WindowSpec.mode``)."""
+        self.windows[name] = (Window(self.world, nbytes if owned else 0) if mode == "accumulate"
+                              else CounterWindow(self.world, owned) if mode == "count"
                               else VersionedWindow(self.world, nbytes, owned))
         self.window_sizes[name] = nbytes
 
@@ -426,7 +452,7 @@ class MpiComm:
         return self.window_sizes[window]
 
     def publish(self, window: str, data: np.ndarray, offset: int = 0) -> None:
-        found = self.windows[window]
+        found = self._not_counter(window, "a publish into")
         if isinstance(found, Window):
             found.publish(data, offset)
         else:
@@ -434,19 +460,26 @@ class MpiComm:
                 test, math.inf, f"the readers of window {window!r} to let go of it", spin=self.spin))
 
     def read(self, window: str, ranks: tuple[int, ...], nbytes: int, offset: int = 0) -> list[np.ndarray]:
-        return self.windows[window].read(ranks, nbytes, lambda test: self._wait(
+        return self._not_counter(window, "a read of").read(ranks, nbytes, lambda test: self._wait(
             test, math.inf, f"a read of window {window!r}", spin=self.spin), offset)
 
     def accumulate(self, window: str, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> None:
         self._addable(window).accumulate(rank, parts)
 
     def fetch_add(self, window: str, rank: int, value: int) -> int:
-        return self._addable(window).fetch_add(rank, value)
+        found = self.windows[window]
+        return (found if isinstance(found, CounterWindow) else self._addable(window)).fetch_add(rank, value)
 
     def _addable(self, window: str, what: str = "an add into") -> Window:
         found = self.windows[window]
         if not isinstance(found, Window):
-            raise undeclared_add(window, what)
+            raise undeclared_add(window, what, "count" if isinstance(found, CounterWindow) else "publish")
+        return found
+
+    def _not_counter(self, window: str, what: str) -> Window | VersionedWindow:
+        found = self.windows[window]
+        if isinstance(found, CounterWindow):
+            raise undeclared_add(window, what, "count")
         return found
 
     def drain(self, window: str) -> np.ndarray:
@@ -465,11 +498,19 @@ class MpiComm:
         ch = self.channels[channel]
         poll = ch.poll_any if src < 0 else (lambda: ch.poll_from(src))
         who = "any rank" if src < 0 else f"rank {src}"
-        # Serving no window (none with bytes here), nothing needs this rank inside MPI while it waits.
-        idle = timeout == math.inf and not any(w.local.size for w in self.windows.values())
+        # Serving no window, nothing needs this rank inside MPI while it waits.
+        idle = timeout == math.inf and not self.serving()
         return self._wait(poll, timeout, f"a {channel!r} message from {who}", fail=False,
                           spin=0.0 if idle else self.spin, nap=max(self.nap, IDLE_SLEEP_S) if idle else self.nap,
                           patience=0.0 if idle else YIELD_S)
+
+    def serving(self) -> bool:
+        """Whether others need this rank inside MPI to reach a window it holds: one they lock (the
+        owner's progress grants the locks), or any that ranks on other hosts reach over the network
+        (the owner's progress carries out their gets and atomics). On one host the lock-free windows
+        are shared memory that readers and adders reach by themselves."""
+        one_host = len(set(self.hosts)) == 1
+        return any(w.local.size and (isinstance(w, Window) or not one_host) for w in self.windows.values())
 
     # --- collectives --------------------------------------------------------------------------
     def allreduce(self, data: np.ndarray, timeout: float, bf16: bool = False) -> np.ndarray:

@@ -83,8 +83,9 @@ class Cluster(Transport, Protocol):
 
     # --- set-up and the end ------------------------------------------------------------------
 
-    def open_window(self, name: str, nbytes: int, owned: bool, accumulated: bool = False) -> None:
-        """Collective: ``nbytes`` on the ranks that own it, nothing on the others."""
+    def open_window(self, name: str, nbytes: int, owned: bool, mode: str = "publish") -> None:
+        """Collective: ``nbytes`` on the ranks that own it, nothing on the others; ``mode``: as the
+        layout declares it ("publish", "accumulate" or "count")."""
 
     def open_channel(self, name: str, nbytes: int, sources: tuple[int, ...]) -> None:
         """Messages of ``nbytes``; receives from ``sources`` are posted now, others on first use."""

@@ -44,7 +44,7 @@ def touch(window, op: str) -> None:
 
 def main(op: str) -> None:
     comm = MpiComm()
-    comm.open_window("w", NBYTES, owned=comm.rank == 0, accumulated=True)  # reads of others' take no lock
+    comm.open_window("w", NBYTES, owned=comm.rank == 0, mode="accumulate")  # reads of others' take no lock
     window = comm.windows["w"]
     comm.world_barrier(60)
     if comm.rank == 1:

@@ -59,7 +59,7 @@ def open_layout(comm: Cluster, layout: Layout, workers: int) -> None:
     for name in sorted(layout.windows):
         spec = layout.windows[name]
         owned = spec.owner == role_of(comm.rank)
-        comm.open_window(name, spec.nbytes, owned, accumulated=spec.mode == "accumulate")
+        comm.open_window(name, spec.nbytes, owned, spec.mode)
         if owned and spec.initial is not None:
             comm.publish(name, spec.initial)
     for name in sorted(layout.channels):

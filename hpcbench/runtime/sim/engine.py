@@ -102,9 +102,11 @@ class Engine:
                                            else np.zeros(spec.nbytes, np.uint8))
         # A window others add into is read under an exclusive lock (a Get racing an Accumulate is
         # undefined in MPI): such a read waits for the adds under way, and adds wait for it to end.
-        self.accumulated = {name for name, spec in layout.windows.items() if spec.mode == "accumulate"}
+        self.modes = {name: spec.mode for name, spec in layout.windows.items()}
+        self.accumulated = {name for name, mode in self.modes.items() if mode == "accumulate"}
+        self.counters = {name for name, mode in self.modes.items() if mode == "count"}  # fetch-and-adds only
         # The others are versioned: read without a lock, published into the slot no reader holds.
-        self.versions = {key: Versions() for key in self.windows if key[0] not in self.accumulated}
+        self.versions = {key: Versions() for key in self.windows if self.modes[key[0]] == "publish"}
         self.channels = layout.channels
         self.inbox: dict[tuple[str, int], deque[tuple[int, np.ndarray]]] = {}
         self.waiting: dict[int, tuple[str, int, int, float]] = {}  # rank → (channel, src, token, since)
@@ -251,6 +253,7 @@ class Engine:
     # Local operations and posting a send are instant in virtual time and leave no timeline row
     # (the bytes of a message are on its receiver's row).
     def publish(self, rank: int, op: Publish) -> object:
+        self.not_counter(op.window, "a publish into")
         key, since = (op.window, rank), self.now
         data = op.data.view(np.uint8)
         if op.window not in self.accumulated:  # versioned: waits only for readers of the slot it writes
@@ -302,6 +305,7 @@ class Engine:
         reaches the reader when the transfer ends. A window others add into is read under its
         exclusive lock, held until then; a versioned one with the reader counted on the newest slot
         until then (the owner's publish into that slot waits for it)."""
+        self.not_counter(op.window, "a read of")
         sizes = [(self.windows[(op.window, target)].nbytes - op.offset if op.nbytes < 0 else op.nbytes)
                  for target in op.ranks]
         if op.observe:  # costs nothing
@@ -315,7 +319,11 @@ class Engine:
     def addable(self, window: str, what: str = "an add into") -> None:
         """An add or drain only of a window its layout declares "accumulate" (as the MPI transport requires)."""
         if window not in self.accumulated:
-            raise undeclared_add(window, what)
+            raise undeclared_add(window, what, self.modes[window])
+
+    def not_counter(self, window: str, what: str) -> None:
+        if window in self.counters:
+            raise undeclared_add(window, what, "count")
 
     def accumulate(self, rank: int, op: Accumulate) -> object:
         self.addable(op.window)
@@ -343,7 +351,8 @@ class Engine:
 
     def fetch_add(self, rank: int, op: FetchAdd) -> object:
         """The add happens when the request reaches the target; the old value travels back."""
-        self.addable(op.window)
+        if op.window not in self.counters:
+            self.addable(op.window)
         counter = self.windows[(op.window, op.rank)][:8].view(np.int64)
         start = self.now
 
