@@ -100,9 +100,9 @@ class Engine:
             for r in owners:
                 self.windows[(name, r)] = (spec.initial.copy() if spec.initial is not None
                                            else np.zeros(spec.nbytes, np.uint8))
+        self.modes = {name: spec.mode for name, spec in layout.windows.items()}
         # A window others add into is read under an exclusive lock (a Get racing an Accumulate is
         # undefined in MPI): such a read waits for the adds under way, and adds wait for it to end.
-        self.modes = {name: spec.mode for name, spec in layout.windows.items()}
         self.accumulated = {name for name, mode in self.modes.items() if mode == "accumulate"}
         self.counters = {name for name, mode in self.modes.items() if mode == "count"}  # fetch-and-adds only
         # The others are versioned: read without a lock, published into the slot no reader holds.
