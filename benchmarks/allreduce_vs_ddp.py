@@ -1,7 +1,7 @@
 """hpcbench's allreduce against a bare mpi4py + torch loop and against PyTorch DDP over gloo, one run.
 
 For each worker count: the bare loop (``bare_allreduce.py``: flat gradient, blocking Allreduce after
-backward) and DDP (``ddp_allreduce.py``: buckets all-reduced during backward) on N ranks, and
+backward), the same with an idle rank 0 beside the workers (as many processes as hpcbench) and DDP (``ddp_allreduce.py``: buckets all-reduced during backward) on N ranks, and
 ``hpcbench run --algo allreduce`` on N+1 ranks (rank 0 coordinates) with its default buckets
 overlapped with backward and with ``allreduce.overlap=false``; alternating, several rounds. Reports
 median step times, the ratios (below 1: hpcbench is faster) and rank 0's processor share. Then the
@@ -24,9 +24,10 @@ from hpcbench.launch.local import launch_env, mpi_command, mpiexec_path
 HERE = Path(__file__).parent
 
 
-def reference(script: str, workers: int, steps: int, extra: list[str]) -> float:
-    cmd = [mpiexec_path(), "-n", str(workers), sys.executable, str(HERE / script), "--steps", str(steps), *extra]
-    out = subprocess.run(cmd, env=launch_env(workers), capture_output=True, text=True, timeout=900, check=True)
+def reference(script: str, workers: int, steps: int, extra: list[str], ranks: int = 0) -> float:
+    ranks = ranks or workers
+    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, str(HERE / script), "--steps", str(steps), *extra]
+    out = subprocess.run(cmd, env=launch_env(ranks), capture_output=True, text=True, timeout=900, check=True)
     return float(re.search(r"median_step_s=([0-9.]+)", out.stdout).group(1))
 
 
@@ -60,23 +61,25 @@ def main() -> None:
     model = ["--model", args.model]
     print(f"model {args.model}, digits, batch 32, {args.steps} timed steps, {args.rounds} rounds; "
           "step times in ms (median), ratios hpcbench/reference (median, min-max)")
-    print(f"{'workers':>7} {'bare':>7} {'DDP':>7} {'hpcbench':>9} {'no overlap':>11} {'vs bare':>17} "
-          f"{'vs DDP':>17} {'rank 0 CPU':>10}")
+    print(f"{'workers':>7} {'bare':>7} {'+idle 0':>8} {'DDP':>7} {'hpcbench':>9} {'no overlap':>11} {'vs bare':>17} "
+          f"{'vs bare+idle 0':>17} {'vs DDP':>17} {'rank 0 CPU':>10}")
     port = 29517
     with tempfile.TemporaryDirectory() as tmp:
         for n in [int(w) for w in args.workers.split(",") if w]:
-            bare, ddp, ours, flat, cpu = [], [], [], [], []
+            bare, idle, ddp, ours, flat, cpu = [], [], [], [], [], []
             for r in range(args.rounds):
                 port += 1
                 bare.append(reference("bare_allreduce.py", n, args.steps, model))
+                idle.append(reference("bare_allreduce.py", n, args.steps, [*model, "--idle-rank"], ranks=n + 1))
                 ddp.append(reference("ddp_allreduce.py", n, args.steps, [*model, "--port", str(port)]))
                 step, share = harness(n, args.steps, model, Path(tmp) / "h.h5")
                 ours.append(step)
                 cpu.append(share)
                 flat.append(harness(n, args.steps, [*model, "--set", "allreduce.overlap=false"],
                                     Path(tmp) / "f.h5")[0])
-            print(f"{n:>7} {median_ms(bare):>7} {median_ms(ddp):>7} {median_ms(ours):>9} {median_ms(flat):>11} "
-                  f"{spread([h / b for h, b in zip(ours, bare)]):>17} {spread([h / d for h, d in zip(ours, ddp)]):>17} "
+            print(f"{n:>7} {median_ms(bare):>7} {median_ms(idle):>8} {median_ms(ddp):>7} {median_ms(ours):>9} "
+                  f"{median_ms(flat):>11} {spread([h / b for h, b in zip(ours, bare)]):>17} "
+                  f"{spread([h / b for h, b in zip(ours, idle)]):>17} {spread([h / d for h, d in zip(ours, ddp)]):>17} "
                   f"{100 * statistics.median(cpu):>9.1f}%")
         n, steps = args.resnet_workers, args.resnet_steps
         resnet = ["--model", "resnet20", "--dataset", "synthetic"]

@@ -53,14 +53,14 @@ def test_trainer_hands_over_each_bucket_in_order_while_the_backward_pass_goes_on
 
     def ready(k: int, vector: np.ndarray) -> None:
         start, stop = buckets[k]
-        seen.append((k, vector[start:stop].copy(), first.grad is None))
+        seen.append((k, vector[start:stop].copy(), not first.grad.any()))  # gradients start each pass at zero
 
     grad, loss2, correct2 = trainer.gradient(trainer.initial, x, y, buckets, ready)
     assert [k for k, _, _ in seen] == list(range(len(buckets)))
     for k, part, _ in seen:  # what was handed over is already the final gradient
         start, stop = buckets[k]
         np.testing.assert_array_equal(part, plain[start:stop])
-    assert seen[0][2] and not seen[-1][2]  # the last layer's bucket went out before the first layer's gradient existed
+    assert seen[0][2] and not seen[-1][2]  # the last layer's bucket went out before the first layer's gradient was computed
     np.testing.assert_array_equal(grad, plain)
     assert (loss2, correct2) == (loss, correct)
 

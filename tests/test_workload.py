@@ -110,19 +110,46 @@ def test_same_seed_same_initial_parameters():
 def test_flat_gradient_matches_autograd_on_a_fresh_model():
     data = load_dataset("digits")
     trainer = Trainer("mlp", data, seed=0)
-    params = trainer.initial + np.float32(0.01)
-    idx = np.arange(16)
-    grad, loss, correct = trainer.gradient(params, *trainer.batch(idx))
-    ref = build_model("mlp", data.input_shape, 10, seed=0)
-    torch.nn.utils.vector_to_parameters(torch.from_numpy(params), ref.parameters())
+    # Several gradients in a row, an evaluation between two: each is of its own parameters and batch
+    # alone (nothing left over from the one before, training mode back after evaluating).
+    for k, idx in enumerate((np.arange(16), np.arange(16, 40), np.arange(40, 48))):
+        params = trainer.initial + np.float32(0.01 * (k + 1))
+        if k == 2:
+            trainer.evaluate(params, 50)
+        grad, loss, correct = trainer.gradient(params, *trainer.batch(idx))
+        ref = build_model("mlp", data.input_shape, 10, seed=0)
+        torch.nn.utils.vector_to_parameters(torch.from_numpy(params), ref.parameters())
+        x = torch.from_numpy(data.normalise(data.x_train[idx]))
+        out = torch.nn.functional.cross_entropy(ref(x), torch.from_numpy(data.y_train[idx]))
+        out.backward()
+        expected = torch.nn.utils.parameters_to_vector([p.grad for p in ref.parameters()]).numpy()
+        np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-7)
+        assert loss == pytest.approx(float(out.detach()), rel=1e-6)
+        assert grad.dtype == np.float32 and grad.shape == (trainer.size,)
+        assert correct == int((ref(x).argmax(1) == torch.from_numpy(data.y_train[idx])).sum())
+
+
+def test_a_gradient_after_an_evaluation_is_taken_in_training_mode():
+    data = load_dataset("synthetic")
+    trainer = Trainer("resnet20", data, seed=0)  # BatchNorm: its statistics differ between the modes
+    idx = np.arange(8)
+    trainer.evaluate(trainer.initial, 16)
+    grad, _, _ = trainer.gradient(trainer.initial, *trainer.batch(idx))
+    ref = build_model("resnet20", data.input_shape, data.classes, seed=0)
+    torch.nn.utils.vector_to_parameters(torch.from_numpy(trainer.initial), ref.parameters())
     x = torch.from_numpy(data.normalise(data.x_train[idx]))
-    out = torch.nn.functional.cross_entropy(ref(x), torch.from_numpy(data.y_train[idx]))
-    out.backward()
+    torch.nn.functional.cross_entropy(ref.train()(x), torch.from_numpy(data.y_train[idx])).backward()
     expected = torch.nn.utils.parameters_to_vector([p.grad for p in ref.parameters()]).numpy()
-    np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-7)
-    assert loss == pytest.approx(float(out.detach()), rel=1e-6)
-    assert grad.dtype == np.float32 and grad.shape == (trainer.size,)
-    assert correct == int((ref(x).argmax(1) == torch.from_numpy(data.y_train[idx])).sum())
+    np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_a_gradient_handed_back_is_not_changed_by_the_next():
+    data = load_dataset("digits")
+    trainer = Trainer("cnn", data, seed=0)
+    first, _, _ = trainer.gradient(trainer.initial, *trainer.batch(np.arange(32)))
+    kept = first.copy()
+    trainer.gradient(trainer.initial + np.float32(0.1), *trainer.batch(np.arange(32, 64)))
+    np.testing.assert_array_equal(first, kept)
 
 
 def test_evaluate_reports_loss_and_accuracy_and_recalibrates_batchnorm(tmp_path):
