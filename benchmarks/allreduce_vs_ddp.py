@@ -3,7 +3,8 @@
 For each worker count: the bare loop (``bare_allreduce.py``: flat gradient, blocking Allreduce after
 backward), the same with an idle rank 0 beside the workers (as many processes as hpcbench) and DDP (``ddp_allreduce.py``: buckets all-reduced during backward) on N ranks, and
 ``hpcbench run --algo allreduce`` on N+1 ranks (rank 0 coordinates) with its default buckets
-overlapped with backward and with ``allreduce.overlap=false``; alternating, several rounds. Reports
+overlapped with backward and with ``allreduce.overlap=false``; several rounds, each in the
+reverse order of the one before. Reports
 median step times, the ratios (below 1: hpcbench is faster) and rank 0's processor share. Then the
 overlap's effect on resnet20 (synthetic CIFAR-shaped data) with small buckets, against DDP with the
 same buckets. With 1 worker nothing is oversubscribed on a 2-core machine; beyond it the
@@ -17,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import simulated
+from common import in_turn, simulated
 from hpcbench.results.store import read_run
 from hpcbench.launch.local import launch_env, mpi_command, mpiexec_path
 
@@ -69,14 +70,19 @@ def main() -> None:
             bare, idle, ddp, ours, flat, cpu = [], [], [], [], [], []
             for r in range(args.rounds):
                 port += 1
-                bare.append(reference("bare_allreduce.py", n, args.steps, model))
-                idle.append(reference("bare_allreduce.py", n, args.steps, [*model, "--idle-rank"], ranks=n + 1))
-                ddp.append(reference("ddp_allreduce.py", n, args.steps, [*model, "--port", str(port)]))
-                step, share = harness(n, args.steps, model, Path(tmp) / "h.h5")
-                ours.append(step)
-                cpu.append(share)
-                flat.append(harness(n, args.steps, [*model, "--set", "allreduce.overlap=false"],
-                                    Path(tmp) / "f.h5")[0])
+                got = in_turn(r, {
+                    "bare": lambda: reference("bare_allreduce.py", n, args.steps, model),
+                    "idle": lambda: reference("bare_allreduce.py", n, args.steps, [*model, "--idle-rank"], ranks=n + 1),
+                    "ddp": lambda: reference("ddp_allreduce.py", n, args.steps, [*model, "--port", str(port)]),
+                    "ours": lambda: harness(n, args.steps, model, Path(tmp) / "h.h5"),
+                    "flat": lambda: harness(n, args.steps, [*model, "--set", "allreduce.overlap=false"],
+                                            Path(tmp) / "f.h5")[0]})
+                bare.append(got["bare"])
+                idle.append(got["idle"])
+                ddp.append(got["ddp"])
+                ours.append(got["ours"][0])
+                cpu.append(got["ours"][1])
+                flat.append(got["flat"])
             print(f"{n:>7} {median_ms(bare):>7} {median_ms(idle):>8} {median_ms(ddp):>7} {median_ms(ours):>9} "
                   f"{median_ms(flat):>11} {spread([h / b for h, b in zip(ours, bare)]):>17} "
                   f"{spread([h / b for h, b in zip(ours, idle)]):>17} {spread([h / d for h, d in zip(ours, ddp)]):>17} "
@@ -87,12 +93,16 @@ def main() -> None:
         on, off, ddp = [], [], []
         for r in range(args.rounds):
             port += 1
-            on.append(harness(n, steps, [*resnet, *scored, "--set", f"allreduce.bucket_mb={args.bucket_mb}"],
-                              Path(tmp) / "on.h5")[0])
-            off.append(harness(n, steps, [*resnet, *scored, "--set", "allreduce.overlap=false"],
-                               Path(tmp) / "off.h5")[0])
-            ddp.append(reference("ddp_allreduce.py", n, steps, [*resnet, "--bucket-mb", str(args.bucket_mb),
-                                                                  "--port", str(port)]))
+            got = in_turn(r, {
+                "on": lambda: harness(n, steps, [*resnet, *scored, "--set", f"allreduce.bucket_mb={args.bucket_mb}"],
+                                      Path(tmp) / "on.h5")[0],
+                "off": lambda: harness(n, steps, [*resnet, *scored, "--set", "allreduce.overlap=false"],
+                                       Path(tmp) / "off.h5")[0],
+                "ddp": lambda: reference("ddp_allreduce.py", n, steps, [*resnet, "--bucket-mb", str(args.bucket_mb),
+                                                                         "--port", str(port)])})
+            on.append(got["on"])
+            off.append(got["off"])
+            ddp.append(got["ddp"])
         print(f"\nresnet20, synthetic 32x32x3, {n} workers, {steps} timed steps, buckets of {args.bucket_mb} MiB:")
         print(f"  hpcbench overlapped {median_ms(on)} ms, not overlapped {median_ms(off)} ms "
               f"(overlapped/not {spread([a / b for a, b in zip(on, off)])}); DDP {median_ms(ddp)} ms")

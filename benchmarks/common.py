@@ -4,6 +4,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 from hpcbench.results.schema import RunRecord
 from hpcbench.results.store import read_run
@@ -26,6 +27,14 @@ def simulated(workers: int, args: list[str], out: Path, timeout: float = 3600) -
     if proc.returncode != 0:
         raise SystemExit(f"simulate failed: {' '.join(args)}\n{proc.stderr[-2000:]}")
     return read_run(out)
+
+
+def in_turn(round_: int, runs: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+    """Each run's result, the runs in the given order on even rounds and reversed on odd ones: on a
+    shared machine the second of two back-to-back runs can be slower than the first by more than the
+    difference being measured."""
+    names = list(runs) if round_ % 2 == 0 else list(reversed(runs))
+    return {name: runs[name]() for name in names}
 
 
 def fmt(value: float, digits: int = 3) -> str:

@@ -3,8 +3,9 @@ protocol (``bare_ps.py --protocol versioned``) and the locked protocol hpcbench 
 and what Gap-Aware costs on top of asgd.
 
 Payload workload with zero compute, so every number is the server's and the messages' cost. For
-each message size and worker count, rounds alternate the two bare servers, asgd and ga-asgd; prints
-the median updates/s of each and the ratios asgd / bare (goal >= 0.9) and ga-asgd / asgd.
+each message size and worker count, rounds run the two bare servers, asgd and ga-asgd, each round in
+the reverse order of the one before; prints the median updates/s of each and the ratios asgd / bare
+(goal >= 0.9) and ga-asgd / asgd.
 Run by hand: python benchmarks/ps_throughput.py
 """
 import argparse
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from common import in_turn
 from hpcbench.results.store import read_run
 from hpcbench.launch.local import launch_env, mpi_command, mpiexec_path
 
@@ -54,11 +56,15 @@ def main() -> None:
             steps = args.steps or max(200, int(2e8 / params))
             for n in map(int, args.workers.split(",")):
                 v, lk, a, g = [], [], [], []
-                for _ in range(args.rounds):
-                    v.append(bare(n + 1, params, steps, "versioned"))
-                    lk.append(bare(n + 1, params, steps, "locked"))
-                    a.append(hpcbench(n + 1, "asgd", params, steps, Path(tmp) / "asgd.h5"))
-                    g.append(hpcbench(n + 1, "ga-asgd", params, steps, Path(tmp) / "ga.h5"))
+                for r in range(args.rounds):
+                    got = in_turn(r, {"versioned": lambda: bare(n + 1, params, steps, "versioned"),
+                                      "locked": lambda: bare(n + 1, params, steps, "locked"),
+                                      "asgd": lambda: hpcbench(n + 1, "asgd", params, steps, Path(tmp) / "asgd.h5"),
+                                      "ga-asgd": lambda: hpcbench(n + 1, "ga-asgd", params, steps, Path(tmp) / "ga.h5")})
+                    v.append(got["versioned"])
+                    lk.append(got["locked"])
+                    a.append(got["asgd"])
+                    g.append(got["ga-asgd"])
                 rows.append([params, n, steps, f"{statistics.median(v):.0f}", f"{statistics.median(lk):.0f}",
                              f"{statistics.median(a):.0f}", f"{statistics.median(g):.0f}", spread(v, a), spread(lk, a),
                              spread(a, g)])
