@@ -1,10 +1,10 @@
 """hpcbench's allreduce against a bare mpi4py + torch loop and against PyTorch DDP over gloo, one run.
 
 For each worker count: the bare loop (``bare_allreduce.py``: flat gradient, blocking Allreduce after
-backward), the same with an idle rank 0 beside the workers (as many processes as hpcbench) and DDP (``ddp_allreduce.py``: buckets all-reduced during backward) on N ranks, and
-``hpcbench run --algo allreduce`` on N+1 ranks (rank 0 coordinates) with its default buckets
-overlapped with backward and with ``allreduce.overlap=false``; several rounds, each in the
-reverse order of the one before. Reports
+backward) and DDP (``ddp_allreduce.py``: buckets all-reduced during backward) on N ranks, the bare
+loop beside an idle rank 0 (as many processes as hpcbench), and ``hpcbench run --algo allreduce`` on
+N+1 ranks (rank 0 coordinates) with its default buckets overlapped with backward and with
+``allreduce.overlap=false``; several rounds, each in the reverse order of the one before. Reports
 median step times, the ratios (below 1: hpcbench is faster) and rank 0's processor share. Then the
 overlap's effect on resnet20 (synthetic CIFAR-shaped data) with small buckets, against DDP with the
 same buckets. With 1 worker nothing is oversubscribed on a 2-core machine; beyond it the
@@ -25,9 +25,10 @@ from hpcbench.launch.local import launch_env, mpi_command, mpiexec_path
 HERE = Path(__file__).parent
 
 
-def reference(script: str, workers: int, steps: int, extra: list[str], ranks: int = 0) -> float:
-    ranks = ranks or workers
-    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, str(HERE / script), "--steps", str(steps), *extra]
+def reference(script: str, workers: int, steps: int, extra: list[str], idle_rank: bool = False) -> float:
+    """The median step time of a reference loop; ``idle_rank``: beside an idle rank 0 (bare loop only)."""
+    ranks, flag = (workers + 1, ["--idle-rank"]) if idle_rank else (workers, [])
+    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, str(HERE / script), "--steps", str(steps), *extra, *flag]
     out = subprocess.run(cmd, env=launch_env(ranks), capture_output=True, text=True, timeout=900, check=True)
     return float(re.search(r"median_step_s=([0-9.]+)", out.stdout).group(1))
 
@@ -67,22 +68,16 @@ def main() -> None:
     port = 29517
     with tempfile.TemporaryDirectory() as tmp:
         for n in [int(w) for w in args.workers.split(",") if w]:
-            bare, idle, ddp, ours, flat, cpu = [], [], [], [], [], []
-            for r in range(args.rounds):
-                port += 1
-                got = in_turn(r, {
-                    "bare": lambda: reference("bare_allreduce.py", n, args.steps, model),
-                    "idle": lambda: reference("bare_allreduce.py", n, args.steps, [*model, "--idle-rank"], ranks=n + 1),
-                    "ddp": lambda: reference("ddp_allreduce.py", n, args.steps, [*model, "--port", str(port)]),
-                    "ours": lambda: harness(n, args.steps, model, Path(tmp) / "h.h5"),
-                    "flat": lambda: harness(n, args.steps, [*model, "--set", "allreduce.overlap=false"],
-                                            Path(tmp) / "f.h5")[0]})
-                bare.append(got["bare"])
-                idle.append(got["idle"])
-                ddp.append(got["ddp"])
-                ours.append(got["ours"][0])
-                cpu.append(got["ours"][1])
-                flat.append(got["flat"])
+            got = in_turn(args.rounds, lambda r: {
+                "bare": lambda: reference("bare_allreduce.py", n, args.steps, model),
+                "idle": lambda: reference("bare_allreduce.py", n, args.steps, model, idle_rank=True),
+                "ddp": lambda: reference("ddp_allreduce.py", n, args.steps, [*model, "--port", str(port + r)]),
+                "ours": lambda: harness(n, args.steps, model, Path(tmp) / "h.h5"),
+                "flat": lambda: harness(n, args.steps, [*model, "--set", "allreduce.overlap=false"],
+                                        Path(tmp) / "f.h5")[0]})
+            port += args.rounds
+            bare, idle, ddp, flat = got["bare"], got["idle"], got["ddp"], got["flat"]
+            ours, cpu = [step for step, _ in got["ours"]], [share for _, share in got["ours"]]
             print(f"{n:>7} {median_ms(bare):>7} {median_ms(idle):>8} {median_ms(ddp):>7} {median_ms(ours):>9} "
                   f"{median_ms(flat):>11} {spread([h / b for h, b in zip(ours, bare)]):>17} "
                   f"{spread([h / b for h, b in zip(ours, idle)]):>17} {spread([h / d for h, d in zip(ours, ddp)]):>17} "
@@ -90,19 +85,14 @@ def main() -> None:
         n, steps = args.resnet_workers, args.resnet_steps
         resnet = ["--model", "resnet20", "--dataset", "synthetic"]
         scored = ["--set", "evals=1", "--set", "eval_samples=64"]  # scoring resnet20 after the run is not the point
-        on, off, ddp = [], [], []
-        for r in range(args.rounds):
-            port += 1
-            got = in_turn(r, {
-                "on": lambda: harness(n, steps, [*resnet, *scored, "--set", f"allreduce.bucket_mb={args.bucket_mb}"],
-                                      Path(tmp) / "on.h5")[0],
-                "off": lambda: harness(n, steps, [*resnet, *scored, "--set", "allreduce.overlap=false"],
-                                       Path(tmp) / "off.h5")[0],
-                "ddp": lambda: reference("ddp_allreduce.py", n, steps, [*resnet, "--bucket-mb", str(args.bucket_mb),
-                                                                         "--port", str(port)])})
-            on.append(got["on"])
-            off.append(got["off"])
-            ddp.append(got["ddp"])
+        got = in_turn(args.rounds, lambda r: {
+            "on": lambda: harness(n, steps, [*resnet, *scored, "--set", f"allreduce.bucket_mb={args.bucket_mb}"],
+                                  Path(tmp) / "on.h5")[0],
+            "off": lambda: harness(n, steps, [*resnet, *scored, "--set", "allreduce.overlap=false"],
+                                   Path(tmp) / "off.h5")[0],
+            "ddp": lambda: reference("ddp_allreduce.py", n, steps, [*resnet, "--bucket-mb", str(args.bucket_mb),
+                                                                     "--port", str(port + r)])})
+        on, off, ddp = got["on"], got["off"], got["ddp"]
         print(f"\nresnet20, synthetic 32x32x3, {n} workers, {steps} timed steps, buckets of {args.bucket_mb} MiB:")
         print(f"  hpcbench overlapped {median_ms(on)} ms, not overlapped {median_ms(off)} ms "
               f"(overlapped/not {spread([a / b for a, b in zip(on, off)])}); DDP {median_ms(ddp)} ms")

@@ -29,12 +29,16 @@ def simulated(workers: int, args: list[str], out: Path, timeout: float = 3600) -
     return read_run(out)
 
 
-def in_turn(round_: int, runs: dict[str, Callable[[], Any]]) -> dict[str, Any]:
-    """Each run's result, the runs in the given order on even rounds and reversed on odd ones: on a
-    shared machine the second of two back-to-back runs can be slower than the first by more than the
-    difference being measured."""
-    names = list(runs) if round_ % 2 == 0 else list(reversed(runs))
-    return {name: runs[name]() for name in names}
+def in_turn(rounds: int, runs: Callable[[int], dict[str, Callable[[], Any]]]) -> dict[str, list[Any]]:
+    """Each run's results over ``rounds`` rounds (``runs(r)``: round r's runs by name), the runs in the
+    given order on even rounds and reversed on odd ones: on a shared machine the second of two
+    back-to-back runs can be slower than the first by more than the difference being measured."""
+    results: dict[str, list[Any]] = {}
+    for r in range(rounds):
+        this = runs(r)
+        for name in list(this) if r % 2 == 0 else reversed(this):
+            results.setdefault(name, []).append(this[name]())
+    return results
 
 
 def fmt(value: float, digits: int = 3) -> str:

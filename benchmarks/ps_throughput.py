@@ -55,16 +55,12 @@ def main() -> None:
         for params in map(int, args.params.split(",")):
             steps = args.steps or max(200, int(2e8 / params))
             for n in map(int, args.workers.split(",")):
-                v, lk, a, g = [], [], [], []
-                for r in range(args.rounds):
-                    got = in_turn(r, {"versioned": lambda: bare(n + 1, params, steps, "versioned"),
-                                      "locked": lambda: bare(n + 1, params, steps, "locked"),
-                                      "asgd": lambda: hpcbench(n + 1, "asgd", params, steps, Path(tmp) / "asgd.h5"),
-                                      "ga-asgd": lambda: hpcbench(n + 1, "ga-asgd", params, steps, Path(tmp) / "ga.h5")})
-                    v.append(got["versioned"])
-                    lk.append(got["locked"])
-                    a.append(got["asgd"])
-                    g.append(got["ga-asgd"])
+                got = in_turn(args.rounds, lambda r: {
+                    "versioned": lambda: bare(n + 1, params, steps, "versioned"),
+                    "locked": lambda: bare(n + 1, params, steps, "locked"),
+                    "asgd": lambda: hpcbench(n + 1, "asgd", params, steps, Path(tmp) / "asgd.h5"),
+                    "ga-asgd": lambda: hpcbench(n + 1, "ga-asgd", params, steps, Path(tmp) / "ga.h5")})
+                v, lk, a, g = got["versioned"], got["locked"], got["asgd"], got["ga-asgd"]
                 rows.append([params, n, steps, f"{statistics.median(v):.0f}", f"{statistics.median(lk):.0f}",
                              f"{statistics.median(a):.0f}", f"{statistics.median(g):.0f}", spread(v, a), spread(lk, a),
                              spread(a, g)])

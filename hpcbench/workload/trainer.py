@@ -83,7 +83,7 @@ class Trainer:
         return self.size * 4
 
     def load(self, params: np.ndarray) -> None:
-        """Copy a flat host vector into the model (host → device through a pinned buffer)."""
+        """Copy a flat host vector into the model (on CUDA through a pinned buffer, on the CPU directly)."""
         self._host_params.numpy()[:] = params
         if self.cuda:
             self.flat.copy_(self._host_params, non_blocking=True)
