@@ -1,4 +1,5 @@
-"""One-sided reads of a window rank 0 keeps republishing never see a mix of two versions."""
+"""The comm layer under real MPI: windows rank 0 keeps republishing (never a mix of two versions),
+counters, channels, and ranks closing."""
 import re
 
 import pytest
@@ -57,3 +58,11 @@ def test_ranks_that_finished_keep_answering_while_rank_0_still_works():
     proc = ok(mpirun(3, module="mpi_programs.late_server", env={"PYTHONPATH": "tests"}))
     for rank in range(3):
         assert f"rank {rank} closed" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_message_taken_from_a_channel_is_not_changed_by_the_next_ones_from_the_same_rank():
+    # A message is handed over in the buffer it arrived in, and a new receive takes a new buffer:
+    # reposting the receive into the buffer just handed over would overwrite what the caller holds.
+    proc = ok(mpirun(2, module="mpi_programs.held_messages", env={"PYTHONPATH": "tests"}))
+    assert "from: [[1], [2], [3], [4]]" in proc.stdout, proc.stdout + proc.stderr
+    assert "any: [[1], [2], [3], [4]]" in proc.stdout, proc.stdout + proc.stderr

@@ -50,8 +50,12 @@ class ParameterServer(Algorithm):
         self.params_frame = Frame(version=(np.int64, 1), params=(np.float32, d), check=(np.int64, 1))
         self.grad_frame = Frame(version=(np.int64, 1), loss=(np.float64, 1), correct=(np.int64, 1),
                                 grad=(np.float32, d))
+        # θ lives in the bytes the server publishes from (a copy less per update), unless what it
+        # publishes is a look-ahead (DANA)
+        self.window = None if self.per_worker_momentum else self.params_frame.new()
         self.rule = ServerRule(ctx.params, ctx.workers, ctx.momentum, ctx.nesterov, ctx.weight_decay,
-                               self.penalty, self.per_worker_momentum, self.opts if self.penalty == "gap" else None)
+                               self.penalty, self.per_worker_momentum, self.opts if self.penalty == "gap" else None,
+                               into=None if self.window is None else self.params_frame.view(self.window, "params"))
         self.ring = None
         if self.penalty == "gap":
             capacity = self.opts.history or 2 * ctx.workers + 4
@@ -103,7 +107,7 @@ class ParameterServer(Algorithm):
         version = applied = stopped = 0
         meter = TrainingMeter()
         published = rule.published(ctx.schedule.at(0))  # version 0 is the window's initial content
-        window = self.params_frame.new()  # what each Publish copies from
+        window = self.params_frame.new() if self.window is None else self.window  # what each Publish copies from
         if ring is not None:
             ring.put(0, published)
         yield Evaluate(rule.theta, 0, 0)
@@ -129,7 +133,8 @@ class ParameterServer(Algorithm):
             applied += 1
             version += 1
             published = rule.published(ctx.schedule.at(applied * batch))
-            yield Publish("params", self.params_frame.fill(window, version=version, params=published, check=version))
+            fresh = {} if published is rule.theta else {"params": published}  # θ is in the window already
+            yield Publish("params", self.params_frame.fill(window, version=version, check=version, **fresh))
             if ring is not None:
                 ring.put(version, published)
             yield Record(UPDATES, (src, used, onto, staleness, penalty, gap, lr, echoed))

@@ -94,11 +94,13 @@ class ServerRule:
 
     def __init__(self, theta: np.ndarray, workers: int, momentum: float, nesterov: bool,
                  weight_decay: float, penalty: str, per_worker_momentum: bool,
-                 gap: GapSettings | None = None) -> None:
-        """``gap``: Gap-Aware's β and ε, required with penalty "gap"."""
+                 gap: GapSettings | None = None, into: np.ndarray | None = None) -> None:
+        """``gap``: Gap-Aware's β and ε, required with penalty "gap"; ``into``: float32 storage θ is
+        kept in (e.g. the bytes the server publishes from, sparing a copy per update)."""
         if penalty not in ("none", "staleness", "gap") or (penalty == "gap") != (gap is not None):
             raise ValueError(f"penalty {penalty!r} with gap settings {gap!r}")
-        self.theta = theta.astype(np.float32, copy=True)
+        self.theta = theta.astype(np.float32, copy=True) if into is None else into
+        self.theta[...] = theta
         self.momentum = momentum
         self.nesterov = nesterov
         self.weight_decay = weight_decay

@@ -21,6 +21,7 @@ from mpi4py import MPI
 from mpi4py.util import dtlib, pkl5
 
 from hpcbench.bfloat16 import add_bf16
+from hpcbench.comm.process import keep_freed_memory, tighten_timer_slack
 from hpcbench.errors import LauncherGone, PeerFailure, WaitTimeout, stopped_answering, undeclared_add, undeclared_size
 from hpcbench.signals import stops_deferred
 
@@ -49,7 +50,6 @@ IDLE_SLEEP_S = 0.01
 MAX_SLEEP_S = 0.0002  # ... up to this: an idle rank costs the computing ones little (workers on an
 # oversubscribed node sleep up to this times the ranks per core: 64 idle workers per core polling
 # every 0.2 ms would take the cores from rank 0 and from the workers that compute)
-PR_SET_TIMERSLACK = 29  # prctl(2): a thread's timer slack in nanoseconds
 TICK_S = 0.001  # notices, heartbeats, faults and flushes are looked at this often, not at every operation
 PARENT_CHECK_S = 0.5  # how often a rank looks whether its launcher is still there
 # A rank whose launcher has gone and that has not noticed within this long is blocked inside MPI (an
@@ -89,18 +89,6 @@ def wait_for(test: Callable[[], T | None], timeout: float, what: str, fail: bool
             pause = min(2 * pause, nap)
         elif waited > spin:
             os.sched_yield()
-
-
-def tighten_timer_slack() -> None:
-    """Linux lets a sleep run up to 50 µs late (timer slack), doubling the short naps of the waits
-    above (measured: a 50 µs sleep took 106 µs, 57 µs with 1 µs of slack). Ask for 1 µs; elsewhere,
-    or if refused, nothing changes."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 class Window:
@@ -327,28 +315,32 @@ def readable(seqs: np.ndarray) -> int | None:
 
 
 class Channel:
-    """Fixed-size messages under one tag, received into persistent pre-posted requests."""
+    """Fixed-size messages under one tag, each received into a buffer of its own: a receive is posted
+    for every source, and a message taken is handed over as it arrived (no copy) while a new receive,
+    into a new buffer, takes its place."""
 
     def __init__(self, comm: MPI.Intracomm, tag: int, nbytes: int, sources: tuple[int, ...]) -> None:
         self.comm, self.tag, self.nbytes = comm, tag, nbytes
         self.sources: list[int] = []
         self.bufs: list[np.ndarray] = []
-        self.reqs: list[MPI.Prequest] = []
+        self.reqs: list[MPI.Request] = []
         for src in sources:
-            self._post(src)
+            self._open(src)
 
-    def _post(self, src: int) -> int:
-        buf = np.empty(self.nbytes, dtype=np.uint8)
-        req = self.comm.Recv_init([buf, MPI.BYTE], src, self.tag)
-        req.Start()
+    def _open(self, src: int) -> int:
         self.sources.append(src)
-        self.bufs.append(buf)
-        self.reqs.append(req)
-        return len(self.reqs) - 1
+        self.bufs.append(np.empty(0, np.uint8))
+        self.reqs.append(MPI.REQUEST_NULL)
+        self._post(len(self.sources) - 1)
+        return len(self.sources) - 1
+
+    def _post(self, i: int) -> None:
+        self.bufs[i] = np.empty(self.nbytes, dtype=np.uint8)
+        self.reqs[i] = self.comm.Irecv([self.bufs[i], MPI.BYTE], self.sources[i], self.tag)
 
     def _take(self, i: int) -> tuple[int, np.ndarray]:
-        data = self.bufs[i].copy()
-        self.reqs[i].Start()
+        data = self.bufs[i]
+        self._post(i)
         return self.sources[i], data
 
     def poll_any(self) -> tuple[int, np.ndarray] | None:
@@ -356,14 +348,13 @@ class Channel:
         return self._take(i) if done and i != MPI.UNDEFINED else None
 
     def poll_from(self, src: int) -> tuple[int, np.ndarray] | None:
-        i = self.sources.index(src) if src in self.sources else self._post(src)
+        i = self.sources.index(src) if src in self.sources else self._open(src)
         return self._take(i) if self.reqs[i].Test() else None
 
     def close(self) -> None:
         for req in self.reqs:
             req.Cancel()
             req.Wait()
-            req.Free()
 
 
 class MpiComm:
@@ -374,6 +365,7 @@ class MpiComm:
 
     def __init__(self) -> None:
         tighten_timer_slack()
+        keep_freed_memory()
         self.world = MPI.COMM_WORLD
         self.rank = self.world.rank
         self.size = self.world.size
