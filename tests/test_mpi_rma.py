@@ -1,6 +1,7 @@
 """The comm layer under real MPI: windows rank 0 keeps republishing (never a mix of two versions),
-counters, channels, and ranks closing."""
+counters, channels, waits, and ranks closing."""
 import re
+import time
 
 import pytest
 
@@ -66,3 +67,15 @@ def test_a_message_taken_from_a_channel_is_not_changed_by_the_next_ones_from_the
     proc = ok(mpirun(2, module="mpi_programs.held_messages", env={"PYTHONPATH": "tests"}))
     assert "from: [[1], [2], [3], [4]]" in proc.stdout, proc.stdout + proc.stderr
     assert "any: [[1], [2], [3], [4]]" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_wait_sleeps_first_for_its_first_nap_then_longer():
+    # An idle coordinator's wait begins with a long nap: restarting from 50 us after each progress
+    # report woke rank 0 five or six times a report. (A sleep never ends early, so this cannot flake.)
+    from hpcbench.comm.mpi import wait_for
+
+    calls = []
+    wait_for(lambda: calls.append(time.monotonic()), 0.15, "nothing", fail=False, spin=0.0, patience=0.0,
+             first=0.02, nap=0.04)
+    gaps = [b - a for a, b in zip(calls[1:], calls[2:])]  # the first two calls come back to back
+    assert gaps[0] >= 0.02 and all(g >= 0.04 for g in gaps[1:]), gaps
