@@ -225,6 +225,10 @@ class VersionedWindow:
         self.top = 0  # the highest of them
         self.newest = 0  # the slot that holds it
         self.retries = 0  # reads that began again (their slot taken by the owner as they came)
+        # The atomics' and the words' buffers, made once: a read is on every worker's path each step.
+        self._words = np.empty(2, WORD)
+        self._old = np.zeros(1, WORD)
+        self._values: dict[int, np.ndarray] = {}
         self.win.Lock_all(MPI.MODE_NOCHECK)
 
     def publish(self, data: np.ndarray, offset: int = 0,
@@ -258,11 +262,12 @@ class VersionedWindow:
 
     def _add(self, rank: int, slot: int, value: int) -> int:
         """Atomically add ``value`` to the slot's word on ``rank``; → the word as it was."""
-        old = np.zeros(1, WORD)
-        self.win.Fetch_and_op([np.array([value], WORD), MPI.INT64_T], [old, MPI.INT64_T], rank,
-                              slot * WORD.itemsize, op=MPI.SUM)
+        given = self._values.get(value)
+        if given is None:
+            given = self._values[value] = np.array([value], WORD)
+        self.win.Fetch_and_op([given, MPI.INT64_T], [self._old, MPI.INT64_T], rank, slot * WORD.itemsize, op=MPI.SUM)
         self.win.Flush(rank)
-        return int(old[0])
+        return int(self._old[0])
 
     def read(self, ranks: tuple[int, ...], nbytes: int,
              wait: Callable[[Callable[[], Any]], Any] | None = None, offset: int = 0) -> list[np.ndarray]:
@@ -279,10 +284,9 @@ class VersionedWindow:
     def _copy(self, rank: int, buf: np.ndarray, offset: int, wait: Callable[[Callable[[], Any]], Any] | None) -> bool:
         """Copy ``rank``'s newest version (from ``offset`` on) into ``buf``; False: it could not be
         held (a part of it being written in place, or the slot taken by the owner as we came)."""
-        words = np.empty(2, WORD)
-        self.win.Get([words, MPI.INT64_T], rank, target=(0, 2, MPI.INT64_T))
+        self.win.Get([self._words, MPI.INT64_T], rank, target=(0, 2, MPI.INT64_T))
         self.win.Flush(rank)
-        seqs = words >> COUNT_BITS
+        seqs = self._words >> COUNT_BITS
         slot = readable(seqs)
         if slot is None:
             return False
@@ -292,7 +296,8 @@ class VersionedWindow:
                 if held:
                     req = self.win.Rget([buf, MPI.BYTE], rank, target=(self.HEADER + slot * self.stride + offset,
                                                                         buf.nbytes, MPI.BYTE))
-                    (wait or spin)(lambda: True if req.Test() else None)
+                    if not req.Test():  # in shared memory it is done already: no need to wait
+                        (wait or spin)(lambda: True if req.Test() else None)
             finally:
                 self._add(rank, slot, -1)
         return held
