@@ -99,7 +99,7 @@ class ServerRule:
         kept in (e.g. the bytes the server publishes from, sparing a copy per update)."""
         if penalty not in ("none", "staleness", "gap") or (penalty == "gap") != (gap is not None):
             raise ValueError(f"penalty {penalty!r} with gap settings {gap!r}")
-        self.theta = theta.astype(np.float32, copy=True) if into is None else into
+        self.theta = np.empty(theta.shape, np.float32) if into is None else into
         self.theta[...] = theta
         self.momentum = momentum
         self.nesterov = nesterov

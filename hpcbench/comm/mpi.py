@@ -336,20 +336,20 @@ class Channel:
         for src in sources:
             self._open(src)
 
-    def _open(self, src: int) -> int:
-        self.sources.append(src)
-        self.bufs.append(np.empty(0, np.uint8))
-        self.reqs.append(MPI.REQUEST_NULL)
-        self._post(len(self.sources) - 1)
-        return len(self.sources) - 1
+    def _receive(self, src: int) -> tuple[np.ndarray, MPI.Request]:
+        buf = np.empty(self.nbytes, dtype=np.uint8)
+        return buf, self.comm.Irecv([buf, MPI.BYTE], src, self.tag)
 
-    def _post(self, i: int) -> None:
-        self.bufs[i] = np.empty(self.nbytes, dtype=np.uint8)
-        self.reqs[i] = self.comm.Irecv([self.bufs[i], MPI.BYTE], self.sources[i], self.tag)
+    def _open(self, src: int) -> int:
+        buf, req = self._receive(src)
+        self.sources.append(src)
+        self.bufs.append(buf)
+        self.reqs.append(req)
+        return len(self.sources) - 1
 
     def _take(self, i: int) -> tuple[int, np.ndarray]:
         data = self.bufs[i]
-        self._post(i)
+        self.bufs[i], self.reqs[i] = self._receive(self.sources[i])
         return self.sources[i], data
 
     def poll_any(self) -> tuple[int, np.ndarray] | None:
