@@ -70,6 +70,14 @@ def test_a_message_taken_from_a_channel_is_not_changed_by_the_next_ones_from_the
     assert "any: [[1], [2], [3], [4]]" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_a_message_arrives_as_it_was_sent_whether_copied_or_handed_over():
+    # A copied message survives its sender writing over the buffer at once; a handed-over one is
+    # held by the transport until sent, though its sender lets go of it and allocates more.
+    proc = ok(mpirun(2, module="mpi_programs.sent_messages", env={"PYTHONPATH": "tests"}))
+    assert "copied: [[1], [2], [3], [4]]" in proc.stdout, proc.stdout + proc.stderr
+    assert "given: [[1], [2], [3], [4]]" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_a_wait_sleeps_first_for_its_first_nap_then_longer():
     # An idle coordinator's wait begins with a long nap: restarting from 50 us after each progress
     # report woke rank 0 five or six times a report. (A sleep never ends early, so this cannot flake.)

@@ -92,11 +92,14 @@ class Drain(NamedTuple):
 
 
 class Send(NamedTuple):
-    """Nonblocking send of ``data`` on ``channel`` to ``dest``. → None."""
+    """Nonblocking send of ``data`` on ``channel`` to ``dest``. → None. ``given``: the program hands
+    ``data`` over and never touches it again, so the transport sends it as it is instead of a copy
+    (a model-sized message each step is a copy of the model less)."""
 
     channel: str
     dest: int
     data: np.ndarray
+    given: bool = False
 
 
 # A Recv timeout: wait as long as every rank is alive. For waits whose length follows the run's

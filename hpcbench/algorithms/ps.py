@@ -84,7 +84,6 @@ class ParameterServer(Algorithm):
 
     def worker(self, rank: int) -> Program:
         frame = self.params_frame
-        out = self.grad_frame.new()  # the Send is copied before the program resumes: one buffer will do
         while True:
             [raw] = yield Read("params", (SERVER,))
             version = frame.integer(raw, "version")
@@ -92,8 +91,9 @@ class ParameterServer(Algorithm):
                 raise RuntimeFailure(f"rank {rank} read a torn parameter window "
                                      f"(header version {version}, trailer {frame.integer(raw, 'check')})")
             result = yield Compute(frame.view(raw, "params"))
-            yield Send("grad", SERVER, self.grad_frame.fill(out, version=version, loss=result.loss,
-                                                            correct=result.correct, grad=result.grad))
+            # a new message each step, handed over: the transport sends it without a copy of its own
+            yield Send("grad", SERVER, self.grad_frame.pack(version=version, loss=result.loss, correct=result.correct,
+                                                            grad=result.grad), given=True)
             _, ack = yield Recv("ack", SERVER)
             if ANSWERS[ACK.integer(ack, "answer")] == "echo":  # the server no longer holds what we read
                 yield Send("echo", SERVER, raw)

@@ -19,7 +19,7 @@ from typing import Any, Callable, TypeVar
 import numpy as np
 
 from hpcbench.bfloat16 import summed
-from hpcbench.comm.transport import Cluster
+from hpcbench.comm.transport import Cluster, message_bytes
 from hpcbench.errors import PeerFailure, WaitTimeout, stopped_answering, undeclared_add, undeclared_size
 
 T = TypeVar("T")
@@ -233,11 +233,12 @@ class LoopbackEndpoint:
             own[:] = 0
             return out
 
-    def send(self, channel: str, dest: int, data: np.ndarray) -> None:
+    def send(self, channel: str, dest: int, data: np.ndarray, given: bool = False) -> None:
         if data.nbytes != self.hub.message_sizes[channel]:
             raise undeclared_size(channel, data.nbytes, self.hub.message_sizes[channel])
+        sent = message_bytes(data, given)
         with self.hub.lock:
-            self.hub.queues[(channel, dest)].append((self.rank, np.ascontiguousarray(data).view(np.uint8).copy()))
+            self.hub.queues[(channel, dest)].append((self.rank, sent))
             self.hub.lock.notify_all()
 
     def recv(self, channel: str, src: int, timeout: float) -> tuple[int, np.ndarray] | None:

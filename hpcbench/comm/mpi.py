@@ -22,6 +22,7 @@ from mpi4py.util import dtlib, pkl5
 
 from hpcbench.bfloat16 import add_bf16
 from hpcbench.comm.process import keep_freed_memory, tighten_timer_slack
+from hpcbench.comm.transport import message_bytes
 from hpcbench.errors import LauncherGone, PeerFailure, WaitTimeout, stopped_answering, undeclared_add, undeclared_size
 from hpcbench.signals import stops_deferred
 
@@ -487,13 +488,14 @@ class MpiComm:
         return self._addable(window, "a drain of").drain()
 
     # --- point to point -----------------------------------------------------------------------
-    def send(self, channel: str, dest: int, data: np.ndarray) -> None:
-        buf = np.ascontiguousarray(data).view(np.uint8).copy()
+    def send(self, channel: str, dest: int, data: np.ndarray, given: bool = False) -> None:
+        buf = message_bytes(data, given)  # kept with its request until the send is done
         if buf.nbytes != self.channels[channel].nbytes:
             raise undeclared_size(channel, buf.nbytes, self.channels[channel].nbytes)
+        # Sends done are let go of first: their buffers, freed now, are the ones the next allocations
+        # take, still in cache (a model-sized message a step kept 16 deep made every buffer a cold one).
+        self._sends = [(r, b) for r, b in self._sends if not r.Test()]
         self._sends.append((self.world.Isend([buf, MPI.BYTE], dest, self.channels[channel].tag), buf))
-        if len(self._sends) > 16:
-            self._sends = [(r, b) for r, b in self._sends if not r.Test()]
 
     def recv(self, channel: str, src: int, timeout: float) -> tuple[int, np.ndarray] | None:
         ch = self.channels[channel]

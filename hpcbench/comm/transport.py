@@ -14,6 +14,13 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 
+def message_bytes(data: np.ndarray, given: bool) -> np.ndarray:
+    """What a send puts on its way: ``data``'s bytes, copied unless the sender ``given`` them up (a
+    contiguous array handed over is sent as it is)."""
+    raw = np.ascontiguousarray(data).view(np.uint8)
+    return raw if given else raw.copy()
+
+
 class Transport(Protocol):
     rank: int
     size: int
@@ -39,8 +46,9 @@ class Transport(Protocol):
     def drain(self, window: str) -> np.ndarray:
         """This rank's own ``window`` as bytes, zeroed in the same atomic step."""
 
-    def send(self, channel: str, dest: int, data: np.ndarray) -> None:
-        """Nonblocking: ``data`` on ``channel`` to ``dest`` (the buffer may be reused at once)."""
+    def send(self, channel: str, dest: int, data: np.ndarray, given: bool = False) -> None:
+        """Nonblocking: ``data`` on ``channel`` to ``dest`` (the buffer may be reused at once, unless
+        ``given``: then the caller never touches it again and it is sent as it is)."""
 
     def recv(self, channel: str, src: int, timeout: float) -> tuple[int, np.ndarray] | None:
         """Next message on ``channel`` from ``src`` (-1: any) as (sender, bytes); None after ``timeout``."""

@@ -162,7 +162,7 @@ class MpiDriver:
                            lambda: self.comm.drain(op.window))
 
     def send(self, op: Send) -> None:
-        self._timed("communicate", op.data.nbytes, op, lambda: self.comm.send(op.channel, op.dest, op.data))
+        self._timed("communicate", op.data.nbytes, op, lambda: self.comm.send(op.channel, op.dest, op.data, op.given))
 
     def recv(self, op: Recv) -> tuple[int, np.ndarray] | None:
         timeout = self.timeout if op.timeout is None else op.timeout

@@ -24,6 +24,7 @@ from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrie
                                      Gradient, Poll, Progress, Publish, Read, Record, Recv, Send, Timestamp, WATCHED,
                                      handler_name)
 from hpcbench.bfloat16 import summed
+from hpcbench.comm.transport import message_bytes
 from hpcbench.errors import RuntimeFailure, undeclared_add, undeclared_size
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.links import Links, Versions, WindowLock
@@ -370,7 +371,7 @@ class Engine:
         return BLOCKED
 
     def send(self, rank: int, op: Send) -> None:
-        data = np.ascontiguousarray(op.data).view(np.uint8).copy()
+        data = message_bytes(op.data, op.given)
         spec = self.channels[op.channel]
         if data.nbytes != spec.nbytes:
             raise undeclared_size(op.channel, data.nbytes, spec.nbytes)
