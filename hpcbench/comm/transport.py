@@ -15,8 +15,8 @@ import numpy as np
 
 
 def message_bytes(data: np.ndarray, given: bool) -> np.ndarray:
-    """What a send puts on its way: ``data``'s bytes, copied unless the sender ``given`` them up (a
-    contiguous array handed over is sent as it is)."""
+    """What a send puts on its way: ``data``'s bytes, copied, or with ``given`` (a sender that never
+    touches them again) as they are."""
     raw = np.ascontiguousarray(data).view(np.uint8)
     return raw if given else raw.copy()
 
