@@ -83,7 +83,7 @@ class PushSum(Algorithm):
             w = yield from self.receive(inbox, z, w, due=k - tau - 1)
             yield from decentral.local_step(ctx, reporter, z, buf, k)
             w *= 0.5
-            yield Send("push", exponential_out_peer(i, k, n) + 1, msg.pack(iteration=k, last=0, w=w, z=z))
+            yield Send("push", exponential_out_peer(i, k, n) + 1, msg.pack(iteration=k, last=0, w=w, z=z), given=True)
             inbox.pending.append((k, exponential_in_peer(i, k, n) + 1))
             k += 1
             w = yield from self.receive(inbox, z, w, due=-1)  # whatever is here already
