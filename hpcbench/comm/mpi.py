@@ -263,10 +263,10 @@ class VersionedWindow:
 
     def _add(self, rank: int, slot: int, value: int) -> int:
         """Atomically add ``value`` to the slot's word on ``rank``; → the word as it was."""
-        given = self._values.get(value)
-        if given is None:
-            given = self._values[value] = np.array([value], WORD)
-        self.win.Fetch_and_op([given, MPI.INT64_T], [self._old, MPI.INT64_T], rank, slot * WORD.itemsize, op=MPI.SUM)
+        operand = self._values.get(value)
+        if operand is None:
+            operand = self._values[value] = np.array([value], WORD)
+        self.win.Fetch_and_op([operand, MPI.INT64_T], [self._old, MPI.INT64_T], rank, slot * WORD.itemsize, op=MPI.SUM)
         self.win.Flush(rank)
         return int(self._old[0])
 
