@@ -56,7 +56,7 @@ def main() -> None:
     p.add_argument("--model", default="cnn")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--resnet-workers", type=int, default=2)
+    p.add_argument("--resnet-workers", type=int, default=2, help="workers for the resnet20 comparison (0: none)")
     p.add_argument("--resnet-steps", type=int, default=30)
     p.add_argument("--bucket-mb", type=float, default=0.25, help="buckets for the resnet20 overlap comparison")
     args = p.parse_args()
@@ -83,6 +83,8 @@ def main() -> None:
                   f"{spread([h / b for h, b in zip(ours, idle)]):>17} {spread([h / d for h, d in zip(ours, ddp)]):>17} "
                   f"{100 * statistics.median(cpu):>9.1f}%")
         n, steps = args.resnet_workers, args.resnet_steps
+        if not n:
+            return
         resnet = ["--model", "resnet20", "--dataset", "synthetic"]
         scored = ["--set", "evals=1", "--set", "eval_samples=64"]  # scoring resnet20 after the run is not the point
         got = in_turn(args.rounds, lambda r: {

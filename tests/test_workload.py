@@ -10,6 +10,7 @@ from hpcbench.errors import UsageError
 from hpcbench.workload.datasets import CIFAR_FILES, load_dataset
 from hpcbench.workload.models import MODELS
 from hpcbench.workload.networks import BUILDERS, build_model
+from hpcbench.workload.payload import Payload, PayloadOptions
 from hpcbench.workload.shapes import Sized
 from hpcbench.workload.sharding import BatchStream, shard_indices
 from hpcbench.workload.trainer import Trainer
@@ -150,6 +151,21 @@ def test_a_gradient_handed_back_is_not_changed_by_the_next():
     kept = first.copy()
     trainer.gradient(trainer.initial + np.float32(0.1), *trainer.batch(np.arange(32, 64)))
     np.testing.assert_array_equal(first, kept)
+
+
+@pytest.mark.parametrize("model", ["cnn", "payload"])
+def test_a_gradient_asked_into_a_buffer_is_written_there_and_is_the_same_gradient(model):
+    data = load_dataset("digits")
+    workload = (Trainer(model, data, seed=0) if model != "payload"
+                else Payload(PayloadOptions(params=1000), data, workers=1, seed=0))
+    batch = workload.batch(np.arange(32))
+    fresh, loss, correct = workload.gradient(workload.initial, *batch)
+    message = np.full(workload.size + 3, np.nan, np.float32)  # the gradient a field of a larger buffer
+    into, loss_into, correct_into = workload.gradient(workload.initial, *batch, out=message[2:-1])
+    assert np.shares_memory(into, message) and into.shape == fresh.shape
+    np.testing.assert_array_equal(message[2:-1], fresh)
+    assert np.isnan(message[:2]).all() and np.isnan(message[-1])  # nothing written around it
+    np.testing.assert_array_equal([loss_into, correct_into], [loss, correct])  # (NaN loss: the payload's)
 
 
 def test_evaluate_reports_loss_and_accuracy_and_recalibrates_batchnorm(tmp_path):

@@ -55,14 +55,18 @@ class Frame:
     def offset(self, name: str) -> int:
         return self.fields[name].offset
 
+    def empty(self) -> np.ndarray:
+        """A new buffer whose every field its caller writes: only the bytes between fields are zeroed."""
+        buf = np.empty(self.nbytes, dtype=np.uint8)
+        for start, stop in self._gaps:
+            buf[start:stop] = 0
+        return buf
+
     def pack(self, **values: object) -> np.ndarray:
         """A new buffer holding ``values``; fields not given are zero."""
         if len(values) < len(self.fields):
             return self.fill(np.zeros(self.nbytes, dtype=np.uint8), **values)
-        buf = np.empty(self.nbytes, dtype=np.uint8)  # every field is written: only the gaps need zeroing
-        for start, stop in self._gaps:
-            buf[start:stop] = 0
-        return self.fill(buf, **values)
+        return self.fill(self.empty(), **values)
 
     def fill(self, buf: np.ndarray, **values: object) -> np.ndarray:
         """``buf`` (this frame's bytes) with ``values`` written over its fields; → ``buf``. A buffer

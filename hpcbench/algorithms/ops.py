@@ -25,10 +25,13 @@ class Compute(NamedTuple):
 
     With ``buckets`` (flat ranges of the model's vector, in the order the backward pass finishes
     them; every worker at once): the gradient summed over the workers, each bucket all-reduced as
-    soon as it is ready while the backward pass goes on (PyTorch DDP's overlap)."""
+    soon as it is ready while the backward pass goes on (PyTorch DDP's overlap). Without: with
+    ``out`` (float32, the gradient's size, e.g. a message's field), the gradient is written there
+    and returned in it, sparing the program a copy of its own."""
 
     params: np.ndarray
     buckets: tuple[tuple[int, int], ...] = ()
+    out: np.ndarray | None = None
 
 
 class Gradient(NamedTuple):
@@ -36,6 +39,13 @@ class Gradient(NamedTuple):
     loss: float  # mean training loss on the batch
     samples: int
     correct: int  # batch samples the model classified right (training accuracy, for free)
+
+    def into(self, out: np.ndarray | None) -> Gradient:
+        """This gradient with its vector written into ``out`` (itself when None): ``Compute.out``."""
+        if out is None:
+            return self
+        np.copyto(out, self.grad)
+        return self._replace(grad=out)
 
 
 class Publish(NamedTuple):

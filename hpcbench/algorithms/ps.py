@@ -90,10 +90,12 @@ class ParameterServer(Algorithm):
             if version != frame.integer(raw, "check"):
                 raise RuntimeFailure(f"rank {rank} read a torn parameter window "
                                      f"(header version {version}, trailer {frame.integer(raw, 'check')})")
-            result = yield Compute(frame.view(raw, "params"))
-            # a new message each step, handed over: the transport sends it without a copy of its own
-            yield Send("grad", SERVER, self.grad_frame.pack(version=version, loss=result.loss, correct=result.correct,
-                                                            grad=result.grad), given=True)
+            # a new message each step, the gradient written straight into it, then handed over: the
+            # transport sends it without a copy of its own
+            msg = self.grad_frame.empty()
+            result = yield Compute(frame.view(raw, "params"), out=self.grad_frame.view(msg, "grad"))
+            self.grad_frame.fill(msg, version=version, loss=result.loss, correct=result.correct)
+            yield Send("grad", SERVER, msg, given=True)
             _, ack = yield Recv("ack", SERVER)
             if ANSWERS[ACK.integer(ack, "answer")] == "echo":  # the server no longer holds what we read
                 yield Send("echo", SERVER, raw)

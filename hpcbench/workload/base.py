@@ -30,9 +30,10 @@ class Workload(Protocol):
     def batch(self, indices: np.ndarray) -> tuple[Any, Any]: ...
 
     def gradient(self, params: np.ndarray, x: Any, y: Any, buckets: tuple[tuple[int, int], ...] = (),
-                 ready: Ready | None = None) -> tuple[np.ndarray, float, int]:
+                 ready: Ready | None = None, out: np.ndarray | None = None) -> tuple[np.ndarray, float, int]:
         """(flat float32 gradient at ``params``, loss, correctly classified samples). With ``ready``:
-        called for each of ``buckets`` (flat ranges) once the returned vector holds its values."""
+        called for each of ``buckets`` (flat ranges) once the returned vector holds its values. The
+        vector is ``out`` when given (written in place), else a new one."""
         ...
 
     def warm_up(self, indices: np.ndarray, steps: int) -> float:

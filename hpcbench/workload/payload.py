@@ -57,10 +57,12 @@ class Payload:
         return indices, None
 
     def gradient(self, params: np.ndarray, x: object, y: object, buckets: tuple[tuple[int, int], ...] = (),
-                 ready: Ready | None = None) -> tuple[np.ndarray, float, int]:
-        """A fresh vector of the payload's size (filled, as a real gradient is written); NaN loss. The
-        buckets are ready at once: when they are in a step is the compute model's (``ready_fractions``)."""
-        grad = np.full(self.size, GRADIENT_VALUE, np.float32)
+                 ready: Ready | None = None, out: np.ndarray | None = None) -> tuple[np.ndarray, float, int]:
+        """A vector of the payload's size (``out``, else a fresh one) filled, as a real gradient is
+        written; NaN loss. The buckets are ready at once: when they are in a step is the compute
+        model's (``ready_fractions``)."""
+        grad = np.empty(self.size, np.float32) if out is None else out
+        grad.fill(GRADIENT_VALUE)
         if ready is not None:
             for k in range(len(buckets)):
                 ready(k, grad)

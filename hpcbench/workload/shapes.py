@@ -74,7 +74,7 @@ class Sized:
         raise self.untrained()
 
     def gradient(self, params: np.ndarray, x: object, y: object, buckets: tuple[tuple[int, int], ...] = (),
-                 ready: object = None) -> tuple[np.ndarray, float, int]:
+                 ready: object = None, out: object = None) -> tuple[np.ndarray, float, int]:
         raise self.untrained()
 
     def warm_up(self, indices: np.ndarray, steps: int) -> float:

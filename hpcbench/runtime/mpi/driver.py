@@ -118,7 +118,7 @@ class MpiDriver:
             self.comm.progress(started)
 
         grad, loss, correct = (self.workload.gradient(op.params, x, y, buckets, start) if hooked
-                               else self.workload.gradient(op.params, x, y))
+                               else self.workload.gradient(op.params, x, y, out=op.out))
         # A straggler (injected or modeled) computes factor times as long as it took (or as the model drew).
         length = (self.modeled() if self.modeled is not None else self.clock() - t1) * factor
         if buckets and not hooked:

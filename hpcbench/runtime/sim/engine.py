@@ -41,18 +41,22 @@ EAGER_BYTES = 64 * 1024  # smaller messages go out eagerly: they cost time but h
 class Pending:
     """A gradient whose computation is deferred until some worker needs its result: by then every
     gradient started before it can be computed in the same batched pass. Programs are suspended
-    while their compute is pending, so the parameters they handed over do not change."""
+    while their compute is pending, so the parameters they handed over do not change; ``out``: the
+    program's buffer for the gradient (``Compute.out``)."""
 
-    __slots__ = ("flush", "value")
+    __slots__ = ("flush", "value", "out")
 
     def __init__(self, flush: Callable[[], None]) -> None:
         self.flush = flush
         self.value: Gradient | None = None
+        self.out: np.ndarray | None = None
 
     def result(self) -> Gradient:
         if self.value is None:
             self.flush()
         assert self.value is not None
+        if self.out is not None:  # written into the program's buffer once
+            self.value, self.out = self.value.into(self.out), None
         return self.value
 
 
@@ -215,6 +219,10 @@ class Engine:
         self.steps[rank] += 1
         t = self.now
         result = self.gradient(rank, op.params)
+        if isinstance(result, Pending):
+            result.out = op.out
+        else:
+            result = result.into(op.out)
         done = t + self.compute_model.sample(rank)
         if op.buckets:
             self.reducing.append((rank, t, done, result))
