@@ -25,9 +25,9 @@ class Compute(NamedTuple):
 
     With ``buckets`` (flat ranges of the model's vector, in the order the backward pass finishes
     them; every worker at once): the gradient summed over the workers, each bucket all-reduced as
-    soon as it is ready while the backward pass goes on (PyTorch DDP's overlap). Without: with
-    ``out`` (float32, the gradient's size, e.g. a message's field), the gradient is written there
-    and returned in it, sparing the program a copy of its own."""
+    soon as it is ready while the backward pass goes on (PyTorch DDP's overlap). Without buckets,
+    ``out`` (float32, the gradient's size, e.g. a field of the message it goes out in) receives the
+    gradient, and the result holds it there: the program is spared a copy of its own."""
 
     params: np.ndarray
     buckets: tuple[tuple[int, int], ...] = ()
