@@ -121,10 +121,9 @@ class Trainer:
                 self._to_host(i)
             self._landed()
         correct = int((logits.detach().argmax(1) == y).sum())
-        if out is None:
-            return host.numpy().copy(), float(loss.detach()), correct
-        np.copyto(out, host.numpy())
-        return out, float(loss.detach()), correct
+        grad = np.empty(self.size, np.float32) if out is None else out
+        np.copyto(grad, host.numpy())
+        return grad, float(loss.detach()), correct
 
     def _to_host(self, i: int) -> None:
         if self.cuda:
