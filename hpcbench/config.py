@@ -51,7 +51,7 @@ class Stragglers:
 
 FAULT_KINDS = ("kill", "stop", "term", "raise", "slow")
 FAULT_FORMS = ("kill:RANK@SECONDS, stop:RANK@SECONDS, term:RANK@SECONDS, raise:RANK@STEP, slow:RANK@SECONDS:FACTOR "
-               "(kill, stop, term and raise also @setup, @gather or @final)")
+               "(kill, stop, term and raise also @setup, @gather or @final; several, one a rank, joined by commas)")
 # Outside training: during set-up, at the final gather, in the final window (rank 0 scoring the
 # evaluations and writing the file).
 FAULT_PHASES = ("setup", "gather", "final")
@@ -107,6 +107,41 @@ class Fault:
         return f"{self.kind}:{self.rank}@{when}" + (f":{self.factor:g}" if self.kind == "slow" else "")
 
 
+@dataclass(frozen=True)
+class Faults:
+    """``--set fault=SPEC[,SPEC...]``: faults on several ranks at once, one a rank (each a ``Fault``),
+    e.g. ``kill:2@3,kill:5@8``: rank 2 killed 3 s into the run, rank 5 at 8 s."""
+
+    items: tuple[Fault, ...] = ()
+
+    @classmethod
+    def parse(cls, spec: str) -> "Faults":
+        if not spec:
+            return cls()
+        parts = spec.split(",")
+        if not all(parts):
+            raise UsageError(f"fault {spec!r} is not one of {FAULT_FORMS}")
+        items = tuple(Fault.parse(part) for part in parts)
+        ranks = [f.rank for f in items]
+        twice = sorted({r for r in ranks if ranks.count(r) > 1})
+        if twice:
+            raise UsageError(f"fault {spec!r}: rank {twice[0]} has more than one fault; give each rank one")
+        return cls(items)
+
+    def for_rank(self, rank: int) -> Fault:
+        return next((f for f in self.items if f.rank == rank), Fault())
+
+    def kills(self) -> dict[int, float]:
+        """Each rank killed during training, and when (seconds into the timed window)."""
+        return {f.rank: f.at for f in self.items if f.kind == "kill" and not f.phase}
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def __str__(self) -> str:
+        return ",".join(str(f) for f in self.items)
+
+
 MAX_VAL_FRACTION = 0.5
 MAX_SEED = 2**63 - 1
 
@@ -142,7 +177,7 @@ class RunConfig:
     timeout_s: float = bounded(120.0, above=0, unit="seconds")  # longest any blocking wait may last before the run fails
     flush_s: float = bounded(10.0, above=0, unit="seconds")  # rank 0 rewrites the result file (status "incomplete") this often (less when large)
     time_limit_s: float = bounded(0.0, low=0, unit="seconds", resolves="the Slurm job's end, else 7 days")  # longest the run may take
-    fault: Fault = rule(Fault(), "none")  # from "KIND:RANK@WHEN[:FACTOR]": a fault injected on purpose
+    fault: Faults = rule(Faults(), "none")  # from "KIND:RANK@WHEN[:FACTOR][,...]": faults injected on purpose
     progress_s: float = bounded(30.0, above=0, unit="seconds")  # seconds between rank 0's progress lines when its output is not a terminal
     warmup_steps: int = bounded(2, low=0, unit="steps")  # untimed gradient computations per worker before the timed window (never applied)
     threads: int = bounded(0, low=0, unit="threads", resolves="this node's cores shared among its ranks")  # torch threads per rank

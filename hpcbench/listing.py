@@ -71,7 +71,7 @@ def listing() -> str:
 def environment() -> str:
     import torch
 
-    from hpcbench.launch.local import mpiexec_path
+    from hpcbench.launch.local import fault_tolerance, mpi_family, mpiexec_path
     from hpcbench.runtime.threads import cpu_count
     from hpcbench.runtime.provenance import SLURM_IDS, git_state, progress_mode
 
@@ -96,7 +96,8 @@ def environment() -> str:
     except Exception as exc:  # an MPI that cannot load is exactly what info must report
         rows.append(["mpi", f"cannot load: {exc}"])
     try:
-        rows.append(["mpiexec", mpiexec_path()])
+        mpiexec = mpiexec_path()
+        rows += [["mpiexec", f"{mpiexec} ({mpi_family(mpiexec)})"], ["fault tolerance", fault_tolerance(mpiexec)]]
     except Exception as exc:
         rows.append(["mpiexec", str(exc)])
     rows.append(["rma progress", progress_mode()])

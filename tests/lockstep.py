@@ -13,21 +13,37 @@ import threading
 from typing import Any, Callable
 
 from hpcbench.algorithms.api import Program
-from hpcbench.algorithms.ops import Op
+from hpcbench.algorithms.ops import Failures, Op, Workers
 
 MAX_OPS = 100_000
 
 
-def drive(program: Program, answer: Callable[[Op], Any], max_ops: int = MAX_OPS) -> int:
+def membership(op: Op, members: tuple[int, ...]) -> Any:
+    """The answer to a question about failures where none happens: no worker has failed, and the
+    workers' collectives span ``members``; ``NOT_ASKED`` for every other operation."""
+    if isinstance(op, Failures):
+        return frozenset()
+    if isinstance(op, Workers):
+        return members
+    return NOT_ASKED
+
+
+NOT_ASKED = object()
+
+
+def drive(program: Program, answer: Callable[[Op], Any], max_ops: int = MAX_OPS,
+          members: tuple[int, ...] = ()) -> int:
     """Run ``program`` to its end, sending back ``answer(op)`` for each operation (None for one that
-    returns nothing). → the number of operations it yielded."""
+    returns nothing; a question about failures gets ``membership``'s answer). → the number of
+    operations it yielded."""
     result = None
     for count in range(max_ops):
         try:
             op = program.send(result)
         except StopIteration:
             return count
-        result = answer(op)
+        asked = membership(op, members)
+        result = answer(op) if asked is NOT_ASKED else asked
     raise AssertionError(f"a program yielded {max_ops} operations without ending")
 
 
@@ -53,7 +69,8 @@ def lockstep(programs: dict[int, Program], answer: Callable[[int, Op], Any], joi
                 if joins(op):
                     joined[rank] = op
                     break
-                results[rank] = answer(rank, op)
+                asked = membership(op, tuple(sorted(programs)))
+                results[rank] = answer(rank, op) if asked is NOT_ASKED else asked
         if joined:
             assert sorted(joined) == sorted(running), "a rank skipped a collective"
             results.update(complete(joined))

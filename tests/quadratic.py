@@ -44,15 +44,17 @@ class Ran:
 def run_quadratic(name: str, workers: int, steps: int, options: dict | None = None, *, lr: float = 0.1,
                   curvature: Callable[[int], float] = lambda rank: 0.5, slow: dict[int, float] | None = None,
                   momentum: float = 0.0, nesterov: bool = False, evals: int = 1, x0: np.ndarray = X0,
-                  progress: list | None = None) -> Ran:
-    """``progress``: filled with rank 0's (samples, training loss, training accuracy) as it reports them."""
+                  progress: list | None = None, deaths: dict[int, float] | None = None,
+                  detect_s: float = 0.0) -> Ran:
+    """``progress``: filled with rank 0's (samples, training loss, training accuracy) as it reports them;
+    ``deaths``: workers that fail, and when (the others learn it ``detect_s`` later)."""
     cfg = RunConfig(algo=name, steps=steps, lr=lr, warmup_epochs=0.0, momentum=momentum, nesterov=nesterov,
                     evals=evals, options={name: options or {}})
     algo_cls = ALGORITHMS.get(name)
     algo = algo_cls(plan.make_context(cfg, algo_cls, workers, x0, train_size=10**9))
     layout = algo.layout()
     sim = SimConfig(workers=workers, apply_s=0.0, update_s=0.0, compute_shape=1e12, compute_mean_s=1.0,
-                    alpha_s=0.0, bandwidth=1e30)
+                    alpha_s=0.0, bandwidth=1e30, detect_s=detect_s)
     logs = RunLogs(layout.tables)
 
     def gradient(rank: int, x: np.ndarray) -> Gradient:
@@ -65,6 +67,7 @@ def run_quadratic(name: str, workers: int, steps: int, options: dict | None = No
             if progress is not None:
                 progress.append((samples, loss, accuracy))
 
-    Engine(algo, layout, sim, ComputeModel(sim, 0, slow or {}), gradient, logs, x0.size, Shown()).run()
+    Engine(algo, layout, sim, ComputeModel(sim, 0, slow or {}), gradient, logs, x0.size, Shown(),
+           deaths=deaths).run()
     per_worker = {int(row[1]): int(row[3]) for row in logs.tables.get("final_models", [])}  # (t, worker, samples, updates…)
     return Ran(logs, per_worker, cfg.batch_size)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hpcbench.algorithms.compress import POWERSGD_SEED, CompressOptions, Compressor, compressible, orthogonalize
-from hpcbench.algorithms.ops import Allreduce
+from hpcbench.algorithms.ops import Allreduce, Workers
 from hpcbench.bfloat16 import add_bf16, from_bf16, to_bf16
 
 
@@ -37,12 +37,21 @@ def means(kind: str, vectors: list[list[np.ndarray]], bounds=(0,), shapes=None, 
     ``sent``: a list to receive, per step, each all-reduce's (dtype, size, bf16) of worker 1."""
     n, size = len(vectors[0]), vectors[0][0].size
     shapes = shapes or [(size,)]
-    compressors = [Compressor(CompressOptions(compress=kind, **options), n, size, list(bounds) + [size], shapes)
+    compressors = [Compressor(CompressOptions(compress=kind, **options), size, list(bounds) + [size], shapes)
                    for _ in range(n)]
+    members = tuple(range(1, n + 1))
+
+    def advance(program, value):
+        """The program's next all-reduce (who the workers are, answered on the way), or its result."""
+        op = program.send(value)
+        while isinstance(op, Workers):
+            op = program.send(members)
+        return op
+
     out = []
     for parts in vectors:
         programs = [c.mean(v) for c, v in zip(compressors, parts)]
-        ops = [next(p) for p in programs]
+        ops = [advance(p, None) for p in programs]
         results = [None] * n
         if sent is not None:
             sent.append([])
@@ -56,7 +65,7 @@ def means(kind: str, vectors: list[list[np.ndarray]], bounds=(0,), shapes=None, 
             ops = []
             for i, p in enumerate(programs):
                 try:
-                    ops.append(p.send(total.copy()))
+                    ops.append(advance(p, total.copy()))
                 except StopIteration as done:
                     results[i] = done.value
             if not ops:
@@ -178,12 +187,15 @@ def test_a_matrix_is_compressed_where_its_factors_take_less_than_half_of_it(shap
 
 def test_powersgd_sends_r_times_rows_plus_columns_per_matrix():
     sizes = []
-    compressor = Compressor(CompressOptions(compress="powersgd", powersgd_rank=2, powersgd_start=0), 1, SIZE,
+    compressor = Compressor(CompressOptions(compress="powersgd", powersgd_rank=2, powersgd_start=0), SIZE,
                             list(LAYERS["bounds"]) + [SIZE], LAYERS["shapes"])
     program = compressor.mean(np.ones(SIZE, np.float32))
     op = next(program)
     try:
         while True:
+            if isinstance(op, Workers):
+                op = program.send((1,))
+                continue
             sizes.append(op.data.size)
             op = program.send(op.data)
     except StopIteration:

@@ -308,12 +308,12 @@ def test_a_stop_or_kill_fault_waits_until_no_lock_is_held(monkeypatch, kind):
     # A rank stopped while it holds a lock on rank 0's window would block rank 0's own publish inside
     # MPI, where no heartbeat runs: the healthy worker would then name rank 0, not the stopped rank.
     # The injected fault stops a rank between operations, as its documentation says.
-    from hpcbench.config import Fault
+    from hpcbench.config import Faults
     from hpcbench.runtime.mpi import faults
     from hpcbench.signals import stops_deferred
     sent: list[int] = []
     monkeypatch.setattr(faults.os, "kill", lambda pid, sig: sent.append(sig))
-    injector = faults.Injector(Fault(kind=kind, rank=2, at=0.5), rank=2, start=0.0)
+    injector = faults.Injector(Faults.parse(f"{kind}:2@0.5"), rank=2, start=0.0)
     with stops_deferred():
         injector.check(now=1.0, step=3)
         assert sent == []

@@ -15,11 +15,13 @@ TIMEOUT_S = 3
 
 
 def faulty(tmp_path, algo, fault, *extra, ranks=3, steps=400):
+    """A run with ``fault``, launched as an MPI that ends every rank when one fails would be (Open MPI
+    without ULFM; tests/test_ulfm.py has the runs that outlive a failed worker)."""
     out = tmp_path / f"{algo}.h5"
     t0 = time.monotonic()
     proc = mpirun(ranks, "run", "--algo", algo, "--steps", str(steps), "--set", f"fault={fault}",
                   "--set", f"timeout_s={TIMEOUT_S}", "--set", "flush_s=0.5", "--set", "evals=40", *extra,
-                  "--out", str(out), timeout=120)
+                  "--out", str(out), timeout=120, tolerate=False)
     return proc, out, time.monotonic() - t0
 
 

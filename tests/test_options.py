@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.config import Fault, RunConfig, Stragglers, from_sources
+from hpcbench.config import Faults, RunConfig, Stragglers, from_sources
 from hpcbench.errors import UsageError
 from hpcbench.launch.arguments import parse_run
 from hpcbench.options import TABLES, OptionTable, option_tables, resolve
@@ -67,11 +67,11 @@ def test_the_table_a_model_shares_with_the_simulator_is_one_value():
 CONFIGS = [
     RunConfig(),
     RunConfig(algo="ga-asgd", steps=7, lr=0.1, momentum=0.9, nesterov=True, lr_decay_epochs=(3.0, 6.5),
-              stragglers=Stragglers(0.25, 3.0), fault=Fault.parse("slow:2@0.5:3"), overwrite=True,
+              stragglers=Stragglers(0.25, 3.0), fault=Faults.parse("slow:2@0.5:3,kill:3@2"), overwrite=True,
               options={"ga-asgd": {"beta": 0.9, "history": 4}, "sgp": {"init_spread": 0.5}}),
     RunConfig(algo="asgd", model="payload", dataset="teacher", epochs=2.5, out='a dir/with "quotes".h5',
               data_dir="1.5", options={"payload": {"params": 10, "compute_mean_s": 0.0}, "teacher": {"noise": 0.0}}),
-    RunConfig(algo="allreduce", out="true", fault=Fault.parse("kill:1@setup"), max_steps=3, lr_scaling="linear"),
+    RunConfig(algo="allreduce", out="true", fault=Faults.parse("kill:1@setup"), max_steps=3, lr_scaling="linear"),
 ]
 
 

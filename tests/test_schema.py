@@ -27,9 +27,9 @@ def names_in(path) -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("algo, tables, server_keys", [
-    ("ga-asgd", ("updates", "late"), schema.SERVER_SUMMARY_KEYS),
-    ("gossip", ("final_models", "learning_rate"), ()),
-    ("allreduce", ("final_models", "learning_rate"), ()),
+    ("ga-asgd", ("updates", "late", "failures"), schema.SERVER_SUMMARY_KEYS),
+    ("gossip", ("final_models", "learning_rate", "failures"), ()),
+    ("allreduce", ("final_models", "learning_rate", "failures"), ()),
 ])
 def test_a_simulated_run_writes_exactly_the_declared_names(tmp_path, algo, tables, server_keys):
     out = tmp_path / "r.h5"
@@ -44,7 +44,7 @@ def test_a_simulated_run_writes_exactly_the_declared_names(tmp_path, algo, table
     assert found["evals"] == set(schema.EVAL_COLUMNS)
     assert found["summary"] == set(schema.SUMMARY_KEYS + server_keys)
     for table in tables:
-        assert found[f"server/{table}"] == set(schema.TABLES[table])
+        assert found[f"server/{table}"] == set(schema.TABLES[table] + schema.DERIVED_COLUMNS.get(table, ()))
     assert {k for k in found if k.startswith("server/")} == {f"server/{t}" for t in tables}
 
 

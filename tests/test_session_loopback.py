@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hpcbench.comm.loopback import Loopback
-from hpcbench.config import Fault, RunConfig
+from hpcbench.config import Faults, RunConfig
 from hpcbench.errors import UsageError, WaitTimeout
 from hpcbench.options.sim import SimConfig
 from hpcbench.results.store import read_run
@@ -68,7 +68,7 @@ def test_a_set_up_error_on_one_worker_is_agreed_on_and_said_once_by_rank_0(tmp_p
 @pytest.mark.timeout(120)
 def test_a_worker_that_fails_tells_rank_0_which_keeps_the_record_and_ends_every_rank(tmp_path, capsys):
     out = tmp_path / "failed.h5"
-    cfg = RunConfig(algo="asgd", steps=50, out=str(out), fault=Fault.parse("raise:2@3"), **COMMON)
+    cfg = RunConfig(algo="asgd", steps=50, out=str(out), fault=Faults.parse("raise:2@3"), **COMMON)
     t0 = time.monotonic()
     codes = run_cluster(cfg, workers=3)
     assert codes == [1, 1, 1, 1]

@@ -10,7 +10,7 @@ import pytest
 
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms.ops import Evaluate, Op, Progress, Publish, Record, Recv, Send
-from hpcbench.algorithms.ps import GapOptions
+from hpcbench.algorithms.ps import STOP, GapOptions
 from hpcbench.algorithms.rules import ServerRule, gap_divisor
 from hpcbench.config import RunConfig
 from hpcbench.errors import RuntimeFailure
@@ -37,7 +37,7 @@ def drive_server(name, arrivals, momentum=0.0, nesterov=False, wd=0.0, history=0
     published = {0: frame.view(algo.layout().windows["params"].initial, "params").copy()}
     version, logs, queue = 0, {"updates": [], "late": [], "echoes": []}, list(arrivals)
     queue += [(w, 0, np.zeros(D, np.float32)) for w in range(1, WORKERS + 1)]  # answered with "stop"
-    used = 0
+    used, stopped = 0, set()
 
     def answer(op: Op) -> object:
         nonlocal version, used
@@ -45,6 +45,8 @@ def drive_server(name, arrivals, momentum=0.0, nesterov=False, wd=0.0, history=0
             logs["echoes"].append((op.src, used))
             return (op.src, frame.pack(version=used, params=published[used], check=used))
         if isinstance(op, Recv):
+            while queue[0][0] in stopped:  # a worker told to stop sends nothing more
+                queue.pop(0)
             worker, staleness, grad = queue.pop(0)
             used = max(version - staleness, 0)
             return (worker, algo.grad_frame.pack(version=used, grad=grad))
@@ -53,6 +55,8 @@ def drive_server(name, arrivals, momentum=0.0, nesterov=False, wd=0.0, history=0
             published[version] = frame.view(op.data, "params").copy()
         elif isinstance(op, Record):
             logs[op.table].append(op.values)
+        elif isinstance(op, Send) and op.channel == "ack" and (op.data == STOP).all():
+            stopped.add(op.dest)
         else:
             assert isinstance(op, (Send, Evaluate, Progress))
         return None
@@ -170,7 +174,7 @@ def test_gradients_older_than_the_ring_are_applied_with_the_echoed_parameters(na
     arr = fresh + [stale] + fresh[:3]
     x0, published, logs = drive_server(name, arr, momentum=0.9, history=2)
     expected, rows = naive_server(name, x0, arr, momentum=0.9)  # the naive server keeps every version
-    assert logs["late"] == [(1, 9), (2, 9)]  # only arrivals after the budget go unapplied (and are logged)
+    assert logs["late"] == [(2, 9), (3, 9)]  # only arrivals after the budget go unapplied (and are logged)
     assert logs["echoes"] == [(2, 1)]  # the worker was asked for version 1, once
     assert [row[7] > 0 for row in logs["updates"]] == [False] * 5 + [True] + [False] * 3
     assert len(published) == len(expected) == 10  # every gradient applied, the stale one included

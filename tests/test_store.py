@@ -1,4 +1,6 @@
 """Result files: round trip, and no file that reads as complete after a failed write."""
+import json
+
 import numpy as np
 import pytest
 
@@ -94,3 +96,17 @@ def test_a_writer_killed_mid_write_leaves_no_file_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []
     path = write_run(tmp_path / "r.h5", record())  # and a complete write still gets its name
     assert [p.name for p in tmp_path.iterdir()] == ["r.h5"] and read_run(path).final_params.size == 5
+
+
+def test_strings_with_nul_bytes_are_written_without_them(tmp_path):
+    """Open MPI's MPI_Get_library_version ends in a NUL byte, which HDF5's variable-length strings
+    refuse: every string a record carries (attributes, provenance, per-rank lists, the config) is
+    written without its NULs instead of failing the run's first write."""
+    version = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11\x00"
+    rec = record(provenance={"mpi_library_version": version, "environment": {"OMPI_X": "a\x00b"}},
+                 per_rank={"hostnames": ["a\x00", "b"], "devices": ["cpu", "cpu"]})
+    rec.attrs["error"] = "why\x00"
+    back = read_run(write_run(tmp_path / "r.h5", rec))
+    assert back.provenance["mpi_library_version"] == version[:-1]
+    assert back.per_rank["hostnames"] == ["a", "b"] and back.attrs["error"] == "why"
+    assert json.loads(back.provenance["environment"]) == {"OMPI_X": "ab"}

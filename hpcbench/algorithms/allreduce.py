@@ -57,19 +57,24 @@ class AllReduceSgd(Algorithm):
     def worker(self, rank: int) -> Program:
         ctx = self.ctx
         theta = ctx.params.copy()
-        reporter = decentral.Reporter(ctx, not self.asynchronous)
+        team = decentral.Team(ctx)
+        reporter = decentral.Reporter(ctx, team)
         buf = np.zeros_like(theta) if ctx.momentum else None
-        scale = np.float32(1.0 / ctx.workers)
-        compressor = Compressor(self.opts, ctx.workers, ctx.size, ctx.model_bounds, ctx.model_shapes)
-        for step in range(ctx.steps):
+        compressor = Compressor(self.opts, ctx.size, ctx.model_bounds, ctx.model_shapes)
+        step = 0
+        while not team.done:
+            before = team.samples
+            team.stepped()
             if self.buckets:
                 result = yield Compute(theta, self.buckets)  # summed over the workers during backward
-                mean = result.grad * scale
+                yield from team.synchronised(step + 1)
+                mean = result.grad * np.float32(1.0 / len(team.members))
             else:
                 result = yield Compute(theta)
-                mean = yield from compressor.mean(result.grad)  # compress=none: the all-reduced sum × 1/n
-            reporter.trained(result, decentral.local_sgd(ctx, theta, mean, theta, buf, step))
-            done = step + 1 == ctx.steps
-            if done:  # the final model, for rank 0 to read (snapshots are kept as rank 0 asks)
-                yield decentral.publish(self.frame, ctx, step + 1, theta)
-            yield from reporter.report(step + 1, lambda: decentral.packed(self.frame, ctx, step + 1, theta), done)
+                mean = yield from compressor.mean(result.grad)  # compress=none: the all-reduced sum / workers
+                yield from team.synchronised(step + 1)
+            step += 1
+            reporter.trained(result, decentral.local_sgd(ctx, theta, mean, theta, buf, before, team.factor))
+            if team.done:  # the final model, for rank 0 to read (snapshots are kept as rank 0 asks)
+                yield decentral.publish(self.frame, ctx, step, theta)
+            yield from reporter.report(step, lambda: decentral.packed(self.frame, ctx, step, theta), team.done)

@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from hpcbench.algorithms.api import Sub
-from hpcbench.algorithms.ops import Allreduce
+from hpcbench.algorithms.ops import Allreduce, Workers
 from hpcbench.bfloat16 import from_bf16, to_bf16
 from hpcbench.errors import one_of
 from hpcbench.ranges import bounded
@@ -73,9 +73,9 @@ def check(owner: str, options: CompressOptions) -> None:
 class Compressor:
     """One worker's all-reduce with its compression, and the state PowerSGD keeps between calls."""
 
-    def __init__(self, options: CompressOptions, workers: int, size: int, bounds: Sequence[int],
+    def __init__(self, options: CompressOptions, size: int, bounds: Sequence[int],
                  shapes: Sequence[tuple[int, ...]]) -> None:
-        self.kind, self.options, self.workers = options.compress, options, workers
+        self.kind, self.options = options.compress, options
         self.calls = 0
         power = self.kind == "powersgd"
         kept = size if power else 0  # PowerSGD's state; none for the other kinds
@@ -89,40 +89,63 @@ class Compressor:
         self.qs = [rng.standard_normal((m.cols, m.rank)).astype(np.float32) for m in self.mats]
 
     def mean(self, vector: np.ndarray) -> Sub[np.ndarray]:
-        """The workers' mean of ``vector`` (float32), through this compression; → a new array."""
-        n, kind = self.workers, self.kind
+        """The workers' mean of ``vector`` (float32), through this compression; → a new array. When
+        workers fail during it, the survivors begin it again among themselves (at the same all-reduce,
+        so all of them do), with its state as it was."""
         self.calls += 1
-        if kind == "fp16":
-            part = vector.astype(np.float16) / np.float16(n)
-            return (yield Allreduce(part)).astype(np.float32)
-        if kind == "bf16":
-            part = to_bf16(from_bf16(to_bf16(vector)) / np.float32(n))
-            return from_bf16((yield Allreduce(part, bf16=True)))
-        if kind == "none" or self.calls <= self.options.powersgd_start:
-            return (yield Allreduce(vector)) * np.float32(1.0 / n)
-        return (yield from self.powersgd(vector))
+        while True:
+            members = yield Workers()
+            out = yield from self._mean(vector, members)
+            if out is not None:
+                return out
 
-    def powersgd(self, vector: np.ndarray) -> Sub[np.ndarray]:
+    def _sum(self, part: np.ndarray, members: tuple[int, ...], bf16: bool = False) -> Sub[np.ndarray | None]:
+        """``part`` summed over ``members``; None if some of them failed meanwhile."""
+        total = yield Allreduce(part, bf16)
+        return total if (yield Workers()) == members else None
+
+    def _mean(self, vector: np.ndarray, members: tuple[int, ...]) -> Sub[np.ndarray | None]:
+        n, kind = len(members), self.kind
+        if kind == "fp16":
+            total = yield from self._sum(vector.astype(np.float16) / np.float16(n), members)
+            return None if total is None else total.astype(np.float32)
+        if kind == "bf16":
+            total = yield from self._sum(to_bf16(from_bf16(to_bf16(vector)) / np.float32(n)), members, bf16=True)
+            return None if total is None else from_bf16(total)
+        if kind == "none" or self.calls <= self.options.powersgd_start:
+            total = yield from self._sum(vector, members)
+            return None if total is None else total * np.float32(1.0 / n)
+        return (yield from self.powersgd(vector, members))
+
+    def powersgd(self, vector: np.ndarray, members: tuple[int, ...]) -> Sub[np.ndarray | None]:
         """DDP's ``powerSGD_hook`` over the whole vector: the uncompressed part summed, then per matrix
         M (with the error fed back): P = M·Q summed and orthogonalized, Q = Mᵀ·P summed and divided by
         n, M̂ = P·Qᵀ. The error kept is this worker's own residual M − P·(Mᵀ·P)ᵀ (Vogels et al.'s
         Algorithm 1); DDP keeps M less the workers' M̂, which differs by terms that sum to zero over the
-        workers, so every average is the same, with smaller numbers carried."""
-        scale = np.float32(1.0 / self.workers)
+        workers, so every average is the same, with smaller numbers carried. The kept state (Q, the
+        error) changes only once every sum is in (None, and no change, if ``members`` changed)."""
+        scale = np.float32(1.0 / len(members))
         fed = vector + self.error  # the error stays zero without error feedback
         out = np.empty_like(fed)
         if self.rest.size:
-            out[self.rest] = (yield Allreduce(np.ascontiguousarray(fed[self.rest]))) * scale
+            rest = yield from self._sum(np.ascontiguousarray(fed[self.rest]), members)
+            if rest is None:
+                return None
+            out[self.rest] = rest * scale
         if self.mats:
             ms = [fed[m.start:m.start + m.rows * m.cols].reshape(m.rows, m.cols) for m in self.mats]
             for q in self.qs:  # warm start: last step's Qs, orthogonalized again
                 orthogonalize(q)
-            ps = split((yield Allreduce(np.concatenate([(mat @ q).ravel() for mat, q in zip(ms, self.qs)]))),
-                       [(m.rows, m.rank) for m in self.mats])
+            p_sum = yield from self._sum(np.concatenate([(mat @ q).ravel() for mat, q in zip(ms, self.qs)]), members)
+            if p_sum is None:
+                return None
+            ps = split(p_sum, [(m.rows, m.rank) for m in self.mats])
             for p in ps:
                 orthogonalize(p)
             own = [mat.T @ p for mat, p in zip(ms, ps)]  # this worker's Q
-            summed = yield Allreduce(np.concatenate([q.ravel() for q in own]))
+            summed = yield from self._sum(np.concatenate([q.ravel() for q in own]), members)
+            if summed is None:
+                return None
             self.qs = split(summed * scale, [(m.cols, m.rank) for m in self.mats])
             for m, p, q, mine, mat in zip(self.mats, ps, self.qs, own, ms):
                 out[m.start:m.start + m.rows * m.cols] = (p @ q.T).ravel()

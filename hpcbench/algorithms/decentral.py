@@ -13,6 +13,12 @@ a request is represented by its final model) and evaluates each: the average of 
 models z_i at the time it noted, with the consensus distance mean ‖z_i − z̄‖ beside it. Synchronous
 methods take equal steps; asynchronous ones claim each batch from a shared budget counter on rank 0,
 so fast workers are not held to a straggler's share.
+
+Where the MPI lets the others go on when a worker fails (and in the simulator), rank 0 stops
+expecting the failed worker, evaluates the survivors, and records each failure with the samples it
+took: synchronous workers (a ``Team``) learn it at the collective that fails, which the survivors
+begin again among themselves, drop the failed workers' samples since the last collective they took
+part in, and train on until the team has trained the whole budget.
 """
 from __future__ import annotations
 
@@ -23,15 +29,16 @@ import numpy as np
 from hpcbench.algorithms.api import ChannelSpec, Context, Layout, Program, Sub, WindowSpec
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.meter import TrainingMeter
-from hpcbench.algorithms.ops import (SERVER, WATCHED, Compute, Evaluate, FetchAdd, Gradient, Poll, Publish, Read,
-                                     Record, Recv, Send, Timestamp)
+from hpcbench.algorithms.ops import (SERVER, WATCHED, Compute, Evaluate, FetchAdd, Gradient, Lost, Poll, Publish,
+                                     Read, Record, Recv, Send, Timestamp, Workers)
 from hpcbench.algorithms.rules import momentum_direction
-from hpcbench.results.schema import FINAL_MODELS, LEARNING_RATE
+from hpcbench.algorithms.schedule import lr_scale
+from hpcbench.results.schema import FAILURES, FINAL_MODELS, LEARNING_RATE
 
 # samples: done so far; loss_sum, correct, seen: training loss and right answers since the last report;
-# lr: the learning rate of the worker's last step
+# lr: the learning rate of the worker's last step; lost: the samples its team lost with failed workers
 PROGRESS = Frame(samples=(np.int64, 1), done=(np.int64, 1), loss_sum=(np.float64, 1), correct=(np.int64, 1),
-                 seen=(np.int64, 1), lr=(np.float64, 1))
+                 seen=(np.int64, 1), lr=(np.float64, 1), lost=(np.int64, 1))
 # mass: the worker's share of Σ_i w_i·Σ z_i (push-sum numerator), summed in float64
 # rank 0 → a worker: keep your model as snapshot k; NO_MORE: nothing more is coming, you may end
 EVALUATE = Frame(k=(np.int64, 1))
@@ -67,7 +74,7 @@ def layout(ctx: Context, until_budget: bool, extra: int = 0, **extra_windows: Wi
         windows=windows,
         channels={"progress": ChannelSpec("workers", "server", PROGRESS.nbytes),
                   "evaluate": ChannelSpec("server", "workers", EVALUATE.nbytes)},
-        tables=(FINAL_MODELS, LEARNING_RATE),
+        tables=(FINAL_MODELS, LEARNING_RATE, FAILURES),
     )
 
 
@@ -111,29 +118,35 @@ class Asked(NamedTuple):
 
 
 def coordinate(ctx: Context, synchronous: bool, centre: Centre | None = None) -> Program:
-    """Rank 0: follow the workers' reports until every one is done, noting a snapshot every
-    ``eval_every`` samples (asking for it, when the workers are ``synchronous``ly stepping, not);
-    then evaluate the snapshots in order, and the final models.
+    """Rank 0: follow the workers' reports until every one is done (or has failed), noting a snapshot
+    every ``eval_every`` samples (asking for it, when the workers are ``synchronous``ly stepping,
+    not); then evaluate the snapshots in order, and the final models, of the workers that are left.
 
     The evaluated model is the workers' de-biased average, or with ``centre`` (EASGD) the "x" of
-    the "centre" window on the given rank (rank 0 copies its own when it notes a snapshot; a worker
-    that holds one keeps it in its snapshots, after the model).
+    the "centre" window on the given rank (rank 0 copies its own when it notes a snapshot; where the
+    workers hold one, each keeps it in its snapshots, after the model, and the first survivor's is read).
     """
     frame = model_frame(ctx.size)
-    ranks = ctx.worker_ranks
     on_worker = centre is not None and centre[1] != SERVER
     slot = slot_bytes(ctx, centre[0].nbytes if centre is not None and on_worker else 0)
     yield Evaluate(ctx.params, 0, 0)
     reported = [0] * (ctx.workers + 1)
-    total, next_eval = 0, ctx.eval_every
-    training = set(ranks)
+    total, next_eval, team_lost = 0, ctx.eval_every, 0
+    training = set(ctx.worker_ranks)
+    failed: list[int] = []  # in the order rank 0 learned of them
     asked: list[Asked] = []
     meter = TrainingMeter()
     while training:
-        src, raw = yield Recv("progress", timeout=WATCHED)  # reports come as often as the run's pace allows
+        got = yield Recv("progress", timeout=WATCHED)  # reports come as often as the run's pace allows
+        if type(got) is Lost:
+            failed += [r for r in got.ranks if r not in failed]
+            training.difference_update(got.ranks)
+            continue
+        src, raw = got
         samples = PROGRESS.integer(raw, "samples")
         total += samples - reported[src]
         reported[src] = samples
+        team_lost = max(team_lost, PROGRESS.integer(raw, "lost"))  # every survivor says the same
         if PROGRESS.integer(raw, "done"):
             training.discard(src)
             yield Send("evaluate", src, EVALUATE.pack(k=NO_MORE))  # after every request it was sent
@@ -143,7 +156,7 @@ def coordinate(ctx: Context, synchronous: bool, centre: Centre | None = None) ->
         if total >= next_eval and training:
             t = yield Timestamp()
             k = min(total // ctx.eval_every, snapshots(ctx))
-            whom = ctx.worker_ranks if synchronous else tuple(sorted(training))
+            whom = tuple(r for r in ctx.worker_ranks if r not in failed) if synchronous else tuple(sorted(training))
             for rank in () if synchronous else whom:
                 yield Send("evaluate", rank, EVALUATE.pack(k=k - 1))
             own = None
@@ -152,24 +165,45 @@ def coordinate(ctx: Context, synchronous: bool, centre: Centre | None = None) ->
                 own = centre[0].view(raw, "x").copy()
             asked.append(Asked(t, k - 1, whom, own))
             next_eval = (total // ctx.eval_every + 1) * ctx.eval_every
-    finals = yield Read("model", ranks, observe=True)
+    ranks, finals = yield from read_survivors("model", tuple(r for r in ctx.worker_ranks if r not in failed), failed)
     final_centre = None
     if centre is not None:
-        [raw] = yield Read("centre", (centre[1],), observe=True)
+        [raw] = (yield from read_survivors("centre", (ranks[0],) if on_worker else (SERVER,), failed))[1]
         final_centre = centre[0].view(raw, "x").copy()
     for a in asked:
-        kept = dict(zip(a.ranks, (yield Read("kept", a.ranks, slot, observe=True, offset=a.slot * slot))))
+        holders, raws = yield from read_survivors("kept", tuple(r for r in a.ranks if r in ranks), failed, slot,
+                                                  a.slot * slot)
+        kept = dict(zip(holders, raws))
         raws = [kept.get(rank, final) for rank, final in zip(ranks, finals)]
         x = a.centre
         if on_worker:
-            assert centre is not None
-            holder = centre[1]
-            x = (centre[0].view(kept[holder][frame.nbytes:], "x").copy() if holder in kept else final_centre)
+            assert centre is not None and final_centre is not None
+            # each worker keeps the same replica of the centre after its model: the first one's is read
+            x = centre[0].view(kept[holders[0]][frame.nbytes:], "x").copy() if holders else final_centre
         yield evaluation(frame, raws, x, a.t)
-    yield evaluation(frame, finals, final_centre)
+    last = evaluation(frame, finals, final_centre)
+    yield last._replace(samples=last.samples + sum(reported[r] for r in failed))  # what the failed had trained
     for rank, raw in zip(ranks, finals):
         yield Record(FINAL_MODELS, (rank, frame.integer(raw, "samples"), frame.integer(raw, "updates"),
                                       frame.real(raw, "weight"), frame.real(raw, "mass")))
+    # Samples lost with the failed workers: a synchronous team's (its survivors counted them); where the
+    # workers claim batches from the budget, the claims no report accounts for (nor any survivor trained).
+    unclaimed = ctx.budget - sum(frame.integer(raw, "samples") for raw in finals) - sum(reported[r] for r in failed)
+    lost = team_lost if synchronous else max(0, unclaimed)
+    for i, rank in enumerate(failed):
+        yield Record(FAILURES, (rank, reported[rank], lost // len(failed) + (i < lost % len(failed))))
+
+
+def read_survivors(window: str, ranks: tuple[int, ...], failed: list[int], nbytes: int = -1,
+                   offset: int = 0) -> Sub[tuple[tuple[int, ...], list[np.ndarray]]]:
+    """Rank 0's measuring read of ``ranks``' windows, without the ranks that fail meanwhile (added to
+    ``failed``); → (the ranks read, their bytes)."""
+    while True:
+        got = yield Read(window, ranks, nbytes, observe=True, offset=offset)
+        if type(got) is not Lost:
+            return ranks, got
+        failed += [r for r in got.ranks if r not in failed]
+        ranks = tuple(r for r in ranks if r not in got.ranks)
 
 
 def evaluation(frame: Frame, raws: list[np.ndarray], centre_x: np.ndarray | None, at: float = float("nan")) -> Evaluate:
@@ -181,24 +215,32 @@ def evaluation(frame: Frame, raws: list[np.ndarray], centre_x: np.ndarray | None
 
 
 def local_sgd(ctx: Context, x: np.ndarray, grad: np.ndarray, at: np.ndarray, buf: np.ndarray | None,
-              step: int) -> float:
-    """A worker's own momentum-SGD step for a gradient taken at ``at``; returns the rate applied.
+              samples: int, factor: float = 1.0) -> float:
+    """A worker's own momentum-SGD step for a gradient taken at ``at``, at the schedule's rate after
+    ``samples`` (over all workers) times ``factor``; returns the rate applied.
 
     Push-sum workers train their de-biased model z, as the SGP reference implementation does (it
-    un-biases the parameters for the forward pass and the optimizer step). Decentralized workers
-    do not know the global sample count; they estimate it as step × workers × batch for the schedule.
+    un-biases the parameters for the forward pass and the optimizer step).
     """
     d_p = grad + np.float32(ctx.weight_decay) * at if ctx.weight_decay else grad
-    lr = ctx.schedule.at(step * ctx.workers * ctx.batch_size)
+    lr = ctx.schedule.at(samples) * factor
     x -= np.float32(lr) * momentum_direction(d_p, buf, ctx.momentum, ctx.nesterov)
     return lr
 
 
-def local_step(ctx: Context, reporter: "Reporter", x: np.ndarray, buf: np.ndarray | None, step: int) -> Program:
-    """Compute a gradient at x (float32 on the wire, whatever x is kept in) and take the local step."""
+def estimated(ctx: Context, step: int) -> int:
+    """The samples trained over all workers as an asynchronous worker estimates them after ``step``
+    steps of its own (it does not know the others'): step × workers × batch, for the schedule."""
+    return step * ctx.workers * ctx.batch_size
+
+
+def local_step(ctx: Context, reporter: "Reporter", x: np.ndarray, buf: np.ndarray | None, samples: int,
+               factor: float = 1.0) -> Program:
+    """Compute a gradient at x (float32 on the wire, whatever x is kept in) and take the local step at
+    the rate after ``samples`` (times ``factor``)."""
     at = x if x.dtype == np.float32 else x.astype(np.float32)
     result = yield Compute(at)
-    reporter.trained(result, local_sgd(ctx, x, result.grad, at, buf, step))
+    reporter.trained(result, local_sgd(ctx, x, result.grad, at, buf, samples, factor))
 
 
 def packed(frame: Frame, ctx: Context, step: int, z: np.ndarray, weight: float = 1.0) -> np.ndarray:
@@ -217,19 +259,69 @@ def report_every(ctx: Context) -> int:
     return max(1, ctx.eval_every // (4 * ctx.batch_size * ctx.workers))
 
 
+class Team:
+    """A synchronous worker's team: whom its collectives span (all the workers, until a collective
+    fails with one; every survivor learns it at the same collective, so all agree), the samples the
+    team has trained, and those lost with members that failed.
+
+    Each local step credits one batch per member (``stepped``); after each collective
+    (``synchronised``) a member that failed since the one before loses the steps it took since then:
+    they are taken back from the team's samples, so the survivors train them again. The rate follows
+    the members where ``lr_scaling`` makes it grow with the workers (``factor``).
+    """
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.members = ctx.worker_ranks
+        self.samples = 0
+        self.lost = 0
+        self.synced = 0  # local steps done at the last collective
+
+    @property
+    def done(self) -> bool:
+        return self.samples >= self.ctx.budget
+
+    @property
+    def factor(self) -> float:
+        scaling = self.ctx.schedule.scaling
+        return lr_scale(scaling, len(self.members)) / lr_scale(scaling, self.ctx.workers)
+
+    def stepped(self) -> None:
+        self.samples += len(self.members) * self.ctx.batch_size
+
+    def lose(self, failed: frozenset[int]) -> None:
+        """A team that synchronises by messages rather than collectives (sgp): the members it knows to have
+        failed leave it, each with the step it was taking."""
+        left = tuple(r for r in self.members if r not in failed)
+        self.lost += (len(self.members) - len(left)) * self.ctx.batch_size
+        self.members = left
+
+    def synchronised(self, steps: int) -> Sub[None]:
+        """After a collective, with ``steps`` local steps done."""
+        members = yield Workers()
+        if len(members) < len(self.members):
+            lost = (len(self.members) - len(members)) * (steps - self.synced) * self.ctx.batch_size
+            self.samples -= lost
+            self.lost += lost
+            self.members = members
+        self.synced = steps
+
+
 class Budget:
-    """Whether a worker takes another step: its equal share of ``ctx.steps`` (synchronous methods),
-    or, with ``shared``, a batch claimed from the budget counter on rank 0 with an atomic
-    fetch-and-add: exactly the budget is trained, fast workers take more of it than slow ones, and
-    rank 0 does no work for it."""
+    """Whether a worker takes another step: until its ``team`` has trained the budget (synchronous
+    methods), or, with ``shared``, while a batch claimed from the budget counter on rank 0 with an
+    atomic fetch-and-add is within it: exactly the budget is trained, fast workers take more of it than
+    slow ones, and rank 0 does no work for it."""
 
-    def __init__(self, ctx: Context, shared: bool) -> None:
-        self.ctx, self.shared = ctx, shared
+    def __init__(self, ctx: Context, shared: bool, team: Team | None = None) -> None:
+        if not shared and team is None:
+            raise ValueError("a budget that is not shared is a team's")
+        self.ctx, self.shared, self.team = ctx, shared, team
 
-    def next_step(self, step: int) -> Sub[bool]:
-        """With ``step`` local steps done: may this worker take one more?"""
-        if not self.shared:
-            return step < self.ctx.steps
+    def next_step(self) -> Sub[bool]:
+        """May this worker take one more step?"""
+        if self.team is not None and not self.shared:
+            return not self.team.done
         claimed_before = yield FetchAdd("budget", SERVER, self.ctx.batch_size)
         return claimed_before < self.ctx.budget
 
@@ -237,10 +329,10 @@ class Budget:
 class Reporter:
     """A worker's progress reports to rank 0 (every few steps, and a last one when it is done), and
     its snapshots: at the steps that reach a multiple of ``eval_every`` samples when it steps
-    ``synchronous``ly with the others, else as rank 0 asks."""
+    synchronously with a ``team``, else as rank 0 asks."""
 
-    def __init__(self, ctx: Context, synchronous: bool, extra: int = 0) -> None:
-        self.ctx, self.synchronous = ctx, synchronous
+    def __init__(self, ctx: Context, team: Team | None, extra: int = 0) -> None:
+        self.ctx, self.team = ctx, team
         self.every = report_every(ctx)
         self.slot = slot_bytes(ctx, extra)
         self.reached = 0  # synchronous: the multiples of eval_every kept so far
@@ -257,8 +349,8 @@ class Reporter:
         extra bytes); ``done``: the last report, after which rank 0's last requests are kept until it
         says no more are coming."""
         crossed = False
-        if self.synchronous:
-            reached = min(step * self.ctx.batch_size * self.ctx.workers // self.ctx.eval_every, snapshots(self.ctx))
+        if self.team is not None:
+            reached = min(self.team.samples // self.ctx.eval_every, snapshots(self.ctx))
             for k in range(self.reached + 1, reached + 1):
                 crossed = True
                 yield Publish("kept", keep(), offset=(k - 1) * self.slot)
@@ -269,7 +361,8 @@ class Reporter:
         if done or step % self.every == 0 or crossed:  # rank 0 notes a snapshot's time from the one at its step
             yield Send("progress", SERVER, PROGRESS.pack(samples=step * self.ctx.batch_size, done=int(done),
                                                          loss_sum=self.loss_sum, correct=self.correct,
-                                                         seen=self.seen, lr=self.lr))
+                                                         seen=self.seen, lr=self.lr,
+                                                         lost=self.team.lost if self.team is not None else 0))
             self.loss_sum, self.correct, self.seen = 0.0, 0, 0
         while done:
             _, raw = yield Recv("evaluate", SERVER, timeout=WATCHED)

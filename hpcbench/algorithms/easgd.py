@@ -67,8 +67,9 @@ class ElasticAveraging(Algorithm):
         ctx, tau = self.ctx, self.opts.tau
         x = ctx.params.copy()
         replica = ctx.params.copy()  # easgd-sync's copy of the centre; per worker, so kept here
-        budget = decentral.Budget(ctx, shared=self.asynchronous)
-        reporter = decentral.Reporter(ctx, not self.asynchronous, self.kept_extra)
+        team = None if self.asynchronous else decentral.Team(ctx)
+        budget = decentral.Budget(ctx, self.asynchronous, team)
+        reporter = decentral.Reporter(ctx, team, self.kept_extra)
 
         def keep() -> np.ndarray:
             model = decentral.packed(self.frame, ctx, step, x)
@@ -76,19 +77,31 @@ class ElasticAveraging(Algorithm):
 
         buf = np.zeros_like(x) if ctx.momentum else None
         step = 0
-        while (yield from budget.next_step(step)):
-            yield from decentral.local_step(ctx, reporter, x, buf, step)
-            step += 1
-            if step % tau == 0:
-                yield from self.exchange(x, replica)
-            yield decentral.publish(self.frame, ctx, step, x)
-            yield from reporter.report(step, keep)
-        if step % tau:  # a last exchange, so the centre holds all of this worker's work
-            yield from self.exchange(x, replica)
+        while True:
+            if (yield from budget.next_step()):
+                if team is None:
+                    yield from decentral.local_step(ctx, reporter, x, buf, decentral.estimated(ctx, step))
+                else:
+                    before = team.samples
+                    team.stepped()
+                    yield from decentral.local_step(ctx, reporter, x, buf, before, team.factor)
+                step += 1
+                if step % tau == 0:
+                    yield from self.exchange(x, replica, team, step)
+                yield decentral.publish(self.frame, ctx, step, x)
+                yield from reporter.report(step, keep)
+                continue
+            if step % tau == 0:  # the last step exchanged
+                break
+            # a last exchange, so the centre holds all of this worker's work (a team that lost
+            # members in it trains on)
+            yield from self.exchange(x, replica, team, step)
+            if team is None or team.done:
+                break
         yield decentral.publish(self.frame, ctx, step, x)
         yield from reporter.report(step, keep, done=True)
 
-    def exchange(self, x: np.ndarray, replica: np.ndarray) -> Program:
+    def exchange(self, x: np.ndarray, replica: np.ndarray, team: decentral.Team | None, steps: int) -> Program:
         raise NotImplementedError
 
 
@@ -97,7 +110,7 @@ class Easgd(ElasticAveraging):
     name = "easgd"
     summary = "asynchronous elastic averaging: one-sided read of the centre, Accumulate of α(x_i − x̃)"
 
-    def exchange(self, x: np.ndarray, replica: np.ndarray) -> Program:
+    def exchange(self, x: np.ndarray, replica: np.ndarray, team: decentral.Team | None, steps: int) -> Program:
         [raw] = yield Read("centre", (SERVER,))
         elastic = np.float32(self.alpha) * (x - self.centre.view(raw, "x"))
         x -= elastic
@@ -119,10 +132,12 @@ class EasgdSync(ElasticAveraging):
         if workers * alpha >= 1.0:
             raise UsageError(f"easgd-sync is unstable unless workers × alpha < 1 (got {workers} × {alpha:g})")
 
-    def exchange(self, x: np.ndarray, replica: np.ndarray) -> Program:
+    def exchange(self, x: np.ndarray, replica: np.ndarray, team: decentral.Team | None, steps: int) -> Program:
+        assert team is not None
         total = yield Allreduce(x)
+        yield from team.synchronised(steps)  # the sum spans the members left
         alpha = np.float32(self.alpha)
         pull = alpha * (x - replica)
-        replica += alpha * (total - np.float32(self.ctx.workers) * replica)
+        replica += alpha * (total - np.float32(len(team.members)) * replica)
         x -= pull
         yield Publish("centre", self.centre.pack(x=replica))

@@ -7,6 +7,9 @@ are float64, so a straggler that gives weight away for thousands of steps stays 
 Σ w·z are conserved to float64 rounding: what leaves a worker lands in a mailbox, and the last
 mailbox contents are absorbed after every worker has stopped pushing (a barrier).
 Both claim each batch from the shared sample budget, so fast workers are not held to a straggler's share.
+A worker mixes only with workers it does not know to have failed; a read of, or push into, one that
+failed meanwhile is skipped (a push keeps its mass). What a failed worker held, and what was pushed to it
+before its failure was known, is lost with it: the workers' total weight says how much.
 """
 from __future__ import annotations
 
@@ -18,8 +21,8 @@ from hpcbench.algorithms import decentral
 from hpcbench.algorithms.api import (DECENTRALIZED, Algorithm, Context, Layout, Program, Settings, Sub, WindowSpec,
                                      register)
 from hpcbench.algorithms.frames import Frame
-from hpcbench.algorithms.ops import Accumulate, Barrier, Drain, Read
-from hpcbench.algorithms.topology import random_peer
+from hpcbench.algorithms.ops import Accumulate, Barrier, Drain, Failures, Lost, Read
+from hpcbench.algorithms.topology import random_live_peer
 from hpcbench.errors import one_of
 from hpcbench.ranges import bounded
 
@@ -64,21 +67,28 @@ class Gossip(Algorithm):
     def worker(self, rank: int) -> Program:
         return self.pull(rank) if self.opts.variant == "pull" else self.push(rank)
 
+    def peer(self, rank: int, rng: np.random.Generator) -> Sub[int | None]:
+        """A random other worker not known to have failed (a rank), or None when none is left."""
+        failed = yield Failures()
+        peer = random_live_peer(rank - 1, self.ctx.workers, frozenset(r - 1 for r in failed), rng)
+        return None if peer is None else peer + 1
+
     def pull(self, rank: int) -> Program:
         ctx = self.ctx
         rng = ctx.rng(rank)
         x = decentral.starting_point(ctx, rank, self.opts.init_spread)
         budget = decentral.Budget(ctx, shared=True)
-        reporter = decentral.Reporter(ctx, not self.asynchronous)
+        reporter = decentral.Reporter(ctx, None)
         buf = np.zeros_like(x) if ctx.momentum else None
         step = 0
-        while (yield from budget.next_step(step)):
-            yield from decentral.local_step(ctx, reporter, x, buf, step)
+        while (yield from budget.next_step()):
+            yield from decentral.local_step(ctx, reporter, x, buf, decentral.estimated(ctx, step))
             step += 1
-            peer = random_peer(rank - 1, ctx.workers, rng) + 1
-            [raw] = yield Read("model", (peer,))
-            x += self.frame.view(raw, "z")
-            x *= np.float32(0.5)
+            peer = yield from self.peer(rank, rng)
+            got = None if peer is None else (yield Read("model", (peer,)))
+            if isinstance(got, list):  # (Lost: it failed meanwhile; no mixing this step)
+                x += self.frame.view(got[0], "z")
+                x *= np.float32(0.5)
             yield decentral.publish(self.frame, ctx, step, x)
             yield from reporter.report(step, lambda: decentral.packed(self.frame, ctx, step, x))
         yield from reporter.report(step, lambda: decentral.packed(self.frame, ctx, step, x), done=True)
@@ -88,15 +98,19 @@ class Gossip(Algorithm):
         rng = ctx.rng(rank)
         z, w = decentral.starting_point(ctx, rank, self.opts.init_spread, np.float64), 1.0
         budget = decentral.Budget(ctx, shared=True)
-        reporter = decentral.Reporter(ctx, not self.asynchronous)
+        reporter = decentral.Reporter(ctx, None)
         buf = np.zeros(z.size, np.float32) if ctx.momentum else None
         step = 0
-        while (yield from budget.next_step(step)):
-            yield from decentral.local_step(ctx, reporter, z, buf, step)
+        while (yield from budget.next_step()):
+            yield from decentral.local_step(ctx, reporter, z, buf, decentral.estimated(ctx, step))
             step += 1
-            w *= 0.5
-            peer = random_peer(rank - 1, ctx.workers, rng) + 1
-            yield Accumulate("mailbox", peer, ((box.offset("w"), np.array([w])), (box.offset("x"), w * z)))
+            peer = yield from self.peer(rank, rng)
+            if peer is not None:
+                w *= 0.5
+                pushed = yield Accumulate("mailbox", peer, ((box.offset("w"), np.array([w])),
+                                                            (box.offset("x"), w * z)))
+                if type(pushed) is Lost:  # it failed: the half stays here
+                    w *= 2.0
             w = yield from self.absorb(z, w)
             yield decentral.publish(self.frame, ctx, step, z, w)
             yield from reporter.report(step, lambda: decentral.packed(self.frame, ctx, step, z, w))

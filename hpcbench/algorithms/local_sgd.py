@@ -99,24 +99,30 @@ class LocalSgd(Algorithm):
     def worker(self, rank: int) -> Program:
         ctx, opts = self.ctx, self.opts
         x = ctx.params.copy()
-        reporter = decentral.Reporter(ctx, not self.asynchronous)
+        team = decentral.Team(ctx)
+        reporter = decentral.Reporter(ctx, team)
         buf = np.zeros_like(x) if ctx.momentum else None
-        scale = np.float32(1.0 / ctx.workers)
         plain = opts.outer == "none" and opts.compress == "none"
         theta = None if plain else x.copy()  # the global model of the last round
         outer_lr, outer_momentum = outer_setting(opts)
         m = np.zeros_like(x) if opts.outer != "none" and outer_momentum else None
-        compressor = Compressor(opts, ctx.workers, ctx.size, ctx.model_bounds, ctx.model_shapes)
-        for step in range(ctx.steps):
-            yield from decentral.local_step(ctx, reporter, x, buf, step)
-            if (step + 1) % opts.period == 0 or step + 1 == ctx.steps:
+        compressor = Compressor(opts, ctx.size, ctx.model_bounds, ctx.model_shapes)
+        step = 0
+        while not team.done:
+            before = team.samples
+            team.stepped()
+            yield from decentral.local_step(ctx, reporter, x, buf, before, team.factor)
+            step += 1
+            if step % opts.period == 0 or team.done:  # the team's last step always averages
                 if theta is None:
-                    x[...] = (yield Allreduce(x)) * scale
+                    total = yield Allreduce(x)
+                    yield from team.synchronised(step)
+                    x[...] = total * np.float32(1.0 / len(team.members))
                 else:
                     delta = yield from compressor.mean(theta - x)
+                    yield from team.synchronised(step)
                     outer_step(theta, delta, m, opts.outer, outer_lr, outer_momentum)
                     x[...] = theta
-            done = step + 1 == ctx.steps
-            if done:  # the final model, for rank 0 to read (snapshots are kept as rank 0 asks)
-                yield decentral.publish(self.frame, ctx, step + 1, x)
-            yield from reporter.report(step + 1, lambda: decentral.packed(self.frame, ctx, step + 1, x), done)
+            if team.done:  # the final model, for rank 0 to read (snapshots are kept as rank 0 asks)
+                yield decentral.publish(self.frame, ctx, step, x)
+            yield from reporter.report(step, lambda: decentral.packed(self.frame, ctx, step, x), team.done)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import re
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -132,14 +133,15 @@ class Recv(NamedTuple):
 
 class Allreduce(NamedTuple):
     """Workers: element-wise sum of ``data`` over all workers, in its own type (float16 sums in
-    float16). → array."""
+    float16). → array. When workers fail during it, the survivors agree on it and sum again among
+    themselves (as a bucketed ``Compute`` does): ``Workers`` then says whom the sum spans."""
 
     data: np.ndarray
     bf16: bool = False  # ``data`` holds bfloat16 bit patterns (uint16), summed as bfloat16
 
 
 class Barrier(NamedTuple):
-    """Workers: wait until every worker reaches it. → None."""
+    """Workers: wait until every worker (every survivor, after a failure) reaches it. → None."""
 
 
 class Evaluate(NamedTuple):
@@ -165,6 +167,27 @@ class Poll(NamedTuple):
     src: int = ANY
 
 
+@dataclass(frozen=True)
+class Lost:
+    """Not an operation: what a ``Recv``, ``Read`` or ``Accumulate`` hands back instead of its result
+    when ranks it needed have failed (a run whose MPI lets the others go on, or a simulated
+    failure). A ``Recv`` from any rank gets one as soon as workers have failed that this program was
+    not yet told of, and from a failed rank on every try; messages a rank sent before it failed are
+    handed over first."""
+
+    ranks: tuple[int, ...]
+
+
+class Failures(NamedTuple):
+    """The worker ranks this rank knows to have failed, as MPI told it (it may learn of a failure a
+    few milliseconds after another rank does). → frozenset."""
+
+
+class Workers(NamedTuple):
+    """Workers: the worker ranks the workers' collectives span now (all of them until a failure
+    shrinks them to the survivors; every survivor shrinks at the same collective). → tuple."""
+
+
 class Progress(NamedTuple):
     """Rank 0: how far the run is and how training goes (a driver may show it). → None."""
 
@@ -181,13 +204,13 @@ class Record(NamedTuple):
 
 
 Op = (Compute | Publish | Read | Accumulate | Drain | Send | Recv | Allreduce | Barrier | Evaluate | FetchAdd
-      | Progress | Record | Timestamp | Poll)
+      | Progress | Record | Timestamp | Poll | Failures | Workers)
 # Operations that take time, in the order of their timeline codes (result files store the codes:
 # append new operations at the end, never reorder).
 TIMED_OPS: tuple[type, ...] = (Compute, Publish, Read, Accumulate, Drain, Send, Recv, Allreduce, Barrier, Evaluate,
                                FetchAdd)
 # Bookkeeping a driver does between operations, at no cost: no timeline row.
-UNTIMED_OPS: tuple[type, ...] = (Progress, Record, Timestamp, Poll)
+UNTIMED_OPS: tuple[type, ...] = (Progress, Record, Timestamp, Poll, Failures, Workers)
 ALL_OPS = TIMED_OPS + UNTIMED_OPS
 
 

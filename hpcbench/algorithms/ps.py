@@ -10,6 +10,10 @@ every worker's next gradient with "stop" (such late gradients are logged in ``la
 Gap-Aware needs Δ = θ_now − θ_used exactly. The server keeps the last ``history`` published vectors;
 for a gradient older than that it answers "echo" and the worker sends back the vector it read (it
 still holds it), so no gradient is ever dropped or given a guessed Δ.
+
+A worker that fails (where the MPI lets the others go on, and in the simulator) is no longer waited
+for: the survivors apply the rest of the budget, DANA drops its momentum, and the server records the
+batch it was computing as lost (or, failing while its gradient waited for its echo, that gradient).
 """
 from __future__ import annotations
 
@@ -22,11 +26,11 @@ from hpcbench.algorithms.api import (PARAMETER_SERVER, Algorithm, ChannelSpec, C
                                      WindowSpec, register)
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.meter import TrainingMeter
-from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Publish, Read, Record, Recv, Send
+from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Lost, Publish, Read, Record, Recv, Send
 from hpcbench.algorithms.rules import ServerRule, VersionRing
 from hpcbench.errors import RuntimeFailure, UsageError
 from hpcbench.ranges import bounded
-from hpcbench.results.schema import LATE, UPDATES
+from hpcbench.results.schema import FAILURES, LATE, UPDATES
 
 # version_used: the version the worker read; version_applied: the version the gradient was applied
 # onto (staleness = version_applied − version_used); penalty_mean: the divisor actually applied;
@@ -76,7 +80,7 @@ class ParameterServer(Algorithm):
         return Layout(
             windows={"params": WindowSpec("server", self.params_frame.nbytes, first)},
             channels=channels,
-            tables=(UPDATES, LATE),
+            tables=(UPDATES, LATE, FAILURES),
         )
 
     def state_bytes(self) -> int:
@@ -106,7 +110,9 @@ class ParameterServer(Algorithm):
     def server(self) -> Program:
         ctx, rule, ring = self.ctx, self.rule, self.ring
         batch, target = ctx.batch_size, ctx.steps * ctx.workers
-        version = applied = stopped = 0
+        version = applied = 0
+        gone: set[int] = set()  # workers that send no more: told to stop, or failed
+        applied_from = [0] * (ctx.workers + 1)
         meter = TrainingMeter()
         published = rule.published(ctx.schedule.at(0))  # version 0 is the window's initial content
         window = self.params_frame.new() if self.window is None else self.window  # what each Publish copies from
@@ -114,25 +120,33 @@ class ParameterServer(Algorithm):
             ring.put(0, published)
         yield Evaluate(rule.theta, 0, 0)
         next_eval = ctx.eval_every
-        while stopped < ctx.workers:
-            src, msg = yield Recv("grad")
+        while len(gone) < ctx.workers:
+            got = yield Recv("grad")
+            if type(got) is Lost:
+                yield from self.lose(got.ranks, gone, applied_from)
+                continue
+            src, msg = got
             used = self.grad_frame.integer(msg, "version")
             if applied >= target:
                 yield Record(LATE, (src, used))
                 yield Send("ack", src, STOP)
-                stopped += 1
+                gone.add(src)
                 continue
             delta, echoed = None, 0
             if ring is not None:
                 old = ring.get(used)
                 if old is None:
                     old = yield from self.echo(src, used)
+                    if old is None:  # it failed before it echoed: its gradient goes with it
+                        yield from self.lose((src,), gone, applied_from)
+                        continue
                     echoed = self.params_frame.nbytes
                 delta = published - old
             lr = ctx.schedule.at(applied * batch)
             onto, staleness = version, version - used  # staleness: updates applied since the worker read
             penalty, gap = rule.apply(self.grad_frame.view(msg, "grad"), src - 1, staleness, delta, lr)
             applied += 1
+            applied_from[src] += 1
             version += 1
             published = rule.published(ctx.schedule.at(applied * batch))
             fresh = {} if published is rule.theta else {"params": published}  # θ is in the window already
@@ -144,18 +158,32 @@ class ParameterServer(Algorithm):
             yield meter.progress(applied * batch)
             done = applied >= target
             yield Send("ack", src, STOP if done else GO)
-            stopped += done
+            if done:
+                gone.add(src)
             if applied * batch >= next_eval or done:
                 yield Evaluate(rule.theta, applied * batch, applied)
                 next_eval = (applied * batch // ctx.eval_every + 1) * ctx.eval_every
 
-    def echo(self, src: int, used: int) -> Sub[np.ndarray]:
-        """The vector ``src`` computed on, from ``src`` itself: the ring no longer holds version ``used``."""
+    def lose(self, ranks: tuple[int, ...], gone: set[int], applied_from: list[int]) -> Program:
+        """Workers that failed: no longer waited for, their state dropped, each with the batch it was
+        computing (none for one already told to stop)."""
+        for rank in ranks:
+            if rank not in gone:
+                gone.add(rank)
+                self.rule.forget(rank - 1)
+                yield Record(FAILURES, (rank, applied_from[rank] * self.ctx.batch_size, self.ctx.batch_size))
+
+    def echo(self, src: int, used: int) -> Sub[np.ndarray | None]:
+        """The vector ``src`` computed on, from ``src`` itself: the ring no longer holds version ``used``
+        (None: ``src`` failed first)."""
         yield Send("ack", src, ECHO)
-        _, raw = yield Recv("echo", src)
-        got = self.params_frame.integer(raw, "version")
-        if got != used:
-            raise RuntimeFailure(f"rank {src} echoed version {got}, but its gradient was computed on {used}")
+        got = yield Recv("echo", src)
+        if type(got) is Lost:
+            return None
+        raw = got[1]
+        got_version = self.params_frame.integer(raw, "version")
+        if got_version != used:
+            raise RuntimeFailure(f"rank {src} echoed version {got_version}, but its gradient was computed on {used}")
         return self.params_frame.view(raw, "params")
 
 

@@ -132,6 +132,13 @@ class ServerRule:
             return self.bufs[worker] if self.momentum else None
         return self.buf
 
+    def forget(self, worker: int) -> None:
+        """``worker`` (0-based) has failed: DANA's momentum of it leaves the look-ahead (S ← S − v_i,
+        v_i ← 0); the other rules keep no state per worker."""
+        if self.per_worker:
+            self.total -= self.bufs[worker]
+            self.bufs[worker] = 0.0
+
     def apply(self, grad: np.ndarray, worker: int, staleness: int, delta: np.ndarray | None,
               lr: float) -> tuple[float, float]:
         """Apply one gradient from ``worker`` (0-based). Returns (mean divisor, mean |Δ|/C)."""

@@ -11,6 +11,12 @@ batch from the shared sample budget, so fast ones take more of it. A worker that
 last "stopped at K" message to each of its out-peers and then takes everything still on its way to
 it, up to each in-peer's own last message: every message sent is received, and a worker waiting for
 a message that will never come learns so from that stop message instead of waiting forever.
+
+A worker that fails (where the MPI lets the others go on, and in the simulator) leaves the graph: the
+survivors keep every other edge of it, push nothing to the failed worker (the half they would have
+sent stays with them) and expect nothing more from it once they know, taking what it sent before it
+failed. Its weight, and whatever was pushed to it before its failure was known, is lost with it: the
+workers' total weight at the end says how much. sgp's team trains on until it has trained the budget.
 """
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ from hpcbench.algorithms import decentral
 from hpcbench.algorithms.api import (DECENTRALIZED, SYNCHRONOUS, Algorithm, ChannelSpec, Context, Layout, Program,
                                      Sub, register)
 from hpcbench.algorithms.frames import Frame
-from hpcbench.algorithms.ops import Recv, Send
+from hpcbench.algorithms.ops import Failures, Lost, Recv, Send
 from hpcbench.algorithms.topology import exponential_hops, exponential_in_peer, exponential_out_peer
 from hpcbench.errors import RuntimeFailure
 from hpcbench.ranges import bounded
@@ -41,11 +47,12 @@ class OsgpOptions:
 
 
 class Inbox:
-    """Messages due to one worker: (iteration, in-peer) in iteration order, and the in-peers that stopped."""
+    """Messages due to one worker: (iteration, in-peer) in iteration order, and the in-peers that stopped
+    (their "stopped" message has come, or they failed)."""
 
     def __init__(self) -> None:
         self.pending: list[tuple[int, int]] = []
-        self.stopped: set[int] = set()  # in-peers whose "stopped" message has come
+        self.stopped: set[int] = set()
 
 
 class PushSum(Algorithm):
@@ -76,22 +83,35 @@ class PushSum(Algorithm):
         z, w = decentral.starting_point(ctx, rank, self.opts.init_spread, np.float64), 1.0
         buf = np.zeros(z.size, np.float32) if ctx.momentum else None
         inbox = Inbox()
-        budget = decentral.Budget(ctx, shared=self.asynchronous)
-        reporter = decentral.Reporter(ctx, not self.asynchronous)
+        team = None if self.asynchronous else decentral.Team(ctx)
+        budget = decentral.Budget(ctx, self.asynchronous, team)
+        reporter = decentral.Reporter(ctx, team)
         k = 0
-        while (yield from budget.next_step(k)):
+        while (yield from budget.next_step()):
             w = yield from self.receive(inbox, z, w, due=k - tau - 1)
-            yield from decentral.local_step(ctx, reporter, z, buf, k)
-            w *= 0.5
-            yield Send("push", exponential_out_peer(i, k, n) + 1, msg.pack(iteration=k, last=0, w=w, z=z), given=True)
-            inbox.pending.append((k, exponential_in_peer(i, k, n) + 1))
+            failed = yield Failures()
+            if team is None:
+                yield from decentral.local_step(ctx, reporter, z, buf, decentral.estimated(ctx, k))
+            else:
+                team.lose(failed)
+                before = team.samples
+                team.stepped()
+                yield from decentral.local_step(ctx, reporter, z, buf, before, team.factor)
+            out, into = exponential_out_peer(i, k, n) + 1, exponential_in_peer(i, k, n) + 1
+            if out not in failed:  # a failed out-peer: the half that would have gone to it stays
+                w *= 0.5
+                yield Send("push", out, msg.pack(iteration=k, last=0, w=w, z=z), given=True)
+            if into not in failed:
+                inbox.pending.append((k, into))
             k += 1
             w = yield from self.receive(inbox, z, w, due=-1)  # whatever is here already
             yield decentral.publish(self.frame, ctx, k, z, w)
             yield from reporter.report(k, lambda: decentral.packed(self.frame, ctx, k, z, w))
         hops = range(exponential_hops(n))
+        failed = yield Failures()
         for h in hops:
-            yield Send("push", (i + 2**h) % n + 1, msg.pack(last=1))
+            if (i + 2**h) % n + 1 not in failed:
+                yield Send("push", (i + 2**h) % n + 1, msg.pack(last=1))
         for h in hops:
             src = (i - 2**h) % n + 1
             while src not in inbox.stopped:
@@ -129,6 +149,9 @@ class PushSum(Algorithm):
         got = yield Recv("push", src, timeout=None if wait else 0)
         if got is None:
             return None
+        if type(got) is Lost:  # it failed (what it sent before came first): nothing more comes from it
+            inbox.stopped.add(src)
+            return w
         raw, msg = got[1], self.message
         if msg.integer(raw, "last"):
             inbox.stopped.add(src)

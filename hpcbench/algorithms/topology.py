@@ -22,3 +22,12 @@ def random_peer(i: int, n: int, rng: np.random.Generator) -> int:
     """A peer other than ``i``, uniformly."""
     j = int(rng.integers(n - 1))
     return j + 1 if j >= i else j
+
+
+def random_live_peer(i: int, n: int, failed: frozenset[int], rng: np.random.Generator) -> int | None:
+    """A peer other than ``i`` and those ``failed``, uniformly (the same draws as ``random_peer`` while
+    none has failed); None when no other is left."""
+    if not failed:
+        return random_peer(i, n, rng)
+    live = [j for j in range(n) if j != i and j not in failed]
+    return live[int(rng.integers(len(live)))] if live else None

@@ -57,6 +57,8 @@ class LoopbackEndpoint:
 
     def __init__(self, hub: Loopback, rank: int) -> None:
         self.hub, self.rank, self.size = hub, rank, hub.size
+        self.members = tuple(range(1, hub.size)) if rank else ()  # no rank fails here
+        self.survives_failures = False
         self.host, self.hosts = HOST, [HOST] * hub.size
         self.local_rank, self.local_size = rank, hub.size
         self.on_wait: Callable[[], None] | None = None
@@ -241,7 +243,14 @@ class LoopbackEndpoint:
             self.hub.queues[(channel, dest)].append((self.rank, sent))
             self.hub.lock.notify_all()
 
-    def recv(self, channel: str, src: int, timeout: float) -> tuple[int, np.ndarray] | None:
+    def failed(self) -> frozenset[int]:
+        return frozenset()
+
+    def failure_log(self) -> dict[int, tuple[float, str]]:
+        return {}
+
+    def recv(self, channel: str, src: int, timeout: float,
+             told: frozenset[int] = frozenset()) -> tuple[int, np.ndarray] | None:
         queue = self.hub.queues[(channel, self.rank)]
 
         def take() -> tuple[int, np.ndarray] | None:

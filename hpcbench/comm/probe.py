@@ -15,7 +15,8 @@ def mpi_library() -> dict[str, str]:
 
     vendor, version = MPI.get_vendor()
     return {
-        "mpi_library_version": MPI.Get_library_version().strip(),
+        # Open MPI's string ends in a NUL byte (C's terminator, counted in its length)
+        "mpi_library_version": MPI.Get_library_version().replace("\x00", "").strip(),
         "mpi_vendor": f"{vendor} {'.'.join(map(str, version))}",
         "mpi_standard": "{}.{}".format(*MPI.Get_version()),
         "mpi4py_version": mpi4py.__version__,

@@ -13,6 +13,8 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from hpcbench.algorithms.ops import Lost
+
 
 def message_bytes(data: np.ndarray, given: bool) -> np.ndarray:
     """What a send puts on its way: ``data``'s bytes, copied, or with ``given`` (a sender that never
@@ -21,9 +23,15 @@ def message_bytes(data: np.ndarray, given: bool) -> np.ndarray:
     return raw if given else raw.copy()
 
 
+class Shrunk(Exception):
+    """A workers' collective ended because workers failed: the survivors agreed so, and the workers'
+    collectives now span only them. Start it again (``Transport.members`` says whom it spans)."""
+
+
 class Transport(Protocol):
     rank: int
     size: int
+    members: tuple[int, ...]  # workers: the ranks the workers' collectives span (the survivors, after a failure)
 
     def wtime(self) -> float:
         """Seconds on this rank's clock."""
@@ -34,11 +42,13 @@ class Transport(Protocol):
     def publish(self, window: str, data: np.ndarray, offset: int = 0) -> None:
         """Overwrite this rank's own ``window`` from byte ``offset``; readers never see a mix."""
 
-    def read(self, window: str, ranks: tuple[int, ...], nbytes: int, offset: int = 0) -> list[np.ndarray]:
-        """``nbytes`` of ``window`` from byte ``offset``, on each of ``ranks``, as bytes."""
+    def read(self, window: str, ranks: tuple[int, ...], nbytes: int, offset: int = 0) -> list[np.ndarray] | Lost:
+        """``nbytes`` of ``window`` from byte ``offset``, on each of ``ranks``, as bytes (``Lost``: one
+        of them has failed)."""
 
-    def accumulate(self, window: str, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> None:
-        """Element-wise atomic add of each (byte offset, typed array) into ``window`` on ``rank``."""
+    def accumulate(self, window: str, rank: int, parts: tuple[tuple[int, np.ndarray], ...]) -> Lost | None:
+        """Element-wise atomic add of each (byte offset, typed array) into ``window`` on ``rank``
+        (``Lost``: ``rank`` has failed, nothing was added)."""
 
     def fetch_add(self, window: str, rank: int, value: int) -> int:
         """Atomically add ``value`` to the int64 at the start of ``window`` on ``rank``; → the old value."""
@@ -50,12 +60,17 @@ class Transport(Protocol):
         """Nonblocking: ``data`` on ``channel`` to ``dest`` (the buffer may be reused at once, unless
         ``given``: then the caller never touches it again and it is sent as it is)."""
 
-    def recv(self, channel: str, src: int, timeout: float) -> tuple[int, np.ndarray] | None:
-        """Next message on ``channel`` from ``src`` (-1: any) as (sender, bytes); None after ``timeout``."""
+    def recv(self, channel: str, src: int, timeout: float,
+             told: frozenset[int] = frozenset()) -> tuple[int, np.ndarray] | Lost | None:
+        """Next message on ``channel`` from ``src`` (-1: any) as (sender, bytes); None after ``timeout``;
+        ``Lost`` when ``src`` has failed, or (any) when workers not in ``told`` have and nothing came."""
+
+    def failed(self) -> frozenset[int]:
+        """The ranks this rank knows to have failed (a run outlives them only where MPI lets it)."""
 
     def allreduce(self, data: np.ndarray, timeout: float, bf16: bool = False) -> np.ndarray:
         """Workers only: element-wise sum of ``data`` over the workers, in its own type (``bf16``: uint16
-        bfloat16 bit patterns, summed as bfloat16)."""
+        bfloat16 bit patterns, summed as bfloat16); ``Shrunk`` when workers failed during it."""
 
     def start_allreduce(self, data: np.ndarray, out: np.ndarray) -> Any:
         """Workers only, nonblocking: ``out`` becomes the element-wise sum of ``data`` over the workers
@@ -66,13 +81,14 @@ class Transport(Protocol):
         """Let started all-reduces advance (MPI moves them only inside its calls)."""
 
     def finish_allreduces(self, started: list[Any], timeout: float) -> None:
-        """Wait until every started all-reduce has ended."""
+        """Wait until every started all-reduce has ended; ``Shrunk`` when workers failed meanwhile."""
 
     def worker_barrier(self, timeout: float) -> None:
-        """Workers only: wait until every worker is here."""
+        """Workers only: wait until every worker is here; ``Shrunk`` when workers failed meanwhile."""
 
 
 class Cluster(Transport, Protocol):
+    survives_failures: bool  # the run outlives a failed worker (ULFM): its failures are reported, not fatal
     host: str
     hosts: list[str]  # every rank's host, once the session's first exchange has told them
     local_rank: int
@@ -126,6 +142,9 @@ class Cluster(Transport, Protocol):
 
     def silent(self, longer_than: float) -> list[tuple[int, float]]:
         """The peers not heard from for ``longer_than`` s, as (rank, seconds), longest first."""
+
+    def failure_log(self) -> dict[int, tuple[float, str]]:
+        """The ranks known to have failed: when this rank learned it (its clock) and by what."""
 
     def tell_failure(self, status: str, error: str, grace: float) -> None:
         """A worker that cannot go on tells rank 0 why (rank 0's next tick raises ``PeerFailure``),

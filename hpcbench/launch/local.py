@@ -1,8 +1,10 @@
 """Launching ``mpiexec`` from Python (demo, local sweeps, tests) and knowing our rank before MPI starts."""
 from __future__ import annotations
 
+import functools
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -95,12 +97,56 @@ def emulated_nodes() -> int:
     return nodes
 
 
-def mpi_command(ranks: int, args: Sequence[str], emulated: bool = False) -> list[str]:
+@functools.lru_cache(maxsize=None)
+def mpi_family(mpiexec: str) -> str:
+    """"openmpi" or "mpich" (Hydra, and any launcher that is not Open MPI's), from ``mpiexec --version``."""
+    try:
+        text = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "mpich"
+    return "openmpi" if "Open MPI" in text or "OpenRTE" in text else "mpich"
+
+
+def fault_tolerance(mpiexec: str) -> str:
+    """Whether runs launched by ``mpiexec`` can outlive a failed rank, in a line (``hpcbench info``)."""
+    if mpi_family(mpiexec) != "openmpi":
+        return "none: a failed rank ends the run (Open MPI 5 with ULFM outlives a failed worker)"
+    try:
+        text = subprocess.run([str(Path(mpiexec).parent / "ompi_info")], capture_output=True, text=True,
+                              timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    if re.search(r"FT MPI support:\s*yes", text):
+        return "ULFM built in: runs launched with mpirun --with-ft ulfm outlive a failed worker"
+    return "none: this Open MPI was built without ULFM (ompi_info: FT MPI support), a failed rank ends the run"
+
+
+def kills(args: Sequence[str]) -> bool:
+    """Whether ``hpcbench run ARGS`` kills a rank on purpose (``--set fault=kill:R@S``): its workers
+    outlive a failed one, and all of them a failed rank 0 with a line of their own, where the MPI can
+    (Open MPI launched with ULFM)."""
+    from hpcbench.config import Faults
+
+    for flag, value in zip(args, list(args[1:]) + [""]):
+        if flag == "--set" and value.startswith("fault="):
+            try:
+                return bool(Faults.parse(value.partition("=")[2]).kills())
+            except UsageError:
+                return False  # the run itself says what is wrong with it
+    return False
+
+
+def mpi_command(ranks: int, args: Sequence[str], emulated: bool = False, tolerate: bool | None = None) -> list[str]:
     """``mpiexec`` running ``hpcbench ARGS`` on ``ranks`` ranks; ``emulated``: across the emulated
-    cluster's nodes, filled in turn as Slurm's block distribution does (rank 0 on the first node)."""
+    cluster's nodes, filled in turn as Slurm's block distribution does (rank 0 on the first node).
+    ``tolerate``: launch Open MPI with fault tolerance (ULFM), so that the ranks outlive a failed one;
+    by default when the run kills a rank on purpose."""
     program = [sys.executable, "-m", "mpi4py", "-m", "hpcbench", *args]
     if not emulated:
-        return [mpiexec_path(), "-n", str(ranks), *program]
+        mpiexec = mpiexec_path()
+        ulfm = kills(args) if tolerate is None else tolerate
+        tolerant = ["--with-ft", "ulfm"] if ulfm and mpi_family(mpiexec) == "openmpi" else []
+        return [mpiexec, *tolerant, "-n", str(ranks), *program]
     per_node = math.ceil(ranks / emulated_nodes())
     return [str(EMULATED_LAUNCHER), "-n", str(ranks), "-ppn", str(per_node), *program]
 

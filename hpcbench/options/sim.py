@@ -52,6 +52,10 @@ class SimConfig:
     # all-gather by recursive halving and doubling, with one more send of the whole vector before and
     # after when the worker count is not a power of two) or "ring" (Open MPI's and NCCL's for large ones).
     allreduce: str = "rabenseifner"
+    # A worker that fails (--set fault=kill:RANK@SECONDS,...): how long until the others learn of it
+    # (ULFM's notification, measured 10-16 ms on one node); the survivors of a collective then agree
+    # and regroup in the time of three barriers.
+    detect_s: float = bounded(0.015, low=0, unit="seconds")
 
     def validate(self) -> None:
         check_ranges(self, "sim.")

@@ -17,7 +17,9 @@ import numpy as np
 #    per-rank local_ranks.
 # 5: /summary gained bytes_per_sample (the workers' bytes moved per training sample; compressed
 #    all-reduces count in the type they travel in).
-SCHEMA_VERSION = 5
+# 6: /server/failures (workers lost during the run, where the MPI lets the others go on, and in the
+#    simulator); /summary gained workers_lost, recovery_s and samples_lost; the timeline phase "recover".
+SCHEMA_VERSION = 6
 
 # Every name a result file holds is declared here, once; the writer refuses any other, the reader,
 # the report and the algorithms take their names from here.
@@ -32,9 +34,11 @@ PROVENANCE_ATTRS = ("hpcbench_version", "python_version", "torch_version", "nump
                     "cuda_version", "git_commit", "git_dirty", "platform", "environment", "progress_mode",
                     "slurm_job_id", "slurm_array_job_id", "slurm_array_task_id", "slurm_job_nodelist", "slurm_nnodes",
                     "slurm_ntasks", "slurm_tasks_per_node", "mpi_library_version", "mpi_vendor", "mpi_standard",
-                    "mpi4py_version", "network")
+                    "mpi4py_version", "network", "fault_tolerance")
 # "network": the links the ranks ran over when they were emulated (jobs/local/mpiexec-emulated sets
 # HPCBENCH_EMULATED, e.g. "emulated nodes=3,rate=100mbit,burst=256kb"); "" on a real machine or cluster.
+# "fault_tolerance": "ulfm" where the ranks outlived a failed one (Open MPI launched with ULFM),
+# "simulated" in a simulation, "none" where a failed rank ends the run (schema 6; "" before).
 SIM_PROVENANCE_ATTRS = ("sim_wall_s", "sim_events")  # the simulator's own cost, in sim mode only
 # local_ranks: each rank's index among the ranks on its node (schema 4; "" in older files)
 PROVENANCE_PER_RANK = ("hostnames", "devices", "threads", "local_ranks")
@@ -46,13 +50,26 @@ UPDATES = "updates"  # one row per gradient a parameter server applied
 LATE = "late"  # gradients that arrived after the budget was spent
 FINAL_MODELS = "final_models"  # each decentralised worker's end
 LEARNING_RATE = "learning_rate"  # the rate each worker reported using
+FAILURES = "failures"  # each worker lost during the run, as rank 0 learned of it
 TABLES = {
     UPDATES: ("t", "worker", "version_used", "version_applied", "staleness", "penalty_mean", "gap_mean", "lr",
               "echo_bytes"),
     LATE: ("t", "worker", "version_used"),
     FINAL_MODELS: ("t", "worker", "samples", "updates", "weight", "mass"),
     LEARNING_RATE: ("t", "worker", "samples", "lr"),
+    # samples: the worker's as rank 0 had counted them (applied, or reported); samples_lost: its work
+    # that reached no survivor or server (the batch it was computing, its steps since its team's last
+    # collective, its claims from the budget no report accounts for)
+    FAILURES: ("t", "worker", "samples", "samples_lost"),
 }
+# Columns a table gains when the record is built (from the transport's and the timelines' knowledge):
+# t_detected: when rank 0's MPI reported the failure; t_death: when the worker died, where the run
+# knows it (an injected or simulated kill; NaN otherwise); detected_by: the code, in DETECTED_BY, of
+# how rank 0 learned it; recovery_s: from the death (else its detection) until every survivor began a
+# new step.
+DERIVED_COLUMNS = {FAILURES: ("t_detected", "t_death", "detected_by", "recovery_s")}
+DETECTED_BY = ("notification", "receive", "send", "heartbeat", "collective", "read", "accumulate", "notice",
+               "simulated")
 UPDATE_COLUMNS = TABLES[UPDATES]
 PHASE_FRACTIONS = tuple(f"{p}_fraction" for p in ("data", "compute", "communicate", "wait", "update"))
 DISTRIBUTIONS = tuple(f"{name}_{stat}" for name in ("staleness", "penalty", "gap") for stat in ("mean", "p50", "p99"))
@@ -61,7 +78,7 @@ SUMMARY_KEYS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "
                 "target_accuracy", "time_to_target_s", "median_step_s", "step_p90_s", "step_p99_s",
                 "step_worker_min_s", "step_worker_max_s", "eval_s", "final_consensus", "bytes_per_sample",
                 *PHASE_FRACTIONS, *DISTRIBUTIONS, "server_state_bytes", "too_stale", "warmup_s",
-                "rank0_cpu_share")
+                "rank0_cpu_share", "workers_lost", "recovery_s", "samples_lost")
 # The summary a family of algorithms adds, beside the tables it is computed from
 # (``telemetry.summary.family_summary``). A parameter server's log accounts for every gradient the
 # workers computed: applied (UPDATES), answered as late (LATE), or "too_stale" (dropped, which must be 0).
@@ -88,7 +105,8 @@ CONFIG_LEAST = {"steps_per_worker": 0, "budget_samples": 0, "eval_every": 1, "pa
                 "momentum": 0.0, "weight_decay": 0.0, "warmup_epochs": 0.0, "target_accuracy": 0.0,
                 "max_steps": 0, "straggler_factor": 1.0}
 # Summary counts: at least 0 (every other summary value is a number, NaN where there is none).
-SUMMARY_COUNTS = ("samples", "updates", "late_gradients", "echoed_updates", "echo_bytes", "server_state_bytes")
+SUMMARY_COUNTS = ("samples", "updates", "late_gradients", "echoed_updates", "echo_bytes", "server_state_bytes",
+                  "workers_lost", "samples_lost")
 # The columns every file since schema 1 has (those added later read as their neutral values).
 READ_COLUMNS = {"timeline": ("rank", "step", "phase", "t_start", "t_end"),
                 "evals": ("t", "samples", "updates", "loss", "accuracy"), "server": ("t", "worker")}
@@ -104,7 +122,8 @@ def undeclared(rec: "RunRecord") -> list[str]:
     found += [f"timeline column {k}" for k in rec.timeline if k not in TIMELINE_COLUMNS]
     found += [f"evals column {k}" for k in rec.evals if k not in EVAL_COLUMNS]
     for name, table in rec.tables.items():
-        found += [f"server/{name} column {k}" for k in table if k not in TABLES.get(name, ())]
+        found += [f"server/{name} column {k}" for k in table
+                  if k not in TABLES.get(name, ()) + DERIVED_COLUMNS.get(name, ())]
     found += [f"summary {k}" for k in rec.summary
               if k not in SUMMARY_KEYS + tuple(k for _, keys in FAMILY_SUMMARIES.values() for k in keys)]
     return found

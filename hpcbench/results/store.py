@@ -26,13 +26,19 @@ STRING = h5py.string_dtype()
 
 
 def _attr(value: Any) -> Any:
+    # HDF5's variable-length strings cannot hold a NUL byte (Open MPI's library version ends in one):
+    # strings are written without them, in JSON too, where they are escaped.
     if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value)
+        return json.dumps(value).replace("\\u0000", "")
     if value is None:
         return ""
     if isinstance(value, str):
-        return str(value)  # plain str: h5py refuses subclasses such as torch's TorchVersion
+        return _text(value)
     return value
+
+
+def _text(value: str) -> str:
+    return str(value).replace("\x00", "")  # plain str: h5py refuses subclasses such as torch's TorchVersion
 
 
 def _columns(group: h5py.Group, columns: dict[str, np.ndarray]) -> None:
@@ -80,7 +86,7 @@ def _write_file(partial: Path, rec: RunRecord, final: Path) -> None:
             for key, value in rec.provenance.items():
                 prov.attrs[key] = _attr(value)
             for key, values in rec.per_rank.items():
-                prov.create_dataset(key, data=np.asarray(values, dtype=object), dtype=STRING)
+                prov.create_dataset(key, data=np.asarray([_text(v) for v in values], dtype=object), dtype=STRING)
             tl = f.create_group("timeline")
             tl.attrs["clock"] = "seconds since the run started, on rank 0's MPI_Wtime (virtual time in sim mode)"
             tl.attrs["phases"] = json.dumps(list(rec.phases))
@@ -296,7 +302,8 @@ def _read(f: h5py.File, path: str | os.PathLike) -> RunRecord:
     per_rank.setdefault("local_ranks", [""] * len(per_rank.get("hostnames", ())))  # schema 4 added them
     return RunRecord(
         attrs=attrs,
-        provenance={"network": "", **{k: _plain(v) for k, v in prov.attrs.items()}},  # schema 4 added network
+        # schema 4 added network, 6 fault_tolerance
+        provenance={"network": "", "fault_tolerance": "", **{k: _plain(v) for k, v in prov.attrs.items()}},
         per_rank=per_rank,
         timeline=timeline,
         phases=tuple(json.loads(tl.attrs["phases"])),

@@ -11,10 +11,10 @@ import numpy as np
 
 import hpcbench
 from hpcbench.options import TABLES
-from hpcbench.results.schema import UPDATES, RunRecord, family_of
+from hpcbench.results.schema import DETECTED_BY, FAILURES, UPDATES, RunRecord, family_of
 from hpcbench.runtime.assemble import Run
 from hpcbench.runtime.logs import RunLogs
-from hpcbench.telemetry.summary import family_summary, summarize
+from hpcbench.telemetry.summary import family_summary, failure_summary, recovery_times, summarize
 from hpcbench.telemetry.timeline import COLUMNS, OPS, PHASES, concat
 
 
@@ -62,17 +62,38 @@ def resolved_config(run: Run, parameters: int) -> dict[str, Any]:
     return out
 
 
+def failure_columns(table: Mapping[str, np.ndarray], timeline: Mapping[str, np.ndarray], workers: int,
+                    detected: Mapping[int, tuple[float, str]], deaths: Mapping[int, float],
+                    applied: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The failures table as rank 0's program recorded it, with what the record knows besides: when and
+    how each failure was detected (``detected``: rank → (seconds since the run began, how); the time
+    rank 0's program learned it where the transport does not say), when the worker died (``deaths``),
+    and the recovery measured in the timelines (``applied``: when a parameter server applied each
+    gradient; None for the others)."""
+    ranks = np.asarray(table["worker"], dtype=np.int64)
+    found = [detected.get(int(r), (float(t), "notification")) for r, t in zip(ranks, table["t"])]
+    t_detected = np.array([t for t, _ in found], dtype=np.float64)
+    t_death = np.array([deaths.get(int(r), np.nan) for r in ranks], dtype=np.float64)
+    survivors = np.setdiff1d(np.arange(1, workers + 1), ranks)
+    since = np.where(np.isfinite(t_death), t_death, t_detected)
+    return {**table, "t_detected": t_detected, "t_death": t_death,
+            "detected_by": np.array([DETECTED_BY.index(how) for _, how in found], dtype=np.int64),
+            "recovery_s": recovery_times(timeline, survivors, since, applied)}
+
+
 def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], offsets: np.ndarray,
                  origin: float, logs: RunLogs, provenance: dict[str, Any], simulation: dict[str, Any] | None = None,
                  model_parameters: int = 0, failure: tuple[str, str, float] | None = None,
-                 stopped: tuple[str, str] | None = None) -> RunRecord:
+                 stopped: tuple[str, str] | None = None, detected: Mapping[int, tuple[float, str]] | None = None,
+                 deaths: Mapping[int, float] | None = None) -> RunRecord:
     """``parts``: every rank's part, its times on its own clock (``offsets``: each clock minus rank 0's).
 
     ``model_parameters``: the model's size when the algorithms ran on a stand-in (simulation
     without numerics); by default the size of the parameters the algorithms saw. ``failure``: (status,
     error line, when on rank 0's clock) for the record of a run that did not finish. ``stopped``:
     (status, error line) of a run stopped after it trained: every row is there, the status says how
-    it ended.
+    it ended. ``detected``: the workers that failed, when (rank 0's clock) and how rank 0's MPI said
+    so; ``deaths``: when they died, in seconds since the run began, where that is known.
     """
     cfg, algo, ctx = run.cfg, run.algo, run.algo.ctx
     parts = sorted(parts, key=lambda p: p.rank)
@@ -91,7 +112,12 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], 
         wall = failure[2] - origin
     evals = logs.eval_columns(-origin)
     tables = logs.all_tables(-origin)
+    if FAILURES in tables:
+        found = {r: (t - origin, how) for r, (t, how) in (detected or {}).items()}
+        applied = tables[UPDATES]["t"] if UPDATES in tables else None
+        tables[FAILURES] = failure_columns(tables[FAILURES], timeline, ctx.workers, found, deaths or {}, applied)
     summary = summarize(timeline, evals, tables.get(UPDATES, {}), ctx.workers, wall, cfg.target_accuracy)
+    summary.update(failure_summary(tables.get(FAILURES, {})))
     summary["server_state_bytes"] = algo.state_bytes()
     summary["warmup_s"] = max(p.warmup_s for p in parts)
     own = parts[0]  # rank 0's processor time over its part of the training (MPI runs; NaN simulated or failed)

@@ -5,7 +5,7 @@ from typing import Mapping
 
 import numpy as np
 
-from hpcbench.results.schema import LATE, UPDATES
+from hpcbench.results.schema import FAILURES, LATE, UPDATES
 from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE
 
 WORKER_PHASES = ("data", "compute", "communicate", "wait", "update")
@@ -60,11 +60,13 @@ def step_times(tl: Mapping[str, np.ndarray], workers: np.ndarray) -> dict[str, f
 STEP_KEYS = ("median_step_s", "step_p90_s", "step_p99_s", "step_worker_min_s", "step_worker_max_s")
 
 
-def dropped_gradients(tl: Mapping[str, np.ndarray], workers: int, applied: int, late: int) -> int:
-    """Gradients the workers computed (their timelines) that the server neither applied nor answered
-    as late (its log): two independent counts that must agree, so any silent drop shows here."""
-    computed = int(((tl["phase"] == PHASE_CODE["compute"]) & (tl["rank"] >= 1) & (tl["rank"] <= workers)).sum())
-    return computed - applied - late
+def dropped_gradients(tl: Mapping[str, np.ndarray], survivors: np.ndarray, applied: np.ndarray,
+                      late: np.ndarray) -> int:
+    """Gradients the ``survivors`` computed (their timelines) that the server neither applied nor
+    answered as late (its log, by worker: ``applied`` and ``late``): two independent counts that must
+    agree, so any silent drop shows here. (A failed worker's last gradient is recorded as lost.)"""
+    computed = int((np.isin(tl["rank"], survivors) & (tl["phase"] == PHASE_CODE["compute"])).sum())
+    return computed - int(np.isin(applied, survivors).sum()) - int(np.isin(late, survivors).sum())
 
 
 def family_summary(family: str, tl: Mapping[str, np.ndarray], tables: Mapping[str, Mapping[str, np.ndarray]],
@@ -74,9 +76,10 @@ def family_summary(family: str, tl: Mapping[str, np.ndarray], tables: Mapping[st
     run's holds rank 0's only, so the gradients the workers computed are unknown)."""
     if family != "server":
         return {"too_stale": 0}  # decentralised workers apply every gradient they compute themselves
-    updates, late = tables[UPDATES], len(tables[LATE]["t"])
-    return {"late_gradients": late,
-            "too_stale": dropped_gradients(tl, workers, len(updates["t"]), late) if complete else float("nan"),
+    updates, late = tables[UPDATES], tables[LATE]["worker"]
+    survivors = np.setdiff1d(np.arange(1, workers + 1), tables.get(FAILURES, {}).get("worker", np.zeros(0)))
+    return {"late_gradients": len(late),
+            "too_stale": dropped_gradients(tl, survivors, updates["worker"], late) if complete else float("nan"),
             "echoed_updates": int((updates["echo_bytes"] > 0).sum()),
             "echo_bytes": int(updates["echo_bytes"].sum())}
 
@@ -128,3 +131,36 @@ def summarize(tl: Mapping[str, np.ndarray], evals: Mapping[str, np.ndarray], upd
     for column, name in (("staleness", "staleness"), ("penalty_mean", "penalty"), ("gap_mean", "gap")):
         out.update(percentiles(np.asarray(updates.get(column, np.zeros(0)), dtype=np.float64), name))
     return out
+
+
+def recovery_times(tl: Mapping[str, np.ndarray], survivors: np.ndarray, since: np.ndarray,
+                   applied: np.ndarray | None = None) -> np.ndarray:
+    """For each failure, the seconds from ``since`` (its death, or its detection where the time of death
+    is not known) until the first update that did not need the failed worker was done: the next
+    gradient a parameter server applied (``applied``: when each was), else the survivors' first
+    collective after they regrouped (their "recover" rows), else the first step a survivor finished.
+    NaN where nothing came after."""
+    out = np.full(len(since), np.nan)
+    mine = np.isin(tl["rank"], survivors)
+    recover = mine & (tl["phase"] == PHASE_CODE["recover"])
+    collective = mine & np.isin(tl["op"], [OP_CODE["Allreduce"], OP_CODE["Barrier"]]) & ~recover
+    computes = mine & (tl["phase"] == PHASE_CODE["compute"])
+    for i, t0 in enumerate(since):
+        if applied is not None:
+            after = applied[applied > t0]
+        elif (regrouped := tl["t_end"][recover & (tl["t_end"] > t0)]).size:
+            after = tl["t_end"][collective & (tl["t_start"] >= regrouped.min())]
+        else:
+            after = tl["t_end"][computes & (tl["t_end"] > t0)]
+        if after.size:
+            out[i] = after.min() - t0
+    return out
+
+
+def failure_summary(failures: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """Workers lost, the samples lost with them, and the mean recovery (NaN without a failure)."""
+    lost = np.asarray(failures.get("samples_lost", np.zeros(0)))
+    recovery = np.asarray(failures.get("recovery_s", np.zeros(0)), dtype=np.float64)
+    finite = recovery[np.isfinite(recovery)]
+    return {"workers_lost": int(len(lost)), "samples_lost": int(lost.sum()),
+            "recovery_s": float(finite.mean()) if finite.size else float("nan")}

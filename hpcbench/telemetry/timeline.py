@@ -8,8 +8,9 @@ from hpcbench.algorithms.ops import TIMED_OPS
 # data: batch assembly · compute: forward/backward (and injected straggler delay) · communicate:
 # one-sided and point-to-point transfers, collectives · wait: blocked on a message or barrier ·
 # apply: rank 0's update math · update: a worker's own update math · eval: rank 0 snapshotting
-# the global model (it is scored after the run) · flush: rank 0 rewriting the result file mid-run.
-PHASES = ("data", "compute", "communicate", "wait", "apply", "update", "eval", "flush")
+# the global model (it is scored after the run) · flush: rank 0 rewriting the result file mid-run ·
+# recover: a workers' collective that failed with a worker, and the survivors agreeing and regrouping.
+PHASES = ("data", "compute", "communicate", "wait", "apply", "update", "eval", "flush", "recover")
 PHASE_CODE = {name: i for i, name in enumerate(PHASES)}
 # The operation a row belongs to ("none": the program's own math between operations).
 OPS = ("none",) + tuple(op.__name__ for op in TIMED_OPS)

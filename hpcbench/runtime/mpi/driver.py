@@ -10,9 +10,9 @@ import numpy as np
 from hpcbench.algorithms.api import Program
 from hpcbench.algorithms.buckets import ready_fractions
 from hpcbench.algorithms.ops import (ALL_OPS, UNTIMED_OPS, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate,
-                                     FetchAdd, Gradient, Poll, Progress, Publish, Read, Record, Recv, Send,
-                                     Timestamp, handler_name)
-from hpcbench.comm.transport import Transport
+                                     Failures, FetchAdd, Gradient, Lost, Poll, Progress, Publish, Read, Record, Recv,
+                                     Send, Timestamp, Workers, handler_name)
+from hpcbench.comm.transport import Shrunk, Transport
 from hpcbench.errors import WaitTimeout
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.telemetry.progress import ProgressLine
@@ -57,6 +57,7 @@ class MpiDriver:
         self.tick = tick
         self.slowdown = slowdown
         self.step = 0
+        self.told: set[int] = set()  # the failed ranks a Recv has named to the program
         self.clock = comm.wtime
         # When the rank's last training operation ended, and its processor time then: what follows
         # (rank 0 reading and averaging the workers' kept snapshots) measures, and is not its load.
@@ -131,8 +132,12 @@ class MpiDriver:
         self.timeline.add(self.step, "compute", t1, t2, op="Compute")
         if reduced is None:
             return Gradient(grad, loss, len(indices), correct)
-        self.comm.finish_allreduces(started, self.timeout)
-        self.timeline.add(self.step, "communicate", t2, self.clock(), grad.nbytes, "Allreduce")
+        try:
+            self.comm.finish_allreduces(started, self.timeout)
+            self.timeline.add(self.step, "communicate", t2, self.clock(), grad.nbytes, "Allreduce")
+        except Shrunk:  # workers failed during the overlapped all-reduces: the survivors sum the whole again
+            self.timeline.add(self.step, "recover", t2, self.clock(), 0, "Allreduce")
+            reduced = self._collective(lambda: self.comm.allreduce(grad, self.timeout), grad.nbytes)
         return Gradient(reduced, loss, len(indices), correct)
 
     def _until(self, t: float, started: list[Any]) -> None:
@@ -145,14 +150,14 @@ class MpiDriver:
     def publish(self, op: Publish) -> None:
         self._timed("communicate", op.data.nbytes, op, lambda: self.comm.publish(op.window, op.data, op.offset))
 
-    def read(self, op: Read) -> list:
+    def read(self, op: Read) -> list | Lost:
         nbytes = op.nbytes if op.nbytes >= 0 else self.comm.window_size(op.window) - op.offset
         return self._timed("communicate", nbytes * len(op.ranks), op,
                            lambda: self.comm.read(op.window, op.ranks, nbytes, op.offset))
 
-    def accumulate(self, op: Accumulate) -> None:
+    def accumulate(self, op: Accumulate) -> Lost | None:
         nbytes = sum(a.nbytes for _, a in op.parts)
-        self._timed("communicate", nbytes, op, lambda: self.comm.accumulate(op.window, op.rank, op.parts))
+        return self._timed("communicate", nbytes, op, lambda: self.comm.accumulate(op.window, op.rank, op.parts))
 
     def fetch_add(self, op: FetchAdd) -> int:
         return self._timed("communicate", 8, op, lambda: self.comm.fetch_add(op.window, op.rank, op.value))
@@ -164,21 +169,37 @@ class MpiDriver:
     def send(self, op: Send) -> None:
         self._timed("communicate", op.data.nbytes, op, lambda: self.comm.send(op.channel, op.dest, op.data, op.given))
 
-    def recv(self, op: Recv) -> tuple[int, np.ndarray] | None:
+    def recv(self, op: Recv) -> tuple[int, np.ndarray] | Lost | None:
         timeout = self.timeout if op.timeout is None else op.timeout
         t0 = self.clock()
-        got = self.comm.recv(op.channel, op.src, timeout)
+        got = self.comm.recv(op.channel, op.src, timeout, frozenset(self.told))
         if got is None and op.timeout is None:
             who = "any rank" if op.src < 0 else f"rank {op.src}"
             raise WaitTimeout(f"timed out after {timeout:g} s waiting for a {op.channel!r} message from {who}")
-        self.timeline.add(self.step, "wait", t0, self.clock(), got[1].nbytes if got is not None else 0, "Recv")
+        if type(got) is Lost:
+            self.told.update(got.ranks)
+        nbytes = got[1].nbytes if type(got) is tuple else 0
+        self.timeline.add(self.step, "wait", t0, self.clock(), nbytes, "Recv")
         return got
 
     def allreduce(self, op: Allreduce) -> np.ndarray:
-        return self._timed("communicate", op.data.nbytes, op, lambda: self.comm.allreduce(op.data, self.timeout, op.bf16))
+        return self._collective(lambda: self.comm.allreduce(op.data, self.timeout, op.bf16), op.data.nbytes)
 
     def barrier(self, op: Barrier) -> None:
-        self._timed("wait", 0, op, lambda: self.comm.worker_barrier(self.timeout))
+        self._collective(lambda: self.comm.worker_barrier(self.timeout), 0, "wait", "Barrier")
+
+    def _collective(self, run: Callable[[], Any], nbytes: int, phase: str = "communicate", op: str = "Allreduce") -> Any:
+        """A workers' collective, begun again over the survivors for as long as workers fail during it
+        (each failed try a "recover" row: the collective cut short, the agreement, the regrouping)."""
+        while True:
+            t0 = self.clock()
+            try:
+                out = run()
+            except Shrunk:
+                self.timeline.add(self.step, "recover", t0, self.clock(), 0, op)
+                continue
+            self.timeline.add(self.step, phase, t0, self.clock(), nbytes, op)
+            return out
 
     def evaluate(self, op: Evaluate) -> None:
         assert self.logs is not None
@@ -192,9 +213,15 @@ class MpiDriver:
 
     def poll(self, op: Poll) -> list[tuple[int, np.ndarray]]:
         found = []
-        while (got := self.comm.recv(op.channel, op.src, 0.0)) is not None:
+        while type(got := self.comm.recv(op.channel, op.src, 0.0, frozenset(self.comm.failed()))) is tuple:
             found.append(got)
         return found
+
+    def failures(self, op: Failures) -> frozenset[int]:
+        return self.comm.failed() - {0}
+
+    def workers(self, op: Workers) -> tuple[int, ...]:
+        return self.comm.members
 
     def progress(self, op: Progress) -> None:
         if self.progress_line is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import signal
 
-from hpcbench.config import Fault
+from hpcbench.config import Fault, Faults
 from hpcbench.errors import InjectedFault
 from hpcbench.signals import deferring
 
@@ -19,8 +19,8 @@ class Injector:
     rank's own step counter.
     """
 
-    def __init__(self, fault: Fault, rank: int, start: float) -> None:
-        self.fault = fault if fault.rank == rank else Fault()
+    def __init__(self, faults: Faults, rank: int, start: float) -> None:
+        self.fault = faults.for_rank(rank)
         self.start = start
 
     def at_phase(self, phase: str) -> None:

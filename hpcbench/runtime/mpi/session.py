@@ -162,14 +162,19 @@ def set_up(plan: Plan, comm: Cluster) -> tuple[Run, str, int, float] | None:
     prepared, error, warmup_s = None, None, 0.0
     Injector(cfg.fault, rank, 0.0).at_phase("setup")
     try:
-        if cfg.fault and cfg.fault.rank >= comm.size:
-            raise UsageError(f"fault {cfg.fault}: there is no rank {cfg.fault.rank} (ranks 0..{comm.size - 1})")
+        beyond = [f for f in cfg.fault.items if f.rank >= comm.size]
+        if beyond:
+            raise UsageError(f"fault {beyond[0]}: there is no rank {beyond[0].rank} (ranks 0..{comm.size - 1})")
         if cfg.threads > cpu_count():
             raise UsageError(f"threads = {cfg.threads} is more than the {cpu_count()} cores rank {rank} may use")
         prepared = prepare(plan, rank, workers, local, comm.hosts[rank] == comm.hosts[0])
         run = prepared[0]
         if rank == 0:
             check_room(cfg.out or default_out(cfg, workers), expected_bytes(run))
+            if any(r > 0 for r in cfg.fault.kills()) and not comm.survives_failures:
+                print(f"hpcbench: warning: fault = {cfg.fault} kills a worker, and this MPI ends every rank when one "
+                      "fails: the run ends there, with its record (Open MPI launched with mpirun --with-ft ulfm "
+                      "lets the others go on)", file=sys.stderr, flush=True)
             if not cfg.warmup_steps and cfg.time_limit_s:
                 print(f"hpcbench: warning: warmup_steps = 0, so nothing measured how long a step takes: no estimate "
                       f"of the run against time_limit_s = {cfg.time_limit_s:g} s before it starts (the limit still "
@@ -230,7 +235,7 @@ def execute(plan: Plan, comm: Cluster) -> int:
 
     comm.on_wait = on_wait
     comm.start_heartbeats(min(1.0, cfg.timeout_s / 10), cfg.timeout_s)
-    gathered: list[RankResult] | None = None
+    gathered: list[RankResult | None] | None = None
     try:
         if keeper is not None:
             keeper.begin(start)
@@ -310,20 +315,26 @@ class Keeper:
         self.run, self.comm, self.placed, self.offsets, self.timeline = run, comm, placed, offsets, timeline
         self.logs = run.logs()
         self.file = ResultFile(run.cfg, comm.size - 1, "mpi")
-        self.provenance = provenance()
+        self.provenance = {**provenance(), "fault_tolerance": "ulfm" if comm.survives_failures else "none"}
         self.start = 0.0
         self.next_flush = math.inf
 
-    def record(self, parts: list[RankResult], failure: tuple[str, str, float] | None,
+    def record(self, parts: list[RankResult | None], failure: tuple[str, str, float] | None,
                stopped: tuple[str, str] | None = None) -> RunRecord:
-        return build_record(self.run, mode="mpi", world_size=self.comm.size, parts=parts, offsets=self.offsets,
+        """``parts``: every rank's, None for a rank that failed (where the run outlived it)."""
+        placed = [p if p is not None else self.placed[r].timed(self.start, self.start, Timeline(r).columns())
+                  for r, p in enumerate(parts)]
+        detected = self.comm.failure_log()
+        kills = self.run.cfg.fault.kills()
+        return build_record(self.run, mode="mpi", world_size=self.comm.size, parts=placed, offsets=self.offsets,
                             origin=self.start, logs=self.logs, provenance=self.provenance, failure=failure,
-                            stopped=stopped)
+                            stopped=stopped, detected=detected,
+                            deaths={r: kills[r] for r in detected if r in kills})
 
-    def own_parts(self, now: float) -> list[RankResult]:
+    def own_parts(self, now: float) -> list[RankResult | None]:
         """Rank 0's timeline; the workers' are gathered only at the end."""
         own = self.placed[0].timed(self.start, now, self.timeline.columns())
-        return [own] + [p.timed(self.start, self.start, Timeline(p.rank).columns()) for p in self.placed[1:]]
+        return [own] + [None] * (len(self.placed) - 1)
 
     def claim(self) -> None:
         """Write the file for the first time (an empty record, "incomplete")."""
@@ -358,7 +369,7 @@ class Keeper:
                       f"in {self.run.cfg.flush_s:g} s: {exc}", file=sys.stderr, flush=True)
             self.timeline.add(step, "flush", t0, self.comm.wtime())
 
-    def finish(self, gathered: list[RankResult]) -> tuple[RunRecord, str]:
+    def finish(self, gathered: list[RankResult | None]) -> tuple[RunRecord, str]:
         """The complete record, written over the last flush; → (record, path). A stop signal here (Slurm's
         warning or time limit can land while the evaluations are scored) ends in ``keep_stopped``."""
         self.logs.score(self.evaluate)
@@ -372,7 +383,7 @@ class Keeper:
     def evaluate(self, params: np.ndarray) -> tuple[float, float, float, float]:
         return self.run.workload.evaluate(params, self.run.cfg.eval_samples)
 
-    def keep_stopped(self, gathered: list[RankResult], exc: Stopped) -> None:
+    def keep_stopped(self, gathered: list[RankResult | None], exc: Stopped) -> None:
         """Stopped after the final gather (scoring, writing): every row the ranks measured, as
         "aborted", with the evaluations a few seconds can score; then the run ends (``Reported``)."""
         with signals_held():

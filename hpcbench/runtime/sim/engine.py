@@ -7,6 +7,15 @@ windows others add into granted in the order asked, versioned windows read witho
 all-reduce's cost for collectives, and fixed per-message and per-step costs for rank 0's and the
 workers' own math.
 Events at equal times run in the order they were scheduled, so a run is deterministic.
+
+Workers fail as scheduled (``deaths``) the way they do under an MPI that lets the others go on: a
+failed worker's program stops (between operations, as an injected kill lands: at once while the worker
+waits for a message or a collective, else when the operation it is in ends, so never inside a lock or
+a reader's slot), messages to it go nowhere, and ``detect_s`` later the others
+learn of it: a receive waiting for it (or, from any rank, for news of a failure) gets ``Lost``, reads
+of and adds into its windows get ``Lost``, and a workers' collective it did not join is agreed on and
+begun again by the survivors (three barriers' time), who from then on are the workers' collectives'
+members.
 """
 from __future__ import annotations
 
@@ -20,9 +29,9 @@ import numpy as np
 
 from hpcbench.algorithms.api import Algorithm, Layout, role_of
 from hpcbench.algorithms.buckets import FLOAT_BYTES, overlapped_end, ready_fractions
-from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate, FetchAdd,
-                                     Gradient, Poll, Progress, Publish, Read, Record, Recv, Send, Timestamp, WATCHED,
-                                     handler_name)
+from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate,
+                                     Failures, FetchAdd, Gradient, Lost, Poll, Progress, Publish, Read, Record, Recv,
+                                     Send, Timestamp, WATCHED, Workers, handler_name)
 from hpcbench.bfloat16 import summed
 from hpcbench.comm.transport import message_bytes
 from hpcbench.errors import RuntimeFailure, undeclared_add, undeclared_size
@@ -79,7 +88,9 @@ def scheduler(heap: list) -> Callable[..., None]:
 class Engine:
     def __init__(self, algo: Algorithm, layout: Layout, cfg: SimConfig, compute: ComputeModel,
                  gradient: GradientFn, logs: RunLogs, real_size: int, progress: ProgressLine | None = None,
-                 jitter: Draws | None = None, noise: Draws | None = None) -> None:
+                 jitter: Draws | None = None, noise: Draws | None = None,
+                 deaths: dict[int, float] | None = None) -> None:
+        """``deaths``: workers that fail, and when (virtual seconds)."""
         self.cfg, self.compute_model, self.gradient, self.logs = cfg, compute, gradient, logs
         self.progress_line, self.jitter, self.noise = progress, jitter, noise
         n = cfg.workers
@@ -117,9 +128,23 @@ class Engine:
         self.waiting: dict[int, tuple[str, int, int, float]] = {}  # rank → (channel, src, token, since)
         self.collective: list[tuple[int, float, np.ndarray | None]] = []
         self.reducing: list[tuple[int, float, float, Gradient | Pending]] = []  # (rank, start, compute done, result)
+        self.reducing_op: Compute | None = None  # the bucketed compute the workers are in
+        self.flights: list[Flight] = []  # collectives under way
+        self.failing: list[Flight] = []  # collectives a member died in, until the survivors know
+        self.collective_bf16 = False  # the all-reduce the workers are in sums bfloat16 bit patterns
         self.tokens = itertools.count()
         self.now = 0.0
         self.events = 0
+        # Failures: who died and when, who the others know to have failed and since when, what a
+        # receive from any rank has named to each program, whom the workers' collectives span.
+        self.dead = [False] * (n + 1)
+        self.died: dict[int, float] = {}
+        self.known: dict[int, float] = {}
+        self.told: list[set[int]] = [set() for _ in self.ranks]
+        self.members = tuple(range(1, n + 1))
+        self.dying: set[int] = set()  # killed while inside an operation: they fail when it ends
+        for rank, t in sorted((deaths or {}).items()):
+            self.at(t, self.kill, rank)
         # Functions, not bound methods, and a scheduler that knows only the heap: nothing the engine
         # holds refers back to it, so it is freed (with its rows) as soon as its run is done with.
         self.handlers: dict[type, Callable[[Engine, int, Any], Any]] = {
@@ -136,13 +161,18 @@ class Engine:
             events += 1
             action(*args)
         self.events = events
-        stuck = [r for r in self.ranks if not self.finished[r]]
+        stuck = [r for r in self.ranks if not self.finished[r] and not self.dead[r]]
         if stuck:
             what = ", ".join(f"rank {r} on {self.waiting[r][0]!r}" if r in self.waiting else f"rank {r}"
                              for r in stuck)
             raise RuntimeFailure(f"simulated run deadlocked at t={self.now:.6f} s: {what} still waiting")
 
     def resume(self, rank: int, value: Any) -> None:
+        if self.dead[rank]:  # what it was doing ends with it
+            return
+        if rank in self.dying:
+            self.die(rank)
+            return
         step, handlers = self.programs[rank].send, self.handlers
         while True:
             if type(value) is Pending:
@@ -163,6 +193,69 @@ class Engine:
 
     def row(self, rank: int, phase: str, t0: float, t1: float, nbytes: int = 0, op: str = "none") -> None:
         self.rows[rank].extend((self.steps[rank], PHASE_CODE[phase], OP_CODE[op], t0, t1, nbytes))
+
+    # --- failures -----------------------------------------------------------------------------
+    def kill(self, rank: int) -> None:
+        """``rank`` fails now if it waits for a message or a collective, else when its operation ends."""
+        if self.dead[rank] or self.finished[rank]:
+            return
+        joined = self.collective + self.reducing + [a for f in self.flights for a in f.arrivals]
+        if rank in self.waiting or any(a[0] == rank for a in joined):
+            self.die(rank)
+        else:
+            self.dying.add(rank)
+
+    def die(self, rank: int) -> None:
+        self.dying.discard(rank)
+        self.dead[rank] = True
+        self.died[rank] = self.end[rank] = self.now
+        self.programs[rank].close()
+        self.waiting.pop(rank, None)
+        self.collective = [c for c in self.collective if c[0] != rank]
+        self.reducing = [c for c in self.reducing if c[0] != rank]
+        self.at(self.now + self.cfg.detect_s, self.notify, rank)
+
+    def notify(self, rank: int) -> None:
+        """The others learn that ``rank`` failed: receives waiting for it (or for news) get ``Lost``, and a
+        collective it was to join goes on among the survivors."""
+        self.known[rank] = self.now
+        for r, (_, src, _, since) in list(self.waiting.items()):
+            lost = self.lost_for(r, src)
+            if lost is not None and self.waiting.get(r, (None, None, None, None))[3] == since:
+                del self.waiting[r]
+                self.row(r, "wait", since, self.now, 0, "Recv")
+                self.resume(r, lost)
+        if self.collective:
+            self.finish_gather()
+        if self.reducing:
+            self.finish_reducing()
+        if self.failing:
+            self.retry()
+
+    def lost_for(self, rank: int, src: int) -> Lost | None:
+        """What a receive from ``src`` gets now instead of a message: ``Lost`` if ``src`` is known to
+        have failed, or (from any rank) if workers are that this program was not told of."""
+        if src != ANY:
+            return Lost((src,)) if src in self.known else None
+        new = sorted(set(self.known) - self.told[rank])
+        if not new:
+            return None
+        self.told[rank].update(new)
+        return Lost(tuple(new))
+
+    def regrouped(self, arrived: int) -> float | None:
+        """A workers' collective that ``arrived`` live members have joined: None while a live member has
+        not, or while a member that failed is not known to have; else when it may begin: now, or, when
+        members failed, once the survivors have agreed on it and regrouped (the members shrink to them)."""
+        live = tuple(r for r in self.members if not self.dead[r])
+        if arrived < len(live):
+            return None
+        if len(live) == len(self.members):
+            return self.now
+        if any(r not in self.known for r in self.members if self.dead[r]):
+            return None
+        self.members = live
+        return self.now + 3 * barrier_s(len(live), self.cfg.alpha_s)
 
     # --- costs --------------------------------------------------------------------------------
     def modeled(self, nbytes: int) -> int:
@@ -226,7 +319,8 @@ class Engine:
         done = t + self.compute_model.sample(rank)
         if op.buckets:
             self.reducing.append((rank, t, done, result))
-            return self.reduced(op) if len(self.reducing) == self.cfg.workers else BLOCKED
+            self.reducing_op = op
+            return self.finish_reducing()
         self.row(rank, "compute", t, done, 0, "Compute")
         return self.later(rank, self.updated(rank, done), result)
 
@@ -238,26 +332,98 @@ class Engine:
             self.row(rank, "update", t, resume)
         return resume
 
-    def reduced(self, op: Compute) -> object:
-        """Every worker has started a bucketed compute: bucket k's all-reduce starts once the last
-        worker's backward pass has finished it and bucket k−1's has ended; each worker goes on when
-        its compute and the last all-reduce are done (the exposed part is its "communicate" row)."""
+    def finish_reducing(self) -> object:
+        """Every live worker has started a bucketed compute (and any that failed is known to have):
+        bucket k's all-reduce starts once the last worker's backward pass has finished it and bucket
+        k−1's has ended; each worker goes on when its compute and the last all-reduce are done (the
+        exposed part is its "communicate" row). When workers failed before, the survivors regroup
+        first and all-reduce the whole gradient once their computes are done."""
+        before = len(self.members)
+        begin = self.regrouped(len(self.reducing))
+        if begin is None:
+            return BLOCKED
+        op = self.reducing_op
+        assert op is not None
         arrivals, self.reducing = sorted(self.reducing, key=lambda a: a[0]), []
-        p, cfg = self.cfg.workers, self.cfg
-        ready = [max(t + (done - t) * share for _, t, done, _ in arrivals) for share in ready_fractions(op.buckets)]
+        last_done = max(done for _, _, done, _ in arrivals)
+        if len(self.members) < before:
+            start = max(begin, last_done)
+            end = start + self.whole_allreduce_s(op)
+            self.fly(Flight(arrivals, end, end, start, recovered=True))
+            return BLOCKED
+        p, cfg = len(self.members), self.cfg
         # The buckets partition the model's parameters; count them at the modeled message size.
         scale = self.modeled(self.float_bytes) / (FLOAT_BYTES * sum(stop - start for start, stop in op.buckets))
-        costs = [allreduce_s(FLOAT_BYTES * (stop - start) * scale, p, cfg.alpha_s, cfg.bandwidth, cfg.allreduce)
-                 for start, stop in op.buckets]
+        ready = [max(t + (done - t) * share for _, t, done, _ in arrivals) for share in ready_fractions(op.buckets)]
+        costs = [allreduce_s(FLOAT_BYTES * (stop - first) * scale, p, cfg.alpha_s, cfg.bandwidth, cfg.allreduce)
+                 for first, stop in op.buckets]
         end = overlapped_end(ready, costs)
-        results = [value.result() if isinstance(value, Pending) else value for _, _, _, value in arrivals]
-        total = summed([result.grad for result in results])
-        for (rank, t, done, _), result in zip(arrivals, results):
-            self.row(rank, "compute", t, done, 0, "Compute")
-            if end > done:
-                self.row(rank, "communicate", done, end, self.modeled(result.grad.nbytes), "Allreduce")
-            self.later(rank, self.updated(rank, max(done, end)), result._replace(grad=total.copy()))
+        self.fly(Flight(arrivals, max(end, last_done), end, self.now))
         return BLOCKED
+
+    def whole_allreduce_s(self, op: Compute) -> float:
+        """A bucketed compute's all-reduce of the whole gradient at once (the survivors', regrouped)."""
+        return allreduce_s(self.modeled(self.float_bytes), len(self.members), self.cfg.alpha_s, self.cfg.bandwidth,
+                           self.cfg.allreduce)
+
+    def fly(self, flight: "Flight") -> None:
+        """A workers' collective under way until it lands: a member that dies before then makes it fail
+        for every member (``land`` finds it)."""
+        self.flights.append(flight)
+        self.at(flight.landed, self.land, flight)
+
+    def land(self, flight: "Flight") -> None:
+        self.flights.remove(flight)
+        if any(self.dead[a[0]] for a in flight.arrivals):
+            self.failing.append(flight)
+            self.retry()
+        elif len(flight.arrivals[0]) == 4:
+            self.reduced(flight)
+        else:
+            self.gathered(flight)
+
+    def reduced(self, flight: "Flight") -> None:
+        results = [value.result() if isinstance(value, Pending) else value for *_, value in flight.arrivals]
+        total = summed([result.grad for result in results])
+        for (rank, t, done, _), result in zip(flight.arrivals, results):
+            self.row(rank, "compute", t, done, 0, "Compute")
+            if flight.recovered:
+                self.row(rank, "recover", done, flight.start, 0, "Allreduce")
+            if flight.end > max(done, flight.start):
+                self.row(rank, "communicate", max(done, flight.start), flight.end, self.modeled(result.grad.nbytes),
+                         "Allreduce")
+            self.later(rank, self.updated(rank, max(done, flight.end)), result._replace(grad=total.copy()))
+
+    def gathered(self, flight: "Flight") -> None:
+        data = flight.arrivals[0][2]
+        result = None if data is None else summed([part for _, _, part in flight.arrivals], flight.bf16)
+        phase, name = ("wait", "Barrier") if data is None else ("communicate", "Allreduce")
+        for r, t, part in flight.arrivals:
+            if flight.recovered:
+                self.row(r, "recover", t, flight.start, 0, name)
+                t = flight.start
+            self.row(r, phase, t, flight.end, 0 if part is None else self.wire(part), name)
+            self.later(r, flight.end, None if result is None else result.copy())
+
+    def retry(self) -> None:
+        """Collectives that failed with members that died while they were under way: once the survivors
+        know, they regroup and begin again among themselves."""
+        for flight in list(self.failing):
+            if any(self.dead[a[0]] and a[0] not in self.known for a in flight.arrivals):
+                continue
+            self.failing.remove(flight)
+            survivors = [a for a in flight.arrivals if not self.dead[a[0]]]
+            self.members = tuple(r for r in self.members if not self.dead[r])
+            start = max(self.now, flight.landed) + 3 * barrier_s(len(self.members), self.cfg.alpha_s)
+            if len(survivors[0]) == 4:
+                op = self.reducing_op
+                assert op is not None
+                end = start + self.whole_allreduce_s(op)
+            else:
+                data = survivors[0][2]
+                end = start + (barrier_s(len(self.members), self.cfg.alpha_s) if data is None else allreduce_s(
+                    self.wire(data), len(self.members), self.cfg.alpha_s, self.cfg.bandwidth, self.cfg.allreduce))
+            self.fly(Flight(survivors, end, end, start, flight.bf16, recovered=True))
 
     # Local operations and posting a send are instant in virtual time and leave no timeline row
     # (the bytes of a message are on its receiver's row).
@@ -315,6 +481,9 @@ class Engine:
         exclusive lock, held until then; a versioned one with the reader counted on the newest slot
         until then (the owner's publish into that slot waits for it)."""
         self.not_counter(op.window, "a read of")
+        gone = tuple(r for r in op.ranks if r in self.known)
+        if gone:
+            return Lost(gone)
         sizes = [(self.windows[(op.window, target)].nbytes - op.offset if op.nbytes < 0 else op.nbytes)
                  for target in op.ranks]
         if op.observe:  # costs nothing
@@ -336,6 +505,8 @@ class Engine:
 
     def accumulate(self, rank: int, op: Accumulate) -> object:
         self.addable(op.window)
+        if op.rank in self.known:
+            return Lost((op.rank,))
         parts = tuple((offset, array.copy()) for offset, array in op.parts)
         nbytes = sum(a.nbytes for _, a in parts)
         key, start = (op.window, op.rank), self.now
@@ -389,6 +560,8 @@ class Engine:
         self.transfer(rank, op.dest, data.nbytes, self.now, partial(self.deliver, op.channel, op.dest, rank, data))
 
     def deliver(self, channel: str, dest: int, src: int, data: np.ndarray) -> None:
+        if self.dead[dest]:
+            return  # a message to a failed rank goes nowhere
         waiting = self.waiting.get(dest)
         if waiting is not None and waiting[0] == channel and waiting[1] in (ANY, src):
             del self.waiting[dest]
@@ -421,6 +594,9 @@ class Engine:
                     del queue[found]
             if op.src == ANY or found is not None:
                 return self.received(rank, src, data, inline=True)
+        lost = self.lost_for(rank, op.src)
+        if lost is not None:
+            return lost
         if op.timeout == 0:
             return None
         token = next(self.tokens)
@@ -445,21 +621,23 @@ class Engine:
     def gather(self, rank: int, data: np.ndarray | None, bf16: bool = False) -> object:
         """Workers' collectives: all arrive, then all leave together after the collective's cost."""
         self.collective.append((rank, self.now, data))
-        if len(self.collective) < self.cfg.workers:
+        self.collective_bf16 = bf16
+        return self.finish_gather()
+
+    def finish_gather(self) -> object:
+        """Every live worker has joined the collective (and any that failed is known to have): all leave
+        together after its cost, among the survivors, after they have regrouped, when workers failed
+        (each one's "recover" row)."""
+        before = len(self.members)
+        begin = self.regrouped(len(self.collective))
+        if begin is None:
             return BLOCKED
         arrivals, self.collective = sorted(self.collective, key=lambda c: c[0]), []
-        p = self.cfg.workers
-        result: np.ndarray | None
-        if data is None:
-            result, cost, phase, name = None, barrier_s(p, self.cfg.alpha_s), "wait", "Barrier"
-        else:
-            result = summed([part for _, _, part in arrivals if part is not None], bf16)
-            cost = allreduce_s(self.wire(data), p, self.cfg.alpha_s, self.cfg.bandwidth, self.cfg.allreduce)
-            phase, name = "communicate", "Allreduce"
-        done = max(t for _, t, _ in arrivals) + cost
-        for r, t, part in arrivals:
-            self.row(r, phase, t, done, 0 if part is None else self.wire(part), name)
-            self.later(r, done, None if result is None else result.copy())
+        p, data = len(self.members), arrivals[0][2]
+        cost = barrier_s(p, self.cfg.alpha_s) if data is None else allreduce_s(
+            self.wire(data), p, self.cfg.alpha_s, self.cfg.bandwidth, self.cfg.allreduce)
+        start = max([begin] + [t for _, t, _ in arrivals])
+        self.fly(Flight(arrivals, start + cost, start + cost, start, self.collective_bf16, recovered=p < before))
         return BLOCKED
 
     def evaluate(self, rank: int, op: Evaluate) -> None:
@@ -481,6 +659,12 @@ class Engine:
     def progress(self, rank: int, op: Progress) -> None:
         if self.progress_line is not None:
             self.progress_line.update(*op)
+
+    def failures(self, rank: int, op: Failures) -> frozenset[int]:
+        return frozenset(self.known)
+
+    def workers(self, rank: int, op: Workers) -> tuple[int, ...]:
+        return self.members
 
     def record(self, rank: int, op: Record) -> None:
         self.steps[rank] += 1
@@ -533,3 +717,17 @@ class _Reading:
             if publish is not None:
                 publish()
         self.next_target()
+
+
+class Flight:
+    """A workers' collective under way: who joined it (``arrivals``: (rank, joined, data) for an
+    all-reduce or barrier, (rank, joined, compute done, gradient) for a bucketed compute), when it lands
+    (its computes and its all-reduce all done), when its all-reduce began and ended, and whether the
+    survivors regrouped before it (their "recover" rows)."""
+
+    __slots__ = ("arrivals", "landed", "end", "start", "bf16", "recovered")
+
+    def __init__(self, arrivals: list, landed: float, end: float, start: float, bf16: bool = False,
+                 recovered: bool = False) -> None:
+        self.arrivals, self.landed, self.end, self.start = arrivals, landed, end, start
+        self.bf16, self.recovered = bf16, recovered

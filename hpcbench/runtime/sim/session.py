@@ -9,6 +9,7 @@ import numpy as np
 
 from hpcbench.algorithms.api import PARAMETER_SERVER
 from hpcbench.algorithms.ops import Gradient
+from hpcbench.config import Faults
 from hpcbench.errors import UsageError
 from hpcbench.results.paths import check_room
 from hpcbench.results.schema import RunRecord
@@ -104,9 +105,7 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     record will be written (checked for room before the simulation starts)."""
     sim.validate()
     cfg, n = plan.cfg, sim.workers
-    if cfg.fault:
-        raise UsageError(f"fault = {cfg.fault} injects a fault into a real run (hpcbench run); a simulation has no "
-                         "processes to fault: model slow workers with --stragglers or --pauses")
+    deaths = simulated_deaths(cfg.fault, n)
     if sim.numerics:  # with numerics off nothing trains, and torch need not even be imported
         set_threads(cfg, thread_count(cfg.threads, 1))
     run = assemble(plan, n, stand_in=0 if sim.numerics else STAND_IN_FLOATS)
@@ -123,7 +122,7 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     progress = run.progress("simulating ", "samples/s simulated (wall clock)") if show_progress else None
     slow = {r: run.slow_factor(r) for r in run.stragglers}
     engine = Engine(algo, run.layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, message_params,
-                    progress, jitter(sim, cfg.seed), noise(sim, cfg.seed))
+                    progress, jitter(sim, cfg.seed), noise(sim, cfg.seed), deaths)
     # The collector stays paused until the record is built: the run keeps millions of live numbers and
     # rows, which each full collection would walk again (0.8 s at 1,024 workers); the engine makes no cycles.
     with collector_paused():
@@ -146,12 +145,28 @@ def engine_record(run: Run, engine: Engine, sim: SimConfig, logs: RunLogs, wall:
     parts = [RankResult(r, "virtual", "virtual", 1, r, 0.0, engine.end[r], engine.timelines[r].columns())
              for r in range(n + 1)]
     provenance: dict[str, Any] = {**software(), "mpi_library_version": "none (simulated)", "mpi_vendor": "none",
-                                  "mpi_standard": "none", "mpi4py_version": "none", "network": "", "sim_wall_s": wall,
+                                  "mpi_standard": "none", "mpi4py_version": "none", "network": "", "fault_tolerance": "simulated",
+                                  "sim_wall_s": wall,
                                   "sim_events": engine.events}
     simulation = {**dataclasses.asdict(sim), "model_parameters": workload.size, "algorithm_parameters": algo.ctx.size,
                   "gradients": gradients}
     return build_record(run, mode="sim", world_size=n + 1, parts=parts, offsets=np.zeros(n + 1), origin=0.0,
-                        logs=logs, provenance=provenance, simulation=simulation, model_parameters=workload.size)
+                        logs=logs, provenance=provenance, simulation=simulation, model_parameters=workload.size,
+                        detected={r: (t, "simulated") for r, t in engine.known.items()}, deaths=engine.died)
+
+
+def simulated_deaths(faults: Faults, workers: int) -> dict[int, float]:
+    """The workers a simulation kills, and when: ``kill`` faults on workers only (one line otherwise)."""
+    for fault in faults.items:
+        if fault.kind != "kill" or fault.phase:
+            raise UsageError(f"fault {fault}: a simulation kills workers during training (kill:RANK@SECONDS); it has "
+                             "no processes to stop, signal or break: model slow workers with --stragglers or --pauses")
+        if fault.rank == 0:
+            raise UsageError(f"fault {fault}: rank 0 holds the model, and its failure ends a run; a simulation kills "
+                             "workers (ranks 1..workers)")
+        if fault.rank > workers:
+            raise UsageError(f"fault {fault}: there is no rank {fault.rank} (workers are ranks 1..{workers})")
+    return faults.kills()
 
 
 def simulate(plan: Plan, sim: SimConfig) -> int:

@@ -1,0 +1,134 @@
+"""Workers that fail, in the simulator: the same programs go on without them (as they do under ULFM),
+against trajectories written out by hand, and invariants over kill schedules drawn at random."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hpcbench.algorithms import ALGORITHMS
+from hpcbench.cli import main
+from hpcbench.results.schema import DETECTED_BY
+from hpcbench.results.store import read_run
+from quadratic import X0, run_quadratic
+
+CURVATURE = {1: 0.2, 2: 0.5, 3: 1.0}
+
+
+def failures(ran):
+    """The failures table as the coordinator or server recorded it: [(worker, samples, samples_lost)]."""
+    return [tuple(int(v) for v in row[1:]) for row in ran.logs.tables["failures"]]
+
+
+def test_allreduce_goes_on_as_the_survivors_union_batch_sgd_and_trains_the_budget():
+    """Worker 3 dies during step 2 (steps take 1 s): steps 0 and 1 average three gradients; step 2 is
+    summed again by the two survivors, who take steps until the team has trained 4 × 3 batches
+    (2·3 + 2 + 2 + 2 = 12: five steps), each averaging their two gradients."""
+    ran = run_quadratic("allreduce", 3, 4, curvature=CURVATURE.get, deaths={3: 2.5})
+    x = X0.astype(np.float64)
+    for members in ([1, 2, 3], [1, 2, 3], [1, 2], [1, 2], [1, 2]):
+        x = x - 0.1 * np.mean([CURVATURE[r] for r in members]) * x
+    np.testing.assert_allclose(ran.last, x, rtol=1e-5)
+    assert ran.steps == {1: 5, 2: 5}  # the survivors' final models; none of the failed worker's
+    assert failures(ran) == [(3, 2 * ran.batch, ran.batch)]  # its last report, and its gradient of step 2
+
+
+def test_local_sgd_loses_the_failed_workers_steps_since_the_last_average():
+    """Period 2: worker 3 dies in step 3, so its steps 2 and 3 never reach an average; the survivors
+    average between themselves and train until the team has the budget again."""
+    ran = run_quadratic("local-sgd", 3, 4, {"period": 2}, curvature=CURVATURE.get, deaths={3: 3.5})
+    models = {r: X0.astype(np.float64) for r in (1, 2, 3)}
+
+    def local(r):
+        models[r] = models[r] - 0.1 * CURVATURE[r] * models[r]
+
+    for _ in range(2):
+        for r in (1, 2, 3):
+            local(r)
+    avg = np.mean([models[r] for r in (1, 2, 3)], axis=0)
+    for r in (1, 2):
+        models[r] = avg.copy()
+    # the team had 6 batches at the first average; steps 2 and 3 credit 3 + 3, and the failed worker's
+    # 2 are taken back at the second average (which only the survivors join): 10; one more step of the
+    # two brings the team to 12, and the last step averages
+    for _ in range(2):
+        for r in (1, 2):
+            local(r)
+    avg = np.mean([models[r] for r in (1, 2)], axis=0)
+    for r in (1, 2):
+        models[r] = avg.copy()
+        local(r)
+    np.testing.assert_allclose(ran.last, np.mean([models[r] for r in (1, 2)], axis=0), rtol=1e-5)
+    assert ran.steps == {1: 5, 2: 5}
+    assert failures(ran) == [(3, 3 * ran.batch, 2 * ran.batch)]
+
+
+@pytest.mark.parametrize("name", ["asgd", "sa-asgd", "ga-asgd", "dana", "dana-ga"])
+def test_a_parameter_server_applies_the_whole_budget_from_the_survivors(name):
+    ran = run_quadratic(name, 3, 6, curvature=CURVATURE.get, deaths={3: 2.5})
+    updates = np.array(ran.logs.tables["updates"])  # (t, worker, version_used, version_applied, ...)
+    assert len(updates) == 6 * 3  # the budget, applied in full
+    assert not ((updates[:, 1] == 3) & (updates[:, 0] > 2.5)).any()  # nothing from the failed worker after
+    assert failures(ran) == [(3, int((updates[:, 1] == 3).sum()) * ran.batch, ran.batch)]
+
+
+def test_dana_drops_the_failed_workers_momentum_from_its_look_ahead():
+    from hpcbench.algorithms.rules import ServerRule
+
+    rule = ServerRule(np.zeros(3, np.float32), 2, 0.9, False, 0.0, "none", True)
+    rule.apply(np.ones(3, np.float32), 0, 0, None, 0.1)
+    rule.apply(np.full(3, 2.0, np.float32), 1, 0, None, 0.1)
+    rule.forget(1)
+    np.testing.assert_allclose(rule.total, rule.bufs[0])  # S is the survivor's momentum alone
+    np.testing.assert_allclose(rule.published(0.1), rule.theta - 0.1 * 0.9 * rule.bufs[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("name, options", [("sgp", {}), ("osgp", {}), ("gossip", {"variant": "push"})])
+def test_push_sum_weight_that_dies_with_a_worker_is_lost_not_renormalised(name, options):
+    ran = run_quadratic(name, 4, 8, options, deaths={3: 2.5})
+    weights = [row[4] for row in ran.logs.tables["final_models"]]  # (t, worker, samples, updates, weight, mass)
+    assert len(weights) == 3 and 0 < sum(weights) < 4 - 1e-9  # the failed worker's share is gone
+    assert [row[1] for row in ran.logs.tables["failures"]] == [3]
+
+
+def simulated(tmp_path, name, workers, faults, steps=12, *extra):
+    out = tmp_path / f"{name}.h5"
+    code = main(["simulate", "--algo", name, "--workers", str(workers), "--steps", str(steps), "--numerics", "off",
+                 "--compute", "gamma:shape=4,mean=0.05", "--set", f"fault={faults}", *extra, "--out", str(out),
+                 "--overwrite"])
+    assert code == 0
+    return read_run(out)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(ALGORITHMS.names()), workers=st.integers(3, 6), data=st.data())
+def test_any_kill_schedule_ends_ok_and_accounts_for_every_failure(tmp_path, name, workers, data):
+    """Any workers killed at any times (all but one, before or after they finish): the run ends "ok",
+    each worker that died while the run still needed it is in the failures table once with the time it
+    died, no survivor waits for it, and the samples add up."""
+    victims = data.draw(st.lists(st.integers(1, workers), min_size=1, max_size=workers - 1, unique=True))
+    times = data.draw(st.lists(st.floats(0.0, 1.5), min_size=len(victims), max_size=len(victims)))
+    schedule = ",".join(f"kill:{r}@{t:.3f}" for r, t in zip(victims, times))
+    rec = simulated(tmp_path, name, workers, schedule)
+    assert rec.attrs["status"] == "ok"
+    table = rec.tables["failures"]
+    assert sorted(table["worker"].tolist()) == sorted(set(table["worker"].tolist()))  # once each
+    assert set(table["worker"].tolist()) <= set(victims)
+    died = dict(zip(victims, times))
+    for worker, t_death, t_detected, how in zip(table["worker"], table["t_death"], table["t_detected"],
+                                                table["detected_by"]):
+        assert t_death == pytest.approx(died[int(worker)], abs=2e-3) or t_death > died[int(worker)]
+        assert t_detected >= t_death and DETECTED_BY[how] == "simulated"
+    assert rec.summary["workers_lost"] == len(table["worker"]) and rec.summary["samples_lost"] >= 0
+    budget = rec.attrs["config"]["budget_samples"]
+    if name in ("asgd", "sa-asgd", "ga-asgd", "dana", "dana-ga"):
+        assert rec.summary["samples"] == budget  # the survivors applied all of it
+    else:
+        assert rec.summary["samples"] <= budget + len(victims) * 32 * workers
+
+
+def test_a_kill_the_simulator_cannot_model_is_one_line(capsys):
+    for fault, says in (("stop:2@1", "a simulation kills workers"), ("kill:0@1", "rank 0 holds the model"),
+                        ("kill:9@1", "there is no rank 9")):
+        assert main(["simulate", "--algo", "asgd", "--workers", "3", "--steps", "3", "--set", f"fault={fault}"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
