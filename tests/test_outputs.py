@@ -7,7 +7,7 @@ from conftest import mpirun, ok, requires_mpi
 from hpcbench.errors import UsageError
 from hpcbench.results.paths import check_target, partial_name, publish, run_id
 from hpcbench.results.store import read_run
-from hpcbench.launch.local import launch_env, mpi_command
+from hpcbench.launch.local import launch_env, mpi_command, own_lines
 
 
 def test_an_existing_result_is_refused_unless_overwrite(tmp_path):
@@ -76,7 +76,7 @@ def test_a_second_run_is_refused_before_training_and_overwrite_replaces(tmp_path
     before = out.read_bytes()
     again = mpirun(3, *RUN, "--seed", "5", "--out", str(out))
     assert again.returncode == 2 and out.read_bytes() == before
-    assert again.stderr.strip().splitlines() == [
+    assert own_lines(again.stderr) == [
         f"hpcbench: error: --out {str(out)!r} already exists; choose another name or pass --overwrite to replace it"]
     ok(mpirun(3, *RUN, "--seed", "5", "--out", str(out), "--overwrite"))
     assert read_run(out).attrs["seed"] == 5

@@ -92,9 +92,9 @@ def test_push_sum_weight_that_dies_with_a_worker_is_lost_not_renormalised(name, 
 
 def simulated(tmp_path, name, workers, faults, steps=12, *extra):
     out = tmp_path / f"{name}.h5"
+    fault = ["--set", f"fault={faults}"] if faults else []
     code = main(["simulate", "--algo", name, "--workers", str(workers), "--steps", str(steps), "--numerics", "off",
-                 "--compute", "gamma:shape=4,mean=0.05", "--set", f"fault={faults}", *extra, "--out", str(out),
-                 "--overwrite"])
+                 "--compute", "gamma:shape=4,mean=0.05", *fault, *extra, "--out", str(out), "--overwrite"])
     assert code == 0
     return read_run(out)
 
@@ -132,3 +132,22 @@ def test_a_kill_the_simulator_cannot_model_is_one_line(capsys):
         assert main(["simulate", "--algo", "asgd", "--workers", "3", "--steps", "3", "--set", f"fault={fault}"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err
+
+
+def test_the_report_shows_workers_lost_and_recovery_where_a_run_lost_workers(tmp_path):
+    import csv
+    import io
+
+    from conftest import cli
+
+    simulated(tmp_path / "a", "asgd", 4, "kill:2@0.2")
+    simulated(tmp_path / "b", "asgd", 4, "")  # no failure: the columns say 0 and nothing
+    code, text, err = cli("report", str(tmp_path))
+    assert code == 0, err
+    assert "workers lost" in text and "recovery s" in text
+    code, out, _ = cli("report", str(tmp_path), "--format", "csv", "--table", "runs")
+    rows = {r["path"].split("/")[-2]: r for r in csv.DictReader(io.StringIO(out))}
+    assert float(rows["a"]["workers_lost"]) == 1 and float(rows["a"]["recovery_s"]) > 0
+    assert float(rows["b"]["workers_lost"]) == 0 and rows["b"]["recovery_s"] == ""
+    code, text, _ = cli("report", str(tmp_path / "b"))
+    assert "workers lost" not in text  # a report of runs that lost none keeps its width

@@ -132,3 +132,13 @@ def test_a_worker_killed_from_outside_at_a_random_moment_is_outlived(tmp_path, a
     table = rec.tables["failures"]
     assert rec.attrs["status"] == "ok" and table["worker"].tolist() == [3]
     assert np.isnan(table["t_death"][0]) and np.isfinite(table["recovery_s"][0])  # not known: from its detection
+
+
+def test_a_reader_killed_while_it_copies_the_servers_window_does_not_hold_the_server_for_good():
+    """Its count of readers stays on a slot of rank 0's window: rank 0's publish into that slot takes it
+    back after STALE_READERS_S, and a live reader then reads the newest version whole."""
+    from hpcbench.comm.mpi import STALE_READERS_S
+
+    proc = ok(mpirun(3, module="mpi_programs.dead_reader", env={"PYTHONPATH": "tests"}, tolerate=True, timeout=60))
+    waited = float(proc.stdout.split("waited=")[1].split()[0])
+    assert STALE_READERS_S <= waited < STALE_READERS_S + 3 and "read=3" in proc.stdout, proc.stdout + proc.stderr

@@ -41,6 +41,11 @@ class Failures:
 
     def learn(self, how: str) -> list[int]:
         """Ask MPI; → the ranks newly known to have failed (recorded as found by ``how``)."""
+        try:  # the runtime's news of a failure reaches a rank only through MPI's progress
+            self.comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
+        except MPI.Exception as exc:
+            if not is_failure(exc):
+                raise
         self.comm.Ack_failed()
         group = self.comm.Get_failed()
         try:

@@ -79,9 +79,26 @@ def launch_env(ranks: int, base: dict[str, str] | None = None) -> dict[str, str]
     return env
 
 
+BANNER_RULE = re.compile(r"^\s*-{20,}\s*$")
+
+
+def own_lines(text: str) -> list[str]:
+    """The lines of a run's output that are not its launcher's: Open MPI's launcher frames its notices
+    (a rank that exited non-zero, MPI_Abort, fault tolerance's warnings) between rules of dashes, and
+    its nonblocking collectives say which of their schedules a failure cut short ("NBC_Progress: ...")."""
+    out, framed = [], False
+    for line in text.replace("\x00", "").splitlines():
+        if BANNER_RULE.match(line):
+            framed = not framed
+        elif not framed and line.strip() and not line.startswith(("NBC_Progress:", "Error in NBC_")):
+            out.append(line)
+    return out
+
+
 def why_failed(proc: subprocess.CompletedProcess) -> str:
-    """A finished process's last line on stderr (hpcbench's one error line), else its exit code."""
-    return (str(proc.stderr or "").strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+    """A finished process's last line on stderr that is not its launcher's (hpcbench's one error line),
+    else its exit code."""
+    return (own_lines(str(proc.stderr or "")) or [f"exit code {proc.returncode}"])[-1]
 
 
 def emulated_nodes() -> int:

@@ -73,6 +73,8 @@ class RunRow:
     too_stale: float  # parameter servers: gradients neither applied nor logged as late (NaN: not a server)
     peak_lr: float  # the rate after warm-up, scaled as the run's recipe says
     evals: int  # global-model evaluations over the budget: time to target's resolution
+    workers_lost: float  # workers that failed and the run went on without (NaN: a file from before schema 6)
+    recovery_s: float  # mean seconds from a failure to the next update that did not need the failed worker
     path: str
     settings: Settings = ()
     result: str = "ok"  # how the run ended; a run that did not finish shows no numbers
@@ -118,7 +120,8 @@ def run_row(rec: RunRecord, target: float) -> RunRow:
         staleness_mean=get("staleness_mean"), staleness_p50=get("staleness_p50"),
         staleness_p99=get("staleness_p99"), penalty_mean=get("penalty_mean"),
         too_stale=get("too_stale") if "late_gradients" in s else float("nan"),  # a server's summary
-        peak_lr=float(schedule.get("lr", float("nan"))), evals=int(rec.attrs["config"].get("evals", 0)), path=rec.path,
+        peak_lr=float(schedule.get("lr", float("nan"))), evals=int(rec.attrs["config"].get("evals", 0)),
+        workers_lost=get("workers_lost"), recovery_s=get("recovery_s"), path=rec.path,
         settings=settings(rec), result=result, error=str(rec.attrs.get("error", "")),
         lr_recipe=str(schedule.get("text", "")),
         reached="" if result == "ok" else how_far(rec),
@@ -163,6 +166,8 @@ class ScalePoint:
     ttt_efficiency: float
     final_accuracy: float
     staleness_mean: float
+    workers_lost: float = float("nan")  # median over the repeats
+    recovery_s: float = float("nan")
     failed: int = 0  # runs of this point that did not finish (not in its numbers)
     result: str = "ok"  # "ok" when a run finished, else how its runs ended (e.g. "timeout")
 
@@ -203,5 +208,6 @@ def scaling(rows: Iterable[RunRow], group_by: Sequence[str] = ()) -> list[ScaleP
             points.append(ScalePoint(
                 *curve, w, int(median(r.nodes for r in g)), len(ok), rate, rate_spread, speedup, efficiency,
                 ttt, ttt_speedup, ttt_efficiency, spread([r.final_accuracy for r in ok])[0],
-                spread([r.staleness_mean for r in ok])[0], len(g) - len(ok), result))
+                spread([r.staleness_mean for r in ok])[0], spread([r.workers_lost for r in ok])[0],
+                spread([r.recovery_s for r in ok])[0], len(g) - len(ok), result))
     return points

@@ -38,6 +38,9 @@ UNITS = {
     "result": "how the run(s) ended: ok, or failed/timeout/aborted/incomplete (then no numbers)",
     "reached": "a run that did not finish: samples done of the budget, and seconds, as its file last said",
     "error": "the error line of a run that did not finish", "lr_recipe": "the learning-rate schedule, as text", "failed": "runs of the point that did not finish",
+    "workers_lost": "workers that failed during the run, which went on without them",
+    "recovery_s": "seconds from a worker's failure until the next update that did not need it (mean over the "
+                  "run's failures; null: none)",
 }
 
 
@@ -109,6 +112,11 @@ RUN_COLUMNS: list[Column] = [
     ("penalty mean", lambda r: r.penalty_mean, fmt_num(2)),
     ("too stale", lambda r: r.too_stale, fmt_num(0)),
     ("lr", lambda r: r.peak_lr, fmt_num(4)),
+]
+# Shown where some run lost workers and went on without them (csv and json always hold them).
+FAILURE_COLUMNS: list[Column] = [
+    ("workers lost", lambda r: r.workers_lost, fmt_num(0)),
+    ("recovery s", lambda r: r.recovery_s, fmt_num(3)),
 ]
 
 SCALE_COLUMNS: list[Column] = [
@@ -241,14 +249,15 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
             document = {k: v for k, v in document.items() if k not in TABLES or k == table}
         return dumps(document, indent=1)
     run_settings, point_settings = setting_columns(keys)
+    lost = FAILURE_COLUMNS if any(r.workers_lost > 0 for r in rows) else []
     title, note = (title_html, note_html) if fmt == "html" else (str, str)
     parts = [note(line), note(recipes(rows))] if rows else []
     if rows and table in (None, "runs"):
         parts += [title(f"Runs ({len(rows)}; {resolution(rows, target)})"),
-                  render(RUN_COLUMNS[:2] + run_settings + RUN_COLUMNS[2:], rows, fmt)]
+                  render(RUN_COLUMNS[:2] + run_settings + RUN_COLUMNS[2:] + lost, rows, fmt)]
     if rows and table in (None, "scaling"):
         parts += [title("Scaling (medians over repeats; speedup and efficiency against each curve's fewest workers)"),
-                  render(SCALE_COLUMNS[:2] + point_settings + SCALE_COLUMNS[2:], points, fmt)]
+                  render(SCALE_COLUMNS[:2] + point_settings + SCALE_COLUMNS[2:] + lost, points, fmt)]
     unfinished = [r for r in rows if r.result != "ok"]
     if unfinished:
         parts += [title(f"Runs that did not finish ({len(unfinished)}; shown above without numbers)"),

@@ -70,16 +70,25 @@ def header(name: str, nodes: int, res: Resources, log: str) -> list[str]:
 
 
 def run_job(name: str, nodes: int, res: Resources, run_args: list[str], log: str) -> str:
-    """One hpcbench run on ``nodes`` nodes: rank 0 serves or coordinates, every other task is a worker."""
+    """One hpcbench run on ``nodes`` nodes: rank 0 serves or coordinates, every other task is a worker.
+    A run that kills ranks on purpose under Open MPI starts with Open MPI's own launcher and its fault
+    tolerance (``mpirun --with-ft ulfm``, placing the ranks in the job's slots as srun would), so the
+    workers outlive a failed one; srun starts every other run."""
+    from hpcbench.launch.local import kills
+
     lines = header(name, nodes, res, log)
-    # "slot": one GPU per task, Slurm sets each task's CUDA_VISIBLE_DEVICES, so every rank sees cuda:0.
-    distribution = " --distribution=block" if res.rank0 == "extra" else ""
+    program = "python -m mpi4py -m hpcbench " + " ".join(map(shlex.quote, run_args))
+    if res.mpi == "pmix" and kills(run_args):
+        launch = f'mpirun --with-ft ulfm -n "$SLURM_NTASKS" --map-by slot {program}'
+    else:
+        # "slot": one GPU per task, Slurm sets each task's CUDA_VISIBLE_DEVICES, so every rank sees cuda:0.
+        distribution = " --distribution=block" if res.rank0 == "extra" else ""
+        launch = f"srun --mpi={res.mpi}{distribution} {program}"
     lines += [
         "set -euo pipefail",
         *res.setup,
         'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"',
-        "srun --mpi={}{} python -m mpi4py -m hpcbench {}".format(res.mpi, distribution,
-                                                                 " ".join(map(shlex.quote, run_args))),
+        launch,
     ]
     return "\n".join(lines) + "\n"
 

@@ -79,7 +79,9 @@ def start(job: Job, mode: str) -> subprocess.Popen:
 
 
 def why_failed(code: int, stderr: str) -> str:
-    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    from hpcbench.launch.local import own_lines
+
+    lines = own_lines(stderr)
     return lines[-1] if lines else f"exit code {code}"
 
 
