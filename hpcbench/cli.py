@@ -15,7 +15,7 @@ from hpcbench import __version__
 from hpcbench.config import RunConfig
 from hpcbench.errors import HungUp, UsageError
 from hpcbench.launch.arguments import Parser, add_run_flags, add_run_options, add_sim_flags, configs_from_args
-from hpcbench.launch.local import env_rank
+from hpcbench.launch.local import env_rank, leave_launch_together
 
 if TYPE_CHECKING:
     from hpcbench.options.sim import SimConfig
@@ -522,8 +522,9 @@ def build_parser() -> Parser:
     p.add_argument("-o", "--output", required=True, help="trace file to write, e.g. trace.json")
     p.set_defaults(func=cmd_trace)
 
-    p = sub.add_parser("reproduce", help="test a published finding: gap-aware | jin | sgp | diloco (runs, report, verdict)")
-    p.add_argument("study", metavar="STUDY", help="gap-aware | jin | sgp | diloco")
+    p = sub.add_parser("reproduce", help="test a published finding: gap-aware | jin | sgp | diloco | resilience "
+                                              "(runs, report, verdict)")
+    p.add_argument("study", metavar="STUDY", help="gap-aware | jin | sgp | diloco | resilience")
     p.add_argument("--out-dir", required=True, help="where the result files, report.md, the plot and verdict.json go")
     p.add_argument("--quick", action="store_true", help="fewer sizes, grid points and seeds, a shorter budget "
                    "(minutes on 2 cores)")
@@ -584,7 +585,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except UsageError as exc:
         if env_rank() == 0:
-            print(f"hpcbench: error: {exc}", file=sys.stderr)
+            print(f"hpcbench: error: {exc}", file=sys.stderr, flush=True)
+        leave_launch_together()
         return 2
     except KeyboardInterrupt as stop:  # Ctrl-C or a hangup in a study: the run under way kept its record ("aborted")
         hangup = isinstance(stop, HungUp)

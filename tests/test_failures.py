@@ -20,6 +20,8 @@ from hpcbench.errors import PeerFailure, Stopped, UsageError, WaitTimeout, error
 from hpcbench.results.store import read_run, result_status, write_run
 from hpcbench.launch.local import RANK_VARS, launch_env, mpi_command, mpi_family, mpiexec_path, own_lines
 
+pytestmark = pytest.mark.both  # depends on the MPI family: run under each (.ci/run)
+
 RANKS = 3
 
 

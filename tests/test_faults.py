@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import mpirun, requires_mpi
+from conftest import first_under_both, mpirun, requires_mpi
 from hpcbench.launch.local import mpi_family, mpiexec_path
 from hpcbench.results.store import read_run
 
@@ -29,6 +29,7 @@ def faulty(tmp_path, algo, fault, *extra, ranks=3, steps=400):
 ALGOS = ["asgd", "allreduce", "gossip"]  # a parameter server, a synchronous and a decentralised method
 
 
+@pytest.mark.both  # a killed worker and a killed rank 0: each MPI's launcher reacts its own way
 @pytest.mark.parametrize("algo, victim", [("asgd", 1), ("allreduce", 0), ("gossip", 2)])
 def test_kill_leaves_a_readable_incomplete_file_with_what_was_measured(tmp_path, algo, victim):
     """Where the MPI ends every rank when one dies: MPICH kills them (the file is as of rank 0's last
@@ -50,7 +51,7 @@ def test_kill_leaves_a_readable_incomplete_file_with_what_was_measured(tmp_path,
     assert not list(tmp_path.glob("*.partial"))
 
 
-@pytest.mark.parametrize("algo, victim", [("asgd", 2), ("allreduce", 1), ("gossip", 1)])
+@pytest.mark.parametrize("algo, victim", first_under_both([("asgd", 2), ("allreduce", 1), ("gossip", 1)]))
 def test_a_stopped_rank_is_named_and_the_run_ends_as_timeout(tmp_path, algo, victim):
     proc, out, took = faulty(tmp_path, algo, f"stop:{victim}@0.5", steps=100000)
     assert proc.returncode != 0
@@ -61,7 +62,7 @@ def test_a_stopped_rank_is_named_and_the_run_ends_as_timeout(tmp_path, algo, vic
     assert f"rank {victim} on" in rec.attrs["error"]
 
 
-@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("algo", first_under_both(ALGOS))
 def test_an_exception_on_a_worker_fails_the_run_with_its_line(tmp_path, algo):
     proc, out, _ = faulty(tmp_path, algo, "raise:2@20")
     assert proc.returncode != 0
@@ -71,7 +72,7 @@ def test_an_exception_on_a_worker_fails_the_run_with_its_line(tmp_path, algo):
     assert rec.attrs["error"].startswith("rank 2 on") and "injected fault raise:2@20" in rec.attrs["error"]
 
 
-@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("algo", first_under_both(ALGOS))
 def test_a_slowed_rank_finishes_ok_and_computes_slower(tmp_path, algo):
     proc, out, _ = faulty(tmp_path, algo, "slow:1@0:4", steps=40)
     assert proc.returncode == 0, proc.stderr
@@ -84,6 +85,7 @@ def test_a_slowed_rank_finishes_ok_and_computes_slower(tmp_path, algo):
     assert median[1] > 2 * median[2], median
 
 
+@pytest.mark.both  # stalled in set-up or in the final gather: waits of every kind, named
 @pytest.mark.parametrize("fault, named", [("stop:2@setup", "rank 2 on"), ("stop:0@setup", "rank 0"),
                                           ("stop:1@gather", "rank 1 on")])
 def test_a_rank_stalled_outside_training_is_named_within_the_deadline(tmp_path, fault, named):
@@ -97,7 +99,7 @@ def test_a_rank_stalled_outside_training_is_named_within_the_deadline(tmp_path, 
         assert not out.exists()
 
 
-@pytest.mark.parametrize("algo", ["asgd", "sgp"])
+@pytest.mark.parametrize("algo", first_under_both(["asgd", "sgp"]))
 def test_a_stop_signal_after_training_keeps_every_measured_row_as_aborted(tmp_path, algo):
     """SIGTERM to rank 0 once the workers' timelines are gathered, as it starts scoring and writing
     (where Slurm's warning or time limit can land): the file keeps the whole run, says aborted."""
@@ -122,6 +124,7 @@ def test_a_stop_signal_after_training_keeps_every_measured_row_as_aborted(tmp_pa
     assert not list(tmp_path.glob("*.partial"))
 
 
+@pytest.mark.both
 def test_report_shows_an_incomplete_run_with_how_far_it_got_and_skips_a_malformed_file(tmp_path, capsys):
     from hpcbench.cli import main
 
@@ -143,6 +146,7 @@ def test_report_shows_an_incomplete_run_with_how_far_it_got_and_skips_a_malforme
     assert main(["report", "--strict", str(tmp_path)]) == 1
 
 
+@pytest.mark.both
 def test_a_run_past_its_time_limit_ends_as_timeout_with_its_record(tmp_path):
     """time_limit_s is enforced while the run goes on, also when no warm-up step could estimate it."""
     out = tmp_path / "limited.h5"

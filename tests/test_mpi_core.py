@@ -10,7 +10,7 @@ from hpcbench.results.schema import (EVAL_COLUMNS, PROVENANCE_ATTRS, PROVENANCE_
 from hpcbench.results.store import read_run
 from reference import union_batch_sgd
 
-pytestmark = [requires_mpi, pytest.mark.timeout(600)]
+pytestmark = [requires_mpi, pytest.mark.both, pytest.mark.timeout(600)]
 
 COMMON = ("--dataset", "digits", "--model", "mlp", "--batch-size", "16", "--lr", "0.05", "--momentum", "0.9",
           "--set", "weight_decay=0.001", "--set", "evals=4", "--set", "warmup_epochs=0")

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from conftest import mpirun, ok, requires_mpi
+from conftest import first_under_both, mpirun, ok, requires_mpi
 from hpcbench.results.schema import EVAL_COLUMNS, ROOT_ATTRS, SUMMARY_KEYS
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms.decentral import starting_point
@@ -17,12 +17,14 @@ pytestmark = [requires_mpi, pytest.mark.timeout(600)]
 STEPS = 80  # enough that every method learns even when one worker takes most of an asynchronous budget
 SMALL = ("--dataset", "digits", "--model", "mlp", "--steps", str(STEPS), "--lr", "0.1", "--set", "evals=5")
 BUDGET = 4 * STEPS * 32
-ALGOS = [("easgd", ()), ("easgd-sync", ()), ("gossip", ()), ("gossip", ("--set", "gossip.variant=push")),
-         ("sgp", ()), ("osgp", ()), ("allreduce", ()), ("local-sgd", ())]
+# The first three take each kind of one-sided traffic (a locked add into a centre, adds into mailboxes,
+# messages): the pass under the second MPI family runs them.
+ALGOS = [("easgd", ()), ("gossip", ("--set", "gossip.variant=push")), ("sgp", ()), ("easgd-sync", ()),
+         ("gossip", ()), ("osgp", ()), ("allreduce", ()), ("local-sgd", ())]
 
 
-@pytest.mark.parametrize("algo, extra", ALGOS, ids=["easgd", "easgd-sync", "gossip-pull", "gossip-push", "sgp",
-                                                    "osgp", "allreduce", "local-sgd"])
+@pytest.mark.parametrize("algo, extra", first_under_both(ALGOS, 3),
+                         ids=["easgd", "gossip-push", "sgp", "easgd-sync", "gossip-pull", "osgp", "allreduce", "local-sgd"])
 def test_runs_learn_and_write_a_complete_file(tmp_path, algo, extra):
     out = tmp_path / "r.h5"
     ok(mpirun(5, "run", "--algo", algo, *SMALL, *extra, "--out", str(out)))
@@ -62,7 +64,7 @@ def evaluations_moved_no_model_while_the_workers_trained(rec) -> None:
         assert (rec.evals["consensus"][1:] == 0).all()
 
 
-@pytest.mark.parametrize("algo", ["sgp", "osgp"])
+@pytest.mark.parametrize("algo", first_under_both(["osgp", "sgp"]))
 def test_push_sum_at_zero_learning_rate_conserves_mass_across_real_messages(tmp_path, algo):
     out = tmp_path / "sgp.h5"
     ok(mpirun(5, "run", "--algo", algo, "--steps", "25", "--lr", "0", "--set", f"{algo}.init_spread=0.05",
@@ -76,6 +78,7 @@ def test_push_sum_at_zero_learning_rate_conserves_mass_across_real_messages(tmp_
     assert final["mass"].sum() == pytest.approx(start, rel=1e-5, abs=1e-3)
 
 
+@pytest.mark.both
 def test_osgp_drives_consensus_toward_zero_from_spread_out_starts(tmp_path):
     out = tmp_path / "osgp.h5"
     ok(mpirun(5, "run", "--algo", "osgp", "--steps", "30", "--lr", "0", "--set", "osgp.init_spread=0.05",
@@ -86,8 +89,8 @@ def test_osgp_drives_consensus_toward_zero_from_spread_out_starts(tmp_path):
     assert rec.tables["final_models"]["weight"].sum() == pytest.approx(4.0, abs=1e-12)
 
 
-@pytest.mark.parametrize("algo, extra", [("easgd", ()), ("gossip", ("--set", "gossip.variant=push")),
-                                         ("osgp", ()), ("asgd", ())])
+@pytest.mark.parametrize("algo, extra", first_under_both([("gossip", ("--set", "gossip.variant=push")), ("easgd", ()),
+                                                           ("osgp", ()), ("asgd", ())]))
 def test_a_slowed_worker_never_leaves_the_others_waiting(tmp_path, algo, extra):
     out = tmp_path / "slow.h5"
     ok(mpirun(5, "run", "--algo", algo, "--steps", "20", "--stragglers", "0.25:4", *extra, "--out", str(out),

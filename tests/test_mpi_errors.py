@@ -6,7 +6,7 @@ import pytest
 from conftest import mpirun, requires_mpi
 from hpcbench.launch.local import own_lines
 
-pytestmark = [requires_mpi, pytest.mark.timeout(300)]
+pytestmark = [requires_mpi, pytest.mark.both, pytest.mark.timeout(300)]
 
 
 def assert_clean_failure(proc, out_path, message):

@@ -9,7 +9,7 @@ import pytest
 from conftest import mpirun, ok, requires_mpi
 from hpcbench.launch.local import mpi_family, mpiexec_path
 
-pytestmark = [requires_mpi, pytest.mark.timeout(300)]
+pytestmark = [requires_mpi, pytest.mark.both, pytest.mark.timeout(300)]
 
 
 def test_workers_never_read_a_torn_parameter_vector():

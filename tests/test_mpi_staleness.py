@@ -5,16 +5,17 @@ import io
 import numpy as np
 import pytest
 
-from conftest import mpirun, ok, requires_mpi
+from conftest import first_under_both, mpirun, ok, requires_mpi
 from hpcbench.cli import main
 from hpcbench.results.store import read_run
+
 
 ARGS = ("--dataset", "digits", "--model", "mlp", "--steps", "30", "--momentum", "0.9", "--lr", "0.02")
 
 
 @requires_mpi
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("algo", ["sa-asgd", "ga-asgd", "dana", "dana-ga"])
+@pytest.mark.parametrize("algo", first_under_both(["dana-ga", "sa-asgd", "ga-asgd", "dana"]))
 def test_runs_under_mpi_and_applies_every_gradient(tmp_path, algo):
     out = tmp_path / "r.h5"
     short_ring = ("--set", f"{algo}.history=2") if algo.endswith("ga") else ()  # real echoes over MPI

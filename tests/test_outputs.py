@@ -9,6 +9,8 @@ from hpcbench.results.paths import check_target, partial_name, publish, run_id
 from hpcbench.results.store import read_run
 from hpcbench.launch.local import launch_env, mpi_command, own_lines
 
+pytestmark = pytest.mark.both  # depends on the MPI family: run under each (.ci/run)
+
 
 def test_an_existing_result_is_refused_unless_overwrite(tmp_path):
     f = tmp_path / "r.h5"

@@ -7,6 +7,8 @@ from conftest import mpirun, ok, requires_mpi
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.results.store import read_run
 
+pytestmark = pytest.mark.both  # depends on the MPI family: run under each (.ci/run)
+
 PAYLOAD = ["--model", "payload", "--set", "payload.params=5000"]
 
 

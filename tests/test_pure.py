@@ -1,6 +1,7 @@
 """Frames, the learning-rate schedule, momentum SGD against torch, summary and report arithmetic."""
 import dataclasses
 import math
+import subprocess
 
 import numpy as np
 import pytest
@@ -299,3 +300,18 @@ def test_a_packed_frame_is_exactly_its_fields_at_8_byte_offsets_with_zeroed_gaps
     assert frame.pack(a=7, b=b, c=0.5).tobytes() == expected  # every field given: gaps zeroed explicitly
     assert frame.pack(a=np.array([7], np.int32), b=b, c=np.float64(0.5)).tobytes() == expected  # arrays for scalars
     assert frame.pack(a=7, c=0.5).tobytes() == struct.pack("<i4x3f4xd", 7, 0.0, 0.0, 0.0, 0.5)  # missing: zero
+
+
+def test_a_runs_own_error_line_is_found_among_open_mpis_notices():
+    from hpcbench.launch.local import why_failed
+
+    stderr = (  # as Open MPI 5's launcher wrote it around a run that failed (pids and host shortened)
+        "hpcbench: error: rank 2 on vm: the run failed\n"
+        "--------------------------------------------------------------------------\n"
+        "MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD\n  with errorcode 1.\n"
+        "--------------------------------------------------------------------------\n"
+        "NBC_Progress: an error 75 was found during schedule 0x1 at row-offset 4 - aborting the schedule\n"
+        "[vm:01234] 1 more process has sent help message help-mpi-api.txt / mpi-abort\n"
+        "[vm:01234] Set MCA parameter \"orte_base_help_aggregate\" to 0 to see all help / error messages\n")
+    assert why_failed(subprocess.CompletedProcess([], 1, "", stderr)) == "hpcbench: error: rank 2 on vm: the run failed"
+    assert why_failed(subprocess.CompletedProcess([], 3, "", "\x00\n")) == "exit code 3"

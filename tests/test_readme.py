@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import pytest
 
-from conftest import requires_mpi
+from conftest import have_ulfm, requires_mpi
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.launch.study import DEMO_VARIANTS
 from hpcbench.results.store import read_run
@@ -126,10 +126,15 @@ README_SAMPLE_HEADER = next(line for line in (ROOT / "README.md").read_text(enco
                             if line.startswith("Scaling ("))
 
 
+ULFM_EXAMPLE = "mpirun --with-ft ulfm"  # Open MPI's launcher, with fault tolerance
+
+
 def not_run(command: str) -> str | None:
     """Why a (scaled) command is not run, or None."""
     if not command:  # it only installed something
         return NOT_RUN["pip install"]
+    if command.startswith(ULFM_EXAMPLE) and not have_ulfm():
+        return "needs Open MPI with ULFM (the tests' pass under Open MPI, pytest -m both, runs it)"
     return next((why for prefix, why in NOT_RUN.items() if command.startswith(prefix)), None)
 
 
@@ -172,7 +177,8 @@ def test_every_example_is_run_or_says_why_not():
         assert any(t.startswith(prefix) for t in texts), f"NOT_RUN names {prefix!r}, no longer an example"
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
+@pytest.mark.parametrize("example", [pytest.param(e, marks=pytest.mark.both) if e.text.startswith(ULFM_EXAMPLE) else e
+                                     for e in EXAMPLES], ids=[e.id for e in EXAMPLES])
 def test_the_example_runs(example: Example, scratch: Path):
     why = not_run(scaled(example.text)) if example.kind == "bash" else None
     if why is not None:

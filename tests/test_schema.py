@@ -64,8 +64,12 @@ def test_every_summary_name_the_report_reads_is_declared():
     from hpcbench.report.metrics import RunRow
 
     read = {f.name for f in dataclasses.fields(RunRow)} - {"algorithm", "mode", "workers", "nodes", "path", "settings", "peak_lr", "evals",
-                                                            "result", "error", "lr_recipe", "reached"}
+                                                            "result", "error", "lr_recipe", "reached", "lost"}
     assert read <= set(schema.SUMMARY_KEYS)
+    from hpcbench.report.metrics import Loss  # a row per worker lost: the failures table's columns, and its host
+
+    failures = schema.TABLES[schema.FAILURES] + schema.DERIVED_COLUMNS[schema.FAILURES]
+    assert {f.name for f in dataclasses.fields(Loss)} - {"host"} <= set(failures)
 
 
 def test_every_undeclared_name_is_listed_at_once_whatever_part_it_is_in(tmp_path):

@@ -1,5 +1,7 @@
 """Workers that fail, in the simulator: the same programs go on without them (as they do under ULFM),
 against trajectories written out by hand, and invariants over kill schedules drawn at random."""
+import json
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -145,9 +147,44 @@ def test_the_report_shows_workers_lost_and_recovery_where_a_run_lost_workers(tmp
     code, text, err = cli("report", str(tmp_path))
     assert code == 0, err
     assert "workers lost" in text and "recovery s" in text
+    assert "Workers lost (1;" in text and "detected by" in text  # the failure itself, one row
     code, out, _ = cli("report", str(tmp_path), "--format", "csv", "--table", "runs")
     rows = {r["path"].split("/")[-2]: r for r in csv.DictReader(io.StringIO(out))}
     assert float(rows["a"]["workers_lost"]) == 1 and float(rows["a"]["recovery_s"]) > 0
     assert float(rows["b"]["workers_lost"]) == 0 and rows["b"]["recovery_s"] == ""
     code, text, _ = cli("report", str(tmp_path / "b"))
-    assert "workers lost" not in text  # a report of runs that lost none keeps its width
+    assert "workers lost" not in text.lower()  # a report of runs that lost none keeps its width
+    code, out, _ = cli("report", str(tmp_path), "--format", "json")
+    (loss,) = json.loads(out)["failures"]  # one per worker lost, with its host from the provenance
+    assert loss["path"].split("/")[-2] == "a" and loss["worker"] == 2 and loss["detected_by"] == "simulated"
+    assert loss["host"] == read_run(loss["path"]).per_rank["hostnames"][2]
+    assert 0.2 <= loss["t_death"] < loss["t_detected"]  # killed at 0.2 s, it dies when it next acts
+    assert 0 < loss["steps"] and loss["samples_lost"] >= 0
+
+
+def test_recovery_is_the_first_update_after_the_death_that_did_not_need_the_failed_worker():
+    from hpcbench.telemetry.summary import recovery_times
+    from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE
+
+    def timeline(*rows):  # (rank, phase, op, start, end)
+        cols = list(zip(*rows))
+        return {"rank": np.array(cols[0]), "phase": np.array([PHASE_CODE[p] for p in cols[1]]),
+                "op": np.array([OP_CODE[o] for o in cols[2]]), "t_start": np.array(cols[3], float),
+                "t_end": np.array(cols[4], float)}
+
+    # a server: its next applied gradient after the death at 1.0
+    server = timeline((1, "compute", "Compute", 0.9, 1.2))
+    assert recovery_times(server, np.array([1]), np.array([1.0]), np.array([0.95, 1.004, 1.1])).tolist() == \
+        pytest.approx([0.004])
+    # a team: its collective cut short (recover until 1.03), begun again, done at 1.05; not the compute before
+    team = timeline((1, "compute", "Compute", 0.98, 1.0), (1, "recover", "Allreduce", 1.0, 1.03),
+                    (1, "communicate", "Allreduce", 1.03, 1.05), (3, "recover", "Allreduce", 1.01, 1.03),
+                    (3, "communicate", "Allreduce", 1.03, 1.05))
+    assert recovery_times(team, np.array([1, 3]), np.array([0.99])).tolist() == pytest.approx([0.06])
+    # a team of one: regrouped at 1.03, it sums nothing and goes on
+    alone = timeline((1, "recover", "Allreduce", 1.0, 1.03), (1, "compute", "Compute", 1.03, 1.08))
+    assert recovery_times(alone, np.array([1]), np.array([0.99])).tolist() == pytest.approx([0.04])
+    # asynchronous workers that never waited for it: the first step a survivor finished
+    free = timeline((1, "compute", "Compute", 0.98, 1.01), (3, "compute", "Compute", 0.99, 1.02))
+    assert recovery_times(free, np.array([1, 3]), np.array([1.0])).tolist() == pytest.approx([0.01])
+    assert np.isnan(recovery_times(free, np.array([1, 3]), np.array([2.0]))[0])  # nothing came after

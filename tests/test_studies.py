@@ -284,6 +284,7 @@ def test_report_latex_and_csv_formats(small_study):
 
 
 @requires_mpi
+@pytest.mark.both
 @pytest.mark.timeout(300)
 def test_local_sweep_runs_each_point_and_prints_the_table(tmp_path):
     code, out, err = cli("sweep", "--local", "--ranks", "3,4", "--algos", "asgd,allreduce", "--set", "steps=10",

@@ -107,6 +107,21 @@ def wait_for(test: Callable[[], T | None], timeout: float, what: str, fail: bool
             os.sched_yield()
 
 
+def leave_together(timeout_s: float) -> None:
+    """Every rank of a launch that refused to run (a bad command line, checked before MPI started) meets
+    the others here before it exits, so none exits while rank 0 has yet to say why: Open MPI's launcher
+    ends every rank at the first non-zero exit. A rank still missing after ``timeout_s`` is not waited
+    for (this rank ends at once, without MPI's finalize, which would wait for it). Ends MPI."""
+    if MPI.Is_finalized():  # the run had begun and ended its MPI: the ranks have met
+        return
+    done = MPI.COMM_WORLD.Ibarrier()
+    if wait_for(lambda: True if done.Test() else None, timeout_s, "the others", fail=False, spin=0.0) is None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(2)
+    MPI.Finalize()  # so that mpi4py's runner exits with the code instead of aborting the job
+
+
 class Window:
     """An RMA window others add into (an atomic counter, a mailbox): ``nbytes`` on this rank (0 on
     ranks that only access others'), every access under a passive-target lock."""
@@ -435,6 +450,7 @@ class MpiComm:
         # Under ULFM (Open MPI launched with --with-ft ulfm) the ranks outlive a failed one: the failed
         # ranks MPI reported, and whom the workers' collectives span (shrunk at a failed collective).
         self.failures = ulfm.Failures(self.world, MPI.Wtime) if openmpi.ulfm_requested(os.environ) else None
+        self._cut_short: MPI.Exception | None = None  # a workers' collective's failure met by progress()
         self.members = ulfm.members(self.workers, self.world) if self.rank else ()
         self.survives_failures = self.failures is not None
         self._next_failure_check = 0.0
@@ -662,7 +678,16 @@ class MpiComm:
         return self.workers.Iallreduce(data, out, op=bf16_sum() if bf16 else MPI.SUM)
 
     def progress(self, started: list[MPI.Request]) -> None:
-        MPI.Request.Testall(started)
+        if self.failures is None:
+            MPI.Request.Testall(started)
+            return
+        if self._cut_short is not None:
+            return
+        try:  # one at a time, as in _collective; a failure is kept for it to handle
+            for req in started:
+                req.Test()
+        except MPI.Exception as exc:
+            self._cut_short = exc
 
     def finish_allreduces(self, started: list[MPI.Request], timeout: float) -> None:
         self._collective(started, timeout, "the workers' all-reduce")
@@ -677,6 +702,9 @@ class MpiComm:
 
         ok = True
         try:
+            if self._cut_short is not None:  # met while the collectives progressed (progress)
+                cut, self._cut_short = self._cut_short, None
+                raise cut
             if self.failures is None:
                 wait(lambda: True if MPI.Request.Testall(started) else None)
             else:  # one at a time: Testall says only that one of them failed (MPI_ERR_IN_STATUS)

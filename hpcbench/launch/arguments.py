@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NoReturn, Sequence
 
 from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
-from hpcbench.launch.local import env_rank
+from hpcbench.launch.local import env_rank, leave_launch_together
 
 if TYPE_CHECKING:
     from hpcbench.options.sim import SimConfig
@@ -20,7 +20,8 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         if env_rank() == 0:
-            print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+            print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr, flush=True)
+        leave_launch_together()
         raise SystemExit(2)
 
 

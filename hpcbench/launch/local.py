@@ -37,6 +37,9 @@ EMULATED_LAUNCHER = Path(__file__).resolve().parents[2] / "jobs" / "local" / "mp
 OPENMPI_AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
+LEAVE_TOGETHER_S = 20.0  # how long a refusing rank waits for the others
+
+
 def env_rank() -> int:
     """This process's rank as the launcher told it, without starting MPI (0 when not launched)."""
     for var in RANK_VARS:
@@ -44,6 +47,17 @@ def env_rank() -> int:
         if value.isdigit():
             return int(value)
     return 0
+
+
+def leave_launch_together() -> None:
+    """A command that refuses to run, launched as many ranks (``mpiexec -n 3 hpcbench run ...``): each
+    rank waits for the others before it exits, so rank 0's error line is printed before the launcher
+    sees a rank fail (and, under Open MPI, ends the rest)."""
+    launched = "SLURM_STEP_ID" in os.environ or any(v in os.environ for v in SIZE_VARS if v != "SLURM_NTASKS")
+    if launched and (env_size() or 1) > 1:  # (a Slurm batch script has SLURM_NTASKS, but is one process)
+        from hpcbench.comm.mpi import leave_together
+
+        leave_together(LEAVE_TOGETHER_S)
 
 
 def env_size() -> int | None:
@@ -80,17 +94,21 @@ def launch_env(ranks: int, base: dict[str, str] | None = None) -> dict[str, str]
 
 
 BANNER_RULE = re.compile(r"^\s*-{20,}\s*$")
+# Open MPI's launcher counting the notices it did not repeat, and saying how to see them all.
+LAUNCHER_COUNTS = re.compile(r"more process(es)? ha(s|ve) sent help message|to see all help / error messages")
 
 
 def own_lines(text: str) -> list[str]:
     """The lines of a run's output that are not its launcher's: Open MPI's launcher frames its notices
     (a rank that exited non-zero, MPI_Abort, fault tolerance's warnings) between rules of dashes, and
-    its nonblocking collectives say which of their schedules a failure cut short ("NBC_Progress: ...")."""
+    its nonblocking collectives say which of their schedules a failure cut short ("NBC_Progress: ..."),
+    and it counts the notices it did not repeat."""
     out, framed = [], False
     for line in text.replace("\x00", "").splitlines():
         if BANNER_RULE.match(line):
             framed = not framed
-        elif not framed and line.strip() and not line.startswith(("NBC_Progress:", "Error in NBC_")):
+        elif (not framed and line.strip() and not line.startswith(("NBC_Progress:", "Error in NBC_"))
+              and not LAUNCHER_COUNTS.search(line)):
             out.append(line)
     return out
 

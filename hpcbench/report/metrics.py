@@ -9,7 +9,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from hpcbench.results.schema import FAMILY_SUMMARIES, LEARNING_RATE, SUMMARY_KEYS, UPDATES, RunRecord
+from hpcbench.results.schema import (DETECTED_BY, FAILURES, FAMILY_SUMMARIES, LEARNING_RATE, SUMMARY_KEYS, UPDATES,
+                                     RunRecord)
 from hpcbench.telemetry.summary import time_to_target
 
 
@@ -48,6 +49,30 @@ def settings(rec: RunRecord) -> Settings:
 
 
 @dataclass(frozen=True)
+class Loss:
+    """One worker a run lost and went on without, from the file's failures table."""
+
+    worker: int  # its rank
+    host: str
+    steps: int  # the steps it had completed, as rank 0 had counted them
+    t_death: float  # seconds since the run began (NaN: not known)
+    t_detected: float
+    detected_by: str
+    recovery_s: float
+    samples_lost: int
+
+
+def losses(rec: RunRecord) -> tuple[Loss, ...]:
+    t = rec.tables.get(FAILURES)
+    if not t:  # a file from before schema 6
+        return ()
+    hosts = rec.per_rank["hostnames"]
+    return tuple(Loss(int(w), str(hosts[w]), int(t["steps"][i]), float(t["t_death"][i]), float(t["t_detected"][i]),
+                      DETECTED_BY[int(t["detected_by"][i])], float(t["recovery_s"][i]), int(t["samples_lost"][i]))
+                 for i, w in enumerate(np.asarray(t["worker"], dtype=int)))
+
+
+@dataclass(frozen=True)
 class RunRow:
     """The numbers the report shows for one run."""
 
@@ -81,6 +106,7 @@ class RunRow:
     error: str = ""  # the error line a failed run's file holds
     lr_recipe: str = ""  # the learning-rate schedule as the run resolved it (warm-up, scaling, decay)
     reached: str = ""  # a run that did not finish: how far it got, from what its file holds
+    lost: tuple[Loss, ...] = ()  # each worker it went on without
 
 
 def how_far(rec: RunRecord) -> str:
@@ -124,7 +150,7 @@ def run_row(rec: RunRecord, target: float) -> RunRow:
         workers_lost=get("workers_lost"), recovery_s=get("recovery_s"), path=rec.path,
         settings=settings(rec), result=result, error=str(rec.attrs.get("error", "")),
         lr_recipe=str(schedule.get("text", "")),
-        reached="" if result == "ok" else how_far(rec),
+        reached="" if result == "ok" else how_far(rec), lost=losses(rec),
     )
 
 

@@ -41,6 +41,11 @@ UNITS = {
     "workers_lost": "workers that failed during the run, which went on without them",
     "recovery_s": "seconds from a worker's failure until the next update that did not need it (mean over the "
                   "run's failures; null: none)",
+    # "failures": one entry per worker a run lost
+    "steps": "steps the lost worker had completed, as rank 0 had counted them",
+    "t_death": "seconds since the run began (null: not known)", "t_detected": "seconds since the run began",
+    "detected_by": "how rank 0 learned of the failure", "samples_lost": "samples of the lost worker's work no "
+    "survivor or server kept",
 }
 
 
@@ -180,6 +185,7 @@ def machine_rows(items: Sequence[RunRow] | Sequence[ScalePoint], keys: Sequence[
     out = []
     for item in items:
         values = {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
+        values.pop("lost", None)  # a table of its own (json: "failures")
         settings = dict(values.pop("settings", ()) or values.pop("group", ()))
         values.pop("group", None)
         out.append({"algorithm": values.pop("algorithm"), "mode": values.pop("mode"),
@@ -213,6 +219,21 @@ def resolution(rows: Sequence[RunRow], target: float) -> str:
             "samples, so it resolves to that share of the run's time")
 
 
+# One row per worker a run lost: (the run's row, the loss).
+LOSS_COLUMNS: list[Column] = [
+    ("algorithm", lambda x: x[0].algorithm, TEXT), ("workers", lambda x: x[0].workers, TEXT),
+    ("run", lambda x: Path(x[0].path).name, TEXT), ("rank", lambda x: x[1].worker, TEXT),
+    ("host", lambda x: x[1].host, TEXT), ("steps done", lambda x: x[1].steps, TEXT),
+    ("died s", lambda x: x[1].t_death, fmt_num(3)), ("detected s", lambda x: x[1].t_detected, fmt_num(3)),
+    ("detected by", lambda x: x[1].detected_by, TEXT), ("recovery s", lambda x: x[1].recovery_s, fmt_num(3)),
+    ("samples lost", lambda x: x[1].samples_lost, TEXT),
+]
+
+
+def failure_rows(rows: Sequence[RunRow]) -> list[dict[str, Any]]:
+    return [{"path": r.path, **dataclasses.asdict(loss)} for r in rows for loss in r.lost]
+
+
 UNFINISHED_COLUMNS: list[Column] = [("algorithm", lambda r: r.algorithm, TEXT), ("workers", lambda r: r.workers, TEXT),
                                     ("result", lambda r: r.result, TEXT), ("got to", lambda r: r.reached, TEXT),
                                     ("error", lambda r: r.error, TEXT),
@@ -244,6 +265,7 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
     if fmt == "json":
         document = {"target_accuracy": target, "grouped_by": keys, "grouping": line, "units": UNITS,
                     "runs": machine_rows(rows, keys), "scaling": machine_rows(points, keys),
+                    "failures": failure_rows(rows),
                     "failed_points": [dict(zip(("point", "result", "latest_job"), f)) for f in failed]}
         if table is not None:
             document = {k: v for k, v in document.items() if k not in TABLES or k == table}
@@ -258,6 +280,10 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
     if rows and table in (None, "scaling"):
         parts += [title("Scaling (medians over repeats; speedup and efficiency against each curve's fewest workers)"),
                   render(SCALE_COLUMNS[:2] + point_settings + SCALE_COLUMNS[2:] + lost, points, fmt)]
+    gone = [(r, loss) for r in rows for loss in r.lost]
+    if gone and table is None:
+        parts += [title(f"Workers lost ({len(gone)}; times in seconds since each run began, died: where the run "
+                        "knows, detected: when rank 0's MPI said so)"), render(LOSS_COLUMNS, gone, fmt)]
     unfinished = [r for r in rows if r.result != "ok"]
     if unfinished:
         parts += [title(f"Runs that did not finish ({len(unfinished)}; shown above without numbers)"),

@@ -219,3 +219,96 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
             lines.append(f"- {what}: " + "; ".join(notes[what]))
     lines += ["- result files: runs/ (one HDF5 file per run; `hpcbench report runs/` tabulates them)", ""]
     return "\n".join(lines + notes.get("emulated", []))  # real runs across emulated nodes, when asked for
+
+
+def resilience_table(cells: Sequence[Any]) -> str:
+    """One row per (size, algorithm): goodput without and with failures, what is kept, accuracy both ways."""
+    rows = []
+    for c in sorted(cells, key=lambda c: (c.workers, c.algo)):
+        p = c.pairs
+        kept = f"{c.kept:.3f}" + (f" ± {c.kept_spread:.3f}" if len(p) > 1 else "")
+        lost = f"{100 * c.dropped:+.2f}" + (f" ± {100 * c.dropped_spread:.2f}" if len(p) > 1 else "")
+        rows.append([c.workers, c.algo, f"{sum(x.goodput for x in p) / len(p):.0f}",
+                     f"{sum(x.goodput_failing for x in p) / len(p):.0f}", kept,
+                     f"{100 * sum(x.accuracy for x in p) / len(p):.1f}",
+                     f"{100 * sum(x.accuracy_failing for x in p) / len(p):.1f}", lost,
+                     "-" if math.isnan(c.recovery_s) else f"{1e3 * c.recovery_s:.1f}",
+                     f"{sum(x.lost for x in p) / len(p):g}", f"{sum(x.samples_lost for x in p) / len(p):.0f}"])
+    return tabulate(rows, headers=["workers", "algorithm", "samples/s", "samples/s, failing", "goodput kept",
+                                   "final acc %", "final acc %, failing", "acc lost (pts)", "recovery ms",
+                                   "workers lost", "samples lost"], tablefmt="github")
+
+
+def resilience_plot(cells: Sequence[Any], path: Path) -> str:
+    """Goodput kept and accuracy lost against the workers, an algorithm a line; → the file, or why none."""
+    try:
+        import matplotlib
+    except ImportError:
+        return "no plot: matplotlib is not installed (pip install 'hpcbench-mpi[plot]')"
+    if not cells:
+        return "no plot: no run finished"
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for algo in sorted({c.algo for c in cells}):
+        mine = sorted((c for c in cells if c.algo == algo), key=lambda c: c.workers)
+        x = [c.workers for c in mine]
+        left.errorbar(x, [c.kept for c in mine], yerr=[c.kept_spread for c in mine], capsize=3, marker="o", label=algo)
+        right.errorbar(x, [100 * c.dropped for c in mine], yerr=[100 * c.dropped_spread for c in mine], capsize=3,
+                       marker="o", label=algo)
+    sizes = sorted({c.workers for c in cells})
+    for ax, label in ((left, "goodput kept (with failures / without)"), (right, "final accuracy lost (pts)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(n) for n in sizes])
+        ax.set_xlabel("workers")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle("What losing workers costs each family")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path.name
+
+
+def resilience_markdown(s: Study, cells: Sequence[Any], verdicts: dict[str, Verdict], outcome: str, recipe: Recipe,
+                        recipe_trials: Sequence[Trial], notes: dict[str, Any], plotted: str) -> str:
+    from hpcbench.reproduce.resilience import FAILURES, FAMILIES, SHRINKING
+
+    proto = protocol(s, notes["preset"], recipe, notes["mode"])
+    label = {"full": "", "quick": " (QUICK: fewer sizes and seeds, a shorter budget)",
+             "toy": " (TOY size: a test of the machinery, not a finding)"}[notes["preset"]]
+    lines = [f"# {s.title}{label}", "", f"**Claim.** {s.claim}", "", f"**Verdict: {outcome}.**", ""]
+    lines += [f"- {family} ({algo}) against the shrinking {SHRINKING}: **{verdicts[family].outcome}**"
+              for algo, family in FAMILIES.items()]
+    lines += ["", "## Protocol", "",
+              f"- task: {proto['task']}; budget {proto['budget_epochs']:g} epochs; seeds "
+              f"{', '.join(map(str, proto['seeds']))}", f"- schedule: {proto['schedule']}",
+              f"- recipe, tuned on validation without failures: {proto['recipe']}: **{recipe.best.label()}**, shared "
+              "by every algorithm",
+              f"- failures: every cell runs without failures, then with {FAILURES} workers (drawn from the seed) "
+              "killed at equal intervals of its failure-free duration T: one per (n·T)/"
+              f"{FAILURES} of node time. The fixed sample budget takes about the same node time at every size, so "
+              "the node MTBF is about the same at every size and the share of workers lost falls as n grows.",
+              "- goodput kept: samples per second (of the samples whose work the run kept) with failures over "
+              "without, the same seed; accuracy lost: final test accuracy without failures minus with; ± half "
+              "the range over seeds",
+              "- verdict rule: per family, its algorithm keeps more goodput than all-reduce at every size, beyond "
+              "the larger spread (at least 0.01), and loses no more accuracy (within the spread, at least 0.5 "
+              "pts); the claim holds when it holds for every family", "", recipe_table(recipe_trials, recipe), ""]
+    for algo, family in FAMILIES.items():
+        lines += [f"## {family}: {algo}", "", f"Verdict: **{verdicts[family].outcome}**.", ""]
+        lines += verdicts[family].lines() + [""]
+    lines += ["## Measured", "", resilience_table(cells) if cells else "(no run finished)", "",
+              f"![resilience]({plotted})" if plotted.endswith(".png") else f"({plotted})", ""]
+    run_args = s.run_args(notes["preset"])
+    run_args = run_args if notes["mode"] == "sim" else mpi_args(run_args)
+    lines += ["## How it was measured", "", f"- command: `{notes['command']}` ({notes['preset']} sizes, "
+              f"mode {notes['mode']}; {how_run(notes['runs'], notes['kept'], notes['jobs'], notes['elapsed_s'])})",
+              f"- runs: {' '.join(run_args)}; per run --algo, --workers, --seed, the recipe and, failing, "
+              "--set fault=kill:R@S,...", f"- setup: {notes['setup']}"]
+    if notes["failed"]:
+        lines.append("- failed: " + "; ".join(notes["failed"]))
+    lines += ["- result files: runs/ (one HDF5 file per run; `hpcbench report runs/` tabulates them)", ""]
+    return "\n".join(lines)

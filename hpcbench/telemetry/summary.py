@@ -150,6 +150,7 @@ def recovery_times(tl: Mapping[str, np.ndarray], survivors: np.ndarray, since: n
             after = applied[applied > t0]
         elif (regrouped := tl["t_end"][recover & (tl["t_end"] > t0)]).size:
             after = tl["t_end"][collective & (tl["t_start"] >= regrouped.min())]
+            after = after if after.size else regrouped  # a team of one sums nothing: regrouped, it goes on
         else:
             after = tl["t_end"][computes & (tl["t_end"] > t0)]
         if after.size:

@@ -9,9 +9,8 @@ workers' own math.
 Events at equal times run in the order they were scheduled, so a run is deterministic.
 
 Workers fail as scheduled (``deaths``) the way they do under an MPI that lets the others go on: a
-failed worker's program stops (between operations, as an injected kill lands: at once while the worker
-waits for a message or a collective, else when the operation it is in ends, so never inside a lock or
-a reader's slot), messages to it go nowhere, and ``detect_s`` later the others
+failed worker's program stops (at once while the worker computes or waits for a message or a
+collective, else when the operation it is in ends, so never inside a lock or a reader's slot), messages to it go nowhere, and ``detect_s`` later the others
 learn of it: a receive waiting for it (or, from any rank, for news of a failure) gets ``Lost``, reads
 of and adds into its windows get ``Lost``, and a workers' collective it did not join is agreed on and
 begun again by the survivors (three barriers' time), who from then on are the workers' collectives'
@@ -108,7 +107,8 @@ class Engine:
         self.at = scheduler(self.heap)
         self.links = Links(n + 1, cfg.bandwidth, self.at)
         self.locks: dict[tuple[str, int], WindowLock] = {}
-        self.outside_mpi_until = [0.0] * (n + 1)  # computing or applying: with polling progress, no RMA
+        self.outside_mpi_until = [0.0] * (n + 1)  # computing or applying (holding no lock): with polling
+        # progress, no RMA
         self.polling = cfg.progress == "polling"
         self.windows: dict[tuple[str, int], np.ndarray] = {}
         for name, spec in layout.windows.items():
@@ -200,7 +200,7 @@ class Engine:
         if self.dead[rank] or self.finished[rank]:
             return
         joined = self.collective + self.reducing + [a for f in self.flights for a in f.arrivals]
-        if rank in self.waiting or any(a[0] == rank for a in joined):
+        if rank in self.waiting or self.now < self.outside_mpi_until[rank] or any(a[0] == rank for a in joined):
             self.die(rank)
         else:
             self.dying.add(rank)
