@@ -139,12 +139,15 @@ def not_run(command: str) -> str | None:
 
 
 def scaled(command: str) -> str:
-    """The command as the tests run it: set-up steps (pip) dropped, reproduce at --preset toy."""
+    """The command as the tests run it: set-up steps (pip) dropped, reproduce at --preset toy (with real
+    runs, at its smaller size only: the larger is what ``--max-ranks`` skips)."""
     parts = [p.strip() for p in command.split("&&") if not p.strip().startswith("pip install")]
     command = " && ".join(parts)
     if command.startswith("hpcbench reproduce"):
         command = command.replace("--quick", "--preset toy") if "--quick" in command else \
             re.sub(r"(hpcbench reproduce \S+)", r"\1 --preset toy", command)
+        if "--mode mpi" in command and "--max-ranks" not in command:
+            command = command.replace("--mode mpi", "--mode mpi --max-ranks 3")
     return command
 
 

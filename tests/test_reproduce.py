@@ -259,7 +259,7 @@ def test_a_study_with_no_size_that_fits_is_one_line(tmp_path, capsys):
 
 def test_an_unknown_study_is_one_line(tmp_path, capsys):
     assert main(["reproduce", "gossip", "--out-dir", str(tmp_path / "x")]) == 2
-    assert capsys.readouterr().err.strip() == "hpcbench: error: unknown study 'gossip'; valid: gap-aware, jin, sgp, diloco"
+    assert capsys.readouterr().err.strip() == "hpcbench: error: unknown study 'gossip'; valid: gap-aware, jin, sgp, diloco, resilience"
     assert not (tmp_path / "x").exists()
 
 

@@ -155,7 +155,9 @@ def test_the_report_shows_workers_lost_and_recovery_where_a_run_lost_workers(tmp
     code, text, _ = cli("report", str(tmp_path / "b"))
     assert "workers lost" not in text.lower()  # a report of runs that lost none keeps its width
     code, out, _ = cli("report", str(tmp_path), "--format", "json")
-    (loss,) = json.loads(out)["failures"]  # one per worker lost, with its host from the provenance
+    document = json.loads(out)
+    (loss,) = document["failures"]  # one per worker lost, with its host from the provenance
+    assert {"t_death", "t_detected", "samples_lost", "steps"} <= set(document["units"])
     assert loss["path"].split("/")[-2] == "a" and loss["worker"] == 2 and loss["detected_by"] == "simulated"
     assert loss["host"] == read_run(loss["path"]).per_rank["hostnames"][2]
     assert 0.2 <= loss["t_death"] < loss["t_detected"]  # killed at 0.2 s, it dies when it next acts

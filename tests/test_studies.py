@@ -164,6 +164,22 @@ def test_a_study_reports_and_shows_its_points_without_an_ok_result(tmp_path):
     assert lines["asgd-n1"][1:3] == ["ok", "11"] and lines["sgp-n1"][1:3] == ["partial", "14"]
     assert lines["sgp-n1"][-1] == "2" and lines["(report)"][2] == "13"  # submissions of that point
 
+def test_status_asks_a_controller_that_cannot_be_reached_once(tmp_path, monkeypatch):
+    from hpcbench.slurm.status import job_states
+
+    calls = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("sacct", "echo 'Slurm accounting storage is disabled' >&2; exit 1"),
+                       ("scontrol", "echo 'slurm_load_jobs error: Unable to contact slurm controller "
+                                    "(connect failure)' >&2; exit 1")):
+        (bin_dir / name).write_text(f"#!/bin/sh\necho {name} >> {calls}\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert job_states(["11", "12", "13"]) == {"11": "unknown", "12": "unknown", "13": "unknown"}
+    assert calls.read_text().split() == ["sacct", "scontrol"]  # not once per job: each try takes seconds
+
+
 @pytest.mark.parametrize("args, message", [
     (["--nodes", "8", "--algos", "asgd,nope"], "unknown algorithm 'nope'; valid: allreduce, asgd"),
     (["--nodes", "", "--algos", "asgd"], "--nodes is empty"),

@@ -263,9 +263,11 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
     if fmt == "csv":
         return csv_table(machine_rows(rows if table == "runs" else points, keys))
     if fmt == "json":
-        document = {"target_accuracy": target, "grouped_by": keys, "grouping": line, "units": UNITS,
-                    "runs": machine_rows(rows, keys), "scaling": machine_rows(points, keys),
-                    "failures": failure_rows(rows),
+        tables = {"runs": machine_rows(rows, keys), "scaling": machine_rows(points, keys),
+                  "failures": failure_rows(rows)}
+        shown = {column for table_rows in tables.values() for row in table_rows for column in row}
+        document = {"target_accuracy": target, "grouped_by": keys, "grouping": line,
+                    "units": {k: v for k, v in UNITS.items() if k in shown}, **tables,
                     "failed_points": [dict(zip(("point", "result", "latest_job"), f)) for f in failed]}
         if table is not None:
             document = {k: v for k, v in document.items() if k not in TABLES or k == table}

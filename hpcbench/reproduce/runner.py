@@ -207,15 +207,8 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
         print(f"calibration: {calibration}", flush=True)
 
     print("\nstage 1: the single-worker recipe, chosen on the validation split", flush=True)
-    algo, one = SEQUENTIAL
-    stage1 = [planned(s, preset, runs, (algo, one, ""), st, seed, mode, ()) for st in recipe_settings
-              for seed in size.seeds]
-    kept = sum(result_status(r.job.path) == "ok" for r in stage1)
-    outcome = run_jobs([r.job for r in stage1], mode, jobs, timeout)
-    scores = validation_scores(outcome)
-    recipe_trials = trials(stage1, scores)
-    recipe = choose_recipe(recipe_trials)
-    print(f"recipe: {recipe.best.label()}", flush=True)
+    kept, outcome, scores, recipe_trials, recipe = stage_one(s, preset, runs, recipe_settings, size.seeds, mode,
+                                                             jobs, timeout)
 
     print(f"\nstage 2: arms {', '.join(s.arms)}", flush=True)
     arm_runs = {arm: [planned(s, preset, runs, (a, n, v), st, seed, mode, extra)
@@ -268,6 +261,21 @@ def command_line(name: str, out_dir: str, preset: str, mode: str, emulated: bool
             f"{' --emulated' if emulated else ''} --out-dir {out_dir}")
 
 
+def stage_one(s: Study, preset: str, runs: Path, settings: list[Setting], seeds: tuple[int, ...], mode: str,
+              jobs: int, timeout: float):
+    """The single-worker recipe grid, each setting at each seed, scored on the validation split: how many of its
+    runs were already done, every run's outcome, the scores, the trials and the recipe they choose."""
+    algo, one = SEQUENTIAL
+    stage1 = [planned(s, preset, runs, (algo, one, ""), st, seed, mode, ()) for st in settings for seed in seeds]
+    kept = sum(result_status(r.job.path) == "ok" for r in stage1)
+    outcome = run_jobs([r.job for r in stage1], mode, jobs, timeout)
+    scores = validation_scores(outcome)
+    recipe_trials = trials(stage1, scores)
+    recipe = choose_recipe(recipe_trials)
+    print(f"recipe: {recipe.best.label()}", flush=True)
+    return kept, outcome, scores, recipe_trials, recipe
+
+
 def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ranks: int, timeout: float,
                          jobs: int) -> int:
     """The resilience study: the recipe on validation without failures, every cell without failures, then
@@ -295,14 +303,8 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
           f"Result files: {runs}/", flush=True)
     t0 = time.monotonic()
     print("\nstage 1: the single-worker recipe, chosen on the validation split (no failures)", flush=True)
-    algo, one = SEQUENTIAL
-    stage1 = [planned(s, preset, runs, (algo, one, ""), st, seed, mode, ()) for st in recipe_settings
-              for seed in size.seeds]
-    kept = sum(result_status(r.job.path) == "ok" for r in stage1)
-    outcome = run_jobs([r.job for r in stage1], mode, jobs, timeout)
-    recipe_trials = trials(stage1, validation_scores(outcome))
-    recipe = choose_recipe(recipe_trials)
-    print(f"recipe: {recipe.best.label()}", flush=True)
+    kept, outcome, _, recipe_trials, recipe = stage_one(s, preset, runs, recipe_settings, size.seeds, mode, jobs,
+                                                        timeout)
 
     print("\nstage 2: every algorithm at every size, without failures", flush=True)
     keys = [(a, n, seed) for n in workers for a in s.algos for seed in size.seeds]

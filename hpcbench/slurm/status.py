@@ -10,33 +10,38 @@ from tabulate import tabulate
 from hpcbench.results.study import point_states, recorded_jobs
 
 
-def run(command: list[str]) -> str | None:
-    """A Slurm command's output, or None when it is not there or fails."""
+def run(command: list[str]) -> subprocess.CompletedProcess[str] | None:
+    """A Slurm command's outcome, or None when it is not there or did not answer in time."""
     if shutil.which(command[0]) is None:
         return None
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
         return None
-    return proc.stdout if proc.returncode == 0 else None
 
 
 def job_states(ids: list[str]) -> dict[str, str]:
     """Slurm's state of each job: from accounting (sacct) where the cluster keeps it, else from the
-    controller's memory of recent jobs (scontrol); "unknown" for jobs neither remembers."""
+    controller's memory of recent jobs (scontrol); "unknown" for jobs neither remembers. A controller that
+    cannot be reached is asked once (each try takes it many seconds), not once per job."""
     states: dict[str, str] = {}
     if not ids:
         return states
     accounted = run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(ids)])
-    for line in (accounted or "").splitlines():
+    for line in (accounted.stdout if accounted and accounted.returncode == 0 else "").splitlines():
         job, _, state = line.partition("|")
         if job in ids and state:
             states[job] = state.split()[0]
+    reachable = True
     for job in ids:
-        if job not in states:
-            shown = run(["scontrol", "show", "job", "-o", job])
-            fields = dict(f.split("=", 1) for f in (shown or "").split() if "=" in f)
-            states[job] = fields.get("JobState", "unknown")
+        if job in states:
+            continue
+        shown = run(["scontrol", "show", "job", "-o", job]) if reachable else None
+        if shown is None or shown.returncode != 0 and "invalid job id" not in shown.stderr.lower():
+            reachable = False  # not there, no answer, or no controller: the other jobs are unknown too
+        fields = dict(f.split("=", 1) for f in (shown.stdout if shown and shown.returncode == 0 else "").split()
+                      if "=" in f)
+        states[job] = fields.get("JobState", "unknown")
     return states
 
 
