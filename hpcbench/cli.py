@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from hpcbench import __version__
 from hpcbench.config import RunConfig
-from hpcbench.errors import HungUp, UsageError
+from hpcbench.errors import HungUp, RuntimeFailure, UsageError
 from hpcbench.launch.arguments import Parser, add_run_flags, add_run_options, add_sim_flags, configs_from_args
 from hpcbench.launch.local import env_rank, leave_launch_together
 
@@ -588,6 +588,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"hpcbench: error: {exc}", file=sys.stderr, flush=True)
         leave_launch_together()
         return 2
+    except RuntimeFailure as exc:  # what a run that failed did not say itself (a simulation's)
+        if env_rank() == 0:
+            print(f"hpcbench: error: {exc}", file=sys.stderr, flush=True)
+        return 1
     except KeyboardInterrupt as stop:  # Ctrl-C or a hangup in a study: the run under way kept its record ("aborted")
         hangup = isinstance(stop, HungUp)
         if env_rank() == 0:

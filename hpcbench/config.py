@@ -21,6 +21,9 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 
+MAX_SLOWDOWN = 1e6  # a straggler a million times slower than the others has as good as failed
+
+
 @dataclass(frozen=True)
 class Stragglers:
     """``--stragglers FRACTION:FACTOR``, parsed once: that fraction of the workers computes FACTOR× slower.
@@ -41,8 +44,8 @@ class Stragglers:
             fraction, factor = float(fraction_text), float(factor_text)
         except ValueError:
             raise UsageError(f"stragglers {spec!r} is not FRACTION:FACTOR (for example 0.1:3)") from None
-        if not 0.0 <= fraction <= 1.0 or not factor >= 1.0 or factor == float("inf"):
-            raise UsageError(f"stragglers {spec!r}: need 0 <= FRACTION <= 1 and FACTOR >= 1")
+        if not 0.0 <= fraction <= 1.0 or not 1.0 <= factor <= MAX_SLOWDOWN:
+            raise UsageError(f"stragglers {spec!r}: need 0 <= FRACTION <= 1 and 1 <= FACTOR <= {MAX_SLOWDOWN:,.0f}")
         return cls(fraction, factor)
 
     def __str__(self) -> str:

@@ -70,7 +70,8 @@ def test_list_shows_every_numeric_options_range_as_refusals_name_it():
     valid = {name: text for name, (_, text) in option_table(out).items()}
     assert valid["local-sgd.period"] == ">= 1 local steps" and valid["easgd.alpha"] == "in (0, 1)"
     assert valid["ga-asgd.history"] == "between 0 and 8192 versions" and valid["momentum"] == "in [0, 1)"
-    assert valid["sim.bandwidth"] == "> 0 bytes/s" and valid["teacher.samples"] == "between 1 and 10,000,000 samples"
+    assert valid["sim.bandwidth"] == ">= 1 bytes/s" and valid["sim.compute_mean_s"] == "in (0, 1,000,000] seconds"
+    assert valid["teacher.samples"] == "between 1 and 10,000,000 samples"
     assert valid["gossip.variant"] == valid["nesterov"] == valid["out"] == ""  # not numbers
 
 

@@ -319,6 +319,32 @@ def test_calibrate_fits_a_real_run_and_prints_a_runnable_simulation(tmp_path):
 
 @requires_mpi
 @pytest.mark.timeout(300)
+def test_calibrate_fits_what_a_run_that_did_not_end_measured_or_says_in_one_line_why_it_cannot(tmp_path):
+    """A run stopped as rank 0 began writing (SIGTERM after training: "aborted") kept every worker's
+    rows, and calibrate fits them; one whose workers failed at their first step kept none of theirs,
+    and calibrate says so in one line (no numpy warning about an empty mean before it)."""
+    import warnings
+
+    aborted, failed = tmp_path / "aborted.h5", tmp_path / "failed.h5"
+    mpirun(3, "run", "--algo", "asgd", "--steps", "20", "--model", "payload", "--set", "fault=term:0@final",
+           "--out", str(aborted))
+    mpirun(3, "run", "--algo", "asgd", "--steps", "20", "--model", "payload", "--set",
+           "fault=raise:1@0,raise:2@0", "--out", str(failed))
+    assert read_run(aborted).attrs["status"] == "aborted" and read_run(failed).attrs["status"] == "failed"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["calibrate", str(aborted)]) == 0
+        assert "compute_mean_s = " in out.getvalue()
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert main(["calibrate", str(failed)]) == 2
+    assert err.getvalue().count("\n") == 1 and "(failed)" in err.getvalue() and "no step" in err.getvalue()
+
+
+@requires_mpi
+@pytest.mark.timeout(300)
 def test_calibrate_prints_a_command_and_a_config_that_simulate_the_run_as_it_was_set(tmp_path):
     import shlex
     import tomllib

@@ -362,6 +362,14 @@ def test_dry_run_prints_the_resolved_configuration_and_runs_nothing(tmp_path, mo
     assert code == 0 and out.startswith("sgp with 2 workers (world size 3)")
 
 
+def at_a_terminal():
+    """SIGINT as a terminal's foreground job has it: a suite started in the background (``… &`` from a
+    script) ignores it, and so would every process it starts."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @requires_mpi
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("stop, said, code", [("SIGINT", "Ctrl-C", 130), ("SIGHUP", "SIGHUP", 129)])
@@ -381,7 +389,7 @@ def test_ctrl_c_or_a_hangup_stops_a_local_sweep_with_one_line_the_run_aborted_an
     sweep = subprocess.Popen([sys.executable, "-m", "hpcbench", "sweep", "--local", "--algos", "asgd", "--ranks", "3",
                               "--out-dir", str(out_dir), "--epochs", "300", "--set", "flush_s=0.3"],
                              env=launch_env(3), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+                             start_new_session=True, preexec_fn=at_a_terminal)
     try:
         deadline = time.monotonic() + 120
         while result_status(point) != "incomplete" and time.monotonic() < deadline:

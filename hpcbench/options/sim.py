@@ -13,6 +13,11 @@ PROGRESS_MODES = ("async", "polling")
 MAX_WORKERS = 4096
 MAX_HETEROGENEITY = 10.0  # speeds spread far wider than any cluster's (and lognormal's sigma stays finite)
 ALLREDUCE_ALGORITHMS = ("rabenseifner", "ring")
+# Virtual time is a float: a time of 1e308 s (finite) overflows as soon as another is added to it, and
+# far below that a second keeps too few digits to tell one message from the next. Each time-like setting
+# stays below a bound beyond any cluster's (a batch of 11 days, a message of 17 minutes).
+MAX_STEP_S = 1e6
+MAX_MESSAGE_S = 1e3
 
 
 @dataclass(frozen=True)
@@ -28,22 +33,22 @@ class SimConfig:
     # a small model, messages (and the per-parameter costs of rank 0 and the workers) of a large one.
     message_params: int = bounded(0, low=0, unit="floats", resolves="the model's size")
     compute_shape: float = bounded(100.0, above=0)  # gamma shape of a batch's compute time (100: coefficient of variation 0.1)
-    compute_mean_s: float = bounded(0.05, above=0, unit="seconds")  # mean compute time of one batch on a worker of speed 1
+    compute_mean_s: float = bounded(0.05, above=0, high=MAX_STEP_S, unit="seconds")  # mean compute time of one batch on a worker of speed 1
     heterogeneity: float = bounded(0.0, low=0, high=MAX_HETEROGENEITY)  # coefficient of variation of fixed per-worker speed factors
     pause_prob: float = bounded(0.0, low=0, high=1)  # chance per step that a worker pauses (a transient straggler)
-    pause_s: float = bounded(0.0, low=0, unit="seconds")  # length of such a pause
-    alpha_s: float = bounded(5e-6, low=0, unit="seconds")  # network latency per message
-    bandwidth: float = bounded(1.25e9, above=0, unit="bytes/s")  # bytes per second of every rank's link (10 Gb/s)
+    pause_s: float = bounded(0.0, low=0, high=MAX_STEP_S, unit="seconds")  # length of such a pause
+    alpha_s: float = bounded(5e-6, low=0, high=MAX_MESSAGE_S, unit="seconds")  # network latency per message
+    bandwidth: float = bounded(1.25e9, low=1, unit="bytes/s")  # bytes per second of every rank's link (10 Gb/s)
     # Mean of an exponentially distributed extra delay on every point-to-point and one-sided
     # transfer: OS noise and targets slow to respond (ranks sharing cores); calibrate fits it.
-    jitter_s: float = bounded(0.0, low=0, unit="seconds")
+    jitter_s: float = bounded(0.0, low=0, high=MAX_MESSAGE_S, unit="seconds")
     # Coefficient of variation of each point-to-point and one-sided transfer's time on the wire (a
     # gamma factor of mean 1 on its bytes): a real link's own spread (TCP's pacing, a switch's or token
     # bucket's bursts). It costs nothing on average, but lets ranks drift apart where the pattern
     # amplifies drift (SGP's shifted peers with sends that complete at once); bare_exchange measures it.
     noise: float = bounded(0.0, low=0)
-    apply_s: float = bounded(-1.0, low=0, unit="seconds", resolves="2 ns per model parameter")  # rank 0's work per received message
-    update_s: float = bounded(-1.0, low=0, unit="seconds", resolves="1 ns per model parameter")  # a worker's own math per step
+    apply_s: float = bounded(-1.0, low=0, high=MAX_MESSAGE_S, unit="seconds", resolves="2 ns per model parameter")  # rank 0's work per received message
+    update_s: float = bounded(-1.0, low=0, high=MAX_MESSAGE_S, unit="seconds", resolves="1 ns per model parameter")  # a worker's own math per step
     # How one-sided operations progress: "async" (without the target, as RDMA hardware or an
     # async-progress thread do) or "polling" (only while the target is inside MPI: a read of a
     # rank that is computing or applying waits for it, as with MPICH's default progress).
@@ -55,7 +60,9 @@ class SimConfig:
     # A worker that fails (--set fault=kill:RANK@SECONDS,...): how long until the others learn of it
     # (ULFM's notification, measured 10-16 ms on one node); the survivors of a collective then agree
     # and regroup in the time of three barriers.
-    detect_s: float = bounded(0.015, low=0, unit="seconds")
+    detect_s: float = bounded(0.015, low=0, high=MAX_MESSAGE_S, unit="seconds")
+    # Wall-clock time a simulation may take: one still going then ends as "timeout", with its record.
+    deadline_s: float = bounded(21_600.0, above=0, unit="seconds")
 
     def validate(self) -> None:
         check_ranges(self, "sim.")

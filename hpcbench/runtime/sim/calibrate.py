@@ -88,7 +88,14 @@ def calibrate(rec: RunRecord, noise: float = 0.0) -> dict[str, Any]:
     phase = {p: i for i, p in enumerate(rec.phases)}
     op = {o: i for i, o in enumerate(rec.ops)}
     slow = stragglers_of(rec)
-    normal = np.array([r for r in range(1, n + 1) if r not in slow])
+    computed = set(np.unique(tl["rank"][tl["phase"] == phase["compute"]]).tolist())
+    # The workers that computed a step (a run that did not finish may have ranks that never did)
+    normal = np.array([r for r in range(1, n + 1) if r not in slow and r in computed])
+    if not normal.size:
+        status = rec.attrs.get("status", "ok")
+        raise UsageError(f"{rec.path} ({status}): its timeline holds no step of a worker{' outside the stragglers' if slow else ''} "
+                         "(a run that failed keeps rank 0's rows only), so there is no compute time to fit; "
+                         "calibrate a run that trained")
     workers = np.isin(tl["rank"], normal)
 
     step_time = per_step_sums(tl, workers & np.isin(tl["phase"], [phase["data"], phase["compute"]]))

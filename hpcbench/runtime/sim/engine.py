@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from collections import deque
 from functools import partial
 from typing import Any, Callable
@@ -33,7 +34,7 @@ from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrie
                                      Send, Timestamp, WATCHED, Workers, handler_name)
 from hpcbench.bfloat16 import summed
 from hpcbench.comm.transport import message_bytes
-from hpcbench.errors import RuntimeFailure, undeclared_add, undeclared_size
+from hpcbench.errors import RuntimeFailure, TimeLimitPassed, undeclared_add, undeclared_size
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.links import Links, Versions, WindowLock
 from hpcbench.options.sim import SimConfig
@@ -44,6 +45,10 @@ from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE, Timeline
 
 BLOCKED = object()  # a handler's answer when the program must wait for an event
 EAGER_BYTES = 64 * 1024  # smaller messages go out eagerly: they cost time but hold no link
+# Events at one instant of virtual time beyond this many (plus this many per rank) are a simulation that
+# no longer moves forward: every operation takes time, so a real run has a few per rank at one instant.
+STALLED_EVENTS = 1_000_000
+DEADLINE_CHECK = 1 << 14  # events between looks at the wall clock
 
 
 class Pending:
@@ -106,6 +111,8 @@ class Engine:
         self.heap: list[tuple[float, int, Callable[..., None], tuple]] = []
         self.at = scheduler(self.heap)
         self.links = Links(n + 1, cfg.bandwidth, self.at)
+        self.wire_free: dict[tuple[int, int], float] = {}  # when each pair's latest transfer reached the wire
+        self.eager_arrives: dict[tuple[int, int], float] = {}  # when each pair's latest eager message arrives
         self.locks: dict[tuple[str, int], WindowLock] = {}
         self.outside_mpi_until = [0.0] * (n + 1)  # computing or applying (holding no lock): with polling
         # progress, no RMA
@@ -156,9 +163,24 @@ class Engine:
             self.at(0.0, self.resume, r, None)
         heap, pop = self.heap, heapq.heappop
         events = 0
+        stalled = STALLED_EVENTS * (1 + len(self.ranks))
+        instant, at_instant = -1.0, 0
+        deadline = time.monotonic() + self.cfg.deadline_s
         while heap:
-            self.now, _, action, args = pop(heap)
+            now, _, action, args = pop(heap)
+            if now != instant:
+                instant, at_instant = now, 0
+            at_instant += 1
+            if at_instant > stalled:
+                raise RuntimeFailure(f"the simulation stopped moving forward: {at_instant} events at t={now!r} s "
+                                     f"without virtual time passing (the last: {getattr(action, '__name__', action)})")
+            self.now = now
             events += 1
+            if not events % DEADLINE_CHECK and time.monotonic() > deadline:
+                self.events = events
+                raise TimeLimitPassed(f"the simulation passed sim.deadline_s={self.cfg.deadline_s:g} s of wall-clock "
+                                      f"time at t={now:.6g} s of virtual time; raise it with --set "
+                                      "sim.deadline_s=SECONDS")
             action(*args)
         self.events = events
         stuck = [r for r in self.ranks if not self.finished[r] and not self.dead[r]]
@@ -267,23 +289,33 @@ class Engine:
         float16 or bfloat16 copy too) counts at the real model's size."""
         return data.nbytes + (data.size // self.vector) * (self.extra_bytes // 4) * data.itemsize
 
-    def transfer(self, src: int, dst: int, nbytes: int, t: float, done: Callable[[], None], target: int = -1) -> None:
-        """``done()`` when ``nbytes`` sent from src at ``t`` have reached dst."""
+    def transfer(self, src: int, dst: int, nbytes: int, t: float, done: Callable[[], None], target: int = -1,
+                 atomic: bool = False) -> None:
+        """``done()`` when ``nbytes`` sent from src at ``t`` have reached dst, after every transfer from
+        src to dst asked for before it (one connection carries them in order, whatever their delays).
+        ``atomic``: an 8-byte atomic, which the network answers on its own, outside that order and
+        without the jitter (fitted on transfers of data)."""
         if src == dst:
             self.at(t, done)
-        else:
-            self.at(self.begins(t, target), self.carry, src, dst, nbytes, done)
+            return
+        if atomic:
+            self.at(self.begins(t, target, jitter=False), self.carry, src, dst, nbytes, done, False)
+            return
+        pair = (src, dst)
+        begin = max(self.begins(t, target), self.wire_free.get(pair, 0.0))
+        self.wire_free[pair] = begin
+        self.at(begin, self.carry, src, dst, nbytes, done)
 
-    def begins(self, t: float, target: int = -1) -> float:
+    def begins(self, t: float, target: int = -1, jitter: bool = True) -> float:
         """When a transfer asked for at ``t`` reaches the wire: after α, any jitter and, for a one-sided
         ``target`` under polling progress, once the target is inside MPI."""
         if self.polling and target >= 0:
             t = max(t, self.outside_mpi_until[target])
-        if self.jitter is not None:
+        if jitter and self.jitter is not None:
             t += self.jitter.sample()
         return t + self.cfg.alpha_s
 
-    def carry(self, src: int, dst: int, nbytes: int, done: Callable[[], None]) -> None:
+    def carry(self, src: int, dst: int, nbytes: int, done: Callable[[], None], ordered: bool = True) -> None:
         """Move ``nbytes`` from src to dst from now: small messages eagerly, larger ones over the links;
         with link noise, each transfer's bytes count a random factor of mean 1."""
         if src == dst:
@@ -291,10 +323,24 @@ class Engine:
             return
         size = self.modeled(nbytes)
         wire = size * self.noise.sample() if self.noise is not None else size
-        if size < EAGER_BYTES:
+        pair = (src, dst)
+        if size < EAGER_BYTES and not ordered:
             self.at(self.now + wire / self.cfg.bandwidth, done)
+        elif size < EAGER_BYTES and pair not in self.links.pairs:
+            # not behind a larger one still on the links, nor ahead of an earlier small one
+            arrives = max(self.now + wire / self.cfg.bandwidth, self.eager_arrives.get(pair, 0.0))
+            self.eager_arrives[pair] = arrives
+            self.at(arrives, done)
         else:
-            self.links.start(src, dst, wire, done, self.now)
+            self.links.start(src, dst, wire, partial(self.behind_eager, pair, done), self.now)
+
+    def behind_eager(self, pair: tuple[int, int], done: Callable[[], None]) -> None:
+        """A transfer off the links arrives no earlier than an eager message sent before it."""
+        arrives = self.eager_arrives.get(pair, -1.0)
+        if arrives >= self.now:  # at the same instant too: after it (events at one time run in order)
+            self.at(arrives, done)
+        else:
+            done()
 
     def lock(self, key: tuple[str, int], exclusive: bool, granted: Callable[[], None]) -> bool:
         """Ask for a window's lock: True when held now, else ``granted()`` runs once it is."""
@@ -544,9 +590,11 @@ class Engine:
                 self.row(rank, "communicate", start, self.now, 16, "FetchAdd")
                 self.resume(rank, before)
 
-            self.transfer(op.rank, rank, 8, self.now, back)
+            self.transfer(op.rank, rank, 8, self.now, back, atomic=True)
 
-        self.transfer(rank, op.rank, 8, self.now, add, op.rank)
+        # The jitter is fitted on transfers of data (calibrate's blocking reads, adds and messages), not
+        # on an 8-byte atomic, which the network answers in microseconds.
+        self.transfer(rank, op.rank, 8, self.now, add, op.rank, atomic=True)
         return BLOCKED
 
     def send(self, rank: int, op: Send) -> None:

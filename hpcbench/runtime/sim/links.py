@@ -104,13 +104,21 @@ class Links:
                 d.due = t
                 self.at(t, self.tick, d, d.version, t)
 
+    def served_by(self, d: Direction, tag: float, now: float) -> bool:
+        """Whether a transfer that leaves ``d`` once it has served ``tag`` is done at ``now``: its bytes
+        are served (to rounding), or what is left of them would take less time than ``now`` can tell from
+        itself (late in a long run a float second holds fewer digits: an event that moved no byte would
+        else be rescheduled at ``now`` without end)."""
+        left = tag - d.served
+        return left <= d.served * 1e-12 + 1e-9 or now + left * d.active / self.bandwidth <= now
+
     def tick(self, d: Direction, version: int, now: float) -> None:
         if version != d.version:
             return
         d.due = math.inf
         self.advance(d, now)
         finished = []
-        while d.tags and d.tags[0][0] <= d.served * (1 + 1e-12) + 1e-9:
+        while d.tags and self.served_by(d, d.tags[0][0], now):
             finished.append(heapq.heappop(d.tags)[1])
             d.active -= 1
         self.reschedule(d, now)

@@ -10,11 +10,11 @@ import numpy as np
 from hpcbench.algorithms.api import PARAMETER_SERVER
 from hpcbench.algorithms.ops import Gradient
 from hpcbench.config import Faults
-from hpcbench.errors import UsageError
+from hpcbench.errors import TimeLimitPassed, UsageError
 from hpcbench.results.paths import check_room
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
-from hpcbench.runtime.threads import set_threads, thread_count
+from hpcbench.runtime.threads import set_threads
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.provenance import software
@@ -107,7 +107,9 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     cfg, n = plan.cfg, sim.workers
     deaths = simulated_deaths(cfg.fault, n)
     if sim.numerics:  # with numerics off nothing trains, and torch need not even be imported
-        set_threads(cfg, thread_count(cfg.threads, 1))
+        # One thread unless told: a simulation's batches are small, and torch's pool of threads fights for
+        # the cores whenever anything else runs (a study, a login node), making it many times slower.
+        set_threads(cfg, cfg.threads or 1)
     run = assemble(plan, n, stand_in=0 if sim.numerics else STAND_IN_FLOATS)
     workload, algo = run.workload, run.algo
     if algo.shaped_messages and (not sim.numerics or sim.message_params):
@@ -127,7 +129,14 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     # rows, which each full collection would walk again (0.8 s at 1,024 workers); the engine makes no cycles.
     with collector_paused():
         wall0 = time.perf_counter()
-        engine.run()
+        try:
+            engine.run()
+        except TimeLimitPassed as cut:
+            if progress is not None:
+                progress.close()
+            failure = (cut.status, str(cut), engine.now)
+            raise Unfinished(str(cut), engine_record(run, engine, sim, logs, time.perf_counter() - wall0, gradients,
+                                                     failure)) from None
         if progress is not None:
             progress.close()
         wall = time.perf_counter() - wall0
@@ -135,8 +144,18 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     return record, f"{engine.events} events simulated in {wall:.1f} s of wall-clock time"
 
 
-def engine_record(run: Run, engine: Engine, sim: SimConfig, logs: RunLogs, wall: float, gradients: str) -> RunRecord:
-    """The result record of a finished simulation (its snapshots scored when it has numerics)."""
+class Unfinished(TimeLimitPassed):
+    """A simulation its deadline (``sim.deadline_s``) ended, with the record of what it simulated."""
+
+    def __init__(self, message: str, record: RunRecord) -> None:
+        super().__init__(message)
+        self.record = record
+
+
+def engine_record(run: Run, engine: Engine, sim: SimConfig, logs: RunLogs, wall: float, gradients: str,
+                  failure: tuple[str, str, float] | None = None) -> RunRecord:
+    """The result record of a simulation (its snapshots scored when it has numerics); ``failure``: (status,
+    error line, virtual time) of one that did not finish."""
     cfg, workload, algo, n = run.cfg, run.workload, run.algo, sim.workers
     if sim.numerics:
         logs.score(lambda p: workload.evaluate(p, cfg.eval_samples))
@@ -152,7 +171,8 @@ def engine_record(run: Run, engine: Engine, sim: SimConfig, logs: RunLogs, wall:
                   "gradients": gradients}
     return build_record(run, mode="sim", world_size=n + 1, parts=parts, offsets=np.zeros(n + 1), origin=0.0,
                         logs=logs, provenance=provenance, simulation=simulation, model_parameters=workload.size,
-                        detected={r: (t, "simulated") for r, t in engine.known.items()}, deaths=engine.died)
+                        detected={r: (t, "simulated") for r, t in engine.known.items()}, deaths=engine.died,
+                        failure=failure)
 
 
 def simulated_deaths(faults: Faults, workers: int) -> dict[int, float]:
@@ -171,7 +191,11 @@ def simulated_deaths(faults: Faults, workers: int) -> dict[int, float]:
 
 def simulate(plan: Plan, sim: SimConfig) -> int:
     result = ResultFile(plan.cfg, sim.workers, "sim")
-    record, work = simulated_record(plan, sim, out=result.wanted)
+    try:
+        record, work = simulated_record(plan, sim, out=result.wanted)
+    except Unfinished as cut:
+        path = result.write(cut.record, last=True)
+        raise TimeLimitPassed(f"{cut}; what it simulated is in {path} (status {cut.status!r})") from None
     path = result.write(record, last=True)
     print(result_line(record, path) + f" [{work}]", flush=True)
     return 0
