@@ -292,11 +292,34 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_comm(args: argparse.Namespace) -> int:
+    from hpcbench.comm.linkfit import parse_bytes, parse_ops, sweep_sizes
+
+    ops = parse_ops(args.ops)
+    sizes = sweep_sizes(parse_bytes(args.minbytes, "-b"), parse_bytes(args.maxbytes, "-e"), args.stepfactor)
+    from hpcbench.runtime.mpi.commsweep import comm_sweep
+
+    out = args.out or f"results/comm-{datetime_stamp()}.h5"
+    return comm_sweep(ops, sizes, args.iters, args.warmup, out, args.overwrite)
+
+
+def datetime_stamp() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from hpcbench.results.store import read_run
     from hpcbench.runtime.sim.calibrate import describe
 
-    print(describe(read_run(args.path), args.noise))
+    link = None
+    if args.network:
+        from hpcbench.comm.linkfit import chosen_fit
+        from hpcbench.results.commfile import read_comm
+
+        link = chosen_fit(read_comm(args.network).fits)
+    print(describe(read_run(args.path), args.noise, link))
     return 0
 
 
@@ -483,11 +506,27 @@ def build_parser() -> Parser:
     p.add_argument("study_dir", metavar="STUDY_DIR")
     p.set_defaults(func=cmd_status)
 
+    p = sub.add_parser("comm", help="the network's own sweep under MPI: latency and bandwidth of every operation "
+                       "the algorithms use over message sizes, and an α–β fit per link class for simulate")
+    p.add_argument("-b", "--minbytes", default="8", help="smallest message, bytes (K, M, G: powers of 1024; default 8)")
+    p.add_argument("-e", "--maxbytes", default="16M", help="largest message (default 16M)")
+    p.add_argument("-f", "--stepfactor", type=at_least(2), default=2, help="factor between sizes (default 2)")
+    p.add_argument("--ops", default="allreduce,sendrecv,get,put,accumulate,fetch_add",
+                   help="operations, comma-separated (default: all of allreduce, sendrecv, get, put, accumulate, "
+                        "fetch_add)")
+    p.add_argument("--iters", type=at_least(1), default=20, help="timed iterations per size (default 20)")
+    p.add_argument("--warmup", type=at_least(0), default=5, help="untimed iterations first (default 5)")
+    p.add_argument("--out", help="the HDF5 file (default results/comm-TIME.h5)")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.set_defaults(func=cmd_comm)
+
     p = sub.add_parser("calibrate", help="fit the simulator's compute and network models to a real run")
     p.add_argument("path", metavar="REAL.h5")
     p.add_argument("--noise", type=float, default=0.0, metavar="CV",
                    help="the links' noise to simulate with (coefficient of variation of a transfer's time, "
                         "as benchmarks/bare_exchange.py measures it; not fitted); default 0")
+    p.add_argument("--network", metavar="COMM.h5", help="take the network from a sweep of it (hpcbench comm "
+                   "--out COMM.h5) instead of fitting it from the run")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("report", help="tables from result files or directories")

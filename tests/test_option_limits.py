@@ -127,8 +127,10 @@ def test_every_numeric_option_declares_a_range_its_default_keeps():
     ("", {"max_steps": -1}, "max_steps must be >= 0 steps (0: no cap (HPCBENCH_MAX_STEPS=N sets it)), got -1"),
     ("", {"seed": 2**63}, "seed must be in [0, 9,223,372,036,854,775,807], got 9223372036854775808"),
     ("", {"seed": 10**400}, "seed must be in [0, 9,223,372,036,854,775,807], got 1" + "0" * 400),
-    ("sim.", {"apply_s": -2.0}, "sim.apply_s must be >= 0 seconds (-1: 2 ns per model parameter), got -2.0"),
-    ("sim.", {"bandwidth": 0.0}, "sim.bandwidth must be > 0 bytes/s, got 0.0"),
+    ("sim.", {"apply_s": -2.0}, "sim.apply_s must be between 0 and 1000 seconds (-1: 2 ns per model parameter), "
+                                "got -2.0"),
+    ("sim.", {"bandwidth": 0.0}, "sim.bandwidth must be >= 1 bytes/s, got 0.0"),
+    ("sim.", {"compute_mean_s": 1e308}, "sim.compute_mean_s must be in (0, 1,000,000] seconds, got 1e+308"),
     ("sim.", {"heterogeneity": 1e300}, "sim.heterogeneity must be in [0, 10], got 1e+300"),
     ("sim.", {"noise": float("inf")}, "sim.noise must be >= 0, got inf"),
 ])
@@ -148,7 +150,8 @@ def test_a_placeholder_default_is_accepted_and_values_at_the_edges_are_inside():
 
     from hpcbench.options.sim import SimConfig
     from hpcbench.ranges import check_ranges
-    check_ranges(SimConfig(apply_s=-1.0, update_s=-1.0, pause_prob=1.0, heterogeneity=10.0, bandwidth=1e-300), "sim.")
+    check_ranges(SimConfig(apply_s=-1.0, update_s=-1.0, pause_prob=1.0, heterogeneity=10.0, bandwidth=1.0,
+                           compute_mean_s=1e6, alpha_s=1e3), "sim.")
     check_ranges(dataclasses.replace(RunConfig(algo="asgd"), target_accuracy=1.0, val_fraction=0.5, momentum=0.0,
                                      seed=2**63 - 1, lr_decay_factor=1.0, steps=1), "")
 

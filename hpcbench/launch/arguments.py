@@ -67,7 +67,8 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     """``simulate``'s own flags: the virtual cluster."""
     p.add_argument("--workers", type=int, help="virtual workers (default 8)")
     p.add_argument("--numerics", choices=("on", "off"), help="real model math (on, default) or timing only")
-    p.add_argument("--network", help="alpha=SECONDS,bandwidth=BYTES_PER_S (default alpha=5e-6,bandwidth=1.25e9)")
+    p.add_argument("--network", help="alpha=SECONDS,bandwidth=BYTES_PER_S[,jitter=S][,noise=CV] (default "
+                   "alpha=5e-6,bandwidth=1.25e9), or FILE.h5: the fit of a network sweep (hpcbench comm)")
     p.add_argument("--heterogeneity", type=float, help="coefficient of variation of per-worker speeds (default 0)")
     p.add_argument("--pauses", help="PROB:SECONDS transient pauses per step (default none)")
 

@@ -96,10 +96,22 @@ def parse_compute(text: str) -> dict[str, float]:
 
 
 def parse_network(text: str) -> dict[str, float]:
-    """``--network alpha=SECONDS,bandwidth=BYTES_PER_S[,jitter=SECONDS][,noise=CV]``."""
+    """``--network alpha=SECONDS,bandwidth=BYTES_PER_S[,jitter=SECONDS][,noise=CV]``, or ``--network
+    FILE.h5``: the fit of the file ``hpcbench comm`` wrote (its links between nodes where it crossed them)."""
+    if "=" not in text and text.strip():
+        return measured_network(text.strip())
     values = parse_keyvals(text, "--network", ("alpha", "bandwidth", "jitter", "noise"))
     return {{"alpha": "alpha_s", "bandwidth": "bandwidth", "jitter": "jitter_s", "noise": "noise"}[k]: v
             for k, v in values.items()}
+
+
+def measured_network(path: str) -> dict[str, float]:
+    """The α–β model and noise a network sweep (``hpcbench comm --out FILE``) fitted."""
+    from hpcbench.comm.linkfit import chosen_fit
+    from hpcbench.results.commfile import read_comm
+
+    fit = chosen_fit(read_comm(path).fits)
+    return {"alpha_s": fit.alpha_s, "bandwidth": fit.bandwidth, "noise": fit.noise}
 
 
 def parse_pauses(text: str) -> dict[str, float]:

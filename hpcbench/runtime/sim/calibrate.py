@@ -25,6 +25,7 @@ import numpy as np
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms.api import PARAMETER_SERVER
 from hpcbench.algorithms.buckets import FLOAT_BYTES
+from hpcbench.comm.linkfit import LinkFit
 from hpcbench.config import RUN_KEYS, RunConfig, Stragglers, make_config, toml_literal
 from hpcbench.errors import UsageError
 from hpcbench.options import TABLES
@@ -80,7 +81,9 @@ def fit_network(sizes: np.ndarray, durations: np.ndarray) -> tuple[float, float]
     return alpha, float(uniq[biggest]) / max(float(med[biggest]) - alpha, 1e-12)
 
 
-def calibrate(rec: RunRecord, noise: float = 0.0) -> dict[str, Any]:
+def calibrate(rec: RunRecord, noise: float = 0.0, link: LinkFit | None = None) -> dict[str, Any]:
+    """The simulator's settings that simulate ``rec``; ``link``: the network as a sweep of it measured
+    (``hpcbench comm``), taken instead of fitting it from the run (its noise too, unless ``noise``)."""
     if rec.mode != "mpi":
         raise UsageError(f"{rec.path} is a {rec.mode} run; calibrate needs a real (mpi) run")
     n = rec.workers
@@ -127,6 +130,9 @@ def calibrate(rec: RunRecord, noise: float = 0.0) -> dict[str, Any]:
     # models the queueing itself.
     known = link_bandwidth(str(rec.provenance.get("network", "")))
     bandwidth = known or bandwidth
+    if link is not None:
+        alpha, bandwidth, known = link.alpha_s, link.bandwidth, link.bandwidth
+        noise = noise or link.noise
     reduce = np.isin(tl["rank"], np.arange(1, n + 1)) & (tl["op"] == op["Allreduce"])
     algorithm = allreduce_of(rec)
     if reduce.any() and n > 1 and not overlapped(rec) and known is None:
@@ -281,8 +287,8 @@ def overlapped(rec: RunRecord) -> bool:
             and FLOAT_BYTES * cfg["parameters"] > opts.get("bucket_mb", 25.0) * 2**20)
 
 
-def describe(rec: RunRecord, noise: float = 0.0) -> str:
-    sim = calibrate(rec, noise)
+def describe(rec: RunRecord, noise: float = 0.0, link: LinkFit | None = None) -> str:
+    sim = calibrate(rec, noise, link)
     s = rec.summary
     head = (f"# calibrated from {rec.path}: {rec.algorithm}, {rec.workers} workers, "
             f"{g(s['samples_per_s'])} samples/s on {rec.per_rank['hostnames'][0]}")

@@ -1,0 +1,113 @@
+"""The file ``hpcbench comm`` writes (HDF5, ``kind = "comm"``, its own schema version) and reads back.
+
+/ attrs: kind, schema_version, hpcbench_version, world_size, hosts (one per rank, comma-separated),
+mpi_library_version, iters, warmup, created.
+/rows: one row per (operation, peer, size): op, link, peer (-1: every rank), bytes, time_s (mean over
+the iterations), min_s, max_s, algbw, busbw (bytes/s); /seconds: every iteration's time, one row per
+row of /rows. /fits: one row per link class fitted: link, op, alpha_s, bandwidth, noise, sizes.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from hpcbench.comm.linkfit import LinkFit
+from hpcbench.errors import UsageError
+
+KIND = "comm"
+COMM_SCHEMA_VERSION = 1
+ROW_TEXT = ("op", "link")
+ROW_NUMBERS = ("peer", "bytes", "time_s", "min_s", "max_s", "algbw", "busbw")
+
+
+@dataclass(frozen=True)
+class CommRow:
+    op: str
+    link: str
+    peer: int
+    bytes: int
+    time_s: float
+    min_s: float
+    max_s: float
+    algbw: float
+    busbw: float
+
+
+@dataclass(frozen=True)
+class CommFile:
+    attrs: dict[str, Any]
+    rows: list[CommRow]
+    seconds: np.ndarray  # (rows, iterations)
+    fits: list[LinkFit]
+
+
+def write_comm(path: str | os.PathLike, data: CommFile, overwrite: bool = False) -> Path:
+    """Write ``data`` whole under a temporary name, then rename it into place (never half a file)."""
+    final = Path(path)
+    if final.exists() and not overwrite:
+        raise UsageError(f"{final} exists; choose another --out or add --overwrite")
+    partial = final.with_name(f".{final.name}.{os.getpid()}.partial")
+    text = h5py.string_dtype()
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with h5py.File(partial, "w") as f:
+            for key, value in data.attrs.items():
+                f.attrs[key] = value
+            f.attrs["kind"] = KIND
+            f.attrs["schema_version"] = COMM_SCHEMA_VERSION
+            rows = f.create_group("rows")
+            for name in ROW_TEXT:
+                rows.create_dataset(name, data=[getattr(r, name) for r in data.rows], dtype=text)
+            for name in ROW_NUMBERS:
+                rows.create_dataset(name, data=np.array([getattr(r, name) for r in data.rows], dtype=np.float64))
+            f.create_dataset("seconds", data=data.seconds)
+            fits = f.create_group("fits")
+            for name in ("link", "op"):
+                fits.create_dataset(name, data=[getattr(x, name) for x in data.fits], dtype=text)
+            for name in ("alpha_s", "bandwidth", "noise", "sizes"):
+                fits.create_dataset(name, data=np.array([getattr(x, name) for x in data.fits], dtype=np.float64))
+        os.replace(partial, final)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise UsageError(f"could not write {final}: {exc.strerror or exc}") from None
+    return final
+
+
+def read_comm(path: str | os.PathLike) -> CommFile:
+    """A file ``hpcbench comm`` wrote; one line for anything else."""
+    if not os.path.isfile(path):
+        raise UsageError(f"cannot read {str(path)!r}: {'not a file' if os.path.exists(path) else 'no such file'}")
+    try:
+        f = h5py.File(path, "r")
+    except OSError:
+        raise UsageError(f"cannot read {str(path)!r}: not an HDF5 file") from None
+    with f:
+        if f.attrs.get("kind") != KIND:
+            raise UsageError(f"{path} is not a file of hpcbench comm (a network sweep)")
+        version = int(f.attrs.get("schema_version", 0))
+        if version > COMM_SCHEMA_VERSION:
+            raise UsageError(f"{path} has comm schema {version}; this hpcbench reads up to {COMM_SCHEMA_VERSION}")
+        try:
+            attrs = {k: v.item() if hasattr(v, "item") else v for k, v in f.attrs.items()}
+            columns = {name: f["rows"][name][()] for name in ROW_TEXT + ROW_NUMBERS}
+            rows = [CommRow(_text(columns["op"][i]), _text(columns["link"][i]), int(columns["peer"][i]),
+                            int(columns["bytes"][i]), *(float(columns[n][i]) for n in ROW_NUMBERS[2:]))
+                    for i in range(len(columns["op"]))]
+            fit = {name: f["fits"][name][()] for name in ("link", "op", "alpha_s", "bandwidth", "noise", "sizes")}
+            fits = [LinkFit(_text(fit["link"][i]), float(fit["alpha_s"][i]), float(fit["bandwidth"][i]),
+                            float(fit["noise"][i]), int(fit["sizes"][i]), _text(fit["op"][i]))
+                    for i in range(len(fit["link"]))]
+            seconds = np.asarray(f["seconds"][()], dtype=np.float64)
+        except KeyError as exc:
+            raise UsageError(f"{path} is a comm file without {exc.args[0]!r}: written by something else") from None
+    return CommFile(attrs, rows, seconds, fits)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+

@@ -1,0 +1,113 @@
+"""``hpcbench comm``: the sweep's sizes and columns as nccl-tests defines them, the α–β fit against
+times made from known parameters, and a real sweep under MPI written, read back and taken by
+``simulate --network FILE`` and ``calibrate --network FILE``."""
+import contextlib
+import io
+
+import numpy as np
+import pytest
+
+from conftest import cli, mpirun, ok, requires_mpi
+from hpcbench.comm.linkfit import (INTER, INTRA, LinkFit, bus_factor, chosen_fit, fit_link, parse_bytes, parse_ops,
+                                   sweep_sizes)
+from hpcbench.errors import UsageError
+from hpcbench.results.commfile import read_comm
+from hpcbench.results.store import read_run
+from hpcbench.runtime.sim.calibrate import calibrate
+
+
+def test_sizes_go_from_b_to_e_by_f_as_nccl_tests_does():
+    assert parse_bytes("8", "-b") == 8 and parse_bytes("64K", "-b") == 65536 and parse_bytes("16m", "-e") == 16 << 20
+    assert sweep_sizes(8, 1024, 2) == [8 * 2 ** k for k in range(8)]
+    assert sweep_sizes(8, 100, 4) == [8, 32, 100]  # the largest asked for, last
+    assert sweep_sizes(64, 64, 2) == [64]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: parse_bytes("1x", "-e"), "-e '1x': a size in bytes"),
+    (lambda: sweep_sizes(7, 64, 2), "multiple of 4"),
+    (lambda: sweep_sizes(64, 8, 2), "-e 8 is below -b 64"),
+    (lambda: sweep_sizes(8, 8 << 30, 2), "at most 4G"),
+    (lambda: parse_ops("allreduce,alltoall"), "unknown operation 'alltoall'; valid: allreduce, sendrecv"),
+])
+def test_impossible_sweeps_are_one_line(call, message):
+    with pytest.raises(UsageError, match=message):
+        call()
+
+
+def test_bus_bandwidth_factor_is_nccl_tests():
+    assert bus_factor("allreduce", 4) == pytest.approx(1.5) and bus_factor("allreduce", 2) == 1.0
+    assert bus_factor("sendrecv", 8) == 1.0 and bus_factor("get", 8) == 1.0
+
+
+def test_the_fit_recovers_latency_bandwidth_and_noise_of_made_up_times():
+    """time = α + bytes/β, the part on the wire spread by a gamma factor of mean 1 and CV 0.1."""
+    rng = np.random.default_rng(0)
+    alpha, beta, cv = 20e-6, 1.25e8, 0.1
+    sizes = [8 * 4 ** k for k in range(10)]
+    times = [alpha + n / beta * rng.gamma(1 / cv ** 2, cv ** 2, size=400) for n in sizes]
+    fit = fit_link(INTER, "sendrecv", sizes, times)
+    assert fit.alpha_s == pytest.approx(alpha, rel=0.2) and fit.bandwidth == pytest.approx(beta, rel=0.02)
+    assert fit.noise == pytest.approx(cv, rel=0.2)
+    assert fit_link(INTER, "sendrecv", sizes[:1], times[:1]) is None  # one size: no slope
+    assert fit_link(INTER, "sendrecv", sizes[:3], [[1.0]] * 3) is None  # flat: no bandwidth
+
+
+def test_simulate_takes_the_links_between_nodes_where_the_sweep_crossed_them():
+    inner = LinkFit(INTRA, 1e-6, 1e10, 0.0, 5, "sendrecv")
+    outer = LinkFit(INTER, 2e-5, 1e8, 0.1, 5, "sendrecv")
+    assert chosen_fit([inner, outer]) is outer and chosen_fit([inner]) is inner
+    with pytest.raises(UsageError, match="fitted no link"):
+        chosen_fit([])
+
+
+@requires_mpi
+@pytest.mark.both
+@pytest.mark.timeout(300)
+def test_a_real_sweep_is_written_read_back_and_taken_by_simulate_and_calibrate(tmp_path):
+    out = tmp_path / "comm.h5"
+    proc = ok(mpirun(3, "comm", "-b", "8", "-e", "256K", "-f", "8", "--iters", "8", "--warmup", "2",
+                     "--out", str(out)))
+    data = read_comm(out)
+    sizes = [8, 64, 512, 4096, 32768, 262144]
+    ops = [(r.op, r.bytes) for r in data.rows]
+    for op in ("allreduce", "sendrecv", "get", "put", "accumulate"):
+        assert [n for o, n in ops if o == op] == sizes, op
+    assert [n for o, n in ops if o == "fetch_add"] == [8]
+    assert data.seconds.shape == (len(data.rows), 8) and np.isfinite(data.seconds).all()
+    assert data.attrs["world_size"] == 3 and len(data.attrs["hosts"].split(",")) == 3
+    for r, seconds in zip(data.rows, data.seconds):
+        assert r.time_s == pytest.approx(seconds.mean()) and r.min_s == pytest.approx(seconds.min())
+        assert r.algbw == pytest.approx(r.bytes / r.time_s)
+        assert r.busbw == pytest.approx(r.algbw * (4 / 3 if r.op == "allreduce" else 1))
+        assert r.link == ("all" if r.op == "allreduce" else "intra-node") and r.peer == (-1 if r.op == "allreduce" else 1)
+    (fit,) = data.fits
+    assert fit.link == "intra-node" and fit.op == "sendrecv" and fit.sizes == len(sizes)
+    assert fit.alpha_s >= 0 and fit.bandwidth > 0 and fit.noise >= 0
+    assert f"simulate --network {fit.network()}" in proc.stdout and "busbw (GB/s)" in proc.stdout
+
+    code, _, err = cli("simulate", "--algo", "asgd", "--workers", "2", "--steps", "5", "--numerics", "off",
+                       "--network", str(out), "--out", str(tmp_path / "sim.h5"))
+    assert code == 0, err
+    sim = read_run(tmp_path / "sim.h5").simulation
+    assert (sim["alpha_s"], sim["bandwidth"], sim["noise"]) == (fit.alpha_s, fit.bandwidth, fit.noise)
+
+    real = tmp_path / "real.h5"
+    ok(mpirun(3, "run", "--algo", "asgd", "--steps", "10", "--model", "payload", "--out", str(real)))
+    code, text, err = cli("calibrate", str(real), "--network", str(out))
+    assert code == 0 and "--network alpha=" in text, err
+    fitted = calibrate(read_run(real), link=fit)  # the sweep's network, not one fitted from the run
+    assert (fitted["alpha_s"], fitted["bandwidth"], fitted["noise"]) == (fit.alpha_s, fit.bandwidth, fit.noise)
+
+    code, _, err = cli("comm", "--out", str(out), "-e", "64")  # one rank, outside mpiexec
+    assert code == 2 and "needs 2 ranks or more" in err
+
+
+@requires_mpi
+@pytest.mark.timeout(120)
+def test_a_sweep_refuses_on_every_rank_to_replace_a_file_without_overwrite(tmp_path):
+    out = tmp_path / "comm.h5"
+    out.write_bytes(b"x")
+    proc = mpirun(3, "comm", "-e", "64", "--out", str(out))
+    assert proc.returncode != 0 and proc.stderr.count("exists; choose another --out or add --overwrite") == 1
+    assert out.read_bytes() == b"x"
