@@ -159,6 +159,28 @@ def test_shaped_links_slow_an_all_reduce_as_their_rate_says(nodes, tmp_path):
     cluster("up", "--nodes", "3", "--rate", "50mbit")
 
 
+def test_a_network_sweep_across_nodes_fits_the_rate_of_the_links(nodes, tmp_path):
+    """hpcbench comm over the 50 Mbit/s links: the peer on another node fits their rate (large messages,
+    past the token bucket's burst), the peer on rank 0's own node a far faster one, and simulate takes
+    the links between nodes."""
+    from hpcbench.results.commfile import read_comm
+
+    out = tmp_path / "comm.h5"
+    args = ["comm", "-b", "256K", "-e", "4M", "-f", "4", "--ops", "sendrecv", "--iters", "4", "--warmup", "1",
+            "--out", str(out)]
+    env = {**launch_env(4), "MPIEXEC": mpiexec_path()}
+    proc = subprocess.run(mpi_command(4, args, emulated=True), env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    fits = {fit.link: fit for fit in read_comm(out).fits}
+    assert fits["inter-node"].bandwidth == pytest.approx(RATES["50mbit"], rel=0.3)
+    assert fits["intra-node"].bandwidth > 10 * RATES["50mbit"]
+    code = subprocess.run([sys.executable, "-m", "hpcbench", "simulate", "--algo", "asgd", "--workers", "2",
+                           "--steps", "3", "--numerics", "off", "--network", str(out), "--out", str(tmp_path / "s.h5")],
+                          capture_output=True, text=True, timeout=120)
+    assert code.returncode == 0, code.stderr
+    assert read_run(tmp_path / "s.h5").simulation["bandwidth"] == fits["inter-node"].bandwidth
+
+
 def test_reproduce_sgp_sets_real_ratios_across_emulated_nodes_beside_the_simulator(nodes, tmp_path):
     out = tmp_path / "sgp"
     proc = subprocess.run([sys.executable, "-m", "hpcbench", "reproduce", "sgp", "--preset", "toy", "--mode", "mpi",
@@ -185,25 +207,3 @@ def test_down_removes_exactly_what_up_made(nodes):
     assert leftovers() == []
     assert Path("/etc/hosts").read_text().splitlines() == hosts_before
     assert "no emulated cluster" in cluster("status").stdout
-
-
-def test_a_network_sweep_across_nodes_fits_the_rate_of_the_links(nodes, tmp_path):
-    """hpcbench comm over the 50 Mbit/s links: the peer on another node fits their rate (large messages,
-    past the token bucket's burst), the peer on rank 0's own node a far faster one, and simulate takes
-    the links between nodes."""
-    from hpcbench.results.commfile import read_comm
-
-    out = tmp_path / "comm.h5"
-    args = ["comm", "-b", "256K", "-e", "4M", "-f", "4", "--ops", "sendrecv", "--iters", "4", "--warmup", "1",
-            "--out", str(out)]
-    env = {**launch_env(4), "MPIEXEC": mpiexec_path()}
-    proc = subprocess.run(mpi_command(4, args, emulated=True), env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr
-    fits = {fit.link: fit for fit in read_comm(out).fits}
-    assert fits["inter-node"].bandwidth == pytest.approx(RATES["50mbit"], rel=0.3)
-    assert fits["intra-node"].bandwidth > 10 * RATES["50mbit"]
-    code = subprocess.run([sys.executable, "-m", "hpcbench", "simulate", "--algo", "asgd", "--workers", "2",
-                           "--steps", "3", "--numerics", "off", "--network", str(out), "--out", str(tmp_path / "s.h5")],
-                          capture_output=True, text=True, timeout=120)
-    assert code.returncode == 0, code.stderr
-    assert read_run(tmp_path / "s.h5").simulation["bandwidth"] == fits["inter-node"].bandwidth

@@ -29,8 +29,8 @@ def faulty(tmp_path, algo, fault, *extra, ranks=3, steps=400):
 ALGOS = ["asgd", "allreduce", "gossip"]  # a parameter server, a synchronous and a decentralised method
 
 
-@pytest.mark.both  # a killed worker and a killed rank 0: each MPI's launcher reacts its own way
-@pytest.mark.parametrize("algo, victim", [("asgd", 1), ("allreduce", 0), ("gossip", 2)])
+# a killed worker and a killed rank 0: each MPI's launcher reacts its own way (under both)
+@pytest.mark.parametrize("algo, victim", first_under_both([("asgd", 1), ("allreduce", 0), ("gossip", 2)], count=2))
 def test_kill_leaves_a_readable_incomplete_file_with_what_was_measured(tmp_path, algo, victim):
     """Where the MPI ends every rank when one dies: MPICH kills them (the file is as of rank 0's last
     rewrite), Open MPI's launcher stops them with SIGTERM (rank 0, if it is not the one killed, writes
@@ -85,9 +85,9 @@ def test_a_slowed_rank_finishes_ok_and_computes_slower(tmp_path, algo):
     assert median[1] > 2 * median[2], median
 
 
-@pytest.mark.both  # stalled in set-up or in the final gather: waits of every kind, named
-@pytest.mark.parametrize("fault, named", [("stop:2@setup", "rank 2 on"), ("stop:0@setup", "rank 0"),
-                                          ("stop:1@gather", "rank 1 on")])
+# stalled in set-up or in the final gather: waits of every kind, named (a worker and rank 0 under both)
+@pytest.mark.parametrize("fault, named", first_under_both([("stop:2@setup", "rank 2 on"), ("stop:0@setup", "rank 0"),
+                                                           ("stop:1@gather", "rank 1 on")], count=2))
 def test_a_rank_stalled_outside_training_is_named_within_the_deadline(tmp_path, fault, named):
     proc, out, took = faulty(tmp_path, "asgd", fault, steps=20)
     assert proc.returncode != 0
