@@ -299,27 +299,19 @@ def cmd_comm(args: argparse.Namespace) -> int:
     sizes = sweep_sizes(parse_bytes(args.minbytes, "-b"), parse_bytes(args.maxbytes, "-e"), args.stepfactor)
     from hpcbench.runtime.mpi.commsweep import comm_sweep
 
-    out = args.out or f"results/comm-{datetime_stamp()}.h5"
+    from hpcbench.results.paths import utc_stamp
+
+    out = args.out or f"results/comm-{utc_stamp()}.h5"
     return comm_sweep(ops, sizes, args.iters, args.warmup, out, args.overwrite)
-
-
-def datetime_stamp() -> str:
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from hpcbench.results.store import read_run
     from hpcbench.runtime.sim.calibrate import describe
 
-    link = None
-    if args.network:
-        from hpcbench.comm.linkfit import chosen_fit
-        from hpcbench.results.commfile import read_comm
+    from hpcbench.results.commfile import measured_link
 
-        link = chosen_fit(read_comm(args.network).fits)
-    print(describe(read_run(args.path), args.noise, link))
+    print(describe(read_run(args.path), args.noise, measured_link(args.network) if args.network else None))
     return 0
 
 

@@ -107,10 +107,9 @@ def parse_network(text: str) -> dict[str, float]:
 
 def measured_network(path: str) -> dict[str, float]:
     """The α–β model and noise a network sweep (``hpcbench comm --out FILE``) fitted."""
-    from hpcbench.comm.linkfit import chosen_fit
-    from hpcbench.results.commfile import read_comm
+    from hpcbench.results.commfile import measured_link
 
-    fit = chosen_fit(read_comm(path).fits)
+    fit = measured_link(path)
     return {"alpha_s": fit.alpha_s, "bandwidth": fit.bandwidth, "noise": fit.noise}
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from hpcbench.comm.linkfit import LinkFit
+from hpcbench.comm.linkfit import LinkFit, chosen_fit
 from hpcbench.errors import UsageError
 
 KIND = "comm"
@@ -106,6 +106,11 @@ def read_comm(path: str | os.PathLike) -> CommFile:
         except KeyError as exc:
             raise UsageError(f"{path} is a comm file without {exc.args[0]!r}: written by something else") from None
     return CommFile(attrs, rows, seconds, fits)
+
+
+def measured_link(path: str | os.PathLike) -> LinkFit:
+    """The fit of a sweep's file that ``simulate`` and ``calibrate`` take (``linkfit.chosen_fit``)."""
+    return chosen_fit(read_comm(path).fits)
 
 
 def _text(value: Any) -> str:

@@ -9,6 +9,7 @@ import secrets
 import shutil
 import stat
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 from hpcbench.errors import UsageError
@@ -204,3 +205,8 @@ def identity(path: str | os.PathLike) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def utc_stamp() -> str:
+    """Now, in UTC, as default file names carry it: ``20261127T013153``."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")

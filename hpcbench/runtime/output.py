@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timezone
 
 from hpcbench.config import RunConfig
 from pathlib import Path
 
-from hpcbench.results.paths import NameHold, identity, run_id, sibling
+from hpcbench.results.paths import NameHold, identity, run_id, sibling, utc_stamp
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
 from hpcbench.runtime.plan import Plan
@@ -17,8 +16,7 @@ from hpcbench.runtime.record import resolved_config
 
 def default_out(cfg: RunConfig, workers: int, mode: str = "mpi") -> str:
     """A readable name, unique even for runs started in the same second on different nodes."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    return f"results/{cfg.algo}-{cfg.dataset}-{cfg.model}-{mode}-w{workers}-s{cfg.seed}-{stamp}-{run_id()}.h5"
+    return f"results/{cfg.algo}-{cfg.dataset}-{cfg.model}-{mode}-w{workers}-s{cfg.seed}-{utc_stamp()}-{run_id()}.h5"
 
 
 class ResultFile:
