@@ -39,6 +39,7 @@ def test_kill_leaves_a_readable_incomplete_file_with_what_was_measured(tmp_path,
     proc, out, took = faulty(tmp_path, algo, f"kill:{victim}@5", steps=100000)
     assert proc.returncode != 0
     assert took < TIMEOUT_S + 30
+    assert out.exists(), proc.stderr[-3000:]  # written before training started
     rec = read_run(out)  # no flag to clear, no torn file: the last complete rewrite
     if rec.attrs["status"] == "aborted":
         assert mpi_family(mpiexec_path()) == "openmpi" and victim != 0, rec.attrs

@@ -20,8 +20,8 @@ def test_a_schedule_kills_distinct_workers_at_equal_intervals_and_leaves_one():
     assert len(schedule(2, 6.0, seed=0, count=5).split(",")) == 1  # never all of them: one of two
 
 
-def cell(algo, workers, kept, dropped=0.0, seeds=2, jitter=0.001):
-    pairs = tuple(Pair(1000.0, 1000.0 * (kept + s * jitter), 0.7, 0.7 - dropped, 0.01, 2, 64) for s in range(seeds))
+def cell(algo, workers, kept, dropped=0.0, seeds=2, jitter=0.001, lost=2):
+    pairs = tuple(Pair(1000.0, 1000.0 * (kept + s * jitter), 0.7, 0.7 - dropped, 0.01, lost, 64) for s in range(seeds))
     return ResilienceCell(algo, workers, pairs)
 
 
@@ -39,6 +39,17 @@ def test_a_family_holds_where_it_keeps_more_goodput_at_every_size_and_loses_no_m
     worse = [cell("allreduce", 8, 0.6), cell("ga-asgd", 8, 0.8, dropped=0.05)]
     assert judge(worse)[FAMILIES["ga-asgd"]].outcome == FAILS
     assert "n=8" in judge(worse)[FAMILIES["ga-asgd"]].checks[0].numbers
+
+
+def test_a_run_that_ended_before_its_failures_makes_its_family_inconclusive():
+    """A failing run that lost fewer workers than its schedule kills compares nothing: the family says so."""
+    cells = [cell("allreduce", 8, 0.6), cell("ga-asgd", 8, 0.99, lost=1), cell("easgd", 8, 0.8)]
+    verdicts = judge(cells)
+    assert verdicts[FAMILIES["ga-asgd"]].outcome == UNCLEAR
+    assert "ga-asgd n=8" in verdicts[FAMILIES["ga-asgd"]].checks[0].numbers
+    assert verdicts[FAMILIES["easgd"]].outcome == HOLDS
+    shrunk = judge([cell("allreduce", 8, 0.6, lost=0), cell("easgd", 8, 0.8)])[FAMILIES["easgd"]]
+    assert shrunk.outcome == UNCLEAR and "allreduce n=8" in shrunk.checks[0].numbers
 
 
 def test_the_toy_study_reports_what_its_files_say(tmp_path):

@@ -75,6 +75,11 @@ class ResilienceCell:
         return mean(p.dropped for p in self.pairs)
 
     @property
+    def short_of_schedule(self) -> bool:
+        """A run with failures lost fewer workers than its schedule kills (it ended first)."""
+        return any(p.lost < min(FAILURES, self.workers - 1) for p in self.pairs)
+
+    @property
     def dropped_spread(self) -> float:
         return spread([p.dropped for p in self.pairs])
 
@@ -111,6 +116,12 @@ def judge(cells: Sequence[ResilienceCell]) -> dict[str, Verdict]:
             out[family] = Verdict(UNCLEAR, (Check(f"{algo} and {SHRINKING} at one size", None, "none finished"),))
             continue
         mine, theirs = [by[(algo, n)] for n in sizes], [by[(SHRINKING, n)] for n in sizes]
+        short = [f"{c.algo} n={c.workers}" for c in mine + theirs if c.short_of_schedule]
+        if short:  # a run that ended before its failures compares nothing
+            out[family] = Verdict(UNCLEAR, (Check("every run with failures lost the workers its schedule kills", None,
+                                                  f"{', '.join(short)}: a run ended before its failures (give the "
+                                                  "runs a larger sample budget)"),))
+            continue
         margin = max(max(c.kept_spread for c in mine + theirs), 0.01)  # 1% of goodput at the least
         kept = compare([c.kept for c in mine], [c.kept for c in theirs], margin)
         noise = max(max(c.dropped_spread for c in mine + theirs), 0.005)
