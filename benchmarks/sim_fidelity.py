@@ -6,8 +6,9 @@ the real file (`hpcbench calibrate`).
 For each link rate, world size and message size: the real run's samples/s and median step, and
 simulated / real for both (1.00 = the simulator predicts the real network exactly); with `--noise CV`
 (the links' spread, as `bare_exchange.py` measures it), also simulated, and calibrated, with that
-noise. Runs with the
-default number of evaluations. One rank per node. Needs root (it brings the emulated cluster up and
+noise. "Reads together": how much of the workers' communication overlaps another worker's (1: convoys
+that read and send at once; see ``together``). One evaluation a run (a payload has no accuracy; the
+reads of the workers' models an evaluation makes come after training, outside samples/s). One rank per node. Needs root (it brings the emulated cluster up and
 takes it down). Run by hand, on an otherwise idle machine:
     python benchmarks/sim_fidelity.py --ranks 4,8 --rates 1gbit,100mbit --params 250000 --keep fidelity/
 and after a change to the simulator, without running anything for real again:
@@ -20,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from tabulate import tabulate
 
 from common import fmt
@@ -27,6 +30,35 @@ from hpcbench.algorithms import ALGORITHMS
 from hpcbench.results.store import read_run
 from hpcbench.launch.emulated import cluster, real_and_simulated, resimulated, simulate_like
 from hpcbench.runtime.sim.models import link_bandwidth
+
+
+def merged(starts: np.ndarray, ends: np.ndarray) -> list[tuple[float, float]]:
+    """The union of intervals, as disjoint intervals in order."""
+    out: list[tuple[float, float]] = []
+    for s, e in sorted(zip(starts.tolist(), ends.tolist())):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def together(path: Path, phase: str = "communicate") -> float:
+    """How much of the workers' time in ``phase`` another worker spends in it too (0: never two at once,
+    1: always together, as in a convoy): over every worker, the time its intervals overlap the union of
+    the others' over its own time in the phase."""
+    rec = read_run(path)
+    tl = rec.timeline
+    code = list(rec.phases).index(phase)
+    mine = (tl["phase"] == code) & (tl["rank"] > 0) & (tl["t_end"] > tl["t_start"])
+    ranks, starts, ends = tl["rank"][mine], tl["t_start"][mine], tl["t_end"][mine]
+    shared = total = 0.0
+    for r in np.unique(ranks):
+        others = merged(starts[ranks != r], ends[ranks != r])
+        for s, e in merged(starts[ranks == r], ends[ranks == r]):
+            total += e - s
+            shared += sum(max(0.0, min(e, oe) - max(s, os_)) for os_, oe in others if os_ < e and oe > s)
+    return shared / total if total > 0 else float("nan")
 
 
 def calibrated(path: Path, out: Path, noise: float) -> dict:
@@ -42,14 +74,14 @@ def calibrated(path: Path, out: Path, noise: float) -> dict:
 
 def point(keep: Path, rate: str, world: int, params: int, algo: str, args: argparse.Namespace) -> list[object]:
     """One point: the real run (unless --resimulate), its simulation and the calibrated one → a table row."""
-    run_args = ["--model", "payload", "--set", f"payload.params={params}",
+    run_args = ["--model", "payload", "--set", f"payload.params={params}", "--set", "evals=1",
                 "--compute", f"gamma:shape=100,mean={args.compute_ms / 1e3:g}", "--steps", args.steps]
     row: list[object] = [rate, world, params, algo]
     out, bandwidth = keep / f"{rate}-{world}-{params}-{algo}", link_bandwidth(f"rate={rate}")
     assert bandwidth is not None, f"not a tc rate: {rate}"
     pair = (resimulated if args.resimulate else real_and_simulated)(algo, world, run_args, bandwidth, out, args.timeout)
     if pair.failure:
-        return row + [pair.failure] + ["-"] * 6
+        return row + [pair.failure] + ["-"] * 7
     real, sim = read_run(pair.real).summary, read_run(pair.simulated).summary
 
     def ratio(summary: dict) -> str:
@@ -62,7 +94,8 @@ def point(keep: Path, rate: str, world: int, params: int, algo: str, args: argpa
         noisy_cal = ratio(calibrated(pair.real, out.with_suffix(".calibrated-noise.h5"), args.noise))
     return row + [f"{real['samples_per_s']:.0f}", f"{1e3 * real['median_step_s']:.1f}", ratio(sim),
                   fmt(sim["median_step_s"] / real["median_step_s"], 2), noisy,
-                  ratio(calibrated(pair.real, out.with_suffix(".calibrated.h5"), 0.0)), noisy_cal]
+                  ratio(calibrated(pair.real, out.with_suffix(".calibrated.h5"), 0.0)), noisy_cal,
+                  f"{together(pair.real):.2f} / {together(pair.simulated):.2f}"]
 
 
 def main() -> None:
@@ -105,7 +138,8 @@ def main() -> None:
                     cluster("down")
     print()
     print(tabulate(rows, headers=["rate", "ranks", "floats", "algorithm", "samples/s", "step ms", "sim/real samples/s",
-                                  "sim/real step", "with noise", "calibrated sim/real samples/s", "calibrated with noise"]))
+                                  "sim/real step", "with noise", "calibrated sim/real samples/s", "calibrated with noise",
+                                  "reads together real / sim"]))
 
 
 if __name__ == "__main__":
