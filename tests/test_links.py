@@ -1,5 +1,5 @@
-"""The simulator's links (each direction shared fairly by the transfers in it, transfers between one
-pair in order) and window locks (granted in the order asked), against hand-worked times and a naive
+"""The simulator's links (each direction shared by the transfers in it, equally or by weights,
+transfers between one pair in order) and window locks (granted in the order asked), against hand-worked times and a naive
 fluid simulation."""
 import heapq
 import itertools
@@ -7,6 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
+from conftest import cli
+from hpcbench.results.store import read_run
 from hpcbench.runtime.sim.links import Links, WindowLock
 
 B = 1e6  # bytes per second
@@ -15,9 +17,9 @@ B = 1e6  # bytes per second
 class Loop:
     """A bare event loop driving Links: ``send(t, src, dst, nbytes)`` → the time it arrives."""
 
-    def __init__(self, ranks: int) -> None:
+    def __init__(self, ranks: int, weights=None) -> None:
         self.now, self.heap, self.seq = 0.0, [], itertools.count()
-        self.links = Links(ranks, B, self.at)
+        self.links = Links(ranks, B, self.at, weights)
         self.arrived: dict[int, float] = {}
 
     def at(self, t, action, *args):
@@ -103,6 +105,47 @@ def test_a_server_read_by_many_workers_matches_a_fluid_simulation(seed):
         assert got[i] == pytest.approx(want[i], abs=2e-3)
 
 
+def test_weighted_transfers_share_a_link_in_proportion_and_no_byte_is_lost():
+    # weights 3 and 1: the first at 0.75 B is done at 4/3 s; the other has 1/3 of its bytes, the rest alone
+    loop = Loop(3, weights=iter([3.0, 1.0]).__next__)
+    loop.send(0.0, 0, 1, 1e6, 1)
+    loop.send(0.0, 0, 2, 1e6, 2)
+    assert loop.run() == {1: pytest.approx(4 / 3), 2: pytest.approx(2.0)}
+    alone = Loop(2, weights=iter([0.2]).__next__)  # a weight changes nothing for a transfer alone
+    alone.send(0.0, 0, 1, 1e6, 1)
+    assert alone.run() == {1: pytest.approx(1.0)}
+
+
+def weighted_fluid(transfers: list[tuple[float, int, int, float]], weights: list[float], dt: float) -> list[float]:
+    """A naive reference for a server's sending end: step time by ``dt``; the active transfers share
+    the bandwidth in proportion to their weights."""
+    left, done, t = [n for _, _, _, n in transfers], [np.inf] * len(transfers), 0.0
+    while any(d == np.inf for d in done):
+        active = [i for i, tr in enumerate(transfers) if tr[0] <= t + 1e-12 and done[i] == np.inf]
+        total = sum(weights[i] for i in active)
+        for i in active:
+            left[i] -= dt * B * weights[i] / total
+            if left[i] <= 1e-9:
+                done[i] = t + dt
+        t += dt
+    return done
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_server_read_by_many_weighted_transfers_matches_a_fluid_simulation(seed):
+    rng = np.random.default_rng(seed)
+    transfers = [(float(rng.uniform(0, 1)), 0, w, float(rng.uniform(0.1e6, 1e6))) for w in range(1, 7)]
+    weights = [float(x) for x in rng.gamma(4.0, 0.25, len(transfers))]
+    order = sorted(range(len(transfers)), key=lambda i: transfers[i][0])  # the links draw in start order
+    loop = Loop(7, weights=iter([weights[i] for i in order]).__next__)
+    for i, (start, src, dst, nbytes) in enumerate(transfers):
+        loop.send(start, src, dst, nbytes, i)
+    got = loop.run()
+    want = weighted_fluid(transfers, weights, dt=1e-4)
+    for i in range(len(transfers)):
+        assert got[i] == pytest.approx(want[i], abs=2e-3)
+
+
 def test_window_locks_are_granted_in_the_order_asked():
     lock, order = WindowLock(), []
     assert lock.acquire(False, lambda: order.append("r1"))  # a read: held at once
@@ -116,3 +159,26 @@ def test_window_locks_are_granted_in_the_order_asked():
     for granted in lock.release(True):
         granted()
     assert order == ["publish", "r3"] and lock.shared == 1 and not lock.exclusive
+
+
+def reads_together(path) -> float:
+    """How much of worker 1's time reading the server's model worker 2 spends reading it too."""
+    rec = read_run(path)
+    tl, code = rec.timeline, list(rec.phases).index("communicate")
+    spans = {w: [(s, e) for r, p, s, e in zip(tl["rank"], tl["phase"], tl["t_start"], tl["t_end"])
+                 if r == w and p == code and e - s > 0.05] for w in (1, 2)}
+    shared = sum(max(0.0, min(e, e2) - max(s, s2)) for s, e in spans[1] for s2, e2 in spans[2])
+    return shared / sum(e - s for s, e in spans[1])
+
+
+def test_a_servers_two_readers_fall_into_a_convoy_with_equal_shares_and_drift_apart_by_default(tmp_path):
+    """Over a slow link (1.2 MB a message, 0.48 s), equal shares keep two workers that start together
+    reading and sending in step; the links' uneven sharing lets them alternate, as real ones do."""
+    args = ["simulate", "--algo", "asgd", "--workers", "2", "--model", "payload", "--set", "payload.params=300000",
+            "--compute", "gamma:shape=100,mean=0.02", "--steps", "20", "--network", "alpha=1e-5,bandwidth=2.5e6",
+            "--numerics", "off", "--set", "evals=1"]
+    assert cli(*args, "--set", "sim.share_cv=0", "--out", str(tmp_path / "equal.h5"))[0] == 0
+    assert cli(*args, "--out", str(tmp_path / "uneven.h5"))[0] == 0
+    assert reads_together(tmp_path / "equal.h5") > 0.95 and reads_together(tmp_path / "uneven.h5") < 0.8
+    speed = {name: read_run(tmp_path / f"{name}.h5").summary["samples_per_s"] for name in ("equal", "uneven")}
+    assert speed["uneven"] > 1.2 * speed["equal"]  # alternating, each link carries one transfer at a time

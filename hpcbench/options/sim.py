@@ -47,6 +47,13 @@ class SimConfig:
     # bucket's bursts). It costs nothing on average, but lets ranks drift apart where the pattern
     # amplifies drift (SGP's shifted peers with sends that complete at once); bare_exchange measures it.
     noise: float = bounded(0.0, low=0)
+    # How transfers through one direction of a link share it: in proportion to a weight each draws
+    # (gamma, mean 1, this coefficient of variation; 0: equal shares; 0.3 measured over emulated
+    # links, see docs/measurements.md). Alone, a transfer has the whole
+    # link; together, TCP flows split it unevenly, and which one gets more changes from one to the
+    # next (benchmarks/link_sharing.py) -- which is what keeps a parameter server's readers from
+    # settling into convoys that read and send in step.
+    share_cv: float = bounded(0.3, low=0, high=10)
     apply_s: float = bounded(-1.0, low=0, high=MAX_MESSAGE_S, unit="seconds", resolves="2 ns per model parameter")  # rank 0's work per received message
     update_s: float = bounded(-1.0, low=0, high=MAX_MESSAGE_S, unit="seconds", resolves="1 ns per model parameter")  # a worker's own math per step
     # How one-sided operations progress: "async" (without the target, as RDMA hardware or an

@@ -93,7 +93,7 @@ class Engine:
     def __init__(self, algo: Algorithm, layout: Layout, cfg: SimConfig, compute: ComputeModel,
                  gradient: GradientFn, logs: RunLogs, real_size: int, progress: ProgressLine | None = None,
                  jitter: Draws | None = None, noise: Draws | None = None,
-                 deaths: dict[int, float] | None = None) -> None:
+                 deaths: dict[int, float] | None = None, shares: Draws | None = None) -> None:
         """``deaths``: workers that fail, and when (virtual seconds)."""
         self.cfg, self.compute_model, self.gradient, self.logs = cfg, compute, gradient, logs
         self.progress_line, self.jitter, self.noise = progress, jitter, noise
@@ -107,10 +107,11 @@ class Engine:
         self.steps = [0] * (n + 1)
         self.end = [0.0] * (n + 1)
         self.finished = [False] * (n + 1)
-        # Full-duplex links, each direction shared fairly by the transfers in it; passive-target locks.
+        # Full-duplex links, each direction shared by the transfers in it (by their drawn weights);
+        # passive-target locks.
         self.heap: list[tuple[float, int, Callable[..., None], tuple]] = []
         self.at = scheduler(self.heap)
-        self.links = Links(n + 1, cfg.bandwidth, self.at)
+        self.links = Links(n + 1, cfg.bandwidth, self.at, None if shares is None else shares.sample)
         self.wire_free: dict[tuple[int, int], float] = {}  # when each pair's latest transfer reached the wire
         self.eager_arrives: dict[tuple[int, int], float] = {}  # when each pair's latest eager message arrives
         self.locks: dict[tuple[str, int], WindowLock] = {}

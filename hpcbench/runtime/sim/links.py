@@ -1,11 +1,12 @@
 """The simulator's network links and window locks, in virtual time.
 
 Links: every rank has a full-duplex link, a send and a receive direction of the same bandwidth. The
-transfers under way through one direction share it equally (processor sharing), as TCP flows
-through one bottleneck do: two peers reading one rank's model each get half its send rate and both
-finish after two message times (measured over emulated links: 1 MB read by 1, 2 and 4 peers at once
-over 100 Mbit/s: 64, 95–160 and 210–320 ms), where first-come-first-served would finish one after
-one message time and the other after two. A transfer is done when both of its directions have
+transfers under way through one direction share it in proportion to their weights (weighted
+processor sharing; equal weights by default of ``weights``): a transfer alone has all of it, and TCP
+flows through one bottleneck split it unevenly, which one gets more changing from one transfer to
+the next (benchmarks/link_sharing.py: the first of two peers reading one rank's model at once done
+after 1.6–1.9 message times on average, single rounds 1.1–2.1, where equal shares finish both after
+two and first-come-first-served one after one). A transfer is done when both of its directions have
 served it. Transfers between the same two ranks go one after another (one connection carries them
 in order). Each direction is served in its own right, so a transfer held back at its sender still
 takes an equal share at its receiver (a fair-share approximation that is exact when only one end
@@ -27,27 +28,31 @@ Done = Callable[[], None]
 
 
 class Direction:
-    """One direction of one rank's link. ``served``: bytes each transfer in it has received so far
-    (all in it are served alike), so a transfer of ``n`` bytes that joined when ``served`` was ``s``
-    leaves at ``s + n``. ``due``: when the next departure event is scheduled; a transfer joining
-    only delays departures, so that event stays and, if early, finds nothing leaving and schedules
-    the next (one event however many join meanwhile); ``version`` tells it from events superseded
-    by an earlier one."""
+    """One direction of one rank's link, shared by the transfers in it in proportion to their
+    weights. ``served``: bytes a transfer of weight 1 in it has received so far (one of weight w has
+    received w times as many), so a transfer of ``n`` bytes and weight ``w`` that joined when
+    ``served`` was ``s`` leaves at ``s + n / w``; ``weight``: the weights in it, summed. ``due``: when
+    the next departure event is scheduled; a transfer joining only delays departures, so that event
+    stays and, if early, finds nothing leaving and schedules the next (one event however many join
+    meanwhile); ``version`` tells it from events superseded by an earlier one."""
 
-    __slots__ = ("active", "served", "since", "tags", "version", "due")
+    __slots__ = ("active", "weight", "served", "since", "tags", "version", "due")
 
     def __init__(self) -> None:
         self.active = 0
+        self.weight = 0.0
         self.served = 0.0
         self.since = 0.0
-        self.tags: list[tuple[float, int]] = []  # heap of (served when it leaves, transfer id)
+        self.tags: list[tuple[float, int, float]] = []  # heap of (served when it leaves, transfer id, weight)
         self.version = 0
         self.due = math.inf
 
 
 class Links:
-    def __init__(self, ranks: int, bandwidth: float, at: Schedule) -> None:
-        self.bandwidth, self.at = bandwidth, at
+    """``weights``: each transfer's weight where several share a direction (None: all 1, equal shares)."""
+
+    def __init__(self, ranks: int, bandwidth: float, at: Schedule, weights: Callable[[], float] | None = None) -> None:
+        self.bandwidth, self.at, self.weights = bandwidth, at, weights
         self.sending = [Direction() for _ in range(ranks)]
         self.receiving = [Direction() for _ in range(ranks)]
         self.left: dict[int, list] = {}  # transfer id → [directions still serving it, pair, done]
@@ -68,8 +73,9 @@ class Links:
     def send(self, pair: tuple[int, int], nbytes: float, done: Done, now: float) -> None:
         tid = next(self.ids)
         self.left[tid] = [2, pair, done]
-        self.join(self.sending[pair[0]], tid, nbytes, now)
-        self.join(self.receiving[pair[1]], tid, nbytes, now)
+        weight = 1.0 if self.weights is None else self.weights()
+        self.join(self.sending[pair[0]], tid, nbytes, weight, now)
+        self.join(self.receiving[pair[1]], tid, nbytes, weight, now)
 
     def finished(self, tid: int, now: float) -> None:
         entry = self.left[tid]
@@ -87,18 +93,19 @@ class Links:
 
     def advance(self, d: Direction, now: float) -> None:
         if d.active:
-            d.served += (now - d.since) * self.bandwidth / d.active
+            d.served += (now - d.since) * self.bandwidth / d.weight
         d.since = now
 
-    def join(self, d: Direction, tid: int, nbytes: float, now: float) -> None:
+    def join(self, d: Direction, tid: int, nbytes: float, weight: float, now: float) -> None:
         self.advance(d, now)
-        heapq.heappush(d.tags, (d.served + nbytes, tid))
+        heapq.heappush(d.tags, (d.served + nbytes / weight, tid, weight))
         d.active += 1
+        d.weight += weight
         self.reschedule(d, now)
 
     def reschedule(self, d: Direction, now: float) -> None:
         if d.tags:
-            t = now + (d.tags[0][0] - d.served) * d.active / self.bandwidth
+            t = now + (d.tags[0][0] - d.served) * d.weight / self.bandwidth
             if t < d.due:
                 d.version += 1
                 d.due = t
@@ -110,7 +117,7 @@ class Links:
         itself (late in a long run a float second holds fewer digits: an event that moved no byte would
         else be rescheduled at ``now`` without end)."""
         left = tag - d.served
-        return left <= d.served * 1e-12 + 1e-9 or now + left * d.active / self.bandwidth <= now
+        return left <= d.served * 1e-12 + 1e-9 or now + left * d.weight / self.bandwidth <= now
 
     def tick(self, d: Direction, version: int, now: float) -> None:
         if version != d.version:
@@ -119,8 +126,10 @@ class Links:
         self.advance(d, now)
         finished = []
         while d.tags and self.served_by(d, d.tags[0][0], now):
-            finished.append(heapq.heappop(d.tags)[1])
+            _, tid, weight = heapq.heappop(d.tags)
+            finished.append(tid)
             d.active -= 1
+            d.weight = d.weight - weight if d.active else 0.0  # no rounding left over once empty
         self.reschedule(d, now)
         for tid in finished:
             self.finished(tid, now)

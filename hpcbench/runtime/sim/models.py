@@ -40,6 +40,13 @@ def noise(cfg: SimConfig, seed: int) -> Draws | None:
     return Draws(lambda rng, k: rng.gamma(1 / cv**2, cv**2, k), [seed, 0x4015]) if cv > 0 else None
 
 
+def shares(cfg: SimConfig, seed: int) -> Draws | None:
+    """Each transfer's weight where transfers share a link: gamma of mean 1 and coefficient of
+    variation ``share_cv`` (None when it is 0: equal shares)."""
+    cv = cfg.share_cv
+    return Draws(lambda rng, k: rng.gamma(1 / cv**2, cv**2, k), [seed, 0x5A4E]) if cv > 0 else None
+
+
 TC_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8,
             "bps": 1.0, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}  # tc's rate units, in bytes per second
 

@@ -22,7 +22,7 @@ from hpcbench.runtime.output import ResultFile, expected_bytes, result_line
 from hpcbench.runtime.record import RankResult, build_record
 from hpcbench.runtime.sim.engine import Engine, GradientFn, Pending
 from hpcbench.options.sim import SimConfig
-from hpcbench.runtime.sim.models import jitter, noise
+from hpcbench.runtime.sim.models import jitter, noise, shares
 from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.workload.compute import ComputeModel
 
@@ -124,7 +124,7 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     progress = run.progress("simulating ", "samples/s simulated (wall clock)") if show_progress else None
     slow = {r: run.slow_factor(r) for r in run.stragglers}
     engine = Engine(algo, run.layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, message_params,
-                    progress, jitter(sim, cfg.seed), noise(sim, cfg.seed), deaths)
+                    progress, jitter(sim, cfg.seed), noise(sim, cfg.seed), deaths, shares(sim, cfg.seed))
     # The collector stays paused until the record is built: the run keeps millions of live numbers and
     # rows, which each full collection would walk again (0.8 s at 1,024 workers); the engine makes no cycles.
     with collector_paused():
