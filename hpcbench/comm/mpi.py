@@ -1037,7 +1037,10 @@ class MpiComm:
         return self.local_rank, self.local_size
 
     def abort(self, code: int) -> None:
-        if self.orphaned:  # MPI_Abort asks the launcher, which is gone: end this process directly
+        # MPI_Abort asks the launcher, which is gone; or, under ULFM, rank 0 has failed and every worker
+        # learns it and ends by itself (an abort then hung Open MPI 5's launcher in 2 of 10 runs here):
+        # end this process directly.
+        if self.orphaned or (self.failures is not None and 0 in self.failures.known):
             time.sleep(ABORT_PAUSE_S)
             os._exit(code)
         # Hydra reads a rank's stderr and its abort on different sockets: a line printed just before
