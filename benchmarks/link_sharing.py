@@ -2,9 +2,10 @@
 window at once (one-sided gets of MESSAGE bytes each, started together after a barrier), ROUNDS
 times, and the time each needs, in order of finishing, in message times (bytes / rate). Equal
 shares (processor sharing) finish all K together after K message times; first come, first served
-one after another at 1, 2, ..., K. The simulator's ``sim.first_share`` (the share the older of two
-transfers gets) is fitted to these: printed is the value whose model times are nearest the mean
-measured ones. Run across the emulated cluster (rank 0 on a node of its own, one peer per node):
+one after another at 1, 2, ..., K. Printed beside them: the share of the link the first to finish
+would need to have had, in a model where the j-th gets a weight ((1 - s) / s)^j, nearest the mean
+measured times (0.5: equal shares); the simulator's ``sim.share_cv`` is chosen so that random
+weights give the first of two that share on average (0.3: 58%). Run across the emulated cluster (rank 0 on a node of its own, one peer per node):
     jobs/local/mpiexec-emulated -n 5 python benchmarks/link_sharing.py --rate 20mbit --peers 1,2,4
 """
 import argparse
@@ -66,7 +67,7 @@ def main() -> None:
             print(f"{args.rate} {args.bytes} B, {k} peer(s): finishing, in message times ({unit * 1e3:.0f} ms): "
                   + " ".join(f"{x:.2f}" for x in mean)
                   + f" (spread of the first {np.min(rounds, axis=0)[0] / unit:.2f}-{np.max(rounds, axis=0)[0] / unit:.2f})"
-                  + (f"; nearest first_share {best:.2f} (model {' '.join(f'{x:.2f}' for x in ordered_times(k, best))})"
+                  + (f"; nearest share of the first {best:.2f} (model {' '.join(f'{x:.2f}' for x in ordered_times(k, best))})"
                      if k > 1 else ""), flush=True)
     win.Free()
 

@@ -34,17 +34,20 @@ def jitter(cfg: SimConfig, seed: int) -> Draws | None:
     return Draws(lambda rng, k: rng.exponential(mean, k), [seed, 0x7177]) if mean > 0 else None
 
 
+def unit_gamma(cv: float, seed: list[int]) -> Draws | None:
+    """Gamma draws of mean 1 and coefficient of variation ``cv`` (None when it is 0)."""
+    return Draws(lambda rng, k: rng.gamma(1 / cv**2, cv**2, k), seed) if cv > 0 else None
+
+
 def noise(cfg: SimConfig, seed: int) -> Draws | None:
     """Factors on each transfer's bytes: gamma of mean 1 and coefficient of variation ``noise``."""
-    cv = cfg.noise
-    return Draws(lambda rng, k: rng.gamma(1 / cv**2, cv**2, k), [seed, 0x4015]) if cv > 0 else None
+    return unit_gamma(cfg.noise, [seed, 0x4015])
 
 
 def shares(cfg: SimConfig, seed: int) -> Draws | None:
     """Each transfer's weight where transfers share a link: gamma of mean 1 and coefficient of
     variation ``share_cv`` (None when it is 0: equal shares)."""
-    cv = cfg.share_cv
-    return Draws(lambda rng, k: rng.gamma(1 / cv**2, cv**2, k), [seed, 0x5A4E]) if cv > 0 else None
+    return unit_gamma(cfg.share_cv, [seed, 0x5A4E])
 
 
 TC_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8,
