@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.launch.local import fault_tolerance, launch_env, mpi_command, mpiexec_path
+from hpcbench.launch.local import fault_tolerance, launch_env, mpi_command, mpiexec_for_launch, mpiexec_path
 
 MPI_TIMEOUT_S = 150
 
@@ -91,7 +91,7 @@ def mpirun(ranks: int, *args: str, timeout: float = MPI_TIMEOUT_S, module: str |
         cmd = mpi_command(ranks, list(args), tolerate=tolerate)
     else:
         ulfm = ["--with-ft", "ulfm"] if tolerate else []
-        cmd = [mpiexec_path(), *ulfm, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", module, *args]
+        cmd = [mpiexec_for_launch(), *ulfm, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", module, *args]
     full_env = launch_env(ranks)
     full_env.update(env or {})
     # A session of its own: on timeout every rank goes too (a rank left behind would hold the pipes open).

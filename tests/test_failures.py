@@ -8,6 +8,7 @@ import io
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -18,7 +19,8 @@ import pytest
 from conftest import cli, mpirun, requires_mpi
 from hpcbench.errors import PeerFailure, Stopped, UsageError, WaitTimeout, error_line, failure_status
 from hpcbench.results.store import read_run, result_status, write_run
-from hpcbench.launch.local import RANK_VARS, launch_env, mpi_command, mpi_family, mpiexec_path, own_lines
+from hpcbench.launch.local import (RANK_VARS, launch_env, mpi_command, mpi_family, mpiexec_path, own_lines,
+                                  reclaim_stale_sessions)
 
 pytestmark = pytest.mark.both  # depends on the MPI family: run under each (.ci/run)
 
@@ -331,3 +333,34 @@ def test_a_stop_or_kill_fault_waits_until_no_lock_is_held(monkeypatch, kind):
         assert sent == []
     injector.check(now=1.1, step=3)
     assert sent == [signal.SIGSTOP if kind == "stop" else signal.SIGKILL]
+
+
+def test_only_the_sessions_of_launchers_no_longer_running_are_reclaimed(tmp_path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale, live, other = tmp_path / f"ompi.{gone.pid}", tmp_path / f"ompi.{os.getpid()}", tmp_path / "ompi.x1"
+    for path in (stale, live, other):
+        (path / "1").mkdir(parents=True)
+        (path / "pmix.vm.tool").write_text("left by a killed launcher")
+    assert reclaim_stale_sessions(str(tmp_path)) == [stale]
+    assert not stale.exists() and live.exists() and other.exists()
+
+
+NEXT_PID = Path("/proc/sys/kernel/ns_last_pid")
+
+
+@requires_mpi
+@pytest.mark.skipif(not os.access(NEXT_PID, os.W_OK), reason="choosing the next process id needs root")
+def test_a_launcher_given_the_pid_of_one_killed_before_it_still_starts(tmp_path):
+    """Open MPI's launcher killed by SIGKILL leaves TMPDIR/ompi.<pid>; the next one given that pid found its
+    rendezvous files and stopped ("The PMIx server's listener thread failed to start", exit 213)."""
+    mpi_family(mpiexec_path())  # (known before the launch: asking the launcher starts a process)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    session = Path(tempfile.gettempdir()) / f"ompi.{gone.pid}"
+    for name in ("pmix.vm.tool", f"pmix.vm.tool.{gone.pid}", f"pmix.vm.tool.prterun-vm-{gone.pid}@0"):
+        (session / "1").mkdir(parents=True, exist_ok=True)
+        (session / name).write_text("a rendezvous file of a killed launcher\n")
+    NEXT_PID.write_text(str(gone.pid - 1))  # the next process this one starts is the launcher
+    proc = mpirun(1, "list")
+    assert proc.returncode == 0 and "asgd" in proc.stdout, proc.stderr

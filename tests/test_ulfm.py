@@ -15,7 +15,7 @@ import pytest
 from conftest import mpirun, ok, requires_ulfm
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms.api import PARAMETER_SERVER
-from hpcbench.launch.local import RANK_VARS, launch_env, mpiexec_path
+from hpcbench.launch.local import RANK_VARS, launch_env, mpiexec_for_launch
 from hpcbench.results.schema import DETECTED_BY
 from hpcbench.results.store import read_run
 
@@ -126,7 +126,7 @@ def test_a_worker_killed_from_outside_at_a_random_moment_is_outlived(tmp_path, a
     """Not an injected fault (which waits for its rank to hold no lock): a SIGKILL from outside, at any
     moment, inside a read of the server's window or a collective alike."""
     out = tmp_path / f"{algo}.h5"
-    cmd = [mpiexec_path(), "--with-ft", "ulfm", "-n", str(WORKERS + 1), sys.executable, "-m", "mpi4py", "-m",
+    cmd = [mpiexec_for_launch(), "--with-ft", "ulfm", "-n", str(WORKERS + 1), sys.executable, "-m", "mpi4py", "-m",
            "hpcbench", "run", "--algo", algo, *PAYLOAD, "--out", str(out)]
     proc = subprocess.Popen(cmd, env=launch_env(WORKERS + 1), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)

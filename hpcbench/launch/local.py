@@ -171,6 +171,53 @@ def kills(args: Sequence[str]) -> bool:
     return False
 
 
+# Open MPI's launcher keeps its session in TMPDIR/ompi.<its pid> and removes it when it ends; one that
+# was killed leaves it behind, and the next launcher given the same pid finds its rendezvous files and
+# stops ("The PMIx server's listener thread failed to start", exit 213).
+OPENMPI_SESSION = re.compile(r"^(ompi|prte)\.(\d+)$")
+
+
+def reclaim_stale_sessions(tmp: str | None = None) -> list[Path]:
+    """Remove the session directories of Open MPI launchers that are no longer running (ours alone);
+    return them."""
+    removed = []
+    base = Path(tmp or tempfile.gettempdir())
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = OPENMPI_SESSION.match(entry.name)
+        if not match or not process_gone(int(match.group(2))):
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink() and entry.stat().st_uid == os.geteuid():
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry)
+        except OSError:
+            continue
+    return removed
+
+
+def process_gone(pid: int) -> bool:
+    """Whether no process has this id (one we may not signal is still there)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
+
+
+def mpiexec_for_launch() -> str:
+    """The mpiexec to launch with, its family's leftovers cleared (see OPENMPI_SESSION)."""
+    mpiexec = mpiexec_path()
+    if mpi_family(mpiexec) == "openmpi":
+        reclaim_stale_sessions()
+    return mpiexec
+
+
 def mpi_command(ranks: int, args: Sequence[str], emulated: bool = False, tolerate: bool | None = None) -> list[str]:
     """``mpiexec`` running ``hpcbench ARGS`` on ``ranks`` ranks; ``emulated``: across the emulated
     cluster's nodes, filled in turn as Slurm's block distribution does (rank 0 on the first node).
@@ -178,7 +225,7 @@ def mpi_command(ranks: int, args: Sequence[str], emulated: bool = False, tolerat
     by default when the run kills a rank on purpose."""
     program = [sys.executable, "-m", "mpi4py", "-m", "hpcbench", *args]
     if not emulated:
-        mpiexec = mpiexec_path()
+        mpiexec = mpiexec_for_launch()
         ulfm = kills(args) if tolerate is None else tolerate
         tolerant = ["--with-ft", "ulfm"] if ulfm and mpi_family(mpiexec) == "openmpi" else []
         return [mpiexec, *tolerant, "-n", str(ranks), *program]
