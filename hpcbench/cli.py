@@ -113,24 +113,38 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise
         records = []
     group_by = None if args.group_by is None else [k for k in args.group_by.split(",") if k]
-    text = report_text(records, args.format, args.target, group_by, args.table, failed)
     if args.format == "html":
-        from hpcbench.report.html import page
-        from hpcbench.report.plots import plot_images
-
-        print(page([text], plot_images(records, args.target), len(records)), end="")
+        print(html_report(records, args.target, group_by, args.table, failed, args.wide), end="")
         return strictly(args, skipped, 0)
-    print(text)
+    print(report_text(records, args.format, args.target, group_by, args.table, failed, args.wide))
     if args.plot:
-        from hpcbench.report.plots import write_plots
+        from hpcbench.report.plots import write_figures
+        from hpcbench.report.tables import build
 
         try:
-            plots = write_plots(records, args.plot, args.target)
+            plots = write_figures(build(records, args.target, group_by).figures, args.plot)
         except OSError as exc:
             raise UsageError(f"cannot write plots to --plot {args.plot!r}: {exc.strerror or exc}") from None
-        for name, series in plots.items():
-            print(f"plot: {args.plot}/{name} ({', '.join(series)})")
+        for name, labels in plots.items():
+            print(f"plot: {args.plot}/{name} ({len(labels)} curves: {', '.join(labels)})")
     return strictly(args, skipped, 0)
+
+
+def html_report(records: list, target: float, group_by: list[str] | None, table: str | None,
+                failed: list, wide: bool) -> str:
+    """The html page; without matplotlib it says so, on the page and in one line on stderr."""
+    from hpcbench.report.html import figures_html, page
+    from hpcbench.report.plots import NO_MATPLOTLIB, have_matplotlib, images
+    from hpcbench.report.tables import build, report_text
+
+    figures = build(records, target, group_by).figures if table is None else []
+    plots = ""
+    if figures and have_matplotlib():
+        plots = figures_html(images(figures))
+    elif figures:
+        print(f"report: {NO_MATPLOTLIB} (the page has no plots)", file=sys.stderr)
+        plots = figures_html({}, f"No plots: {NO_MATPLOTLIB}")
+    return page([report_text(records, "html", target, group_by, table, failed, wide, plots)], len(records))
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -528,6 +542,8 @@ def build_parser() -> Parser:
                    "setting that differs between runs, seed excepted); '' pools all but algorithm and mode")
     p.add_argument("--table", choices=("runs", "scaling"), help="only this table (csv holds exactly one)")
     p.add_argument("--plot", metavar="DIR", help="also write PNG plots there (needs matplotlib)")
+    p.add_argument("--wide", action="store_true", help="every column in the tables (by default they fit in 120 "
+                   "columns: the settings folded into the group's name, the rest one click away in html)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("diff", help="per-cell changes between two studies and the configuration that differs")

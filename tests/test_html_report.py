@@ -2,6 +2,9 @@
 (``.ci/run`` installs Debian's package where apt-get works)."""
 from __future__ import annotations
 
+import html
+import json
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -76,20 +79,68 @@ def page_file(tmp_path_factory) -> Path:
 
 
 def check_shows_the_report(page: Page) -> None:
-    runs, scaling, unfinished = page.tables
-    assert runs[0][:4] == ["algorithm", "mode", "nodes", "workers"]
-    assert sorted((r[0], r[3]) for r in runs[1:]) == [("allreduce", "1"), ("allreduce", "2"), ("asgd", "1"),
+    scaling, runs = page.tables[0], page.tables[2]  # each narrow table, then the same with every column
+    assert scaling[0][:4] == ["group", "workers", "runs", "samples/s"] and runs[0][:3] == ["group", "workers", "samples/s"]
+    assert sorted((r[0], r[1]) for r in runs[1:]) == [("allreduce", "1"), ("allreduce", "2"), ("asgd", "1"),
                                                         ("asgd", "2")]
-    timed_out = next(r for r in scaling[1:] if r[0] == "allreduce" and r[3] == "2")
+    timed_out = next(r for r in scaling[1:] if r[0] == "allreduce" and r[1] == "2")
     assert "TIMEOUT" in timed_out and "0 (1 failed)" in timed_out
+    every = page.tables[1]
+    assert every[0][:4] == ["algorithm", "mode", "nodes", "workers"] and "staleness mean" in every[0]
+    unfinished = page.tables[4]
     assert unfinished[1][:3] == ["allreduce", "2", "timeout"] and "timed out after 9 s" in unfinished[1][4]
-    assert len(page.images) == 4 and all(src.startswith("data:image/png;base64,") for src in page.images)
+    assert len(page.images) == 6 and all(src.startswith("data:image/png;base64,") for src in page.images)
 
 
 def test_the_page_is_self_contained_and_holds_the_tables_and_plots(page_file):
     page = parse(page_file.read_text())
     assert not page.outside
     check_shows_the_report(page)
+
+
+def test_the_page_answers_first_then_plots_then_tables(page_file):
+    text = page_file.read_text()
+    headline, plots, table = text.index('<section id="headline">'), text.index('<section id="plots">'), text.index("<table")
+    assert headline < plots < table
+    answer = text[headline:plots]
+    assert "<b>1 workers</b>" in answer and "<b>2 workers</b>" in answer
+    assert "most samples/s: asgd" in answer  # allreduce at 2 timed out: asgd is the only curve there
+
+
+# Measures the page as the browser laid it out, into an attribute --dump-dom shows.
+PROBE = """<script>
+window.addEventListener("load", () => {
+  const top = (sel) => { const e = document.querySelector(sel); return e ? e.getBoundingClientRect().top : -1; };
+  const images = [...document.images].map((i) => [i.naturalWidth, i.getBoundingClientRect().width]);
+  document.body.dataset.probe = JSON.stringify({scroll: document.documentElement.scrollWidth,
+    inner: window.innerWidth, images, headline: top("#headline"), plots: top("#plots"), table: top("table")});
+});
+</script>"""
+
+
+def laid_out(page_file: Path, tmp_path: Path, width: int) -> dict:
+    probed = tmp_path / f"probed-{width}.html"
+    probed.write_text(page_file.read_text().replace("</body>", PROBE + "</body>"))
+    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                          f"--window-size={width},900", "--virtual-time-budget=5000", "--dump-dom", probed.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'data-probe="([^"]*)"', dom.stdout)
+    assert found, dom.stdout[-2000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium here (Debian: apt-get install chromium)")
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("width", [1280, 800])
+def test_in_headless_chromium_the_page_never_scrolls_sideways_and_its_plots_keep_their_size(page_file, tmp_path,
+                                                                                             width):
+    probe = laid_out(page_file, tmp_path, width)
+    assert probe["scroll"] <= probe["inner"] == width, probe  # no horizontal scroll
+    assert 0 <= probe["headline"] < probe["plots"] < probe["table"], probe  # the answer on the first screen
+    assert probe["headline"] < 300, probe
+    # Plots are drawn at 100 dpi (10-point legends: 14 px): shown at 85% or more of their size (or of 800 px).
+    assert probe["images"] and all(shown >= 0.85 * min(natural, 800) for natural, shown in probe["images"]), probe
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium here (Debian: apt-get install chromium)")
@@ -100,9 +151,20 @@ def test_headless_chromium_renders_the_page(page_file, tmp_path):
     assert dom.returncode == 0, dom.stderr[-2000:]
     check_shows_the_report(parse(dom.stdout))  # what the browser built from the page
     shot = tmp_path / "page.png"
-    subprocess.run([*flags, "--window-size=1400,1600", f"--screenshot={shot}", page_file.as_uri()],
+    subprocess.run([*flags, "--window-size=1280,1600", f"--screenshot={shot}", page_file.as_uri()],
                    capture_output=True, timeout=120, check=True)
     from matplotlib.image import imread
 
     pixels = imread(shot)
-    assert pixels.shape[:2] == (1600, 1400) and pixels.std() > 0.05  # drawn, not a blank page
+    assert pixels.shape[:2] == (1600, 1280) and pixels.std() > 0.05  # drawn, not a blank page
+
+
+def test_without_matplotlib_the_page_says_it_has_no_plots_and_so_does_one_line(page_file, monkeypatch):
+    import hpcbench.report.plots as plots
+
+    monkeypatch.setattr(plots, "have_matplotlib", lambda: False)
+    code, out, err = cli("report", str(page_file.parent), "--format", "html")
+    assert code == 0
+    assert err.strip() == ("report: plots need matplotlib: pip install 'hpcbench-mpi[plot]' (the page has no plots)")
+    page = parse(out)
+    assert not page.images and "No plots: plots need matplotlib" in out and len(page.tables) >= 4

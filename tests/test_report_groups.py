@@ -50,7 +50,8 @@ def rate(path) -> float:
 def test_runs_that_differ_in_batch_size_are_kept_apart_with_the_setting_shown(studies):
     code, out, _ = cli("report", str(studies / "batch"))
     assert code == 0
-    assert "Settings that differ between runs keep them apart and are shown as columns: batch_size" in out
+    assert "Settings that differ between runs keep them apart (in the group names, and as columns with --wide): " \
+           "batch_size" in " ".join(out.split())  # (the text report wraps at 120 columns)
     points = {(r["batch_size"], r["workers"]): r for r in scaling_rows(studies / "batch")}
     assert sorted(points) == [("128", "2"), ("128", "4"), ("32", "2"), ("32", "4")]
     for batch in ("32", "128"):
@@ -186,7 +187,8 @@ def test_the_report_names_each_learning_rate_recipe_with_the_worker_counts_it_ap
     code, out, _ = cli("report", str(studies / "batch"))
     assert code == 0
     texts = {w: read_run(studies / "batch" / f"b32-w{w}.h5").attrs["config"]["schedule"]["text"] for w in (2, 4)}
-    line = next(l for l in out.splitlines() if l.startswith("Learning-rate recipes: "))
+    flat = " ".join(out.split())  # (the text report wraps at 120 columns)
+    line = flat[flat.index("Learning-rate recipes: "):]
     if texts[2] == texts[4]:
         assert f"{texts[2]} (2, 4 workers)" in line
     else:
@@ -273,7 +275,8 @@ def test_the_report_keeps_each_run_that_differs_in_one_setting_apart(one_apart):
     assert len(rows) == 7 and {r["repeats"] for r in rows} == {"1"}
     code, out, _ = cli("report", str(one_apart))
     assert code == 0
-    shown = out[out.index("keep them apart and are shown as columns:"):].splitlines()[0]
+    flat = " ".join(out.split())  # (the text report wraps at 120 columns)
+    shown = flat[flat.index("as columns with --wide):"):].split(" Scaling (")[0]
     for setting in ("lr", "momentum", "lr_decay_epochs", "stragglers", "options.ga-asgd.beta", "sim.noise"):
         assert setting in shown, setting
 

@@ -47,36 +47,52 @@ def records():
 
 
 TEXT = """\
-Repeats: runs equal in everything but the seed. Settings that differ between runs keep them apart and are shown as columns: batch_size
+Headline: at each worker count, who is first to accuracy 0.85, most accurate at the end and fastest (medians over
+repeats; a lead is clear when the repeats' ranges do not overlap)
 
-Learning-rate recipes: 0.2 flat (2 workers); 0.4 flat (4 workers)
+  2 workers, first to accuracy 0.85: allreduce (1 s), level with asgd batch_size=32 (1 s); a tie
+  2 workers, best final accuracy: allreduce (0.900), level with asgd batch_size=32 (0.900); a tie
+  2 workers, most samples/s: asgd batch_size=64 (150), 1.50x more than asgd batch_size=32 (100); one run each, so no
+      spread to judge it by
+  4 workers, first to accuracy 0.85: asgd batch_size=32 (1 s; the only curve with a value)
+  4 workers, best final accuracy: asgd batch_size=32 (0.850; the only curve with a value)
+  4 workers, most samples/s: asgd batch_size=32 (200; the only curve with a value)
 
-Runs (6; time to target = first evaluation at accuracy >= 0.85; evaluations every 1/evals (evals 2, 4) of a run's samples, so it resolves to that share of the run's time)
-
-algorithm    mode    batch_size    nodes    workers    samples/s    step ms p50/p90/p99    workers' step ms    compute    communicate    wait    final acc    time to target s    staleness mean    staleness p50/p99    penalty mean    too stale    lr
------------  ------  ------------  -------  ---------  -----------  ---------------------  ------------------  ---------  -------------  ------  -----------  ------------------  ----------------  -------------------  --------------  -----------  ------
-allreduce    mpi     32            1        2          90           10.0/12.0/20.0         9.0-11.0            50%        30%            20%     0.900        1.0                 -                 -/-                  -               -            0.2000
-allreduce    mpi     32            1        4          TIMEOUT      -/-/-                  -                   -          -              -       -            -                   -                 -/-                  -               -            0.4000
-asgd         mpi     32            1        2          100          10.0/12.0/20.0         9.0-11.0            50%        30%            20%     0.900        1.0                 1.5               1/3                  1.00            2            0.2000
-asgd         mpi     32            2        4          180          10.0/12.0/20.0         9.0-11.0            50%        30%            20%     0.900        1.0                 1.5               1/3                  1.00            2            0.4000
-asgd         mpi     32            2        4          220          10.0/12.0/20.0         9.0-11.0            50%        30%            20%     0.800        1.0                 1.5               1/3                  1.00            2            0.4000
-asgd         mpi     64            1        2          150          10.0/12.0/20.0         9.0-11.0            50%        30%            20%     0.900        1.0                 1.5               1/3                  1.00            2            0.2000
+Repeats: runs equal in everything but the seed. Settings that differ between runs keep them apart (in the group names,
+and as columns with --wide): batch_size
 
 Scaling (medians over repeats; speedup and efficiency against each curve's fewest workers)
 
-algorithm    mode    batch_size    nodes    workers    runs          samples/s    ± spread    speedup    efficiency    time to target s    ttt speedup    ttt efficiency    final acc    staleness mean
------------  ------  ------------  -------  ---------  ------------  -----------  ----------  ---------  ------------  ------------------  -------------  ----------------  -----------  ----------------
-allreduce    mpi     32            1        2          1             90           0           1.00       100%          1.0                 1.00           100%              0.900        -
-allreduce    mpi     32            1        4          0 (1 failed)  TIMEOUT      -           -          -             -                   -              -                 -            -
-asgd         mpi     32            1        2          1             100          0           1.00       100%          1.0                 1.00           100%              0.900        1.5
-asgd         mpi     32            2        4          2             200          20          2.00       100%          1.0                 1.00           50%               0.850        1.5
-asgd         mpi     64            1        2          1             150          0           1.00       100%          1.0                 1.00           100%              0.900        1.5
+group               nodes  workers  runs          samples/s  speedup  efficiency  to target s  final acc
+------------------  -----  -------  ------------  ---------  -------  ----------  -----------  ---------
+allreduce           1      2        1             90         1.00     100%        1            0.900
+allreduce           1      4        0 (1 failed)  TIMEOUT    -        -           -            -
+asgd batch_size=32  1      2        1             100        1.00     100%        1            0.900
+asgd batch_size=32  2      4        2             200 ± 20   2.00     100%        1            0.850
+asgd batch_size=64  1      2        1             150        1.00     100%        1            0.900
+
+Runs (6)
+
+group               nodes  workers  samples/s  step ms  compute/comm/wait %  final acc  to target s
+------------------  -----  -------  ---------  -------  -------------------  ---------  -----------
+allreduce           1      2        90         10.0     50/30/20             0.900      1
+allreduce           1      4        TIMEOUT    -        -                    -          -
+asgd batch_size=32  1      2        100        10.0     50/30/20             0.900      1
+asgd batch_size=32  2      4        180        10.0     50/30/20             0.900      1
+asgd batch_size=32  2      4        220        10.0     50/30/20             0.800      1
+asgd batch_size=64  1      2        150        10.0     50/30/20             0.900      1
 
 Runs that did not finish (1; shown above without numbers)
 
-algorithm    workers    result    got to                              error                                      file
------------  ---------  --------  ----------------------------------  -----------------------------------------  ----------------
-allreduce    4          timeout   250 of 1000 samples (25%) in 4.0 s  rank 2 on b: a rank has stopped answering  allreduce-4-0.h5"""
+algorithm  workers  result   got to               error                            file
+---------  -------  -------  -------------------  -------------------------------  ----------------
+allreduce  4        timeout  250 of 1000 samples  rank 2 on b: a rank has stopped  allreduce-4-0.h5
+                             (25%) in 4.0 s       answering
+
+Learning-rate recipes: 0.2 flat (2 workers); 0.4 flat (4 workers)
+
+Time to target = first evaluation at accuracy >= 0.85; evaluations every 1/evals (evals 2, 4) of a run's samples, so it
+resolves to that share of the run's time"""
 
 
 def test_the_text_report_cell_by_cell(records):
@@ -85,6 +101,18 @@ def test_the_text_report_cell_by_cell(records):
     # accuracy the median of 0.9 and 0.8. Batch 64 differs within asgd's curve: a curve of its own.
     # allreduce's evals (4) differ from asgd's (2) but not within a curve: no column.
     assert report_text(records, target=0.85) == TEXT
+
+
+def test_the_text_report_fits_in_120_columns_and_wide_shows_every_column(records):
+    # The demo's 14 groups have labels up to 27 characters; the widest settings fold into them.
+    many = records + [record("allreduce", 2, seed=s, batch=b, samples_per_s=123456.0) for s in (1, 2) for b in (16, 48)]
+    assert max(map(len, report_text(many, target=0.85).splitlines())) <= 120
+    wide = report_text(records, target=0.85, wide=True)
+    header = ("algorithm  mode  batch_size  nodes  workers  samples/s  step ms p50/p90/p99  workers' step ms  compute  "
+              "communicate  wait  final acc  time to target s  staleness mean  staleness p50/p99  penalty mean  "
+              "too stale  lr")
+    assert header in wide.splitlines()
+    assert "asgd       mpi   32          2      4        220        10.0/12.0/20.0       9.0-11.0" in wide
 
 
 def test_csv_tables_hold_raw_numbers_and_empty_cells_for_missing_ones(records):
@@ -102,15 +130,20 @@ def test_csv_tables_hold_raw_numbers_and_empty_cells_for_missing_ones(records):
     assert four["batch_size"] == "32" and four["repeats"] == "2"
 
 
+def grouping_line(records, **kwargs) -> str:
+    line = json.loads(report_text(records, "json", target=0.85, **kwargs))["grouping"]
+    assert line.replace("\n", " ") in report_text(records, target=0.85, **kwargs).replace("\n", " ")
+    return line
+
+
 def test_group_by_pools_what_it_does_not_name_and_says_so(records):
-    text = report_text(records, target=0.85, group_by=["evals"])
-    assert text.splitlines()[0] == "Grouped by --group-by evals; pooled although they differ: batch_size"
-    assert report_text(records, target=0.85, group_by=[]).splitlines()[0] == (
+    assert grouping_line(records, group_by=["evals"]) == (
+        "Grouped by --group-by evals; pooled although they differ: batch_size")
+    assert grouping_line(records, group_by=[]) == (
         "Grouped by algorithm and mode only; pooled although they differ: batch_size")
-    assert report_text(records, target=0.85, group_by=["batch_size", "evals"]).splitlines()[0] == (
-        "Grouped by --group-by batch_size,evals")
+    assert grouping_line(records, group_by=["batch_size", "evals"]) == "Grouped by --group-by batch_size,evals"
     same = [r for r in records if r.algorithm == "asgd" and r.attrs["config"]["batch_size"] == 32]
-    assert report_text(same, target=0.85).splitlines()[0] == (
+    assert grouping_line(same) == (
         "Repeats: runs equal in everything but the seed (no other setting differs between runs)")
     assert "evaluations every 1/2 of a run's samples" in report_text(same, target=0.85)
 
@@ -124,10 +157,10 @@ def test_json_is_one_document_and_md_latex_html_hold_the_same_cells(records):
     only = json.loads(report_text(records, "json", target=0.85, table="scaling"))
     assert "scaling" in only and "runs" not in only
     md = report_text(records, "md", target=0.85)
-    assert "| asgd        | mpi    | 32           | 2       | 4         | 2            | 200         | 20         | 2.00" in md
+    assert "| asgd batch_size=32 | 2     | 4       | 2            | 200 ± 20  | 2.00    | 100%       | 1  " in md
     assert "\\toprule" in report_text(records, "latex", target=0.85)
     html = report_text(records, "html", target=0.85)
-    assert "<td>TIMEOUT    </td>" in html and "<table>" in html and "<h2>Scaling (medians" in html
+    assert "<td>TIMEOUT  </td>" in html and "<table>" in html and "<h2>Scaling (medians" in html
     assert report_text(records, "text", target=0.85, table="runs").count("Scaling (") == 0
     assert "Points without an ok result (1" in report_text(records, target=0.85, failed=[("p", "missing", "-")])
 
@@ -154,7 +187,7 @@ def test_json_lists_failed_points_by_name_and_is_indented_one_space(records):
 def test_the_text_report_lists_unfinished_runs_and_failed_points_after_the_tables(records):
     text = report_text(records, target=0.85, failed=[("asgd 8 workers", "missing", "-")])
     titles = [line for line in text.splitlines() if line.startswith(("Runs", "Scaling", "Points"))]
-    assert [t.split(" (")[0] for t in titles] == ["Runs", "Scaling", "Runs that did not finish", "Points without an ok result"]
+    assert [t.split(" (")[0] for t in titles] == ["Scaling", "Runs", "Runs that did not finish", "Points without an ok result"]
     assert report_text(records, target=0.85, table="runs").count("Scaling (") == 0
     assert "Runs (6" not in report_text(records, target=0.85, table="scaling")
     assert report_text([], target=0.85) == ""  # nothing to show: no table, no notes
@@ -165,7 +198,7 @@ def test_a_run_without_a_recorded_recipe_says_so(records):
     config = {**old.attrs["config"], "schedule": {"lr": 0.1}}  # written before recipes were recorded
     records[0] = dataclasses.replace(old, attrs={**old.attrs, "config": config})
     lines = report_text(records, target=0.85).splitlines()
-    assert lines[2] == "Learning-rate recipes: 0.2 flat (2 workers); 0.4 flat (4 workers); not recorded (2 workers)"
+    assert "Learning-rate recipes: 0.2 flat (2 workers); 0.4 flat (4 workers); not recorded (2 workers)" in lines
 
 
 def test_a_csv_table_holds_raw_values_and_empty_cells_for_nan():
@@ -187,13 +220,13 @@ def test_every_setting_that_differs_is_named_in_the_grouping_lines():
     a = record("asgd", 2)
     b = record("asgd", 2, batch=64)
     b.attrs["config"]["momentum"] = 0.9
-    assert report_text([a, b], target=0.85).splitlines()[0].endswith("shown as columns: batch_size, momentum")
-    assert report_text([a, b], target=0.85, group_by=[]).splitlines()[0] == (
+    assert grouping_line([a, b]).endswith("(in the group names, and as columns with --wide): batch_size, momentum")
+    assert grouping_line([a, b], group_by=[]) == (
         "Grouped by algorithm and mode only; pooled although they differ: batch_size, momentum")
 
 
 def test_each_table_alone_and_a_setting_a_run_lacks_shown_as_a_dash(records):
-    assert "Runs (6;" in report_text(records, target=0.85, table="runs")
+    assert "Runs (6)" in report_text(records, target=0.85, table="runs")
     assert "Scaling (medians" in report_text(records, target=0.85, table="scaling")
     b = record("asgd", 2, batch=64)
     b.attrs["config"]["momentum"] = 0.9  # a key the other run's file does not hold
@@ -201,3 +234,54 @@ def test_each_table_alone_and_a_setting_a_run_lacks_shown_as_a_dash(records):
     assert [(r["batch_size"], r["momentum"]) for r in doc["runs"]] == [("32", "-"), ("64", "0.9")]
     assert [(p["batch_size"], p["momentum"]) for p in doc["scaling"]] == [("32", "-"), ("64", "0.9")]
     assert "group" not in doc["scaling"][0] and "settings" not in doc["runs"][0]
+
+
+def test_every_plot_shows_every_group_the_tables_show_under_the_same_label(records):
+    doc = json.loads(report_text(records, "json", target=0.85))
+    labels = {"allreduce", "asgd batch_size=32", "asgd batch_size=64"}  # batch size differs within asgd alone
+    table = report_text(records, target=0.85, table="scaling").split("\n\n")[2].splitlines()
+    assert table[0].startswith("group   ") and {line.split("  ")[0] for line in table[2:]} == labels
+    by_plot = {p["plot"]: p for p in doc["plots"]}
+    assert sorted(by_plot) == ["accuracy-samples.png", "accuracy-time.png", "efficiency.png", "phases.png",
+                               "throughput.png", "time-to-target.png"]
+    for name in ("throughput.png", "efficiency.png", "time-to-target.png"):
+        assert sorted(c["label"] for c in by_plot[name]["curves"]) == sorted(labels), name
+    curves = {c["label"]: c for c in by_plot["throughput.png"]["curves"]}
+    assert curves["asgd batch_size=32"]["points"] == [[2, 100.0], [4, 200.0, 20.0]]  # median 200 of 180 and 220
+    assert curves["allreduce"]["points"] == [[2, 90.0]]  # its 4-worker point timed out: no number, still a curve
+    assert curves["asgd batch_size=32"]["group"] == {"algorithm": "asgd", "mode": "mpi", "batch_size": "32"}
+    # Accuracy: a curve per group at each worker count the group has, in a panel per worker count.
+    for name in ("accuracy-time.png", "accuracy-samples.png"):
+        shown = sorted((c["label"], c["workers"]) for c in by_plot[name]["curves"])
+        assert shown == [("allreduce", 2), ("allreduce", 4), ("asgd batch_size=32", 2), ("asgd batch_size=32", 4),
+                         ("asgd batch_size=64", 2), ("asgd batch_size=64", 4)]
+    accuracy = {(c["label"], c["workers"]): c["points"] for c in by_plot["accuracy-time.png"]["curves"]}
+    assert accuracy[("asgd batch_size=32", 4)] == [[0.0, 0.1], [1.0, 0.85], [2.0, 0.9]]
+    assert accuracy[("allreduce", 4)] == [] and accuracy[("asgd batch_size=64", 4)] == []  # no such run
+    bars = {c["label"]: c["points"] for c in by_plot["phases.png"]["curves"]}
+    assert sorted(bars) == ["allreduce, 2 workers", "allreduce, 4 workers", "asgd batch_size=32, 2 workers",
+                            "asgd batch_size=32, 4 workers", "asgd batch_size=64, 2 workers"]
+    assert bars["asgd batch_size=32, 4 workers"] == [[0, 50.0], [1, 30.0], [2, 20.0], [3, 0.0]]
+
+
+def test_the_headline_names_the_leader_at_each_worker_count_and_whether_the_repeats_back_it(records):
+    leads = json.loads(report_text(records, "json", target=0.85))["headline"]
+    four = [lead for lead in leads if lead["workers"] == 4]
+    assert [(lead["what"], lead["winner"], lead["value"]) for lead in four] == [
+        ("first to accuracy 0.85", "asgd batch_size=32", "1 s"), ("best final accuracy", "asgd batch_size=32", "0.850"),
+        ("most samples/s", "asgd batch_size=32", "200")]  # allreduce timed out at 4 workers
+    fast = next(lead for lead in leads if lead["workers"] == 2 and lead["what"] == "most samples/s")
+    assert (fast["winner"], fast["runner_up"], fast["margin"]) == ("asgd batch_size=64", "asgd batch_size=32",
+                                                                   "1.50x more than")
+    assert fast["judged"] == "one run each, so no spread to judge it by"
+    # Repeats whose ranges overlap are not a lead; ranges apart are.
+    def runs(rates_a, rates_b):
+        return [record("asgd", 2, seed=i, samples_per_s=v) for i, v in enumerate(rates_a)] + \
+            [record("allreduce", 2, seed=i, samples_per_s=v) for i, v in enumerate(rates_b)]
+
+    def judged(rates_a, rates_b):
+        doc = json.loads(report_text(runs(rates_a, rates_b), "json", target=0.85))
+        return next(lead["judged"] for lead in doc["headline"] if lead["what"] == "most samples/s")
+
+    assert judged([100, 120, 110], [90, 105, 95]).startswith("within the spread of the repeats (3 and 3 runs)")
+    assert judged([110, 120, 115], [90, 105, 95]) == "beyond the spread of the repeats (3 and 3 runs)"

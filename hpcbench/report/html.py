@@ -1,4 +1,5 @@
-"""``report --format html``: one self-contained page (tables, and the plots embedded as PNG data)."""
+"""``report --format html``: one self-contained page that answers first (the headline), then shows the
+plots, then narrow tables with every column a click away. Plots are embedded as PNG data."""
 from __future__ import annotations
 
 import base64
@@ -6,15 +7,25 @@ import html
 from datetime import datetime, timezone
 from typing import Mapping
 
+# No horizontal scroll from 800 px up: a table wider than the page scrolls in its own box, and the plots
+# (drawn 800 px wide) shrink with the page.
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; white-space: nowrap; }
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; padding: 0 1em; max-width: 1200px; color: #222;
+       line-height: 1.4; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 1.6em; }
+section#headline { background: #f5f8fc; border: 1px solid #cdd9e8; border-radius: 6px; padding: 0.2em 1.2em 0.6em; }
+section#headline li { margin: 0.2em 0; }
+p.note { color: #555; max-width: 60em; }
+p.capped { color: #8a1c00; font-weight: bold; }
+div.scroll { overflow-x: auto; max-width: 100%; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: right; white-space: nowrap; }
 th { background: #f0f0f0; }
 td:first-child, th:first-child { text-align: left; }
-p.note { color: #555; max-width: 70em; }
-figure { display: inline-block; margin: 0 1em 1em 0; }
-img { max-width: 640px; border: 1px solid #ddd; }
+details { margin-bottom: 1.5em; } summary { cursor: pointer; color: #1f4e8c; }
+figure { margin: 0 0 1.5em; }
+figure img { max-width: 100%; height: auto; border: 1px solid #ddd; }
+figcaption { color: #555; font-size: 0.9em; }
 """
 
 
@@ -26,16 +37,21 @@ def note_html(text: str) -> str:
     return f'<p class="note">{html.escape(text)}</p>'
 
 
-def page(body: list[str], plots: Mapping[str, bytes], sources: int) -> str:
-    """The page: ``body`` (already HTML: headings, notes, tables), then each plot as an <img> whose
-    data is in the page, so the one file can be mailed or attached to a CI run."""
+def figures_html(images: Mapping[str, bytes], missing: str = "") -> str:
+    """The plots section: each plot as an <img> whose data is in the page (so the one file can be mailed
+    or attached to a CI run), or ``missing``: why there are none."""
     figures = [f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
-               f"<figcaption>{html.escape(name)}</figcaption></figure>" for name, png in plots.items()]
+               f"<figcaption>{html.escape(name)}</figcaption></figure>" for name, png in images.items()]
+    if not figures and not missing:
+        return ""
+    return '<section id="plots">' + title_html("Plots") + (note_html(missing) if missing else "") + "".join(figures) \
+        + "</section>"
+
+
+def page(body: list[str], sources: int) -> str:
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>hpcbench report</title>",
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">', "<title>hpcbench report</title>",
              f"<style>{STYLE}</style></head><body>", "<h1>hpcbench report</h1>",
-             note_html(f"{sources} result files; written {stamp}"), *body]
-    if figures:
-        parts += [title_html("Plots"), *figures]
-    parts.append("</body></html>")
+             note_html(f"{sources} result files; written {stamp}"), *body, "</body></html>"]
     return "\n".join(parts) + "\n"

@@ -23,6 +23,7 @@ NOT_SETTINGS = ("algo", "seed", "out", "overwrite", "timeout_s", "progress_s", "
 NOT_SIM_SETTINGS = ("workers", "model_parameters", "algorithm_parameters", "gradients")
 
 Settings = tuple[tuple[str, str], ...]  # (name, value as text), sorted by name
+Curve = tuple[str, str, Settings]  # (algorithm, mode, the grouping settings' values): one line in a plot
 
 
 def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -196,6 +197,12 @@ class ScalePoint:
     recovery_s: float = float("nan")
     failed: int = 0  # runs of this point that did not finish (not in its numbers)
     result: str = "ok"  # "ok" when a run finished, else how its runs ended (e.g. "timeout")
+    time_to_target_spread: float = float("nan")  # half the min-max range over the repeats
+    final_accuracy_spread: float = float("nan")
+
+    @property
+    def curve(self) -> Curve:
+        return self.algorithm, self.mode, self.group
 
 
 def speedup_efficiency(base_workers: int, base_rate: float, workers: int, rate: float) -> tuple[float, float]:
@@ -231,9 +238,40 @@ def scaling(rows: Iterable[RunRow], group_by: Sequence[str] = ()) -> list[ScaleP
             ttt_speedup, ttt_efficiency = speedup_efficiency(base, 1 / base_ttt if base_ttt > 0 else math.nan,
                                                              w, 1 / ttt if ttt > 0 else math.nan)
             result = "ok" if ok else "/".join(sorted({r.result for r in g}))
+            accuracy = spread([r.final_accuracy for r in ok])
             points.append(ScalePoint(
                 *curve, w, int(median(r.nodes for r in g)), len(ok), rate, rate_spread, speedup, efficiency,
-                ttt, ttt_speedup, ttt_efficiency, spread([r.final_accuracy for r in ok])[0],
+                ttt, ttt_speedup, ttt_efficiency, accuracy[0],
                 spread([r.staleness_mean for r in ok])[0], spread([r.workers_lost for r in ok])[0],
-                spread([r.recovery_s for r in ok])[0], len(g) - len(ok), result))
+                spread([r.recovery_s for r in ok])[0], len(g) - len(ok), result,
+                time_to_target_spread=spread([r.time_to_target_s for r in ok])[1], final_accuracy_spread=accuracy[1]))
     return points
+
+
+
+def curve_of(row: RunRow, keys: Sequence[str]) -> Curve:
+    return row.algorithm, row.mode, tuple((k, setting(row, k)) for k in keys)
+
+
+def short_setting(key: str, algorithm: str) -> str:
+    """A setting's name as a label shows it: an algorithm's own options without their prefix."""
+    for prefix in (f"options.{algorithm}.", "options."):
+        if key.startswith(prefix):
+            return key[len(prefix):]
+    return key
+
+
+def curve_labels(curves: Iterable[Curve]) -> dict[Curve, str]:
+    """A short label per curve, the same in every table and plot: its algorithm, its mode where the
+    runs mix modes, and those of its settings whose values differ between the curves of its algorithm
+    and mode (``allreduce compress=powersgd``; plain ``asgd`` where nothing sets asgd's curves apart)."""
+    known = sorted(set(curves))
+    mixed = len({mode for _, mode, _ in known}) > 1
+    labels = {}
+    for algorithm, mode, group in known:
+        siblings = [g for a, m, g in known if (a, m) == (algorithm, mode)]
+        shown = [f"{short_setting(key, algorithm)}={value}" for i, (key, value) in enumerate(group)
+                 if len({sibling[i][1] for sibling in siblings}) > 1]
+        name = f"{algorithm} ({mode})" if mixed else algorithm
+        labels[(algorithm, mode, group)] = " ".join([name, *shown])
+    return labels

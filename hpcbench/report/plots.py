@@ -1,166 +1,113 @@
-"""``hpcbench report --plot DIR``: PNGs of a study (needs matplotlib, the ``plot`` extra).
-
-throughput.png and efficiency.png against workers, accuracy.png against time, phases.png with the
-share of each phase per algorithm. Each writer returns the series it drew, for the caller to list.
-"""
+"""Drawing a report's figures (``figures.py``) as PNGs: ``report --plot DIR`` and the html page's plots
+(needs matplotlib, the ``plot`` extra). Every group keeps one colour and marker in every plot."""
 from __future__ import annotations
 
+import importlib.util
+import math
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
-
 from hpcbench.errors import UsageError
-from hpcbench.report.metrics import RunRow, ScalePoint, run_row, scaling, varying
-from hpcbench.results.schema import RunRecord
+from hpcbench.report.figures import PHASES, Figure
 
-PHASES = ("compute", "communicate", "wait")
+NO_MATPLOTLIB = "plots need matplotlib: pip install 'hpcbench-mpi[plot]'"
+MARKERS = "osD^v<>ph*XP"
+WIDTH_IN, DPI = 8.0, 100  # 800 px: drawn at full size in a page read at 800 px and up
+
+
+def have_matplotlib() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'hpcbench-mpi[plot]'") from None
+    if not have_matplotlib():
+        raise UsageError(NO_MATPLOTLIB)
+    import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
 
 
-MARKERS = "osD^v<>ph*X"
+def styles(plt, labels: Sequence[str]) -> dict[str, dict]:
+    """A colour, marker and line style per label, the same in every plot of one report."""
+    colours = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    return {label: {"color": colours(i % colours.N), "marker": MARKERS[i % len(MARKERS)],
+                    "linestyle": ("-", "--", ":")[(i // colours.N) % 3]} for i, label in enumerate(labels)}
 
 
-def style(plt, i: int, count: int) -> dict:
-    """A distinct colour, marker and line style per series (all eleven algorithms may share a plot)."""
-    colours = plt.get_cmap("tab10" if count <= 10 else "tab20")
-    return {"color": colours(i % colours.N), "marker": MARKERS[i % len(MARKERS)],
-            "linestyle": ("-", "--", ":")[(i // 10) % 3]}
+def legend(fig, handles: list, names: list[str]) -> None:
+    """Below the plot, in columns, at a size that reads at 800 px."""
+    fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2 if len(names) > 4 else 1,
+               fontsize=10, frameon=False)
 
 
-def finish(fig, ax, path: Path) -> None:
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+def draw_lines(plt, figure: Figure, style: dict[str, dict]):
+    panels = figure.panels()
+    fig, axes = plt.subplots(len(panels), 1, figsize=(WIDTH_IN, 3.6 * len(panels) + 0.6), squeeze=False,
+                             sharex=len(panels) > 1)
+    handles: dict[str, object] = {}
+    for ax, panel in zip(axes[:, 0], panels):
+        for s in (s for s in figure.series if s.panel == panel):
+            xs, ys, errs = zip(*s.points) if s.points else ((), (), ())
+            yerr = [0.0 if math.isnan(e) else e for e in errs] if any(not math.isnan(e) for e in errs) else None
+            line = ax.errorbar(xs, ys, yerr=yerr, capsize=3 if yerr else 0, markersize=5, label=s.label,
+                               **style[s.label])
+            handles.setdefault(s.label, line)
+        if not math.isnan(figure.line_at):
+            ax.axhline(figure.line_at, color="gray", linestyle="--", linewidth=1)
+        if figure.log_x:
+            ax.set_xscale("log", base=2)
+            ticks = sorted({x for s in figure.series for x, _, _ in s.points})
+            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.set_ylabel(figure.y, fontsize=11)
+        ax.grid(True, alpha=0.3)
+        if len(panels) > 1:
+            ax.set_title(f"{panel} workers", fontsize=11, loc="left")
+    axes[-1, 0].set_xlabel(figure.x, fontsize=11)
+    fig.suptitle(figure.title, fontsize=11)
+    legend(fig, list(handles.values()), list(handles))
+    return fig
 
 
-def label(algorithm: str, mode: str, modes: set[str]) -> str:
-    return algorithm if len(modes) == 1 else f"{algorithm} ({mode})"
-
-
-def curves(points: Sequence[ScalePoint]) -> dict[str, list[ScalePoint]]:
-    """Points by curve: algorithm, its mode where modes are mixed, and the grouping settings' values."""
-    modes = {p.mode for p in points}
-    out: dict[str, list[ScalePoint]] = {}
-    for p in points:
-        name = label(p.algorithm, p.mode, modes) + "".join(f", {k}={v}" for k, v in p.group)
-        out.setdefault(name, []).append(p)
-    return out
-
-
-def scaling_plot(plt, points: Sequence[ScalePoint], path: Path, what: str) -> list[str]:
-    fig, ax = plt.subplots(figsize=(10, 5))
-    series = curves(points)
-    for i, (name, pts) in enumerate(series.items()):
-        x = [p.workers for p in pts]
-        if what == "throughput":
-            ax.errorbar(x, [p.samples_per_s for p in pts], yerr=[p.samples_per_s_spread for p in pts], capsize=3,
-                        label=name, **style(plt, i, len(series)))
-        else:
-            ax.plot(x, [100 * p.efficiency for p in pts], label=name, **style(plt, i, len(series)))
-    if what == "throughput":
-        ax.set_ylabel("samples / s (median over repeats)")
-        ax.set_title("Throughput against workers")
-    else:
-        ax.axhline(100, color="gray", linestyle="--", linewidth=1)
-        ax.set_ylabel("parallel efficiency (%) against the fewest workers")
-        ax.set_title("Scaling efficiency")
-    ax.set_xscale("log", base=2)
-    workers = sorted({p.workers for p in points})
-    ax.set_xticks(workers, [str(w) for w in workers])
-    ax.set_xlabel("workers")
-    ax.grid(True, alpha=0.3)
-    finish(fig, ax, path)
-    plt.close(fig)
-    return list(series)
-
-
-def largest_runs(records: Sequence[RunRecord]) -> dict[str, RunRecord]:
-    """Each algorithm's (and mode's) run with the most workers."""
-    modes = {r.mode for r in records}
-    best: dict[str, RunRecord] = {}
-    for r in records:
-        key = label(r.algorithm, r.mode, modes)
-        if key not in best or r.workers > best[key].workers:
-            best[key] = r
-    return best
-
-
-def accuracy_plot(plt, records: Sequence[RunRecord], path: Path, target: float) -> list[str]:
-    fig, ax = plt.subplots(figsize=(10, 5))
-    names = []
-    runs = sorted(largest_runs(records).items())
-    for i, (name, r) in enumerate(runs):
-        ax.plot(r.evals["t"], r.evals["accuracy"], label=f"{name}, {r.workers} workers", markersize=4,
-                **style(plt, i, len(runs)))
-        names.append(name)
-    ax.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
-    ax.set_xlabel("time since start (s)")
-    ax.set_ylabel("held-out accuracy")
-    ax.set_title("Accuracy against time (each algorithm at its largest worker count)")
-    ax.grid(True, alpha=0.3)
-    finish(fig, ax, path)
-    plt.close(fig)
-    return names
-
-
-def phases_plot(plt, rows: Sequence[RunRow], path: Path) -> list[str]:
-    largest: dict[str, RunRow] = {}
-    modes = {r.mode for r in rows}
-    for r in rows:
-        key = label(r.algorithm, r.mode, modes)
-        if key not in largest or r.workers > largest[key].workers:
-            largest[key] = r
-    names = sorted(largest)
-    fig, ax = plt.subplots(figsize=(10, 0.5 * len(names) + 1.5))
-    left = np.zeros(len(names))
-    for phase in PHASES:
-        share = np.nan_to_num([100 * getattr(largest[n], f"{phase}_fraction") for n in names])
-        ax.barh(names, share, left=left, label=phase)
-        left += share
-    ax.barh(names, np.clip(100 - left, 0, None), left=left, label="other (data, own math)", color="lightgray")
-    ax.set_xlabel("share of the workers' time (%)")
-    ax.set_title("Where workers spend their time (each algorithm at its largest worker count)")
+def draw_bars(plt, figure: Figure):
+    names = [s.label for s in figure.series]
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.32 * len(names) + 1.4))
+    left = [0.0] * len(names)
+    colours = ["tab:blue", "tab:orange", "tab:green", "lightgray"]
+    handles = []
+    for i, phase in enumerate(PHASES):
+        share = [dict((int(x), y) for x, y, _ in s.points).get(i, 0.0) for s in figure.series]
+        handles.append(ax.barh(names, share, left=left, color=colours[i], label=phase))
+        left = [a + b for a, b in zip(left, share)]
     ax.set_xlim(0, 100)
+    ax.set_xlabel(figure.x, fontsize=11)
+    ax.tick_params(axis="y", labelsize=10)
     ax.invert_yaxis()
-    finish(fig, ax, path)
-    plt.close(fig)
-    return names
+    ax.set_title(figure.title, fontsize=11)
+    fig.legend(handles, PHASES, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=4, fontsize=10, frameon=False)
+    return fig
 
 
-def plot_images(records: Sequence[RunRecord], target: float) -> dict[str, bytes]:
-    """The plots as PNG data (for the html page); none without matplotlib or finished runs."""
-    import importlib.util
-    import tempfile
-
-    if importlib.util.find_spec("matplotlib") is None or not any(r.attrs["status"] == "ok" for r in records):
-        return {}
-    with tempfile.TemporaryDirectory() as tmp:
-        names = write_plots(records, tmp, target)
-        return {name: (Path(tmp) / name).read_bytes() for name in names if (Path(tmp) / name).is_file()}
-
-
-def write_plots(records: Sequence[RunRecord], out_dir: str, target: float) -> dict[str, list[str]]:
-    """Write the PNGs of the runs that finished; returns {file name: series drawn}."""
-    records = [r for r in records if r.attrs["status"] == "ok"]
+def write_figures(figures: Sequence[Figure], out_dir: str | Path) -> dict[str, list[str]]:
+    """Each figure as OUT_DIR/NAME.png; returns {file name: the labels it shows}."""
     plt = pyplot()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rows = [run_row(r, target) for r in records]
-    points = scaling(rows, varying(rows))
-    return {
-        "throughput.png": scaling_plot(plt, points, out / "throughput.png", "throughput"),
-        "efficiency.png": scaling_plot(plt, points, out / "efficiency.png", "efficiency"),
-        "accuracy.png": accuracy_plot(plt, records, out / "accuracy.png", target),
-        "phases.png": phases_plot(plt, rows, out / "phases.png"),
-    }
+    labels = sorted({s.label for f in figures if f.kind == "line" for s in f.series})
+    style = styles(plt, labels)
+    written = {}
+    for figure in figures:
+        fig = draw_bars(plt, figure) if figure.kind == "bars" else draw_lines(plt, figure, style)
+        fig.savefig(out / f"{figure.name}.png", dpi=DPI, bbox_inches="tight")
+        plt.close(fig)
+        written[f"{figure.name}.png"] = list(dict.fromkeys(s.label for s in figure.series))
+    return written
+
+
+def images(figures: Sequence[Figure]) -> dict[str, bytes]:
+    """The figures as PNG data, by file name (for the html page)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return {name: (Path(tmp) / name).read_bytes() for name in write_figures(figures, tmp)}

@@ -3,20 +3,27 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import html
 import io
 import math
+import textwrap
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import tabulate as tabulate_module
 from tabulate import tabulate
 
 from hpcbench.errors import UsageError, one_of
+from hpcbench.report.figures import Figure, as_json, figures
+from hpcbench.report.headline import Lead, leads
 from hpcbench.report.html import note_html, title_html
-from hpcbench.report.metrics import RunRow, ScalePoint, run_row, scaling, setting, varying
+from hpcbench.report.metrics import (Curve, RunRow, ScalePoint, curve_labels, curve_of, run_row, scaling, setting,
+                                     varying)
 from hpcbench.report.strict_json import dumps, json_safe
 from hpcbench.results.schema import RunRecord
 from hpcbench.results.store import read_run
 
+tabulate_module.MIN_PADDING = 0  # a column as wide as its widest cell (tabulate would pad headers by 2 more)
 FORMATS = {"text": "simple", "md": "github", "latex": "latex_booktabs", "csv": "csv", "json": "json", "html": "html"}
 TABLES = ("runs", "scaling")
 # Machine-readable outputs (csv, json) carry raw numbers under these names; what each is measured in:
@@ -86,6 +93,11 @@ def fmt_num(digits: int, scale: float = 1.0, unit: str = "") -> Callable[[float]
     return f
 
 
+def fmt_sig(v: float) -> str:
+    """Three significant digits (times to target run from milliseconds to hours)."""
+    return "-" if v is None or math.isnan(v) else f"{v:.3g}"
+
+
 def fmt_pct(v: float) -> str:
     return "-" if math.isnan(v) else f"{100 * v:.0f}%"
 
@@ -111,7 +123,7 @@ RUN_COLUMNS: list[Column] = [
     ("communicate", lambda r: r.communicate_fraction, fmt_pct),
     ("wait", lambda r: r.wait_fraction, fmt_pct),
     ("final acc", lambda r: r.final_accuracy, fmt_num(3)),
-    ("time to target s", lambda r: r.time_to_target_s, fmt_num(1)),
+    ("time to target s", lambda r: r.time_to_target_s, fmt_sig),
     ("staleness mean", lambda r: r.staleness_mean, fmt_num(1)),
     ("staleness p50/p99", lambda r: f"{fmt_num(0)(r.staleness_p50)}/{fmt_num(0)(r.staleness_p99)}", TEXT),
     ("penalty mean", lambda r: r.penalty_mean, fmt_num(2)),
@@ -134,7 +146,7 @@ SCALE_COLUMNS: list[Column] = [
     ("± spread", lambda p: p.samples_per_s_spread, fmt_num(0)),
     ("speedup", lambda p: p.speedup, fmt_num(2)),
     ("efficiency", lambda p: p.efficiency, fmt_pct),
-    ("time to target s", lambda p: p.time_to_target_s, fmt_num(1)),
+    ("time to target s", lambda p: p.time_to_target_s, fmt_sig),
     ("ttt speedup", lambda p: p.ttt_speedup, fmt_num(2)),
     ("ttt efficiency", lambda p: p.ttt_efficiency, fmt_pct),
     ("final acc", lambda p: p.final_accuracy, fmt_num(3)),
@@ -142,7 +154,42 @@ SCALE_COLUMNS: list[Column] = [
 ]
 
 
-def render(columns: list[Column], items: Sequence[Any], fmt: str) -> str:
+def with_spread(p: ScalePoint) -> str:
+    if p.result != "ok":
+        return p.result.upper()
+    return fmt_num(0)(p.samples_per_s) + (f" ± {fmt_num(0)(p.samples_per_s_spread)}" if p.repeats > 1 else "")
+
+
+def phase_shares(r: RunRow) -> str:
+    shares = (r.compute_fraction, r.communicate_fraction, r.wait_fraction)
+    return "-" if all(math.isnan(v) for v in shares) else "/".join(fmt_pct(v).rstrip("%") for v in shares)
+
+
+# The narrow tables (the default: the group's name first, the settings folded into it); --wide, and html
+# on a click, show every column.
+SCALE_NARROW: list[Column] = [
+    ("workers", lambda p: p.workers, TEXT),
+    ("runs", lambda p: p, lambda p: f"{p.repeats} ({p.failed} failed)" if p.failed else str(p.repeats)),
+    ("samples/s", lambda p: p, with_spread),
+    ("speedup", lambda p: p.speedup, fmt_num(2)),
+    ("efficiency", lambda p: p.efficiency, fmt_pct),
+    ("to target s", lambda p: p.time_to_target_s, fmt_sig),
+    ("final acc", lambda p: p.final_accuracy, fmt_num(3)),
+]
+RUN_NARROW: list[Column] = [
+    ("workers", lambda r: r.workers, TEXT),
+    ("samples/s", lambda r: r, lambda r: fmt_num(0)(r.samples_per_s) if r.result == "ok" else r.result.upper()),
+    ("step ms", lambda r: r.median_step_s, fmt_num(1, 1000)),
+    ("compute/comm/wait %", lambda r: r, phase_shares),
+    ("final acc", lambda r: r.final_accuracy, fmt_num(3)),
+    ("to target s", lambda r: r.time_to_target_s, fmt_sig),
+]
+
+
+WRAP = {"error": 40, "file": 30, "got to": 24}  # the text report's long cells, wrapped to these widths
+
+
+def render(columns: list[Column], items: Sequence[Any], fmt: str, wide: bool = False) -> str:
     headers = [c[0] for c in columns]
     if fmt == "csv":
         out = io.StringIO()
@@ -153,7 +200,9 @@ def render(columns: list[Column], items: Sequence[Any], fmt: str) -> str:
             writer.writerow(["" if isinstance(v, float) and math.isnan(v) else v for v in values])
         return out.getvalue().rstrip("\n")
     rows = [[c[2](c[1](item)) for c in columns] for item in items]
-    return tabulate(rows, headers=headers, tablefmt=FORMATS[fmt], disable_numparse=True)
+    wrap = [WRAP.get(h) for h in headers] if fmt == "text" and not wide else None
+    text = tabulate(rows, headers=headers, tablefmt=FORMATS[fmt], disable_numparse=True, maxcolwidths=wrap)
+    return f'<div class="scroll">{text}</div>' if fmt == "html" else text  # wider than the page: scrolls alone
 
 
 def grouping(rows: Sequence[RunRow], group_by: Sequence[str] | None) -> tuple[list[str], str]:
@@ -163,7 +212,7 @@ def grouping(rows: Sequence[RunRow], group_by: Sequence[str] | None) -> tuple[li
         if not differ:
             return [], "Repeats: runs equal in everything but the seed (no other setting differs between runs)"
         return differ, ("Repeats: runs equal in everything but the seed. Settings that differ between runs keep "
-                        f"them apart and are shown as columns: {', '.join(differ)}")
+                        f"them apart (in the group names, and as columns with --wide): {', '.join(differ)}")
     known = sorted({k for r in rows for k, _ in r.settings})
     for key in group_by:
         if key not in known:
@@ -242,54 +291,135 @@ FAILED_COLUMNS: list[Column] = [(h, (lambda i: lambda r: r[i])(i), TEXT)
                                 for i, h in enumerate(["point", "result", "latest job"])]
 
 
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """Everything a report shows, computed once from the runs."""
+
+    keys: list[str]  # the settings that keep runs apart
+    grouping: str  # a line saying so
+    rows: list[RunRow]
+    points: list[ScalePoint]
+    labels: dict[Curve, str]  # one per group, the same in every table and plot
+    leads: list[Lead]
+    figures: list[Figure]
+    capped: list[RunRow]  # runs stopped early by max_steps (HPCBENCH_MAX_STEPS): not full measurements
+
+
+def build(records: Sequence[RunRecord], target: float = 0.9, group_by: Sequence[str] | None = None) -> Report:
+    unsorted = [run_row(r, target) for r in records]
+    keys, line = grouping(unsorted, group_by)
+    rows = sorted(unsorted, key=lambda r: (r.algorithm, r.mode, [setting(r, k) for k in keys], r.workers, r.path))
+    points = scaling(rows, keys)
+    labels = curve_labels(curve_of(r, keys) for r in rows)
+    capped = [r for r, rec in zip(unsorted, records) if int(rec.attrs["config"].get("max_steps") or 0) > 0]
+    return Report(keys, line, rows, points, labels, leads(points, labels, target),
+                  figures(rows, points, records, keys, labels, target), capped)
+
+
+def capped_line(capped: Sequence[RunRow], total: int) -> str:
+    return (f"CAPPED: {len(capped)} of {total} runs stopped early at max_steps (HPCBENCH_MAX_STEPS), so their "
+            "numbers are a trial, not a measurement" if capped else "")
+
+
+def headline(report: Report, fmt: str, target: float) -> list[str]:
+    """The first answer: per worker count, who leads on each measure, by how much, and how sure."""
+    if not report.leads:
+        return []
+    caveat = capped_line(report.capped, len(report.rows))
+    title = (f"Headline: at each worker count, who is first to accuracy {target:g}, most accurate at the end and "
+             "fastest (medians over repeats; a lead is clear when the repeats' ranges do not overlap)")
+    if fmt == "html":
+        items = "".join(f"<li><b>{w} workers</b><ul>" + "".join(
+            f"<li>{html.escape(lead.line())}</li>" for lead in report.leads if lead.workers == w) + "</ul></li>"
+            for w in sorted({lead.workers for lead in report.leads}))
+        warn = f'<p class="capped">{html.escape(caveat)}</p>' if caveat else ""
+        return [f'<section id="headline"><h2>Headline</h2>{note_html(title.partition(": ")[2])}{warn}<ul>{items}</ul>'
+                "</section>"]
+    bullet = "- " if fmt == "md" else "  "
+    lines = [f"{bullet}{lead.workers} workers, {lead.line()}" for lead in report.leads]
+    if fmt == "text":
+        lines = [textwrap.fill(line, WIDTH, subsequent_indent="      ") for line in lines]
+    head = [f"**{caveat}**"] if caveat and fmt == "md" else [caveat] if caveat else []
+    if fmt == "text":
+        head, title = [textwrap.fill(line, WIDTH) for line in head], textwrap.fill(title, WIDTH)
+    return [*head, title if fmt != "md" else f"**{title}**", "\n".join(lines)]
+
+
+WIDTH = 120  # the text report's width, but for --wide
+
+
 def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float = 0.9,
                 group_by: Sequence[str] | None = None, table: str | None = None,
-                failed: Sequence[tuple[str, str, str]] = ()) -> str:
+                failed: Sequence[tuple[str, str, str]] = (), wide: bool = False, plots: str = "") -> str:
     """``group_by``: the settings that keep runs apart (default: every setting that differs);
     ``table``: only the runs or the scaling table (csv holds exactly one); ``failed``: a study's
-    points without an ok result, as (point, result, latest job), listed after the tables."""
+    points without an ok result, as (point, result, latest job), listed after the tables; ``wide``:
+    every column in the tables (by default the text report fits in 120 columns, and html shows the
+    rest on a click); ``plots``: html's plots section, placed after the headline."""
     if fmt not in FORMATS:
         raise one_of("format", fmt, list(FORMATS))
     if table is not None and table not in TABLES:
         raise one_of("table", table, TABLES)
     if fmt == "csv" and table is None:
         raise UsageError("csv holds one table: add --table runs or --table scaling")
-    unsorted = [run_row(r, target) for r in records]
+    report = build(records, target, group_by)
+    keys, rows, points = report.keys, report.rows, report.points
     failed_title = (f"Points without an ok result ({len(failed)}): missing = no file, partial = a run killed before "
                     "it wrote one, else the status its file holds")
-    keys, line = grouping(unsorted, group_by)
-    rows = sorted(unsorted, key=lambda r: (r.algorithm, r.mode, [setting(r, k) for k in keys], r.workers, r.path))
-    points: list[ScalePoint] = scaling(rows, keys)
     if fmt == "csv":
         return csv_table(machine_rows(rows if table == "runs" else points, keys))
     if fmt == "json":
         tables = {"runs": machine_rows(rows, keys), "scaling": machine_rows(points, keys),
                   "failures": failure_rows(rows)}
         shown = {column for table_rows in tables.values() for row in table_rows for column in row}
-        document = {"target_accuracy": target, "grouped_by": keys, "grouping": line,
+        document = {"target_accuracy": target, "grouped_by": keys, "grouping": report.grouping,
+                    "capped_runs": [r.path for r in report.capped],
+                    "headline": [dataclasses.asdict(lead) for lead in report.leads],
+                    "plots": [as_json(f) for f in report.figures],
                     "units": {k: v for k, v in UNITS.items() if k in shown}, **tables,
                     "failed_points": [dict(zip(("point", "result", "latest_job"), f)) for f in failed]}
         if table is not None:
             document = {k: v for k, v in document.items() if k not in TABLES or k == table}
         return dumps(document, indent=1)
-    run_settings, point_settings = setting_columns(keys)
-    lost = FAILURE_COLUMNS if any(r.workers_lost > 0 for r in rows) else []
     title, note = (title_html, note_html) if fmt == "html" else (str, str)
-    parts = [note(line), note(recipes(rows))] if rows else []
-    if rows and table in (None, "runs"):
-        parts += [title(f"Runs ({len(rows)}; {resolution(rows, target)})"),
-                  render(RUN_COLUMNS[:2] + run_settings + RUN_COLUMNS[2:] + lost, rows, fmt)]
+    if fmt == "text":
+        note = lambda text: textwrap.fill(text, WIDTH)  # noqa: E731
+    group = ("group", lambda x: report.labels[x.curve if isinstance(x, ScalePoint) else curve_of(x, keys)], TEXT)
+    lost = FAILURE_COLUMNS if any(r.workers_lost > 0 for r in rows) else []
+    nodes = [c for c in RUN_COLUMNS if c[0] == "nodes"] if any(r.nodes > 1 for r in rows) else []
+    run_settings, point_settings = setting_columns(keys)
+    wide_runs = RUN_COLUMNS[:2] + run_settings + RUN_COLUMNS[2:] + lost
+    wide_points = SCALE_COLUMNS[:2] + point_settings + SCALE_COLUMNS[2:] + lost
+    narrow_runs, narrow_points = [group, *nodes, *RUN_NARROW, *lost], [group, *nodes, *SCALE_NARROW, *lost]
+
+    def shown(narrow: list[Column], every: list[Column], items: Sequence[Any]) -> list[str]:
+        if wide or fmt == "latex":
+            return [render(every, items, fmt, wide=True)]
+        if fmt != "html":
+            return [render(narrow, items, fmt)]
+        return [render(narrow, items, fmt),
+                f"<details><summary>Every column</summary>{render(every, items, fmt)}</details>"]
+
+    parts = headline(report, fmt, target) if table is None else []
+    if plots:
+        parts.append(plots)
+    if rows:
+        parts.append(note(report.grouping))
     if rows and table in (None, "scaling"):
         parts += [title("Scaling (medians over repeats; speedup and efficiency against each curve's fewest workers)"),
-                  render(SCALE_COLUMNS[:2] + point_settings + SCALE_COLUMNS[2:] + lost, points, fmt)]
+                  *shown(narrow_points, wide_points, points)]
+    if rows and table in (None, "runs"):
+        parts += [title(f"Runs ({len(rows)})"), *shown(narrow_runs, wide_runs, rows)]
     gone = [(r, loss) for r in rows for loss in r.lost]
     if gone and table is None:
         parts += [title(f"Workers lost ({len(gone)}; times in seconds since each run began, died: where the run "
-                        "knows, detected: when rank 0's MPI said so)"), render(LOSS_COLUMNS, gone, fmt)]
+                        "knows, detected: when rank 0's MPI said so)"), render(LOSS_COLUMNS, gone, fmt, wide)]
     unfinished = [r for r in rows if r.result != "ok"]
     if unfinished:
         parts += [title(f"Runs that did not finish ({len(unfinished)}; shown above without numbers)"),
-                  render(UNFINISHED_COLUMNS, unfinished, fmt)]
+                  render(UNFINISHED_COLUMNS, unfinished, fmt, wide)]
     if failed:
-        parts += [title(failed_title), render(FAILED_COLUMNS, failed, fmt)]
+        parts += [title(failed_title), render(FAILED_COLUMNS, failed, fmt, wide)]
+    if rows:
+        parts += [note(recipes(rows)), note(resolution(rows, target).capitalize())]
     return "\n\n".join(parts)
