@@ -285,3 +285,14 @@ def test_the_headline_names_the_leader_at_each_worker_count_and_whether_the_repe
 
     assert judged([100, 120, 110], [90, 105, 95]).startswith("within the spread of the repeats (3 and 3 runs)")
     assert judged([110, 120, 115], [90, 105, 95]) == "beyond the spread of the repeats (3 and 3 runs)"
+
+
+def test_runs_cut_short_by_a_step_cap_are_named_before_anything_else(records):
+    records[0].attrs["config"]["max_steps"] = 20  # HPCBENCH_MAX_STEPS=20 was set for this run
+    text = report_text(records, target=0.85)
+    assert text.startswith("CAPPED: 1 of 6 runs stopped early at max_steps (HPCBENCH_MAX_STEPS), so their numbers")
+    assert json.loads(report_text(records, "json", target=0.85))["capped_runs"] == ["asgd-2-0.h5"]
+    assert report_text(records, "md", target=0.85).startswith("**CAPPED: 1 of 6 runs")
+    assert '<p class="capped">CAPPED: 1 of 6 runs' in report_text(records, "html", target=0.85)
+    records[0].attrs["config"]["max_steps"] = 0
+    assert "CAPPED" not in report_text(records, target=0.85)

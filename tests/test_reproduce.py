@@ -202,14 +202,27 @@ def test_gap_aware_at_toy_size_reports_what_its_files_say_and_flips_with_them(tm
     text, verdict = report_of(out)
     assert "runs kept from an earlier invocation, which ran them; this one only reported)" in text
     assert " 0 run now" not in text
-    assert verdict["outcome"] == HOLDS and "**Verdict: holds.**" in text
+    assert verdict["outcome"] == HOLDS and "**Verdict: holds (TOY size: a test of the machinery, not a finding).**" in text
+    assert verdict["verdict"] == "holds (TOY size: a test of the machinery, not a finding)"
+    assert (verdict["capped"], verdict["max_steps"]) == (False, 0)
     # False in one arm only (GA far behind SA without momentum): the verdict depends on the protocol.
     edit_accuracy(out / "runs" / "ga-asgd-n4-lr0.05-m0-s0.h5", 0.1)
     assert reproduce("gap-aware", str(out), "toy") == 0
     text, verdict = report_of(out)
     outcomes = {a["name"]: a["outcome"] for a in verdict["arms"]}
     assert outcomes["momentum 0"] == FAILS and outcomes["momentum 0.9"] == HOLDS
-    assert verdict["outcome"] == DEPENDS and "**Verdict: depends on the protocol.**" in text
+    assert verdict["outcome"] == DEPENDS and "**Verdict: depends on the protocol (TOY size" in text
+    # A run cut short by HPCBENCH_MAX_STEPS, as its file says: the study says so, wherever it states the verdict.
+    capped = read_run(out / "runs" / "ga-asgd-n4-lr0.05-m0-s0.h5")
+    capped.attrs["config"]["max_steps"] = 20
+    rewrite_run(out / "runs" / "ga-asgd-n4-lr0.05-m0-s0.h5", capped)
+    assert reproduce("gap-aware", str(out), "toy") == 0
+    text, verdict = report_of(out)
+    assert (verdict["capped"], verdict["max_steps"]) == (True, 20) and verdict["outcome"] == DEPENDS
+    cap = "CAPPED at 20 steps per worker (HPCBENCH_MAX_STEPS): its runs were cut short"
+    assert verdict["verdict"].startswith(f"depends on the protocol ({cap}")
+    assert text.startswith("# Gap-Aware") and "(CAPPED at 20 steps per worker (HPCBENCH_MAX_STEPS)" in text.splitlines()[0]
+    assert f"**Verdict: depends on the protocol ({cap}" in text
 
 
 @requires_mpi

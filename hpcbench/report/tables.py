@@ -333,7 +333,7 @@ def headline(report: Report, fmt: str, target: float) -> list[str]:
             f"<li>{html.escape(lead.line())}</li>" for lead in report.leads if lead.workers == w) + "</ul></li>"
             for w in sorted({lead.workers for lead in report.leads}))
         warn = f'<p class="capped">{html.escape(caveat)}</p>' if caveat else ""
-        return [f'<section id="headline"><h2>Headline</h2>{note_html(title.partition(": ")[2])}{warn}<ul>{items}</ul>'
+        return [f'<section id="headline"><h2>Headline</h2>{note_html(title.partition(": ")[2].capitalize())}{warn}<ul>{items}</ul>'
                 "</section>"]
     bullet = "- " if fmt == "md" else "  "
     lines = [f"{bullet}{lead.workers} workers, {lead.line()}" for lead in report.leads]

@@ -171,14 +171,45 @@ def how_run(runs: int, kept: int, jobs: int, elapsed_s: float) -> str:
     return text + (f"; {kept} kept from an earlier invocation" if kept else "")
 
 
+def caveat(notes: dict[str, Any]) -> str:
+    """Why a study's verdict is not a finding (capped runs, a quick or toy size), or ""."""
+    if notes.get("capped"):
+        return (f"CAPPED at {notes['max_steps']} steps per worker (HPCBENCH_MAX_STEPS): its runs were cut short, so "
+                "this is a trial of the machinery, not a finding")
+    return {"full": "", "quick": "QUICK: fewer sizes, grid points and seeds and a shorter budget; the full study "
+            "is the finding", "toy": "TOY size: a test of the machinery, not a finding"}[notes["preset"]]
+
+
+def verdict_line(outcome: str, notes: dict[str, Any]) -> str:
+    """The verdict as the report states it: the outcome, and why it is not a finding where it is not."""
+    why = caveat(notes)
+    return f"{outcome} ({why})" if why else outcome
+
+
 def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, recipe_trials: Sequence[Trial],
              notes: dict[str, Any], plots: dict[str, str]) -> str:
+    """The answer first (claim, verdict, each arm's verdict), then each arm's plot, numbers and choices, then
+    how the study was set up and run."""
     proto = protocol(s, notes["preset"], recipe, notes["mode"])
-    label = {"full": "", "quick": " (QUICK: fewer sizes, grid points and seeds, a shorter budget; see the full "
-             "study for the finding)", "toy": " (TOY size: a test of the machinery, not a finding)"}[notes["preset"]]
-    lines = [f"# {s.title}{label}", "", f"**Claim.** {s.claim}", "", f"**Verdict: {outcome}.**", ""]
-    lines += [f"- arm *{a.name}*: **{a.verdict.outcome}**" for a in arms]
-    lines += ["", "## Protocol", "",
+    label = f" ({caveat(notes).split(':')[0]})" if caveat(notes) else ""
+    lines = [f"# {s.title}{label}", "", f"**Claim.** {s.claim}", "", f"**Verdict: {verdict_line(outcome, notes)}.**",
+             ""]
+    lines += [f"- arm *{a.name}*: **{a.verdict.outcome}**" for a in arms] + [""]
+    for a in arms:
+        lines += [f"## Arm: {a.name}", "", f"{arm_text(a.name)}. Verdict: **{a.verdict.outcome}**.", ""]
+        lines += a.verdict.lines()
+        if s.name == "jin":
+            lines += [f"- where the curves cross: {crossing(list(a.cells))}"]
+        plot_file = plots.get(a.name, "")
+        lines += ["", f"![{s.name} {a.name}]({plot_file})" if plot_file.endswith(".png") else f"({plot_file})", ""]
+        lines += [table(s, list(a.cells)) if a.cells else "(no run finished)", ""]
+        chosen = chosen_text(a)
+        if chosen:
+            lines += [chosen, ""]
+    if s.name == "gap-aware":
+        lines += ["Accuracies: final test accuracy of the global model on the whole test set, mean over seeds "
+                  "± half their range.", ""]
+    lines += ["## Protocol", "",
               f"- task: {proto['task']}; budget {proto['budget_epochs']:g} epochs; seeds "
               f"{', '.join(map(str, proto['seeds']))}",
               f"- schedule: {proto['schedule']}",
@@ -188,20 +219,6 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
               *([f"- own-lr grid: {', '.join(f'{f:g}' for f in proto['own_lr_factors'])} x the recipe's rate"]
                 if any(a.name == OWN_LR for a in arms) else []),
               f"- verdict rule: {proto['rule']}", "", recipe_table(recipe_trials, recipe), ""]
-    for a in arms:
-        lines += [f"## Arm: {a.name}", "", f"{arm_text(a.name)}. Verdict: **{a.verdict.outcome}**.", ""]
-        lines += a.verdict.lines()
-        if s.name == "jin":
-            lines += [f"- where the curves cross: {crossing(list(a.cells))}"]
-        lines += ["", table(s, list(a.cells)) if a.cells else "(no run finished)", ""]
-        chosen = chosen_text(a)
-        if chosen:
-            lines += [chosen, ""]
-        plot_file = plots.get(a.name, "")
-        lines += [f"![{s.name} {a.name}]({plot_file})" if plot_file.endswith(".png") else f"({plot_file})", ""]
-    if s.name == "gap-aware":
-        lines += ["Accuracies: final test accuracy of the global model on the whole test set, mean over seeds "
-                  "± half their range.", ""]
     run_args = s.run_args(notes["preset"])
     run_args = run_args if notes["mode"] == "sim" else mpi_args(run_args)
     lines += ["## How it was measured", "", f"- command: `{notes['command']}` ({notes['preset']} sizes, "
@@ -277,12 +294,17 @@ def resilience_markdown(s: Study, cells: Sequence[Any], verdicts: dict[str, Verd
     from hpcbench.reproduce.resilience import FAILURES, FAMILIES, SHRINKING
 
     proto = protocol(s, notes["preset"], recipe, notes["mode"])
-    label = {"full": "", "quick": " (QUICK: fewer sizes and seeds, a shorter budget)",
-             "toy": " (TOY size: a test of the machinery, not a finding)"}[notes["preset"]]
-    lines = [f"# {s.title}{label}", "", f"**Claim.** {s.claim}", "", f"**Verdict: {outcome}.**", ""]
+    label = f" ({caveat(notes).split(':')[0]})" if caveat(notes) else ""
+    lines = [f"# {s.title}{label}", "", f"**Claim.** {s.claim}", "", f"**Verdict: {verdict_line(outcome, notes)}.**",
+             ""]
     lines += [f"- {family} ({algo}) against the shrinking {SHRINKING}: **{verdicts[family].outcome}**"
               for algo, family in FAMILIES.items()]
-    lines += ["", "## Protocol", "",
+    lines += ["", f"![resilience]({plotted})" if plotted.endswith(".png") else f"({plotted})", "",
+              resilience_table(cells) if cells else "(no run finished)", ""]
+    for algo, family in FAMILIES.items():
+        lines += [f"## {family}: {algo}", "", f"Verdict: **{verdicts[family].outcome}**.", ""]
+        lines += verdicts[family].lines() + [""]
+    lines += ["## Protocol", "",
               f"- task: {proto['task']}; budget {proto['budget_epochs']:g} epochs; seeds "
               f"{', '.join(map(str, proto['seeds']))}", f"- schedule: {proto['schedule']}",
               f"- recipe, tuned on validation without failures: {proto['recipe']}: **{recipe.best.label()}**, shared "
@@ -297,11 +319,6 @@ def resilience_markdown(s: Study, cells: Sequence[Any], verdicts: dict[str, Verd
               "- verdict rule: per family, its algorithm keeps more goodput than all-reduce at every size, beyond "
               "the larger spread (at least 0.01), and loses no more accuracy (within the spread, at least 0.5 "
               "pts); the claim holds when it holds for every family", "", recipe_table(recipe_trials, recipe), ""]
-    for algo, family in FAMILIES.items():
-        lines += [f"## {family}: {algo}", "", f"Verdict: **{verdicts[family].outcome}**.", ""]
-        lines += verdicts[family].lines() + [""]
-    lines += ["## Measured", "", resilience_table(cells) if cells else "(no run finished)", "",
-              f"![resilience]({plotted})" if plotted.endswith(".png") else f"({plotted})", ""]
     run_args = s.run_args(notes["preset"])
     run_args = run_args if notes["mode"] == "sim" else mpi_args(run_args)
     lines += ["## How it was measured", "", f"- command: `{notes['command']}` ({notes['preset']} sizes, "

@@ -11,7 +11,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from hpcbench.reproduce.protocol import (SEQUENTIAL, ArmResult, CellKey, Recipe,
 from hpcbench.reproduce.studies import PRESETS, Study, mpi_args, study
 from hpcbench.reproduce.verdicts import Cell
 from hpcbench.report.strict_json import dumps
-from hpcbench.results.store import result_status
+from hpcbench.results.store import result_status, step_cap_of
 from hpcbench.tuning.execute import MODES, Job, run_jobs
 from hpcbench.tuning.grid import Setting, Trial, choose
 from hpcbench.tuning.tune import validation_scores
@@ -230,7 +230,7 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     elapsed = time.monotonic() - t0
     failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
     ran = len(outcome)
-    notes = {"preset": preset, "mode": mode, "elapsed_s": elapsed, "runs": ran, "kept": kept,
+    notes = {"preset": preset, "mode": mode, "elapsed_s": elapsed, "runs": ran, "kept": kept, **capped(outcome),
              "jobs": jobs if mode == "sim" else 1,
              "calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
              "skipped": [f"{n} workers ({n + 1} ranks > --max-ranks {max_ranks})" for n in skipped],
@@ -241,7 +241,7 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     text = report.markdown(s, arms, outcome_text, recipe, recipe_trials, notes, plots)
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "verdict.json").write_text(dumps({
-        "study": s.name, "outcome": outcome_text,
+        "study": s.name, "outcome": outcome_text, "verdict": report.verdict_line(outcome_text, notes),
         "protocol": report.protocol(s, preset, recipe, mode),
         "recipe_grid": [{"setting": t.setting.values(), "val_accuracy": list(t.val), "chosen": t.setting == recipe.best}
                         for t in recipe_trials],
@@ -253,6 +253,13 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
         "emulated": emulated_network.as_json(points)}, indent=1), encoding="utf-8")
     print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
     return 1 if failed else 0
+
+
+def capped(paths: Iterable[Path]) -> dict[str, Any]:
+    """Whether max_steps (HPCBENCH_MAX_STEPS) cut the study's runs short, as their files say (verdict.json
+    says so, and the largest cap)."""
+    cap = max((step_cap_of(p) for p in paths), default=0)
+    return {"capped": cap > 0, "max_steps": cap}
 
 
 def command_line(name: str, out_dir: str, preset: str, mode: str, emulated: bool = False) -> str:
@@ -329,7 +336,7 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
     outcome_text = resilience.overall(verdicts)
     failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
     notes = {"preset": preset, "mode": mode, "elapsed_s": time.monotonic() - t0, "runs": len(outcome), "kept": kept,
-             "jobs": jobs if mode == "sim" else 1, "failed": failed, "command": command_line(s.name, out_dir, preset, mode),
+             **capped(outcome), "jobs": jobs if mode == "sim" else 1, "failed": failed, "command": command_line(s.name, out_dir, preset, mode),
              "setup": s.setup if mode == "sim" else f"{MPI_SETUP} Open MPI launched with ULFM (mpirun --with-ft "
              "ulfm) keeps the survivors going; ranks beyond this machine's cores share them, so a failed worker's "
              "core goes to the others."}
@@ -337,8 +344,8 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
     text = report.resilience_markdown(s, found, verdicts, outcome_text, recipe, recipe_trials, notes, plotted)
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "verdict.json").write_text(dumps({
-        "study": s.name, "outcome": outcome_text, "protocol": report.protocol(s, preset, recipe, mode),
-        "failures_per_run": resilience.FAILURES,
+        "study": s.name, "outcome": outcome_text, "verdict": report.verdict_line(outcome_text, notes),
+        "protocol": report.protocol(s, preset, recipe, mode), "failures_per_run": resilience.FAILURES,
         "recipe_grid": [{"setting": t.setting.values(), "val_accuracy": list(t.val), "chosen": t.setting == recipe.best}
                         for t in recipe_trials],
         "claims": [{"family": family, "algorithm": algo, "outcome": verdicts[family].outcome,

@@ -191,6 +191,16 @@ def result_status(path: str | os.PathLike) -> str | None:
         return None
 
 
+def step_cap_of(path: str | os.PathLike) -> int:
+    """The ``max_steps`` the run at ``path`` was capped at (0: none, or no readable file), from its config alone."""
+    try:
+        with h5py.File(path, "r") as f:
+            value = json.loads(str(_plain(f.attrs.get("config", "{}")))).get("max_steps", 0)
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return value if isinstance(value, int) and value > 0 else 0
+
+
 def read_run(path: str | os.PathLike) -> RunRecord:
     """A result file as a ``RunRecord``; one line (``UsageError``) for anything that is not a complete,
     well-formed hpcbench result file this version can read (``malformed`` lists what is checked). A
