@@ -153,12 +153,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
     skipped: list[tuple[str, str]] = []
     old, new = readable([args.old], skipped), readable([args.new], skipped)
     gate: list[str] = []
+    within: list[str] = []
     if args.fail_above is not None:  # checked before printing: a bad --metric is one line, not a table
         _, before, after = matched(old, new, args.target)
-        gate = regressions(before, after, args.metric, args.fail_above)
+        gate, within = regressions(before, after, args.metric, args.fail_above)
     print(diff_text(old, new, args.format, args.target))
     if args.fail_above is not None:
-        print("\n".join(gate) if gate else f"no {args.metric} worse by more than {args.fail_above:g}%")
+        print("\n".join(within + gate) if within + gate else f"no {args.metric} worse by more than {args.fail_above:g}%")
     return strictly(args, skipped, 1 if gate else 0)
 
 
@@ -167,12 +168,33 @@ def cmd_check(args: argparse.Namespace) -> int:
     from hpcbench.report.check import misses, parse_reference
     from hpcbench.report.metrics import run_row, scaling, varying
 
-    bounds = parse_reference(load_toml(args.reference))
+    if (args.reference is None) == (args.write_reference is None):
+        raise UsageError("check needs --reference REF.toml (check runs against it) or --write-reference REF.toml "
+                         "(write one from these runs' repeats)")
     skipped: list[tuple[str, str]] = []
+    if args.write_reference is not None:
+        return strictly(args, skipped, reference_from(args, readable(args.paths, skipped)))
+    bounds = parse_reference(load_toml(args.reference))
     rows = [run_row(r, args.target) for r in readable(args.paths, skipped)]
     missed = misses(scaling(rows, varying(rows)), bounds)
     print("\n".join(missed) if missed else f"all {len(bounds)} bounds of {args.reference} hold")
     return strictly(args, skipped, 1 if missed else 0)
+
+
+def reference_from(args: argparse.Namespace, records: list) -> int:
+    """``check --write-reference``: a reference whose tolerances come from the runs' repeats."""
+    from hpcbench.report.check import reference
+    from hpcbench.report.metrics import run_row
+
+    text, points, warnings = reference([run_row(rec, args.target) for rec in records])
+    try:
+        Path(args.write_reference).write_text(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write --write-reference {args.write_reference!r}: {exc.strerror or exc}") from None
+    for warning in warnings:
+        print(f"hpcbench: warning: {warning}", file=sys.stderr)
+    print(f"reference for {points} points written to {args.write_reference}")
+    return 0
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -551,15 +573,17 @@ def build_parser() -> Parser:
     p.add_argument("new", metavar="NEW", help="result file or directory")
     table_options(p)
     p.add_argument("--fail-above", type=percent, metavar="PCT", help="exit 1 when a point in both studies got worse "
-                   "by more than PCT percent in --metric")
+                   "by more than PCT percent in --metric and, where both have repeats, by more than their spread")
     p.add_argument("--metric", default="samples_per_s", help="what --fail-above watches: samples_per_s (default), "
                    "speedup, efficiency, final_accuracy, time_to_target_s, staleness_mean")
     p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("check", help="runs against expected bounds per algorithm and worker count (exit 1 on a miss)")
     p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR")
-    p.add_argument("--reference", required=True, metavar="REF.toml", help="[ALGO.WORKERS] tables of "
-                   "METRIC = [LOW, HIGH] or {min = LOW, max = HIGH}")
+    p.add_argument("--reference", metavar="REF.toml", help="[ALGO.WORKERS] tables of METRIC = "
+                   "{ref = VALUE, lower = -FRACTION, upper = FRACTION}, [LOW, HIGH] or {min = LOW, max = HIGH}")
+    p.add_argument("--write-reference", metavar="REF.toml", help="write a reference from these runs instead: "
+                   "each point's median with a tolerance from its repeats' spread (sweep --repeats 3)")
     p.add_argument("--target", type=accuracy, default=0.9, help="accuracy for time-to-target (default 0.9)")
     strict_option(p)
     p.set_defaults(func=cmd_check)

@@ -117,7 +117,8 @@ def test_tune_chooses_on_validation_never_on_test_and_its_toml_runs_the_choice(t
     assert main(args) == 0
     runs = {p.name: p for p in (out / "runs").glob("*.h5")}
     assert sorted(runs) == ["asgd-n2-lr0.01-m0.9-s0.h5", "asgd-n2-lr0.1-m0.9-s0.h5"]
-    assert "[2/2]" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "[1/2, " in shown and " left] asgd, 2 workers" in shown and "[2/2, " in shown  # count, time so far, left
     # Validation says 0.01, test says 0.1: the choice follows validation.
     set_accuracies(runs["asgd-n2-lr0.01-m0.9-s0.h5"], val=0.8, test=0.1)
     set_accuracies(runs["asgd-n2-lr0.1-m0.9-s0.h5"], val=0.2, test=0.9)

@@ -121,7 +121,10 @@ def test_check_against_reference_bounds(studies, tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("[asgd.4]\nsamples = [1, 2]\n", "unknown metric in [asgd.4] 'samples'; valid: samples_per_s"),
     ("[asgd.4]\nsamples_per_s = [2, 1]\n", "lower bound 2 is above upper bound 1"),
-    ("[asgd.4]\nsamples_per_s = 5\n", "expected [LOW, HIGH] or {min = LOW, max = HIGH}, got 5"),
+    ("[asgd.4]\nsamples_per_s = 5\n", "expected [LOW, HIGH], {min = LOW, max = HIGH} or {ref = VALUE, lower = "
+     "-FRACTION, upper = FRACTION}, got 5"),
+    ("[asgd.4]\nsamples_per_s = {ref = 100, lower = 0.2}\n", "lower must be <= 0 and upper >= 0 (fractions of ref)"),
+    ("[asgd.4]\nsamples_per_s = {ref = 'fast'}\n", "got {'ref': 'fast'}"),
     ("[asgd.four]\nsamples_per_s = [1, 2]\n", "[asgd.four] is not a worker count"),
     ("", "reference: no bounds"),
 ])

@@ -15,7 +15,7 @@ from hpcbench.runtime.threads import cpu_count
 from hpcbench.runtime.mpi.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
 from hpcbench.slurm.jobs import Resources, report_job, run_job, submit_script
 from hpcbench.slurm.sweep import Point, plan_points
-from hpcbench.telemetry.progress import ProgressLine
+from hpcbench.telemetry.progress import Countdown, ProgressLine
 
 
 def test_run_job_script_line_by_line():
@@ -243,6 +243,24 @@ def test_batch_logs_get_a_plain_line_every_progress_s():
     assert silent.getvalue() == ""
 
 
+def test_an_mpi_runs_first_plain_line_comes_at_ten_seconds_or_ten_percent():
+    now = [0.0]
+    out = io.StringIO()  # a launcher's pipe
+    line = ProgressLine("asgd, 2 workers", 1000, stream=out, every_s=30.0, clock=lambda: now[0], early=True)
+    for t, samples in ((1.0, 50), (2.0, 100), (20.0, 400), (31.0, 500), (33.0, 600)):
+        now[0] = t
+        line.update(samples, 0.25, 0.5)
+    assert [l.split(":")[1].split(" (")[0] for l in out.getvalue().splitlines()] == [" 100/1000 samples",
+                                                                                      " 600/1000 samples"]
+    now[0] = 0.0
+    slow = io.StringIO()
+    line = ProgressLine("asgd, 2 workers", 10**9, stream=slow, every_s=30.0, clock=lambda: now[0], early=True)
+    for t in (5.0, 9.9, 10.0, 12.0):
+        now[0] = t
+        line.update(int(t), 0.25, 0.5)
+    assert [l.split(" s]")[0] for l in slow.getvalue().splitlines()] == ["[10"]
+
+
 @pytest.fixture(scope="module")
 def small_study(tmp_path_factory):
     """Simulated runs: two algorithms at two sizes, and a second study with another learning rate."""
@@ -314,7 +332,8 @@ def test_local_sweep_runs_each_point_and_prints_the_table(tmp_path):
     cores = cpu_count()
     if 8 > cores:  # two runs of up to 4 ranks at a time
         assert f"hpcbench: warning: 2 runs of up to 4 ranks at a time share {cores} cores" in err
-    assert len(re.findall(r"^\[\d/4\] (asgd|allreduce) on [34] ranks: .* -> ", out, re.M)) == 4, out
+    counts = re.findall(r"^\[(\d)/4, [^]]* so far(, about [^]]* left)?\] (asgd|allreduce) on [34] ranks: .* -> ", out, re.M)
+    assert [(k, bool(left)) for k, left, _ in counts] == [("1", True), ("2", True), ("3", True), ("4", False)], out
     assert sorted(p.name for p in tmp_path.glob("*.h5")) == ["allreduce-w2.h5", "allreduce-w3.h5", "asgd-w2.h5",
                                                              "asgd-w3.h5"]
     assert "Scaling" in out and out.count("allreduce ") >= 4
@@ -421,3 +440,15 @@ def test_a_sweep_gives_each_algorithms_runs_its_own_options_only(tmp_path):
     assert code == 0, err
     assert "ga-asgd.beta" not in (tmp_path / "runs" / "asgd-n2.sbatch").read_text()
     assert "run --algo ga-asgd --set ga-asgd.beta=0.5 --out" in (tmp_path / "runs" / "ga-asgd-n2.sbatch").read_text()
+
+
+def test_the_time_left_of_many_runs_comes_from_the_runs_so_far_weighed_by_their_ranks():
+    now = [0.0]
+    countdown = Countdown([3, 5, 3, 5], clock=lambda: now[0])
+    now[0] = 3.0  # a 3-rank run took 3 s: 1 s per rank, and 13 rank-weights are left
+    assert countdown.finished(3) == "[1/4, 3 s so far, about 13 s left]"
+    now[0] = 9.0
+    assert countdown.finished(5) == "[2/4, 9 s so far, about 9 s left]"
+    now[0] = 200.0
+    assert countdown.finished(3) == "[3/4, 3 min 20 s so far, about 1 min 31 s left]"  # 200 * 5 / 11 = 91 s
+    assert countdown.finished(5) == "[4/4, 3 min 20 s so far]"

@@ -9,6 +9,7 @@ from typing import Mapping, Sequence
 
 from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
+from hpcbench.telemetry.progress import Countdown
 
 # The demo: every algorithm on the real digits data, small enough for 2 cores in a few minutes.
 DEMO = RunConfig(dataset="digits", model="mlp", epochs=10, batch_size=32, lr=0.05, warmup_epochs=1, evals=8)
@@ -75,15 +76,19 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
                                            seed=repeat if repeats > 1 else cfg.seed)
         todo.append((i, label, world, ["run", *point.to_argv()], out))
     launches = [(world, args) for _, _, world, args, _ in todo]
+    if todo:
+        print(f"{len(todo)} runs to do, {jobs} at a time: the count and the time left follow each", flush=True)
+    countdown = Countdown([world for world, _ in launches])
     for k, result, seconds in run_many(launches, jobs, timeout, capture=True, emulated=emulated):
-        i, label, _, _, out = todo[k]
+        _, label, world, _, out = todo[k]
+        count = countdown.finished(world)
         if isinstance(result, subprocess.TimeoutExpired) or result.returncode:
             why = f"killed after {timeout:g} s" if isinstance(result, subprocess.TimeoutExpired) else why_failed(result)
             failures.append(f"{label}: {why}")
-            print(f"[{i}/{len(points)}] {label}: FAILED: {why}", file=sys.stderr, flush=True)
+            print(f"{count} {label}: FAILED: {why}", file=sys.stderr, flush=True)
         else:
             done.append(out)
-            print(f"[{i}/{len(points)}] {label}: {result.stdout.strip().splitlines()[-1]} ({seconds:.0f} s)", flush=True)
+            print(f"{count} {label}: {result.stdout.strip().splitlines()[-1]} ({seconds:.0f} s)", flush=True)
     return done, failures
 
 

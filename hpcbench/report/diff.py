@@ -64,24 +64,47 @@ def matched(old: Sequence[RunRecord], new: Sequence[RunRecord],
     return keys, by_key(scaling(old_rows, keys)), by_key(scaling(new_rows, keys))
 
 
+# The spread each metric's repeats have (half their range), where the report measures one.
+SPREADS = {"samples_per_s": "samples_per_s_spread", "final_accuracy": "final_accuracy_spread",
+           "time_to_target_s": "time_to_target_spread"}
+
+
+def beyond_spread(old: ScalePoint, new: ScalePoint, metric: str) -> bool | None:
+    """Whether the two points' ranges over their repeats do not overlap; None where either has a single
+    run (or the metric has no spread): then the threshold alone decides."""
+    attr = SPREADS.get(metric)
+    if attr is None or old.repeats < 2 or new.repeats < 2:
+        return None
+    return abs(getattr(new, metric) - getattr(old, metric)) > getattr(old, attr) + getattr(new, attr)
+
+
 def regressions(before: dict[Key, ScalePoint], after: dict[Key, ScalePoint], metric: str,
-                fail_above: float) -> list[str]:
-    """A line for each point in both studies whose ``metric`` got worse by more than ``fail_above`` percent
-    (a value that is no longer there, such as a target no longer reached, counts as worse)."""
+                fail_above: float) -> tuple[list[str], list[str]]:
+    """(a line for each point in both studies whose ``metric`` got worse by more than ``fail_above``
+    percent and, where both have repeats, by more than their spread; a line for each point worse by more
+    than ``fail_above`` but within the spread, which passes). A value that is no longer there, such as a
+    target no longer reached, counts as worse."""
     if metric not in BETTER:
         raise one_of("--metric", metric, list(BETTER))
-    out = []
+    failing, passing = [], []
     for key in sorted(set(before) & set(after)):
         old, new = getattr(before[key], metric), getattr(after[key], metric)
         if math.isnan(old):
             continue
         rel = relative(old, new)
-        worse = math.isnan(new) or (rel is not None and -BETTER[metric] * rel * 100 > fail_above)
-        if worse:
-            algorithm, mode, group, workers = key
-            where = ", ".join([algorithm, mode, *(f"{k}={v}" for k, v in group), f"{workers} workers"])
-            out.append(f"regression: {where}: {metric} {change(old, new, 3)}, worse by more than {fail_above:g}%")
-    return out
+        if not (math.isnan(new) or (rel is not None and -BETTER[metric] * rel * 100 > fail_above)):
+            continue
+        algorithm, mode, group, workers = key
+        where = ", ".join([algorithm, mode, *(f"{k}={v}" for k, v in group), f"{workers} workers"])
+        apart = None if math.isnan(new) else beyond_spread(before[key], after[key], metric)
+        runs = f"{before[key].repeats} and {after[key].repeats} runs"
+        if apart is False:
+            passing.append(f"within the spread: {where}: {metric} {change(old, new, 3)}, worse by more than "
+                           f"{fail_above:g}% but inside the range of the repeats ({runs}): not flagged")
+            continue
+        why = f", beyond the spread of the repeats ({runs})" if apart else ""
+        failing.append(f"regression: {where}: {metric} {change(old, new, 3)}, worse by more than {fail_above:g}%{why}")
+    return failing, passing
 
 
 FORMATS = ("text", "md", "latex", "csv")

@@ -36,7 +36,7 @@ class Lead:
 
     def line(self) -> str:
         if not self.runner_up:
-            return f"{self.what}: {self.winner} ({self.value}; {self.judged})"
+            return f"{self.what}: {self.winner} ({'; '.join(filter(None, (self.value, self.judged)))})"
         return (f"{self.what}: {self.winner} ({self.value}), {self.margin} {self.runner_up} "
                 f"({self.runner_value}); {self.judged}")
 
@@ -72,7 +72,8 @@ def leads(points: Sequence[ScalePoint], labels: dict[Curve, str], target: float)
             known = [p for p in here if math.isfinite(value(p)[0])]
             if not known:
                 if what.startswith("first to") and here:
-                    out.append(Lead(workers, what, "none reached it", "", "", "", "", f"{len(here)} curves tried"))
+                    out.append(Lead(workers, what, "none reached it", "", "", "", "",
+                                    f"{len(here)} curve{'s' * (len(here) > 1)} with finished runs"))
                 continue
             ranked = sorted(known, key=lambda p: (value(p)[0] if lower_better else -value(p)[0], labels[p.curve]))
             best = ranked[0]

@@ -24,6 +24,7 @@ from hpcbench.reproduce.studies import PRESETS, Study, mpi_args, study
 from hpcbench.reproduce.verdicts import Cell
 from hpcbench.report.strict_json import dumps
 from hpcbench.results.store import result_status, step_cap_of
+from hpcbench.telemetry.progress import clock_text
 from hpcbench.tuning.execute import MODES, Job, run_jobs
 from hpcbench.tuning.grid import Setting, Trial, choose
 from hpcbench.tuning.tune import validation_scores
@@ -34,7 +35,8 @@ MPI_SETUP = "Real runs under mpiexec on this machine: its own compute and networ
 # the basis of the stated running time (measured with the batched simulator; one worker is not batched).
 SECONDS_PER_GRADIENT = 0.6e-3
 SECONDS_PER_SEQUENTIAL_GRADIENT = 1.6e-3
-SECONDS_PER_RUN = 3.0
+SECONDS_PER_RUN = 3.0  # a process of its own (runs side by side, or real runs)
+SECONDS_PER_INLINE_RUN = 0.3  # one at a time, simulated in this process
 CALIBRATION_STEPS = {"full": 200, "quick": 100, "toy": 20}
 
 
@@ -70,11 +72,13 @@ def planned(s: Study, preset: str, runs: Path, cell: CellKey, setting: Setting, 
                                                runs / f"{stem(name, n, variant, setting, seed)}.h5", label))
 
 
-def expected_seconds(s: Study, preset: str, arm_runs: int, recipe_runs: int, jobs: int) -> float:
+def expected_seconds(s: Study, preset: str, arm_runs: int, recipe_runs: int, jobs: int, mode: str = "sim") -> float:
+    """The running time stated up front (the count after each run then says how much is left)."""
     size = s.sizes[preset]
     gradients = size.epochs * size.samples * 0.9 / 32
-    return (arm_runs * (SECONDS_PER_RUN + gradients * SECONDS_PER_GRADIENT)
-            + recipe_runs * (SECONDS_PER_RUN + gradients * SECONDS_PER_SEQUENTIAL_GRADIENT)) / max(1, jobs)
+    start = SECONDS_PER_INLINE_RUN if mode == "sim" and jobs == 1 else SECONDS_PER_RUN
+    return (arm_runs * (start + gradients * SECONDS_PER_GRADIENT)
+            + recipe_runs * (start + gradients * SECONDS_PER_SEQUENTIAL_GRADIENT)) / max(1, jobs)
 
 
 def fits(workers: int, mode: str, max_ranks: int) -> bool:
@@ -193,10 +197,10 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     per_cell = sum(len(candidates(arm, a, stand_in, size.lr_factors, s.scales)) for arm in s.arms for a in s.algos)
     recipe_settings = recipe_grid(size.recipe_lrs, size.recipe_momenta)
     estimate = expected_seconds(s, preset, per_cell * len(workers) * len(variants) * len(size.seeds),
-                                len(recipe_settings) * len(size.seeds), jobs if mode == "sim" else 1)
+                                len(recipe_settings) * len(size.seeds), jobs if mode == "sim" else 1, mode)
     print(f"{s.title}\n{preset} study ({mode}): the recipe grid ({len(recipe_settings) * len(size.seeds)} runs), "
           f"then arms {', '.join(s.arms)} at {len(workers)} size(s) (at most {per_cell * len(workers) * len(variants) * len(size.seeds)} "
-          f"runs, fewer where arms share runs); expected running time about {estimate / 60:.0f} min "
+          f"runs, fewer where arms share runs); expected running time about {clock_text(estimate)} "
           f"({jobs if mode == 'sim' else 1} run(s) at a time; measured on a 2-core machine, "
           f"{3 if mode == 'mpi' else 1}x for real runs). Result files: {runs}/", flush=True)
     t0 = time.monotonic()
@@ -304,9 +308,10 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
     out = Path(out_dir)
     recipe_settings = recipe_grid(size.recipe_lrs, size.recipe_momenta)
     cells = len(workers) * len(s.algos) * len(size.seeds)
-    estimate = expected_seconds(s, preset, 2 * cells, len(recipe_settings) * len(size.seeds), jobs if mode == "sim" else 1)
+    estimate = expected_seconds(s, preset, 2 * cells, len(recipe_settings) * len(size.seeds),
+                                jobs if mode == "sim" else 1, mode)
     print(f"{s.title}\n{preset} study ({mode}): the recipe grid ({len(recipe_settings) * len(size.seeds)} runs), then "
-          f"{cells} runs without failures and {cells} with; expected running time about {estimate / 60:.0f} min. "
+          f"{cells} runs without failures and {cells} with; expected running time about {clock_text(estimate)}. "
           f"Result files: {runs}/", flush=True)
     t0 = time.monotonic()
     print("\nstage 1: the single-worker recipe, chosen on the validation split (no failures)", flush=True)

@@ -54,9 +54,9 @@ class Run:
     def logs(self) -> RunLogs:
         return RunLogs(self.layout.tables)
 
-    def progress(self, doing: str = "", rate_unit: str = "samples/s") -> ProgressLine:
+    def progress(self, doing: str = "", rate_unit: str = "samples/s", early: bool = False) -> ProgressLine:
         return ProgressLine(f"{doing}{self.algo.name}, {self.workers} workers", self.algo.ctx.budget,
-                            every_s=self.cfg.progress_s, rate_unit=rate_unit)
+                            every_s=self.cfg.progress_s, rate_unit=rate_unit, early=early)
 
 
 def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0) -> Run:

@@ -19,6 +19,7 @@ from hpcbench.config import RunConfig, table_argv
 from hpcbench.launch.arguments import parse_run
 from hpcbench.options.sim import SimConfig
 from hpcbench.signals import hangup_stops_study
+from hpcbench.telemetry.progress import Countdown
 
 MODES = ("sim", "mpi")
 
@@ -85,10 +86,17 @@ def why_failed(code: int, stderr: str) -> str:
     return lines[-1] if lines else f"exit code {code}"
 
 
+def weight(job: Job, mode: str) -> float:
+    """A run's share of a study's time: a real run's grows with its ranks (each starts a process, on
+    cores they share); a simulated run's with its fixed budget of gradients, whatever its workers."""
+    return job.workers + 1 if mode == "mpi" else 1.0
+
+
 def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float) -> dict[Path, str]:
     """Run every job; → for each result file, "" when it is ok (run now or kept), else why it failed.
 
-    Prints one line per job as it ends: ``[k/N] label: the run's result line`` (or kept / FAILED)."""
+    Prints one line per job as it ends: ``[k/N, T so far, about U left] label: the run's result line``
+    (or FAILED), counting the runs to do (those kept are said once)."""
     from hpcbench.results.store import result_status
 
     width = 1 if mode == "mpi" else max(1, parallel)
@@ -105,10 +113,12 @@ def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float) -> d
     total = done + len(todo)
     if done:
         print(f"{done} of {total} runs kept from an earlier invocation (their files say ok)", flush=True)
+    countdown = Countdown([weight(job, mode) for job in todo])
+    if todo:
+        print(f"{len(todo)} runs to do, {width} at a time: the count and the time left follow each", flush=True)
     if mode == "sim" and width == 1:  # one at a time: in this process, without a start-up per run
         for job in todo:
-            done += 1
-            outcome[job.path] = inline(job, done, total)
+            outcome[job.path] = inline(job, countdown)
         return outcome
     running: list[tuple[Job, subprocess.Popen, float]] = []
     queue = list(todo)
@@ -132,16 +142,15 @@ def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float) -> d
                     else:
                         out, err = proc.communicate()
                         why = "" if code == 0 else why_failed(code, err)
-                    done += 1
                     outcome[job.path] = why
-                    say(done, total, job, why, out)
+                    say(countdown.finished(weight(job, mode)), job, why, out)
         finally:
             for _, proc, _ in running:
                 stop(proc)
     return outcome
 
 
-def inline(job: Job, done: int, total: int) -> str:
+def inline(job: Job, countdown: Countdown) -> str:
     """Simulate ``job`` in this process; → "" or why it failed (printed as run_jobs prints)."""
     import contextlib
     import io
@@ -159,17 +168,18 @@ def inline(job: Job, done: int, total: int) -> str:
         why = str(exc)
     except Exception as exc:  # a deadlock or a bug in one run must not lose the others
         why = f"{type(exc).__name__}: {exc}"
-    say(done, total, job, why, out.getvalue())
+    say(countdown.finished(weight(job, "sim")), job, why, out.getvalue())
     return why
 
 
-def say(done: int, total: int, job: Job, why: str, stdout: str) -> None:
-    """One progress line for a finished run: its result line (without the file), or why it failed."""
+def say(count: str, job: Job, why: str, stdout: str) -> None:
+    """One progress line for a finished run: the count and time left, its result line (without the file),
+    or why it failed."""
     if why:
-        print(f"[{done}/{total}] {job.label}: FAILED: {why}", file=sys.stderr, flush=True)
+        print(f"{count} {job.label}: FAILED: {why}", file=sys.stderr, flush=True)
     else:
         last = (stdout.strip().splitlines() or [""])[-1]
-        print(f"[{done}/{total}] {job.label}: {last.split(' -> ')[0]}", flush=True)
+        print(f"{count} {job.label}: {last.split(' -> ')[0]}", flush=True)
 
 
 def stop(proc: subprocess.Popen) -> None:
