@@ -15,7 +15,7 @@ from hpcbench import __version__
 from hpcbench.config import RunConfig
 from hpcbench.errors import HungUp, RuntimeFailure, UsageError
 from hpcbench.launch.arguments import Parser, add_run_flags, add_run_options, add_sim_flags, configs_from_args
-from hpcbench.launch.local import env_rank, leave_launch_together
+from hpcbench.launch.local import env_rank, env_size, leave_launch_together
 
 if TYPE_CHECKING:
     from hpcbench.options.sim import SimConfig
@@ -32,6 +32,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return dry_run(plan.validate(cfg), args.workers)
     if args.workers is not None:
         raise UsageError("--workers goes with --dry-run; a run's workers are its world size minus 1")
+    if env_size() is None:  # started as one plain process, by no MPI launcher
+        raise UsageError("hpcbench run trains as MPI ranks (rank 0 and the workers) started by a launcher: "
+                         f"mpiexec -n 3 hpcbench run --algo {cfg.algo} ... (hpcbench simulate needs no MPI)")
     from hpcbench.runtime.mpi.session import run_mpi
 
     return run_mpi(plan.validate(cfg))
@@ -54,7 +57,6 @@ def refuse_sim_options(cfg: RunConfig, sim: SimConfig) -> None:
 
 def dry_run(validated: Plan, workers: int | None) -> int:
     """Print the resolved configuration on rank 0 and exit, without starting MPI."""
-    from hpcbench.launch.local import env_size
     from hpcbench.runtime.output import dry_run_text
 
     size = env_size()
@@ -666,8 +668,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as stop:  # Ctrl-C or a hangup in a study: the run under way kept its record ("aborted")
         hangup = isinstance(stop, HungUp)
         if env_rank() == 0:
-            print(f"hpcbench: stopped by {'SIGHUP' if hangup else 'Ctrl-C'} during {args.command}; a study "
-                  "continues with --resume", file=sys.stderr)
+            again = {"sweep": "sweep --local ... --resume runs what is left", "demo": "the demo starts over when run "
+                     "again", "tune": "tune run again keeps the finished runs", "reproduce": "reproduce run again "
+                     "keeps the finished runs"}.get(args.command, "the run under way kept its record (aborted)")
+            print(f"hpcbench: stopped by {'SIGHUP' if hangup else 'Ctrl-C'} during {args.command}; {again}",
+                  file=sys.stderr)
         return 128 + (signal.SIGHUP if hangup else signal.SIGINT)
     except BrokenPipeError:  # the reader has gone (``| head``): end quietly, as a tool killed by SIGPIPE
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush has nowhere to fail

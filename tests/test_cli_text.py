@@ -176,3 +176,38 @@ def test_hpcbench_max_steps_caps_every_run_and_says_so(tmp_path, monkeypatch):
     assert code == 2 and err == "hpcbench: error: HPCBENCH_MAX_STEPS must be a whole number of steps per worker " \
                                 "(0: no cap), got 'a few'\n"
     assert not (tmp_path / "never.h5").exists()
+
+
+@pytest.mark.parametrize("command, then", [
+    ("demo", "the demo starts over when run again"),
+    ("tune", "tune run again keeps the finished runs"),
+])
+def test_ctrl_c_says_what_running_the_command_again_does(monkeypatch, command, then):
+    import hpcbench.cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hpcbench.cli, f"cmd_{command}", interrupted)
+    argv = {"demo": ["demo"], "tune": ["tune", "--algo", "asgd", "--workers", "2", "--lr", "0.1", "--out-dir", "x"]}
+    code, _, err = cli(*argv[command])
+    assert code == 130 and err == f"hpcbench: stopped by Ctrl-C during {command}; {then}\n"
+
+
+def test_run_started_without_a_launcher_names_mpiexec(monkeypatch):
+    from hpcbench.launch.local import RANK_VARS, SIZE_VARS
+
+    for var in {*RANK_VARS, *SIZE_VARS, "SLURM_STEP_ID"}:
+        monkeypatch.delenv(var, raising=False)
+    code, out, err = cli("run", "--algo", "ga-asgd", "--model", "payload", "--steps", "5")
+    assert code == 2 and out == "" and err == (
+        "hpcbench: error: hpcbench run trains as MPI ranks (rank 0 and the workers) started by a launcher: "
+        "mpiexec -n 3 hpcbench run --algo ga-asgd ... (hpcbench simulate needs no MPI)\n")
+
+
+def test_a_file_that_is_not_hdf5_says_so_in_words(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# hpcbench\n")
+    code, _, err = cli("report", str(readme))
+    assert code == 2 and err == (f"hpcbench: error: cannot read result file {str(readme)!r}: not HDF5 (hpcbench "
+                                 "writes one HDF5 file per run, NAME.h5)\n")

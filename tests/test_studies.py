@@ -425,7 +425,7 @@ def test_ctrl_c_or_a_hangup_stops_a_local_sweep_with_one_line_the_run_aborted_an
             os.killpg(sweep.pid, signal.SIGKILL)
             sweep.communicate()
     assert sweep.returncode == code, err
-    assert err.strip().splitlines()[-1] == f"hpcbench: stopped by {said} during sweep; a study continues with --resume"
+    assert err.strip().splitlines()[-1] == f"hpcbench: stopped by {said} during sweep; sweep --local ... --resume runs what is left"
     assert "Traceback" not in err
     assert result_status(point) == "aborted"
     code, out, err = cli("sweep", "--local", "--algos", "asgd", "--ranks", "3", "--out-dir", str(out_dir), "--resume",

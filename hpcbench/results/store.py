@@ -212,9 +212,14 @@ def read_run(path: str | os.PathLike) -> RunRecord:
     if not stat.S_ISREG(mode):
         kind = "a directory" if stat.S_ISDIR(mode) else "a fifo" if stat.S_ISFIFO(mode) else "a device or socket"
         raise UsageError(f"{path} is not a regular file ({kind}), so not a result file")
+    signed = True
     try:
+        signed = h5py.is_hdf5(path)
         f = h5py.File(path, "r")
     except (OSError, FileNotFoundError) as exc:
+        if not signed:  # a README, a log, a file cut short before its header: h5py's words would not say so
+            raise UsageError(f"cannot read result file {str(path)!r}: not HDF5 (hpcbench writes one HDF5 file per "
+                             "run, NAME.h5)") from None
         raise UsageError(f"cannot read result file {str(path)!r}: {exc}") from None
     with f:
         try:
