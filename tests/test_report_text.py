@@ -48,12 +48,11 @@ def records():
 
 TEXT = """\
 Headline: at each worker count, who is first to accuracy 0.85, most accurate at the end and fastest (medians over
-repeats; a lead is clear when the repeats' ranges do not overlap)
+repeats; no lead here has repeats on both sides to judge it by: sweep --repeats 3)
 
-  2 workers, first to accuracy 0.85: allreduce (1 s), level with asgd batch_size=32 (1 s); a tie
-  2 workers, best final accuracy: allreduce (0.900), level with asgd batch_size=32 (0.900); a tie
-  2 workers, most samples/s: asgd batch_size=64 (150), 1.50x more than asgd batch_size=32 (100); one run each, so no
-      spread to judge it by
+  2 workers, first to accuracy 0.85: allreduce (1 s), level with asgd batch_size=32 (1 s)
+  2 workers, best final accuracy: allreduce (0.900), level with asgd batch_size=32 (0.900)
+  2 workers, most samples/s: asgd batch_size=64 (150), 1.50x more than asgd batch_size=32 (100)
   4 workers, first to accuracy 0.85: asgd batch_size=32 (1 s; the only curve with a value)
   4 workers, best final accuracy: asgd batch_size=32 (0.850; the only curve with a value)
   4 workers, most samples/s: asgd batch_size=32 (200; the only curve with a value)

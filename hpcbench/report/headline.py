@@ -34,11 +34,16 @@ class Lead:
     margin: str  # "1.40x sooner than", "+0.021 over", "" without a rival
     judged: str  # "beyond the spread of the repeats", "within the spread of the repeats", or why neither
 
-    def line(self) -> str:
+    def line(self, judged: bool = True) -> str:
+        """The answer in words; ``judged``: with whether the repeats back it (left out where no point has
+        repeats, which the headline then says once)."""
         if not self.runner_up:
             return f"{self.what}: {self.winner} ({'; '.join(filter(None, (self.value, self.judged)))})"
         return (f"{self.what}: {self.winner} ({self.value}), {self.margin} {self.runner_up} "
-                f"({self.runner_value}); {self.judged}")
+                f"({self.runner_value})" + (f"; {self.judged}" if judged else ""))
+
+
+SINGLE = "one run each, so no spread to judge it by"
 
 
 def judge(best: ScalePoint, second: ScalePoint, value: Callable[[ScalePoint], tuple[float, float]]) -> str:
@@ -46,7 +51,7 @@ def judge(best: ScalePoint, second: ScalePoint, value: Callable[[ScalePoint], tu
     if value(best)[0] == value(second)[0]:
         return "a tie"
     if best.repeats < 2 or second.repeats < 2:
-        return "one run each, so no spread to judge it by" if best.repeats < 2 and second.repeats < 2 else \
+        return SINGLE if best.repeats < 2 and second.repeats < 2 else \
             "one side has a single run, so no spread to judge it by"
     (a, sa), (b, sb) = value(best), value(second)
     if abs(a - b) > sa + sb:

@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from hpcbench.errors import UsageError, one_of
 from hpcbench.report.figures import Figure, as_json, figures
-from hpcbench.report.headline import Lead, leads
+from hpcbench.report.headline import SINGLE, Lead, leads
 from hpcbench.report.html import note_html, title_html
 from hpcbench.report.metrics import (Curve, RunRow, ScalePoint, curve_labels, curve_of, run_row, scaling, setting,
                                      varying)
@@ -328,17 +328,20 @@ def headline(report: Report, fmt: str, target: float) -> list[str]:
     if not report.leads:
         return []
     caveat = capped_line(report.capped, len(report.rows))
+    single = all(lead.judged in (SINGLE, "a tie") or not lead.runner_up for lead in report.leads)
+    how_sure = ("no lead here has repeats on both sides to judge it by: sweep --repeats 3" if single else
+                "a lead is clear when the repeats' ranges do not overlap")
     title = (f"Headline: at each worker count, who is first to accuracy {target:g}, most accurate at the end and "
-             "fastest (medians over repeats; a lead is clear when the repeats' ranges do not overlap)")
+             f"fastest (medians over repeats; {how_sure})")
     if fmt == "html":
         items = "".join(f"<li><b>{w} workers</b><ul>" + "".join(
-            f"<li>{html.escape(lead.line())}</li>" for lead in report.leads if lead.workers == w) + "</ul></li>"
+            f"<li>{html.escape(lead.line(not single))}</li>" for lead in report.leads if lead.workers == w) + "</ul></li>"
             for w in sorted({lead.workers for lead in report.leads}))
         warn = f'<p class="capped">{html.escape(caveat)}</p>' if caveat else ""
         return [f'<section id="headline"><h2>Headline</h2>{note_html(title.partition(": ")[2].capitalize())}{warn}<ul>{items}</ul>'
                 "</section>"]
     bullet = "- " if fmt == "md" else "  "
-    lines = [f"{bullet}{lead.workers} workers, {lead.line()}" for lead in report.leads]
+    lines = [f"{bullet}{lead.workers} workers, {lead.line(not single)}" for lead in report.leads]
     if fmt == "text":
         lines = [textwrap.fill(line, WIDTH, subsequent_indent="      ") for line in lines]
     head = [f"**{caveat}**"] if caveat and fmt == "md" else [caveat] if caveat else []
