@@ -180,7 +180,7 @@ OPENMPI_SESSION = re.compile(r"^(ompi|prte)\.(\d+)$")
 def reclaim_stale_sessions(tmp: str | None = None) -> list[Path]:
     """Remove the session directories of Open MPI launchers that are no longer running (ours alone);
     return them."""
-    removed = []
+    removed: list[Path] = []
     base = Path(tmp or tempfile.gettempdir())
     try:
         entries = list(base.iterdir())

@@ -63,7 +63,7 @@ def margin(best: float, second: float, lower_better: bool, what: str) -> str:
     if best == second:
         return "level with"
     if what.startswith("best final"):
-        return f"{best - second:+.3f} over"
+        return f"{best - second:+.{3 if abs(best - second) >= 5e-4 else 4}f} over"
     ratio = second / best if lower_better else best / second
     return f"{ratio:.2f}x {'sooner' if lower_better else 'more'} than" if math.isfinite(ratio) else "ahead of"
 

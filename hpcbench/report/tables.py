@@ -353,6 +353,23 @@ def headline(report: Report, fmt: str, target: float) -> list[str]:
 WIDTH = 120  # the text report's width, but for --wide
 
 
+def json_document(report: Report, target: float, table: str | None,
+                  failed: Sequence[tuple[str, str, str]]) -> dict[str, Any]:
+    """``report --format json``: the headline, each plot's curves, the tables and their units."""
+    tables = {"runs": machine_rows(report.rows, report.keys), "scaling": machine_rows(report.points, report.keys),
+              "failures": failure_rows(report.rows)}
+    present = {column for table_rows in tables.values() for row in table_rows for column in row}
+    document = {"target_accuracy": target, "grouped_by": report.keys, "grouping": report.grouping,
+                "capped_runs": [r.path for r in report.capped],
+                "headline": [dataclasses.asdict(lead) for lead in report.leads],
+                "plots": [as_json(f) for f in report.figures],
+                "units": {k: v for k, v in UNITS.items() if k in present}, **tables,
+                "failed_points": [dict(zip(("point", "result", "latest_job"), f)) for f in failed]}
+    if table is not None:
+        document = {k: v for k, v in document.items() if k not in TABLES or k == table}
+    return document
+
+
 def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float = 0.9,
                 group_by: Sequence[str] | None = None, table: str | None = None,
                 failed: Sequence[tuple[str, str, str]] = (), wide: bool = False, plots: str = "") -> str:
@@ -374,18 +391,7 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
     if fmt == "csv":
         return csv_table(machine_rows(rows if table == "runs" else points, keys))
     if fmt == "json":
-        tables = {"runs": machine_rows(rows, keys), "scaling": machine_rows(points, keys),
-                  "failures": failure_rows(rows)}
-        shown = {column for table_rows in tables.values() for row in table_rows for column in row}
-        document = {"target_accuracy": target, "grouped_by": keys, "grouping": report.grouping,
-                    "capped_runs": [r.path for r in report.capped],
-                    "headline": [dataclasses.asdict(lead) for lead in report.leads],
-                    "plots": [as_json(f) for f in report.figures],
-                    "units": {k: v for k, v in UNITS.items() if k in shown}, **tables,
-                    "failed_points": [dict(zip(("point", "result", "latest_job"), f)) for f in failed]}
-        if table is not None:
-            document = {k: v for k, v in document.items() if k not in TABLES or k == table}
-        return dumps(document, indent=1)
+        return dumps(json_document(report, target, table, failed), indent=1)
     title, note = (title_html, note_html) if fmt == "html" else (str, str)
     if fmt == "text":
         note = lambda text: textwrap.fill(text, WIDTH)  # noqa: E731
