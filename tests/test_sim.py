@@ -192,7 +192,10 @@ def test_report_puts_real_and_simulated_runs_side_by_side(tmp_path):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["report", str(tmp_path)]) == 0
-    assert " sim " in out.getvalue()
+        assert main(["report", str(tmp_path), "--wide"]) == 0
+    text = " ".join(out.getvalue().split())
+    assert "Simulated runs (mode sim, named so where modes are mixed) run in virtual time" in text
+    assert "asgd sim 1 2 1 " in text  # --wide: the mode column
 
 
 @pytest.mark.parametrize("parse, text, message", [

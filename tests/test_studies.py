@@ -159,7 +159,7 @@ def test_a_study_reports_and_shows_its_points_without_an_ok_result(tmp_path, mon
     (tmp_path / "sgp-n1.h5.12-x.partial").write_bytes(b"")
     code, out, _ = cli("report", str(tmp_path), "--format", "md")
     assert code == 0 and "| asgd " in out and "Points without an ok result (1)" in out
-    assert "| sgp-n1  | partial  | 14 " in out
+    assert ["sgp-n1", "partial", "14"] in [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()]
     code, out, _ = cli("status", str(tmp_path))
     assert code == 0 and out.startswith(f"{tmp_path}: 1 of 2 points have an ok result")
     lines = {line.split()[0]: line.split() for line in out.splitlines()[3:]}

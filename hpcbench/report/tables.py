@@ -23,7 +23,6 @@ from hpcbench.report.strict_json import dumps, json_safe
 from hpcbench.results.schema import RunRecord
 from hpcbench.results.store import read_run
 
-tabulate_module.MIN_PADDING = 0  # a column as wide as its widest cell (tabulate would pad headers by 2 more)
 FORMATS = {"text": "simple", "md": "github", "latex": "latex_booktabs", "csv": "csv", "json": "json", "html": "html"}
 TABLES = ("runs", "scaling")
 # Machine-readable outputs (csv, json) carry raw numbers under these names; what each is measured in:
@@ -188,6 +187,17 @@ RUN_NARROW: list[Column] = [
 ]
 
 
+def tight(rows: list[list[str]], headers: list[str], tablefmt: str, wrap: list[int | None] | None) -> str:
+    """tabulate with each column as wide as its widest cell (tabulate pads headers by 2 more, a setting of
+    its module: changed for this call alone, so other tables keep their look)."""
+    saved = tabulate_module.MIN_PADDING
+    tabulate_module.MIN_PADDING = 0
+    try:
+        return tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True, maxcolwidths=wrap)
+    finally:
+        tabulate_module.MIN_PADDING = saved
+
+
 WRAP = {"error": 40, "file": 30, "got to": 24}  # the text report's long cells, wrapped to these widths
 
 
@@ -203,7 +213,7 @@ def render(columns: list[Column], items: Sequence[Any], fmt: str, wide: bool = F
         return out.getvalue().rstrip("\n")
     rows = [[c[2](c[1](item)) for c in columns] for item in items]
     wrap = [WRAP.get(h) for h in headers] if fmt == "text" and not wide else None
-    text = tabulate(rows, headers=headers, tablefmt=FORMATS[fmt], disable_numparse=True, maxcolwidths=wrap)
+    text = tight(rows, headers, FORMATS[fmt], wrap)
     return f'<div class="scroll">{text}</div>' if fmt == "html" else text  # wider than the page: scrolls alone
 
 
@@ -415,7 +425,9 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
     if plots:
         parts.append(plots)
     if rows:
-        parts.append(note(report.grouping))
+        modes = {r.mode for r in rows}
+        parts.append(note(report.grouping + ("" if modes == {"mpi"} else ". Simulated runs (mode sim, named so where modes "
+                                             "are mixed) run in virtual time: their seconds are the virtual cluster's")))
     if rows and table in (None, "scaling"):
         parts += [title("Scaling (medians over repeats; speedup and efficiency against each curve's fewest workers)"),
                   *shown(narrow_points, wide_points, points)]
