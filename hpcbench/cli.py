@@ -32,12 +32,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return dry_run(plan.validate(cfg), args.workers)
     if args.workers is not None:
         raise UsageError("--workers goes with --dry-run; a run's workers are its world size minus 1")
+    validated = plan.validate(cfg)  # bad input first: it is wrong however the run is started
     if env_size() is None:  # started as one plain process, by no MPI launcher
         raise UsageError("hpcbench run trains as MPI ranks (rank 0 and the workers) started by a launcher: "
                          f"mpiexec -n 3 hpcbench run --algo {cfg.algo} ... (hpcbench simulate needs no MPI)")
     from hpcbench.runtime.mpi.session import run_mpi
 
-    return run_mpi(plan.validate(cfg))
+    return run_mpi(validated)
 
 
 def refuse_sim_options(cfg: RunConfig, sim: SimConfig) -> None:
@@ -102,7 +103,7 @@ def strictly(args: argparse.Namespace, skipped: list[tuple[str, str]], code: int
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from hpcbench.report.tables import report_text
+    from hpcbench.report.document import report_text
     from hpcbench.results.study import not_ok
 
     failed = [(p.stem, p.result, p.jobs[-1] if p.jobs else "-")
@@ -121,7 +122,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(report_text(records, args.format, args.target, group_by, args.table, failed, args.wide))
     if args.plot:
         from hpcbench.report.plots import write_figures
-        from hpcbench.report.tables import build
+        from hpcbench.report.document import build
 
         try:
             plots = write_figures(build(records, args.target, group_by).figures, args.plot)
@@ -137,7 +138,7 @@ def html_report(records: list, target: float, group_by: list[str] | None, table:
     """The html page; without matplotlib it says so, on the page and in one line on stderr."""
     from hpcbench.report.html import figures_html, page
     from hpcbench.report.plots import NO_MATPLOTLIB, have_matplotlib, images
-    from hpcbench.report.tables import build, report_text
+    from hpcbench.report.document import build, report_text
 
     figures = build(records, target, group_by).figures if table is None else []
     plots = ""
@@ -227,7 +228,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def print_report(files: Sequence[str | Path]) -> None:
-    from hpcbench.report.tables import load, report_text
+    from hpcbench.report.document import report_text
+    from hpcbench.report.tables import load
 
     if files:
         print(report_text(load([str(f) for f in files])))

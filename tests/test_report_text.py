@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from hpcbench.errors import UsageError
-from hpcbench.report.tables import collect, render, report_text
+from hpcbench.report.document import report_text
+from hpcbench.report.tables import collect, render
 from hpcbench.results.schema import RunRecord
 
 
