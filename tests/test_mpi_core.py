@@ -116,7 +116,11 @@ def test_report_lists_every_run_and_the_scaling_view(runs, run_dir):
         assert main(["report", str(run_dir), "--format", "md"]) == 0
     text = buf.getvalue()
     assert text.count("| allreduce ") == 6 and text.count("| asgd ") == 6  # 3+3 runs, each in both tables
-    assert "speedup" in text and "efficiency" in text and "staleness" in text
+    assert "speedup" in text and "efficiency" in text and "staleness" not in text  # the narrow tables
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["report", str(run_dir), "--format", "md", "--wide"]) == 0
+    assert "staleness mean" in buf.getvalue() and buf.getvalue().count("| asgd ") == 6
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         assert main(["report", str(run_dir / "asgd-5.h5"), "--format", "csv", "--table", "runs"]) == 0

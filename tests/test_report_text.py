@@ -84,10 +84,11 @@ asgd batch_size=64  1      2        150        10.0     50/30/20             0.9
 
 Runs that did not finish (1; shown above without numbers)
 
-algorithm  workers  result   got to               error                            file
----------  -------  -------  -------------------  -------------------------------  ----------------
-allreduce  4        timeout  250 of 1000 samples  rank 2 on b: a rank has stopped  allreduce-4-0.h5
-                             (25%) in 4.0 s       answering
+algorithm  workers  result   got to
+---------  -------  -------  ----------------------------------
+allreduce  4        timeout  250 of 1000 samples (25%) in 4.0 s
+
+allreduce-4-0.h5: rank 2 on b: a rank has stopped answering
 
 Learning-rate recipes: 0.2 flat (2 workers); 0.4 flat (4 workers)
 

@@ -133,7 +133,7 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
 
     def shown(narrow: list[Column], every: list[Column], items: Sequence[Any]) -> list[str]:
         if wide or fmt == "latex":
-            return [render(every, items, fmt, wide=True)]
+            return [render(every, items, fmt)]
         if fmt != "html":
             return [render(narrow, items, fmt)]
         return [render(narrow, items, fmt),
@@ -154,13 +154,17 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
     gone = [(r, loss) for r in rows for loss in r.lost]
     if gone and table is None:
         parts += [title(f"Workers lost ({len(gone)}; times in seconds since each run began, died: where the run "
-                        "knows, detected: when rank 0's MPI said so)"), render(LOSS_COLUMNS, gone, fmt, wide)]
+                        "knows, detected: when rank 0's MPI said so)"), render(LOSS_COLUMNS, gone, fmt)]
     unfinished = [r for r in rows if r.result != "ok"]
     if unfinished:
-        parts += [title(f"Runs that did not finish ({len(unfinished)}; shown above without numbers)"),
-                  render(UNFINISHED_COLUMNS, unfinished, fmt, wide)]
+        parts += [title(f"Runs that did not finish ({len(unfinished)}; shown above without numbers)")]
+        if fmt == "text" and not wide:  # the long cells (the error line, the file) each on a line of its own
+            parts += [render(UNFINISHED_COLUMNS[:4], unfinished, fmt),
+                      "\n".join(f"{r.path}: {r.error or 'no error recorded'}" for r in unfinished)]
+        else:
+            parts.append(render(UNFINISHED_COLUMNS, unfinished, fmt))
     if failed:
-        parts += [title(failed_title), render(FAILED_COLUMNS, failed, fmt, wide)]
+        parts += [title(failed_title), render(FAILED_COLUMNS, failed, fmt)]
     if rows:
         parts += [note(recipes(rows)), note(resolution(rows, target).capitalize())]
     return "\n\n".join(parts)

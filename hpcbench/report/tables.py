@@ -182,21 +182,18 @@ RUN_NARROW: list[Column] = [
 ]
 
 
-def tight(rows: list[list[str]], headers: list[str], tablefmt: str, wrap: list[int | None] | None) -> str:
+def tight(rows: list[list[str]], headers: list[str], tablefmt: str) -> str:
     """tabulate with each column as wide as its widest cell (tabulate pads headers by 2 more, a setting of
     its module: changed for this call alone, so other tables keep their look)."""
     saved = tabulate_module.MIN_PADDING
     tabulate_module.MIN_PADDING = 0
     try:
-        return tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True, maxcolwidths=wrap)
+        return tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True)
     finally:
         tabulate_module.MIN_PADDING = saved
 
 
-WRAP = {"error": 40, "file": 30, "got to": 24}  # the text report's long cells, wrapped to these widths
-
-
-def render(columns: list[Column], items: Sequence[Any], fmt: str, wide: bool = False) -> str:
+def render(columns: list[Column], items: Sequence[Any], fmt: str) -> str:
     headers = [c[0] for c in columns]
     if fmt == "csv":
         out = io.StringIO()
@@ -207,8 +204,7 @@ def render(columns: list[Column], items: Sequence[Any], fmt: str, wide: bool = F
             writer.writerow(["" if isinstance(v, float) and math.isnan(v) else v for v in values])
         return out.getvalue().rstrip("\n")
     rows = [[c[2](c[1](item)) for c in columns] for item in items]
-    wrap = [WRAP.get(h) for h in headers] if fmt == "text" and not wide else None
-    text = tight(rows, headers, FORMATS[fmt], wrap)
+    text = tight(rows, headers, FORMATS[fmt])
     return f'<div class="scroll">{text}</div>' if fmt == "html" else text  # wider than the page: scrolls alone
 
 
