@@ -1,5 +1,6 @@
 """Result files: round trip, and no file that reads as complete after a failed write."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -110,3 +111,24 @@ def test_strings_with_nul_bytes_are_written_without_them(tmp_path):
     assert back.provenance["mpi_library_version"] == version[:-1]
     assert back.per_rank["hostnames"] == ["a", "b"] and back.attrs["error"] == "why"
     assert json.loads(back.provenance["environment"]) == {"OMPI_X": "ab"}
+
+
+def test_a_file_replaced_while_its_rewrite_is_being_built_is_left_alone(tmp_path, monkeypatch):
+    import hpcbench.results.store as store
+    from hpcbench.results.paths import identity
+
+    target = tmp_path / "r.h5"
+    write_run(target, record())
+    mine = identity(target)
+    build = store._write_file
+
+    def replaced_meanwhile(partial, rec, final):  # another tool puts its file there while the image is built
+        (tmp_path / "foreign").write_bytes(b"another tool's file")
+        os.replace(tmp_path / "foreign", final)
+        build(partial, rec, final)
+
+    monkeypatch.setattr(store, "_write_file", replaced_meanwhile)
+    assert store.rewrite_run(target, record(), mine) is False
+    assert target.read_bytes() == b"another tool's file" and sorted(p.name for p in tmp_path.iterdir()) == ["r.h5"]
+    monkeypatch.setattr(store, "_write_file", build)
+    assert store.rewrite_run(target, record(), identity(target)) is True and read_run(target).attrs["status"] == "ok"

@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 
 from hpcbench.errors import ResultWriteError, UsageError
-from hpcbench.results.paths import partial_name, publish, run_id
+from hpcbench.results.paths import identity, partial_name, publish, run_id
 from hpcbench.results.schema import (ATTR_TYPES, CONFIG_LEAST, MODES, PROVENANCE_PER_RANK, READ_COLUMNS, ROOT_ATTRS,
                                      OLD_STATUSES, SCHEMA_VERSION, STATUSES, SUMMARY_COUNTS, RunRecord, undeclared)
 
@@ -59,13 +59,19 @@ def write_run(path: str | os.PathLike, rec: RunRecord, overwrite: bool = False) 
     return publish(partial, final, overwrite, rid)
 
 
-def rewrite_run(path: str | os.PathLike, rec: RunRecord) -> None:
+def rewrite_run(path: str | os.PathLike, rec: RunRecord, mine: tuple[int, int] | None = None) -> bool:
     """Replace this run's own file at ``path`` whole (under a temporary name, then renamed over it):
-    a kill at any instant leaves either the previous file or this one, never a torn one."""
+    a kill at any instant leaves either the previous file or this one, never a torn one. ``mine``: the
+    file (device, inode) this run wrote last; when another is there once the new one is ready to be
+    renamed (something replaced it meanwhile, however long the write took), it is left alone: → False."""
     final = Path(path)
     partial = partial_name(final, run_id())
     _write_file(partial, rec, final)
+    if mine is not None and identity(final) != mine:
+        partial.unlink(missing_ok=True)
+        return False
     os.replace(partial, final)
+    return True
 
 
 def _write_file(partial: Path, rec: RunRecord, final: Path) -> None:

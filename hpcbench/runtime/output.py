@@ -37,9 +37,8 @@ class ResultFile:
         """Write ``rec``; → where it went. ``last``: the run's final write (the name is let go after it)."""
         from hpcbench.results.store import rewrite_run, write_run  # here: workers never load h5py
 
-        if self.path and identity(self.path) == self.written:
-            rewrite_run(self.path, rec)
-        else:
+        # Still the file this run wrote (checked again just before the rename): rewritten; else left alone.
+        if not (self.path and identity(self.path) == self.written and rewrite_run(self.path, rec, self.written)):
             lost = self.path
             want = Path(lost or self.wanted)
             if lost:
