@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = ("README.md", "CONTRIBUTING.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")))
 MAX_STEPS = "2"
 
+GATE = "test_gate runs the gate with real runs on a busy machine: a rerun passes, runs twice as slow fail"
 EMULATED = "needs root and network namespaces (test_emulated runs the emulated cluster with HPCBENCH_TEST_NETNS=1)"
 SLURM = "needs a Slurm cluster with GPUs and CIFAR-10 under /data (test_slurm_cluster runs run.sbatch and sweeps on " \
         "the local Slurm with digits)"
@@ -49,6 +50,15 @@ NOT_RUN = {
     "jobs/local/mpiexec-emulated": EMULATED,
     "hpcbench sweep --local --emulated": EMULATED,
     "mpiexec -n 129": "129 ranks: a minute on 2 cores (test_payload runs every algorithm at 17 ranks)",
+    # Run elsewhere in the suite already, so CI keeps within its 30 minutes:
+    "hpcbench reproduce gap-aware --preset toy": "test_reproduce runs gap-aware at toy size, and --mode mpi with sgp",
+    "hpcbench reproduce jin": "test_reproduce runs jin at toy size",
+    "hpcbench reproduce diloco": "test_reproduce runs diloco at toy size",
+    "mpiexec -n 5 python -m mpi4py -m hpcbench run --algo local-sgd": "the demo runs DiLoCo (test_readme's first run)",
+    "mpiexec -n 5 python -m mpi4py -m hpcbench run --algo allreduce": "the demo runs PowerSGD (test_readme's first run)",
+    "hpcbench sweep --local --ranks 3 --algos allreduce --repeats 3": GATE,
+    "hpcbench check study/baseline --write-reference": GATE,
+    "hpcbench diff study/baseline study/new --fail-above": GATE,
 }
 # Measurements run by hand: 8 minutes together on 2 cores even capped, so opt-in.
 BENCHMARKS = ("python benchmarks/", "mpiexec -n 4 python benchmarks/")
