@@ -103,7 +103,7 @@ def strictly(args: argparse.Namespace, skipped: list[tuple[str, str]], code: int
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from hpcbench.report.document import report_text
+    from hpcbench.report.document import build, report_text
     from hpcbench.results.study import not_ok
 
     failed = [(p.stem, p.result, p.jobs[-1] if p.jobs else "-")
@@ -119,13 +119,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.format == "html":
         print(html_report(records, args.target, group_by, args.table, failed, args.wide), end="")
         return strictly(args, skipped, 0)
-    print(report_text(records, args.format, args.target, group_by, args.table, failed, args.wide))
+    built = build(records, args.target, group_by)
+    print(report_text(records, args.format, args.target, group_by, args.table, failed, args.wide, built=built))
     if args.plot:
         from hpcbench.report.plots import write_figures
-        from hpcbench.report.document import build
 
         try:
-            plots = write_figures(build(records, args.target, group_by).figures, args.plot)
+            plots = write_figures(built.figures, args.plot)
         except OSError as exc:
             raise UsageError(f"cannot write plots to --plot {args.plot!r}: {exc.strerror or exc}") from None
         for name, labels in plots.items():
@@ -140,14 +140,15 @@ def html_report(records: list, target: float, group_by: list[str] | None, table:
     from hpcbench.report.plots import NO_MATPLOTLIB, have_matplotlib, images
     from hpcbench.report.document import build, report_text
 
-    figures = build(records, target, group_by).figures if table is None else []
+    built = build(records, target, group_by)
+    figures = built.figures if table is None else []
     plots = ""
     if figures and have_matplotlib():
         plots = figures_html(images(figures))
     elif figures:
         print(f"report: {NO_MATPLOTLIB} (the page has no plots)", file=sys.stderr)
         plots = figures_html({}, f"No plots: {NO_MATPLOTLIB}")
-    return page([report_text(records, "html", target, group_by, table, failed, wide, plots)], len(records))
+    return page([report_text(records, "html", target, group_by, table, failed, wide, plots, built)], len(records))
 
 
 def cmd_diff(args: argparse.Namespace) -> int:

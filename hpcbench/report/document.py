@@ -100,19 +100,21 @@ def json_document(report: Report, target: float, table: str | None,
 
 def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float = 0.9,
                 group_by: Sequence[str] | None = None, table: str | None = None,
-                failed: Sequence[tuple[str, str, str]] = (), wide: bool = False, plots: str = "") -> str:
+                failed: Sequence[tuple[str, str, str]] = (), wide: bool = False, plots: str = "",
+                built: Report | None = None) -> str:
     """``group_by``: the settings that keep runs apart (default: every setting that differs);
     ``table``: only the runs or the scaling table (csv holds exactly one); ``failed``: a study's
     points without an ok result, as (point, result, latest job), listed after the tables; ``wide``:
     every column in the tables (by default the text report fits in 120 columns, and html shows the
-    rest on a click); ``plots``: html's plots section, placed after the headline."""
+    rest on a click); ``plots``: html's plots section, placed after the headline; ``built``: the report
+    ``build`` already made of these records (for a caller that also draws its figures)."""
     if fmt not in FORMATS:
         raise one_of("format", fmt, list(FORMATS))
     if table is not None and table not in TABLES:
         raise one_of("table", table, TABLES)
     if fmt == "csv" and table is None:
         raise UsageError("csv holds one table: add --table runs or --table scaling")
-    report = build(records, target, group_by)
+    report = built or build(records, target, group_by)
     keys, rows, points = report.keys, report.rows, report.points
     failed_title = (f"Points without an ok result ({len(failed)}): missing = no file, partial = a run killed before "
                     "it wrote one, else the status its file holds")
