@@ -315,6 +315,8 @@ def resubmit_failed(out_dir: Path) -> int:
     from hpcbench.slurm import sweep
 
     points, res, base_args = sweep.study_again(out_dir)
+    if res.setup:
+        print(f"every job first runs these lines from {out_dir / 'study.json'}: {' ; '.join(res.setup)}")
     scripts, report = sweep.write_study(out_dir, points, res, base_args)
     if not scripts:
         print(f"every point of {out_dir} has an ok result: nothing to submit")

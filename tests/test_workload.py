@@ -1,4 +1,5 @@
 """Datasets, shards, models and the flat-parameter trainer."""
+import os
 import pickle
 from dataclasses import replace
 
@@ -47,6 +48,33 @@ def test_cifar_reads_the_python_pickle_format(tmp_path):
     assert d.x_train.shape == (100, 3, 32, 32) and d.x_train.dtype == np.uint8 and len(d.y_test) == 20
     x = d.normalise(d.x_train[:4])
     assert x.dtype == np.float32 and abs(float(x.mean())) < 1.0
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_cifar_batches_as_python_and_numpy_pickle_them_are_read(tmp_path, protocol):
+    root = write_tiny_cifar(tmp_path / "c")
+    rng = np.random.default_rng(1)
+    batch = {b"batch_label": b"training batch 1 of 5", b"labels": [3] * 20, b"filenames": [b"x.png"] * 20,
+             b"data": rng.integers(0, 256, size=(20, 3072), dtype=np.uint8)}
+    (root / "data_batch_1").write_bytes(pickle.dumps(batch, protocol=protocol))
+    assert np.array_equal(load_dataset("cifar10", str(root)).x_train[:20].reshape(20, -1), batch[b"data"])
+
+
+class Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_crafted_cifar_pickle_is_refused_without_running_anything(tmp_path):
+    root = write_tiny_cifar(tmp_path / "c")
+    marker = tmp_path / "PWNED"
+    (root / "test_batch").write_bytes(pickle.dumps({b"data": Payload(marker), b"labels": [0]}))
+    with pytest.raises(UsageError, match=r"test_batch is refused: it asks for (posix|os)\.system, and a CIFAR-10 batch"):
+        load_dataset("cifar10", str(root))
+    assert not marker.exists()
 
 
 def test_cifar_missing_dir_names_what_is_expected(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,14 +36,41 @@ def write_manifest(out_dir: Path, points: list[dict[str, Any]], settings: dict[s
     (out_dir / MANIFEST).write_text(json.dumps({"points": merged, **settings}, indent=1) + "\n")
 
 
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")  # a point's stem or algorithm: a file name, never a path
+MANIFEST_MAX_BYTES = 16 << 20
+
+
 def read_manifest(out_dir: str | os.PathLike) -> dict[str, Any]:
+    """The study's record, checked as untrusted input (anyone may have edited it): an object whose
+    ``points`` are objects naming a stem and an algorithm that are plain names (no path, no ``..``),
+    or one line saying what is wrong."""
     path = Path(out_dir) / MANIFEST
     if not path.is_file():
         raise UsageError(f"{str(out_dir)!r} is not a study directory (no {MANIFEST}; `hpcbench sweep` writes one)")
+    if path.stat().st_size > MANIFEST_MAX_BYTES:
+        raise UsageError(f"{path} is {path.stat().st_size} bytes: not a study record (at most {MANIFEST_MAX_BYTES})")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path} is not valid JSON: {exc}") from None
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise UsageError(f"{path} is not valid JSON: {str(exc).splitlines()[0] if str(exc) else 'too deeply nested'}") from None
+    wrong = manifest_problem(manifest)
+    if wrong:
+        raise UsageError(f"{path} is not a study record: {wrong}")
+    return manifest
+
+
+def manifest_problem(manifest: Any) -> str:
+    """What makes ``manifest`` unusable as a study record, in a few words ("" when nothing)."""
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("points"), list):
+        return "no list of points"
+    for i, point in enumerate(manifest["points"]):
+        if not isinstance(point, dict):
+            return f"point {i} is not an object"
+        for key in ("stem", "algo"):
+            value = point.get(key)
+            if not isinstance(value, str) or not NAME.fullmatch(value) or ".." in value:
+                return f"point {i}'s {key} {value!r} is not a plain name"
+    return ""
 
 
 def record_jobs(out_dir: Path, jobs: dict[str, str]) -> None:

@@ -2,8 +2,34 @@
 from __future__ import annotations
 
 import shlex
+import unicodedata
 from dataclasses import dataclass, field
 
+from hpcbench.errors import UsageError
+
+# The option each field comes from, for the one line that refuses its value.
+FLAGS = {"tasks_per_node": "--tasks-per-node", "cpus_per_task": "--cpus-per-task", "gpus_per_task": "--gpus-per-task",
+         "time": "--time", "partition": "--partition", "account": "--account", "mpi": "--mpi", "setup": "--setup",
+         "exclusive": "--shared", "mem": "--mem", "constraint": "--constraint", "sbatch_args": "--sbatch-arg",
+         "rank0": "--rank0"}
+# Fields written as one word after "#SBATCH --option=": a space would end the value there.
+ONE_WORD = ("time", "partition", "account", "mpi", "mem", "constraint")
+
+
+def control_character(text: str) -> str:
+    """The first character of ``text`` that could end a line or steer a terminal ("" when none):
+    newlines, NUL, escapes and the other control characters, and Unicode's line and paragraph separators."""
+    return next((c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")), "")
+
+
+def plain(flag: str, value: object) -> str:
+    """``value`` when it is text that stays on its line in a script; otherwise one line naming ``flag``."""
+    if not isinstance(value, str):
+        raise UsageError(f"{flag} {value!r} is not text")
+    bad = control_character(value)
+    if bad:
+        raise UsageError(f"{flag} {value!r} holds the control character {bad!r}: a job script line cannot carry it")
+    return value
 
 
 @dataclass(frozen=True)
@@ -26,6 +52,31 @@ class Resources:
     # on the first node, and every slot is a worker (N nodes × T GPUs give N·T workers)
     rank0: str = "slot"
 
+    def __post_init__(self) -> None:
+        """Every field checked, whether it came from the command line or from a study's ``study.json``:
+        no value reaches a job script that could end its line or change what the line runs."""
+        for name, least in (("tasks_per_node", 1), ("cpus_per_task", 1), ("gpus_per_task", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise UsageError(f"{FLAGS[name]} {value!r} is not a whole number >= {least}")
+        for name in ONE_WORD:
+            value = plain(FLAGS[name], getattr(self, name))
+            if any(c.isspace() or c in "\"'" for c in value):
+                raise UsageError(f"{FLAGS[name]} {value!r} holds a space or a quote: Slurm takes it as one word")
+        for name in ("setup", "sbatch_args"):
+            lines = getattr(self, name)
+            if not isinstance(lines, tuple):
+                raise UsageError(f"{FLAGS[name]} {lines!r} is not a list of lines")
+            for line in lines:
+                plain(FLAGS[name], line)
+        bad = [a for a in self.sbatch_args if not a.startswith("--")]
+        if bad:
+            raise UsageError(f"--sbatch-arg {bad[0]!r} is not an sbatch option: write it as --sbatch-arg=--qos=high")
+        if not isinstance(self.exclusive, bool):
+            raise UsageError(f"exclusive {self.exclusive!r} is not true or false")
+        if self.rank0 not in ("slot", "extra"):
+            raise UsageError(f"--rank0 {self.rank0!r} is not one of slot, extra")
+
     def ranks(self, nodes: int) -> int:
         """The world size of a job on ``nodes`` nodes."""
         return nodes * self.tasks_per_node + (self.rank0 == "extra")
@@ -46,7 +97,16 @@ def layout(nodes: int, res: Resources) -> list[str]:
     return lines
 
 
+def path_value(flag: str, path: str) -> str:
+    """A path for an "#SBATCH --option=" line: in double quotes (which sbatch strips) when it holds a space."""
+    plain(flag, path)
+    if '"' in path:
+        raise UsageError(f"{flag} {path!r} holds a double quote, which a #SBATCH line cannot carry")
+    return f'"{path}"' if any(c.isspace() for c in path) else path
+
+
 def header(name: str, nodes: int, res: Resources, log: str) -> list[str]:
+    log = path_value("--out-dir", log)
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={name}",
@@ -77,6 +137,8 @@ def run_job(name: str, nodes: int, res: Resources, run_args: list[str], log: str
     from hpcbench.launch.local import kills
 
     lines = header(name, nodes, res, log)
+    for arg in run_args:
+        plain("a run option", arg)
     program = "python -m mpi4py -m hpcbench " + " ".join(map(shlex.quote, run_args))
     if res.mpi == "pmix" and kills(run_args):
         launch = f'mpirun --with-ft ulfm -n "$SLURM_NTASKS" --map-by slot {program}'

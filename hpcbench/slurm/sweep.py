@@ -86,9 +86,6 @@ def resources(tasks_per_node: int, cpus_per_task: int, gpus_per_task: int, time:
         from hpcbench.comm.probe import mpi_library
 
         mpi = srun_mpi_flag(mpi_library()["mpi_vendor"])
-    bad = [a for a in sbatch_args or () if not a.startswith("--")]
-    if bad:
-        raise UsageError(f"--sbatch-arg {bad[0]!r} is not an sbatch option: write it as --sbatch-arg=--qos=high")
     return Resources(tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, gpus_per_task=gpus_per_task,
                      time=time, partition=partition or "", account=account or "", mpi=mpi,
                      setup=tuple(setup) if setup else default_setup(), exclusive=not shared, mem=mem or "",
@@ -139,13 +136,43 @@ def study_again(out_dir: Path) -> tuple[list[Point], Resources, BaseArgs]:
     if manifest.get("local"):
         raise UsageError(f"{out_dir} ran here (sweep --local), not under Slurm: run the same sweep --local "
                          "command again with --resume; it keeps the ok points and runs the others")
-    recorded: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in manifest["resources"].items()}
-    res = Resources(**recorded)
-    points = [Point(p["algo"], p["nodes"], p["repeat"]) for p in manifest["points"]]
-    recorded_args = manifest["base_args"]  # one list for every algorithm in studies written before 0.3
-    base_args = {p.algo: list(recorded_args if isinstance(recorded_args, list) else recorded_args[p.algo])
-                 for p in points}
+    where = out_dir / "study.json"
+    recorded = manifest.get("resources")
+    known = {f.name for f in dataclasses.fields(Resources)}
+    if not isinstance(recorded, dict) or not set(recorded) <= known:
+        raise UsageError(f"{where}: resources {recorded!r} is not an object of {', '.join(sorted(known))}")
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()}
+    res = Resources(**fields)
+    points = [recorded_point(p, where) for p in manifest["points"]]
+    recorded_args = manifest.get("base_args")  # one list for every algorithm in studies written before 0.3
+    base_args = {}
+    for p in points:
+        args = recorded_args if isinstance(recorded_args, list) else (recorded_args or {}).get(p.algo) \
+            if isinstance(recorded_args, dict) else None
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise UsageError(f"{where}: base_args holds no list of run options for {p.algo}")
+        base_args[p.algo] = list(args)
     return points, res, base_args
+
+
+def whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def recorded_point(point: dict[str, Any], where: Path) -> Point:
+    """A point of a Slurm study's record: an algorithm of this hpcbench, whole counts, and the stem they give."""
+    from hpcbench.algorithms import ALGORITHMS
+
+    ALGORITHMS.get(point["algo"])  # one line naming the valid algorithms
+    nodes: Any = point.get("nodes")
+    repeat: Any = point.get("repeat")
+    if not (whole(nodes) and whole(repeat) and nodes >= 1 and repeat >= 0):
+        raise UsageError(f"{where}: point {point['stem']!r} has nodes {nodes!r} and repeat {repeat!r}, "
+                         "not whole numbers >= 1 and >= 0")
+    p = Point(point["algo"], nodes, repeat)
+    if p.stem != point["stem"]:
+        raise UsageError(f"{where}: point {point['stem']!r} is named {p.stem!r} by its algorithm, nodes and repeat")
+    return p
 
 
 def sbatch(args: list[str]) -> str:

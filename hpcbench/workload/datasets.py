@@ -121,12 +121,32 @@ def load_digits(source: Source) -> Dataset:
 CIFAR_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
 
 
+# All a CIFAR-10 batch's pickle may ask for: numpy arrays and their dtypes (numpy 1 and 2 name the
+# module differently), and the codec Python 3 pickles bytes through. Anything else is refused unrun.
+CIFAR_PICKLE_NAMES = {(f"numpy.{core}.{module}", name) for core in ("core", "_core")
+                      for module, name in (("multiarray", "_reconstruct"), ("numeric", "_frombuffer"))}
+CIFAR_PICKLE_NAMES |= {("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
+
+
+class ArraysOnly(pickle.Unpickler):
+    """An unpickler that builds dicts, lists, strings, numbers and numpy arrays and calls nothing else."""
+
+    def find_class(self, module: str, name: str) -> object:
+        if (module, name) not in CIFAR_PICKLE_NAMES:
+            raise pickle.UnpicklingError(f"it asks for {module}.{name}")
+        return super().find_class(module, name)
+
+
 def read_cifar_batch(path: Path, classes: int = 10) -> tuple[np.ndarray, np.ndarray]:
-    """One pickle batch → (N×3×32×32 uint8 images, N int64 labels), or one line saying what is wrong."""
+    """One pickle batch → (N×3×32×32 uint8 images, N int64 labels), or one line saying what is wrong.
+    Read by ``ArraysOnly``: a crafted file cannot run code, not even under ``--dry-run``."""
     with open(path, "rb") as fh:
         try:
-            batch = pickle.load(fh, encoding="bytes")
+            batch = ArraysOnly(fh, encoding="bytes").load()
             data, labels = np.asarray(batch[b"data"]), np.asarray(batch[b"labels"])
+        except pickle.UnpicklingError as exc:
+            raise UsageError(f"{path} is refused: {exc}, and a CIFAR-10 batch holds only arrays, lists and "
+                             "strings") from None
         except Exception:
             raise UsageError(f"{path} is not a CIFAR-10 python pickle batch") from None
     if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or data.dtype != np.uint8:

@@ -1,0 +1,134 @@
+"""No value becomes code: a field of a generated job script that could end its line is refused in one
+line, and a study's ``study.json`` is read as untrusted input (names from the registry, files inside the
+study) before anything is written or submitted."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from hpcbench.cli import main
+
+INJECTED = "x\ntouch PWNED\n#"
+SWEEP = ["sweep", "--algos", "asgd", "--nodes", "1", "--tasks-per-node", "3", "--mpi", "pmi2"]
+
+
+def one_error(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("flags, names", [
+    (["--partition", INJECTED], "--partition"),
+    (["--account", INJECTED], "--account"),
+    (["--mem", "4G\rtouch PWNED"], "--mem"),
+    (["--constraint", "a\x00b"], "--constraint"),
+    (["--constraint", "gpu\u2028touch PWNED"], "--constraint"),
+    (["--sbatch-arg", f"--qos={INJECTED}"], "--sbatch-arg"),
+    (["--setup", "module load x\ntouch PWNED"], "--setup"),
+    (["--partition", "a b"], "--partition"),
+    (["--account", 'x"y'], "--account"),
+    (["--set", f"lr=0.1{INJECTED}"], ""),
+])
+def test_a_value_that_would_end_a_job_script_line_is_refused_before_anything_is_written(tmp_path, capsys, flags,
+                                                                                        names):
+    out = tmp_path / "study"
+    assert main([*SWEEP, *flags, "--out-dir", str(out)]) == 2
+    assert names in one_error(capsys)
+    assert not list(out.glob("runs/*.sbatch")) and not (out / "submit.sh").exists()
+
+
+def test_an_out_dir_with_a_newline_is_refused_and_one_with_a_space_is_quoted(tmp_path, capsys):
+    assert main([*SWEEP, "--out-dir", str(tmp_path / INJECTED)]) == 2
+    line = one_error(capsys)
+    assert "--out-dir" in line and "control character '\\n'" in line
+    spaced = tmp_path / "my study"
+    assert main([*SWEEP, "--out-dir", str(spaced)]) == 0
+    script = (spaced / "runs" / "asgd-n1.sbatch").read_text()
+    assert f'#SBATCH --output="{spaced}/logs/asgd-n1-%j.out"' in script
+
+
+def stub_sbatch(directory, monkeypatch):
+    """An ``sbatch`` on PATH that records each submission and hands out job ids."""
+    log = directory / "submitted"
+    stub = directory / "bin" / "sbatch"
+    stub.parent.mkdir()
+    stub.write_text(f'#!/bin/sh\necho "$@" >> {log}\necho $$\n')
+    stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{stub.parent}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
+def written_study(tmp_path, capsys):
+    out = tmp_path / "study"
+    assert main([*SWEEP, "--algos", "asgd,allreduce", "--out-dir", str(out)]) == 0
+    capsys.readouterr()
+    return out, json.loads((out / "study.json").read_text())
+
+
+def crafted(manifest, change):
+    change(manifest)
+    return manifest
+
+
+CRAFTED = {
+    "an algorithm that climbs out of the study": (lambda m: m["points"][0].update(algo="../../elsewhere/escaped",
+                                                                                   stem="../../elsewhere/escaped"),
+                                                  "is not a plain name"),
+    "an algorithm this hpcbench lacks": (lambda m: m["points"][0].update(algo="evil", stem="evil-n1"),
+                                         "unknown algorithm 'evil'; valid: "),
+    "a stem its point does not give": (lambda m: m["points"][0].update(stem="allreduce-n1"), "is named 'asgd-n1'"),
+    "a newline in the partition": (lambda m: m["resources"].update(partition=INJECTED), "--partition"),
+    "a newline in an sbatch option": (lambda m: m["resources"].update(sbatch_args=[f"--qos={INJECTED}"]),
+                                      "--sbatch-arg"),
+    "a newline in a setup line": (lambda m: m["resources"].update(setup=["true\ntouch PWNED"]), "--setup"),
+    "a resource hpcbench does not know": (lambda m: m["resources"].update(command="touch PWNED"),
+                                          "is not an object of"),
+    "tasks as text": (lambda m: m["resources"].update(tasks_per_node="3; touch PWNED"), "--tasks-per-node"),
+    "nodes as text": (lambda m: m["points"][0].update(nodes="1"), "not whole numbers"),
+    "run options that are not text": (lambda m: m["base_args"].update(asgd=[1, 2]), "no list of run options"),
+    "a newline in a run option": (lambda m: m["base_args"]["asgd"].append(INJECTED), "a run option"),
+    "points that are not a list": (lambda m: m.update(points={"a": 1}), "no list of points"),
+    "a point that is not an object": (lambda m: m["points"].append(3), "point 2 is not an object"),
+}
+
+
+@pytest.mark.parametrize("name", CRAFTED)
+def test_a_crafted_study_json_is_refused_by_resubmit_and_status_before_anything_runs(tmp_path, capsys, monkeypatch,
+                                                                                     name):
+    out, manifest = written_study(tmp_path, capsys)
+    change, says = CRAFTED[name]
+    (out / "study.json").write_text(json.dumps(crafted(manifest, change)))
+    before = {p.name: p.read_text() for p in (out / "runs").iterdir()}
+    submitted = stub_sbatch(tmp_path, monkeypatch)
+    assert main(["sweep", "--resubmit-failed", str(out)]) == 2
+    assert says in one_error(capsys)
+    assert not submitted.exists() and not (tmp_path / "elsewhere").exists()
+    assert {p.name: p.read_text() for p in (out / "runs").iterdir()} == before
+    assert main(["status", str(out)]) in (0, 2)
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["", "{", "[1, 2]", '{"points": 3}', "[" * 100000 + "]" * 100000,
+                                  '{"points": [{"stem": "a\\u0000", "algo": "asgd"}]}', "\xff\xfe"])
+def test_a_study_json_that_is_not_a_record_is_one_line_for_status_and_resubmit(tmp_path, capsys, text):
+    (tmp_path / "study.json").write_bytes(text.encode("latin-1") if text == "\xff\xfe" else text.encode())
+    for command in (["status", str(tmp_path)], ["sweep", "--resubmit-failed", str(tmp_path)]):
+        assert main(command) == 2
+        assert "study.json" in one_error(capsys)
+
+
+def test_resubmit_of_a_sound_study_submits_each_point_and_names_the_setup_lines_it_runs(tmp_path, capsys,
+                                                                                      monkeypatch):
+    out, manifest = written_study(tmp_path, capsys)
+    submitted = stub_sbatch(tmp_path, monkeypatch)
+    assert main(["sweep", "--resubmit-failed", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "resubmitted 2 point(s): asgd-n1 allreduce-n1" in said
+    assert len(submitted.read_text().splitlines()) == 3  # two runs and the report
+    if manifest["resources"]["setup"]:
+        assert "every job first runs these lines" in said
