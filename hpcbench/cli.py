@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from hpcbench import __version__
 from hpcbench.config import RunConfig
-from hpcbench.errors import HungUp, RuntimeFailure, UsageError
+from hpcbench.errors import Escaping, HungUp, RuntimeFailure, UsageError, one_line
 from hpcbench.launch.arguments import Parser, add_run_flags, add_run_options, add_sim_flags, configs_from_args
 from hpcbench.launch.local import env_rank, env_size, leave_launch_together
 
@@ -29,16 +29,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg, sim = configs_from_args(args)
     refuse_sim_options(cfg, sim)
     if args.dry_run:
-        return dry_run(plan.validate(cfg), args.workers)
+        return dry_run(warned(plan.validate(cfg)), args.workers)
     if args.workers is not None:
         raise UsageError("--workers goes with --dry-run; a run's workers are its world size minus 1")
-    validated = plan.validate(cfg)  # bad input first: it is wrong however the run is started
+    validated = warned(plan.validate(cfg))  # bad input first: it is wrong however the run is started
     if env_size() is None:  # started as one plain process, by no MPI launcher
         raise UsageError("hpcbench run trains as MPI ranks (rank 0 and the workers) started by a launcher: "
                          f"mpiexec -n 3 hpcbench run --algo {cfg.algo} ... (hpcbench simulate needs no MPI)")
     from hpcbench.runtime.mpi.session import run_mpi
 
     return run_mpi(validated)
+
+
+def warned(validated: Plan) -> Plan:
+    """``validated``, once rank 0 has said which of its settings do nothing here."""
+    from hpcbench.runtime.plan import idle_settings
+
+    if env_rank() == 0:
+        for line in idle_settings(validated):
+            print(f"hpcbench: warning: {line}", file=sys.stderr, flush=True)
+    return validated
 
 
 def refuse_sim_options(cfg: RunConfig, sim: SimConfig) -> None:
@@ -65,6 +75,10 @@ def dry_run(validated: Plan, workers: int | None) -> int:
         if size is None:
             raise UsageError("--dry-run outside mpiexec needs --workers N (the world size is N + 1)")
         workers = size - 1
+    from hpcbench.runtime.plan import check_world
+    from hpcbench.runtime.threads import cpu_count
+
+    check_world(validated.cfg, workers + 1, cpu_count())
     if env_rank() == 0:
         print(dry_run_text(validated, workers))
     return 0
@@ -75,7 +89,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from hpcbench.runtime.sim.session import simulate
 
     cfg, sim = configs_from_args(args)
-    return simulate(plan.validate(cfg), sim)
+    return simulate(warned(plan.validate(cfg)), sim)
 
 
 def readable(paths: Sequence[str], skipped: list[tuple[str, str]]) -> list[RunRecord]:
@@ -88,7 +102,7 @@ def readable(paths: Sequence[str], skipped: list[tuple[str, str]]) -> list[RunRe
     if not records and len(missed) == 1:
         raise UsageError(missed[0][1])
     for _, reason in missed:
-        print(f"hpcbench: skipped: {reason}", file=sys.stderr)
+        print(f"hpcbench: skipped: {one_line(reason)}", file=sys.stderr)
     if not records:
         raise UsageError(f"none of the {len(missed)} result files could be read (reasons above)")
     return records
@@ -283,6 +297,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         plan.validate(cfg.for_algo(a))
     if args.emulated and not args.local:
         raise UsageError("--emulated runs a local sweep across the emulated nodes: give --local too")
+    if args.submit and args.local:
+        raise UsageError("--submit hands a study's job scripts to Slurm; --local runs them here: give one of them")
+    if args.repeats > 1 and cfg.seed:
+        raise UsageError(f"--repeats {args.repeats} runs seeds 0..{args.repeats - 1}, one per repeat, so seed = "
+                         f"{cfg.seed} would be dropped: remove it (or run --repeats 1 with each seed)")
     if args.jobs and not args.local:
         raise UsageError("--jobs is how many runs of a local sweep run at a time: give --local too")
     if args.emulated:
@@ -424,6 +443,16 @@ def seconds(text: str) -> float:
     return value
 
 
+def spread(text: str) -> float:
+    """A coefficient of variation: finite, 0 to ``MAX_CV``."""
+    from hpcbench.options.sim import MAX_CV
+
+    value = number(text)
+    if not 0 <= value <= MAX_CV:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a coefficient of variation between 0 and {MAX_CV:g}")
+    return value
+
+
 def accuracy(text: str) -> float:
     value = number(text)
     if not 0 < value <= 1:
@@ -557,7 +586,7 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("calibrate", help="fit the simulator's compute and network models to a real run")
     p.add_argument("path", metavar="REAL.h5")
-    p.add_argument("--noise", type=float, default=0.0, metavar="CV",
+    p.add_argument("--noise", type=spread, default=0.0, metavar="CV",
                    help="the links' noise to simulate with (coefficient of variation of a transfer's time, "
                         "as benchmarks/bare_exchange.py measures it; not fitted); default 0")
     p.add_argument("--network", metavar="COMM.h5", help="take the network from a sweep of it (hpcbench comm "
@@ -657,18 +686,27 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; everything it prints is escaped (``errors.Escaping``) while it runs."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Escaping(sys.stdout), Escaping(sys.stderr)  # type: ignore[assignment]
+    try:
+        return dispatch(build_parser().parse_args(argv))
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def dispatch(args: argparse.Namespace) -> int:
     handler: Callable[[argparse.Namespace], int] = args.func
     try:
         return handler(args)
     except UsageError as exc:
         if env_rank() == 0:
-            print(f"hpcbench: error: {exc}", file=sys.stderr, flush=True)
+            print(f"hpcbench: error: {one_line(str(exc))}", file=sys.stderr, flush=True)
         leave_launch_together()
         return 2
     except RuntimeFailure as exc:  # what a run that failed did not say itself (a simulation's)
         if env_rank() == 0:
-            print(f"hpcbench: error: {exc}", file=sys.stderr, flush=True)
+            print(f"hpcbench: error: {one_line(str(exc))}", file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt as stop:  # Ctrl-C or a hangup in a study: the run under way kept its record ("aborted")
         hangup = isinstance(stop, HungUp)

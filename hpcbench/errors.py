@@ -1,7 +1,40 @@
 """Errors a user can act on: each renders as one line naming the bad value and the valid choices."""
 from __future__ import annotations
 
-from typing import Callable
+import unicodedata
+from typing import Callable, TextIO
+
+KEPT = "\n\t"  # the control characters plain output may hold; every other one is shown escaped
+
+
+def escaped(text: str, keep: str = KEPT) -> str:
+    """``text`` with its control characters (an escape sequence, a carriage return, NUL, Unicode's line
+    separators) written as Python writes them in a string (``\\x1b``), so no value steers a terminal."""
+    if all(c in keep or unicodedata.category(c) not in ("Cc", "Zl", "Zp") for c in text):
+        return text
+    return "".join(c if c in keep or unicodedata.category(c) not in ("Cc", "Zl", "Zp") else repr(c)[1:-1]
+                   for c in text)
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line: newlines in it too are shown escaped (an error names values, and a value
+    may hold anything)."""
+    return escaped(text, keep="")
+
+
+class Escaping:
+    """A text stream that writes through to ``stream`` with ``escaped``: what hpcbench prints, values
+    from files and the command line included, never reaches the terminal as a control sequence."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(escaped(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stream, name)
 
 
 class HpcbenchError(Exception):

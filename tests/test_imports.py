@@ -74,7 +74,7 @@ def package_graph() -> dict[str, set[str]]:
 # reads top to bottom: the shared core of a run, then its two drivers (which never import each
 # other), then what launches runs, then the studies, then the commands.
 LAYERS = (
-    ("hpcbench", "hpcbench.errors", "hpcbench.registry", "hpcbench.signals"),
+    ("hpcbench", "hpcbench.errors", "hpcbench.memory", "hpcbench.registry", "hpcbench.signals"),
     ("hpcbench.algorithms", "hpcbench.results", "hpcbench.workload", "hpcbench.telemetry", "hpcbench.comm"),
     ("hpcbench.options", "hpcbench.config", "hpcbench.report"),
     ("hpcbench.runtime",),

@@ -60,7 +60,7 @@ def test_cifar_batches_as_python_and_numpy_pickle_them_are_read(tmp_path, protoc
     assert np.array_equal(load_dataset("cifar10", str(root)).x_train[:20].reshape(20, -1), batch[b"data"])
 
 
-class Payload:
+class Crafted:
     def __init__(self, marker):
         self.marker = marker
 
@@ -71,7 +71,7 @@ class Payload:
 def test_a_crafted_cifar_pickle_is_refused_without_running_anything(tmp_path):
     root = write_tiny_cifar(tmp_path / "c")
     marker = tmp_path / "PWNED"
-    (root / "test_batch").write_bytes(pickle.dumps({b"data": Payload(marker), b"labels": [0]}))
+    (root / "test_batch").write_bytes(pickle.dumps({b"data": Crafted(marker), b"labels": [0]}))
     with pytest.raises(UsageError, match=r"test_batch is refused: it asks for (posix|os)\.system, and a CIFAR-10 batch"):
         load_dataset("cifar10", str(root))
     assert not marker.exists()

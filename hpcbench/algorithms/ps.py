@@ -29,6 +29,7 @@ from hpcbench.algorithms.meter import TrainingMeter
 from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Lost, Publish, Read, Record, Recv, Send
 from hpcbench.algorithms.rules import ServerRule, VersionRing
 from hpcbench.errors import RuntimeFailure, UsageError
+from hpcbench.memory import check_memory
 from hpcbench.ranges import bounded
 from hpcbench.results.schema import FAILURES, LATE, UPDATES
 
@@ -63,6 +64,8 @@ class ParameterServer(Algorithm):
         self.ring = None
         if self.penalty == "gap":
             capacity = self.opts.history or 2 * ctx.workers + 4
+            check_memory(4.0 * capacity * d, f"{self.name}'s history of {capacity} versions of {d} parameters",
+                         f"lower {self.name}.history")
             self.ring = VersionRing(capacity, d)
 
     @classmethod

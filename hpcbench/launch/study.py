@@ -68,6 +68,11 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
             print(f"[{i}/{len(points)}] {label}: skipped ({algo} needs {cls.min_workers + 1}+ ranks)", flush=True)
             continue
         out = Path(out_dir) / f"{stems[algo, world, repeat]}.h5"
+        still = wait_for_holder(out, label, timeout)
+        if still:
+            failures.append(f"{label}: {still}")
+            print(f"[{i}/{len(points)}] {label}: FAILED: {still}", file=sys.stderr, flush=True)
+            continue
         if result_status(out) == "ok" and not replace:
             done.append(out)
             print(f"[{i}/{len(points)}] {label}: kept (an ok result is already in {out})", flush=True)
@@ -90,6 +95,24 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
             done.append(out)
             print(f"{count} {label}: {result.stdout.strip().splitlines()[-1]} ({seconds:.0f} s)", flush=True)
     return done, failures
+
+
+def wait_for_holder(out: Path, label: str, timeout: float, poll_s: float = 1.0) -> str:
+    """Wait, up to ``timeout``, for a run that still writes ``out`` (one an earlier, killed sweep left
+    going: its launcher outlives the sweep) to end, said in one line; → "" once it has, else why not."""
+    from hpcbench.results.paths import holder
+
+    pid = holder(out)
+    if pid is None:
+        return ""
+    print(f"{label}: a run left by an earlier sweep still writes {out} (pid {pid}); waiting for it to end "
+          f"(up to {timeout:g} s; kill {pid} to run the point again now)", flush=True)
+    deadline = time.monotonic() + timeout
+    while holder(out) is not None:
+        if time.monotonic() > deadline:
+            return f"a run left by an earlier sweep (pid {pid}) still writes {out} after {timeout:g} s"
+        time.sleep(poll_s)
+    return ""
 
 
 def default_jobs(ranks: Sequence[int], cores: int) -> int:

@@ -18,6 +18,7 @@ ALLREDUCE_ALGORITHMS = ("rabenseifner", "ring")
 # stays below a bound beyond any cluster's (a batch of 11 days, a message of 17 minutes).
 MAX_STEP_S = 1e6
 MAX_MESSAGE_S = 1e3
+MAX_CV = 10.0  # a coefficient of variation beyond this is no link: the draws themselves overflow
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class SimConfig:
     # gamma factor of mean 1 on its bytes): a real link's own spread (TCP's pacing, a switch's or token
     # bucket's bursts). It costs nothing on average, but lets ranks drift apart where the pattern
     # amplifies drift (SGP's shifted peers with sends that complete at once); bare_exchange measures it.
-    noise: float = bounded(0.0, low=0)
+    noise: float = bounded(0.0, low=0, high=MAX_CV)
     # How transfers through one direction of a link share it: in proportion to a weight each draws
     # (gamma, mean 1, this coefficient of variation; 0: equal shares; 0.3 measured over emulated
     # links, see docs/measurements.md). Alone, a transfer has the whole
@@ -86,6 +87,8 @@ def parse_keyvals(text: str, what: str, valid: tuple[str, ...]) -> dict[str, flo
         key, sep, value = item.partition("=")
         if not sep or key not in valid:
             raise UsageError(f"{what} {item!r}: expected KEY=VALUE with KEY one of {', '.join(valid)}")
+        if key in out:
+            raise UsageError(f"{what} {text!r} gives {key} twice: give each of {', '.join(valid)} once")
         try:
             out[key] = float(value)
         except ValueError:

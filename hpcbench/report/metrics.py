@@ -261,6 +261,11 @@ def short_setting(key: str, algorithm: str) -> str:
     return key
 
 
+def clip(text: str, width: int = 40) -> str:
+    """``text`` cut to ``width`` characters, the cut marked."""
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def curve_labels(curves: Iterable[Curve]) -> dict[Curve, str]:
     """A short label per curve, the same in every table and plot: its algorithm, its mode where the
     runs mix modes, and those of its settings whose values differ between the curves of its algorithm
@@ -270,7 +275,7 @@ def curve_labels(curves: Iterable[Curve]) -> dict[Curve, str]:
     labels = {}
     for algorithm, mode, group in known:
         siblings = [g for a, m, g in known if (a, m) == (algorithm, mode)]
-        shown = [f"{short_setting(key, algorithm)}={value}" for i, (key, value) in enumerate(group)
+        shown = [f"{short_setting(key, algorithm)}={clip(str(value))}" for i, (key, value) in enumerate(group)
                  if len({sibling[i][1] for sibling in siblings}) > 1]
         name = f"{algorithm} ({mode})" if mixed else algorithm
         labels[(algorithm, mode, group)] = " ".join([name, *shown])

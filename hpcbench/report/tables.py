@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import io
 import math
+import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -16,7 +17,7 @@ from hpcbench.errors import UsageError, one_of
 from hpcbench.report.metrics import RunRow, ScalePoint, setting, varying
 from hpcbench.report.strict_json import json_safe
 from hpcbench.results.schema import RunRecord
-from hpcbench.results.store import read_run
+from hpcbench.results.store import promote_partials, read_run
 
 FORMATS = {"text": "simple", "md": "github", "latex": "latex_booktabs", "csv": "csv", "json": "json", "html": "html"}
 TABLES = ("runs", "scaling")
@@ -56,6 +57,10 @@ def collect(paths: Sequence[str]) -> list[Path]:
     """Result files named directly or found under directories (``*.h5``, recursively)."""
     found: list[Path] = []
     for p in map(Path, paths):
+        finals = {q.with_name(q.name.split(".h5.")[0] + ".h5") for q in p.rglob("*.h5.*.partial")} if p.is_dir() \
+            else {p}
+        for line in (said for final in sorted(finals) for said in promote_partials(final)):
+            print(f"hpcbench: {line}", file=sys.stderr)
         if p.is_dir():
             found.extend(sorted(p.rglob("*.h5")))
         elif p.exists():  # a fifo or a device too: the reader refuses it in one line, without opening it

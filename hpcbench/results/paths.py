@@ -170,6 +170,8 @@ class NameHold:
         except BlockingIOError:
             os.close(fd)
             return False
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())  # who holds it, for the line that says so
         self.fd = fd
         return True
 
@@ -177,7 +179,7 @@ class NameHold:
         if self.fd >= 0:
             try:
                 os.unlink(lock_name(self.final))
-            except FileNotFoundError:
+            except OSError:  # gone, or its directory is (removed while the run went on)
                 pass
             os.close(self.fd)
             self.fd = -1
@@ -185,17 +187,23 @@ class NameHold:
 
 def held(final: Path) -> bool:
     """Whether a live run holds ``final``'s name (see ``NameHold``)."""
+    return holder(final) is not None
+
+
+def holder(final: Path) -> int | None:
+    """The process id of the live run that holds ``final``'s name (0 when it did not say), or None."""
     try:
         fd = os.open(lock_name(final), os.O_RDWR)
     except OSError:
-        return False
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        return True
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else 0
     finally:
         os.close(fd)  # closing drops a lock taken just now
-    return False
+    return None
 
 
 def identity(path: str | os.PathLike) -> tuple[int, int] | None:

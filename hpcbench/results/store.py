@@ -9,6 +9,7 @@ name of its own run. Never a file that reads as complete, and no run's result is
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from pathlib import Path
@@ -18,11 +19,13 @@ import h5py
 import numpy as np
 
 from hpcbench.errors import ResultWriteError, UsageError
-from hpcbench.results.paths import identity, partial_name, publish, run_id
+from hpcbench.memory import memory_bytes
+from hpcbench.results.paths import held, identity, mib, partial_name, publish, run_id
 from hpcbench.results.schema import (ATTR_TYPES, CONFIG_LEAST, MODES, PROVENANCE_PER_RANK, READ_COLUMNS, ROOT_ATTRS,
                                      OLD_STATUSES, SCHEMA_VERSION, STATUSES, SUMMARY_COUNTS, RunRecord, undeclared)
 
 STRING = h5py.string_dtype()
+CONFIG_MAX_CHARS = 1 << 20
 
 
 def _attr(value: Any) -> Any:
@@ -197,6 +200,34 @@ def result_status(path: str | os.PathLike) -> str | None:
         return None
 
 
+def promote_partials(final: str | os.PathLike) -> list[str]:
+    """Finish the renames killed runs left undone: a complete ``NAME.h5.RID.partial`` beside ``final``
+    (a kill between writing a result's last image and renaming it over the file) whose run is gone
+    (nobody holds the name) takes ``final``'s name when that holds less: no file, an unreadable one, or
+    one that says the run had not finished. → a line for each file promoted."""
+    target = Path(final)
+    said: list[str] = []
+    for partial in sorted(target.parent.glob(f"{glob_escape(target.name)}.*.partial")):
+        if held(target):
+            break  # its run is alive and may be renaming it now
+        if not partial.is_file():
+            continue
+        try:
+            status = read_run(partial).attrs["status"]
+        except UsageError:
+            continue  # torn, or not a run's: left as it is
+        if status in ("incomplete", "running") or result_status(target) not in (None, "incomplete", "running"):
+            continue
+        os.replace(partial, target)
+        said.append(f"{partial} was a complete result ({status}) whose rename a killed run did not finish: "
+                    f"it is now {target}")
+    return said
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in name)
+
+
 def step_cap_of(path: str | os.PathLike) -> int:
     """The ``max_steps`` the run at ``path`` was capped at (0: none, or no readable file), from its config alone."""
     try:
@@ -229,16 +260,48 @@ def read_run(path: str | os.PathLike) -> RunRecord:
         raise UsageError(f"cannot read result file {str(path)!r}: {exc}") from None
     with f:
         try:
+            wrong = unreadable(f)
+            if wrong:
+                raise UsageError(f"{path} is not a well-formed hpcbench result file ({wrong})")
             rec = _read(f, path)
         except UsageError:
             raise
-        except (KeyError, ValueError, TypeError, AttributeError, IndexError, OSError) as exc:
+        except RecursionError:
+            raise UsageError(f"{path} is not a well-formed hpcbench result file (an attribute nested too deeply "
+                             "to read)") from None
+        except (KeyError, ValueError, TypeError, AttributeError, IndexError, OSError, RuntimeError) as exc:
             what = f"missing {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
             raise UsageError(f"{path} is not a well-formed hpcbench result file ({what})") from None
     wrong = malformed(rec)
     if wrong:
         raise UsageError(f"{path} is not a well-formed hpcbench result file ({wrong})")
     return rec
+
+
+def unreadable(f: h5py.File, depth: int = 4) -> str:
+    """What would stop a reader before it reads anything, in a few words ("" when nothing): a soft or
+    external link (which can loop or leave the file; hpcbench writes none), groups nested deeper than
+    hpcbench's, or datasets declaring more bytes than half this machine's memory holds."""
+    budget = memory_bytes() // 2
+    declared = 0
+    todo: list[tuple[h5py.Group, int]] = [(f, 0)]
+    while todo:
+        group, level = todo.pop()
+        for name in group:
+            link = group.get(name, getlink=True)
+            if not isinstance(link, h5py.HardLink):
+                return f"{group.name.rstrip('/')}/{name} is a {type(link).__name__}, and hpcbench writes no links"
+            member = group[name]
+            if isinstance(member, h5py.Group):
+                if level + 1 >= depth:
+                    return f"{member.name} is nested deeper than a result file's groups"
+                todo.append((member, level + 1))
+            elif isinstance(member, h5py.Dataset):
+                declared += int(np.prod(member.shape, dtype=object) or 0) * member.dtype.itemsize
+                if declared > budget:
+                    return (f"its datasets declare {mib(declared)}, more than half this machine's memory "
+                            f"({mib(2 * budget)}); {member.name} alone {member.shape}")
+    return ""
 
 
 def is_number(value: Any) -> bool:
@@ -273,6 +336,13 @@ def malformed(rec: RunRecord) -> str:
     for key, value in rec.summary.items():
         if not is_number(value) or (key in SUMMARY_COUNTS and not value >= 0):
             return f"summary {key} = {value!r} is not a {'count' if key in SUMMARY_COUNTS else 'number'}"
+    for where, values in (("provenance", rec.provenance), ("simulation", rec.simulation)):
+        odd = [k for k, v in values.items() if not isinstance(v, (str, int, float))]
+        if odd:
+            return f"{where} {odd[0]} = {values[odd[0]]!r} is not text or a number"
+    odd = [k for k, v in rec.per_rank.items() if not all(isinstance(x, str) for x in v)]
+    if odd:
+        return f"provenance/{odd[0]} is not a list of text"
     for key in PROVENANCE_PER_RANK:  # the host of every rank; the other lists where a file has them
         if (key == "hostnames" or key in rec.per_rank) and len(rec.per_rank.get(key, ())) != a["world_size"]:
             return f"provenance/{key} does not list the {a['world_size']} ranks"
@@ -284,9 +354,59 @@ def malformed(rec: RunRecord) -> str:
             return f"{where} has no {', '.join(missing)}"
         if not all(numeric(c) for c in columns.values()) or len({len(c) for c in columns.values()}) > 1:
             return f"{where}'s columns are not numbers of one length"
+    return model_wrong(rec) or values_wrong(rec)
+
+
+def whole(column: np.ndarray, low: int, high: int, kinds: str = "iu") -> bool:
+    """Whole numbers of one of ``kinds`` (a float one where "f" is among them), each in low..high-1."""
+    if column.dtype.kind not in kinds:
+        return False
+    if column.dtype.kind == "f" and not np.all(np.isfinite(column) & (column == np.floor(column))):
+        return False
+    return bool(np.all((column >= low) & (column < high)))
+
+
+def values_wrong(rec: RunRecord) -> str:
+    """The values readers compute with, checked against what they can be: ranks and workers within the
+    world, phase and op codes among the names the file gives, finite times that do not run backwards,
+    finite counts (``malformed`` checked their types and lengths first)."""
+    a, tl = rec.attrs, rec.timeline
+    if a["schema_version"] < 1:
+        return f"schema_version {a['schema_version']} is not one hpcbench wrote (1..{SCHEMA_VERSION})"
+    for key in SUMMARY_COUNTS:
+        if key in rec.summary and not math.isfinite(rec.summary[key]):
+            return f"summary {key} = {rec.summary[key]!r} is not a finite count"
+    negative = [k for k, v in rec.summary.items() if k.endswith("_s") and v < 0]
+    if negative:
+        return f"summary {negative[0]} = {rec.summary[negative[0]]!r} is a negative duration"
+    names = {"phases": rec.phases, "ops": rec.ops}
+    for kind, listed in names.items():
+        if not listed or not all(isinstance(n, str) for n in listed):
+            return f"timeline's {kind} attribute {list(listed)!r} is not a list of names"
+    columns = [*tl.values(), *rec.evals.values(), *(c for t in rec.tables.values() for c in t.values())]
+    if any(c.ndim != 1 for c in columns):
+        return "a timeline, evals or server column is not one-dimensional"
+    for name, high in (("rank", a["world_size"]), ("phase", len(rec.phases)), ("op", len(rec.ops))):
+        if not whole(tl[name], 0, high):
+            return f"timeline/{name} holds values outside 0..{high - 1} (or not whole numbers)"
+    if not (np.all(np.isfinite(tl["t_start"])) and np.all(np.isfinite(tl["t_end"]))):
+        return "timeline/t_start or t_end holds a time that is not finite"
+    if np.any(tl["t_end"] < tl["t_start"]):
+        return "timeline/t_end is before t_start (a negative duration)"
+    if not all(np.all(np.isfinite(rec.evals[k])) for k in ("t", "samples", "updates")):
+        return "evals/t, samples or updates holds a value that is not finite"
+    for name, table in rec.tables.items():
+        if not whole(table["worker"], 0, a["world_size"], "iuf") or not np.all(np.isfinite(table["t"])):
+            return f"server/{name} names a worker outside 1..{a['workers']} or a time that is not finite"
+    if not np.all(np.isfinite(rec.clock_offsets)):
+        return "timeline/clock_offset_s holds an offset that is not finite"
+    return ""
+
+
+def model_wrong(rec: RunRecord) -> str:
     if not numeric(rec.final_params) or rec.final_params.ndim != 1:
         return "model/final_params is not a vector of numbers"
-    if not numeric(rec.clock_offsets) or len(rec.clock_offsets) != a["world_size"]:
+    if not numeric(rec.clock_offsets) or len(rec.clock_offsets) != rec.attrs["world_size"]:
         return "timeline/clock_offset_s does not hold a number per rank"
     return ""
 
@@ -303,6 +423,9 @@ def _read(f: h5py.File, path: str | os.PathLike) -> RunRecord:
         raise UsageError(f"{path} has schema_version {version!r}, not an integer")
     if version > SCHEMA_VERSION:
         raise UsageError(f"{path} has schema {version}; this hpcbench reads up to {SCHEMA_VERSION}: upgrade hpcbench")
+    if isinstance(attrs["config"], str) and len(attrs["config"]) > CONFIG_MAX_CHARS:
+        raise UsageError(f"{path} has a config attribute of {len(attrs['config'])} characters; hpcbench writes a "
+                         f"few thousand (at most {CONFIG_MAX_CHARS})")
     try:
         attrs["config"] = json.loads(attrs["config"])
     except (json.JSONDecodeError, TypeError):
@@ -315,6 +438,7 @@ def _read(f: h5py.File, path: str | os.PathLike) -> RunRecord:
     timeline = {name: tl[name][()] for name in tl if name != "clock_offset_s"}
     # Columns added after a file was written read as their neutral value ("names may grow").
     timeline.setdefault("op", np.zeros(len(timeline["rank"]), dtype=np.uint8))
+    timeline.setdefault("nbytes", np.zeros(len(timeline["rank"]), dtype=np.int64))
     ops = tuple(json.loads(tl.attrs["ops"])) if "ops" in tl.attrs else ("none",)
     evals = _read_columns(f["evals"])
     for name in ("val_loss", "val_accuracy"):  # schema 3: no validation split before

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcbench.errors import UsageError
-from hpcbench.results.store import result_status
+from hpcbench.results.store import promote_partials, result_status
 
 MANIFEST = "study.json"
 JOBS = "jobs.tsv"
@@ -90,6 +90,7 @@ def recorded_jobs(out_dir: Path) -> dict[str, list[str]]:
 
 
 def result_of(out_dir: Path, stem: str) -> str:
+    promote_partials(out_dir / f"{stem}.h5")
     status = result_status(out_dir / f"{stem}.h5")
     if status is not None:
         return status

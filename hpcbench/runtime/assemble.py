@@ -10,6 +10,7 @@ from hpcbench.algorithms import Algorithm
 from hpcbench.algorithms.api import Layout
 from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
+from hpcbench.memory import check_memory
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.plan import Plan, make_context, straggler_ranks
 from hpcbench.telemetry.progress import ProgressLine
@@ -59,11 +60,17 @@ class Run:
                             every_s=self.cfg.progress_s, rate_unit=rate_unit, early=early)
 
 
-def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0) -> Run:
+# Copies of the model's parameters one rank holds at once, about: the parameters, a gradient, momentum,
+# the messages it sends and receives, a window (the algorithm's own history is checked where it is made).
+MODEL_COPIES = 6
+
+
+def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0, sharing: int = 1) -> Run:
     """Check the world, load the data and model, bind the algorithm; may raise UsageError.
 
     ``stand_in``: give the algorithm a zero vector of this many floats instead of the model's
-    parameters (the simulator without numerics).
+    parameters (the simulator without numerics). ``sharing``: the ranks on this machine, each of which
+    holds its copies of the model (refused, with the number, when they would not fit in its memory).
     """
     cfg = plan.cfg
     plan.algo.check(cfg, plan.options, workers)
@@ -78,6 +85,9 @@ def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0) -
                          "or less, or fewer workers")
     build = model.sized if stand_in and model.sized is not None else model.build  # sizes are all a stand-in needs
     workload = build(Needs(cfg.model, data, cfg.seed, device, workers, plan.tables))
+    size = stand_in or workload.size
+    check_memory(4.0 * size * MODEL_COPIES * sharing, f"{sharing} rank(s) here, each with ~{MODEL_COPIES} copies of "
+                 f"{size} parameters", "a smaller model, or fewer ranks on this machine")
     params = np.zeros(stand_in, np.float32) if stand_in else workload.initial
     ctx = make_context(cfg, plan.algo, workers, params, len(data.y_train), plan.options, workload.bounds,
                        workload.shapes)

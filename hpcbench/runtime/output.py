@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 
 from hpcbench.config import RunConfig
 from pathlib import Path
@@ -43,6 +44,7 @@ class ResultFile:
             want = Path(lost or self.wanted)
             if lost:
                 want = sibling(want, run_id())
+            want = self.room_for(want)
             hold = NameHold(want)
             if not hold.take():  # another live run holds the name
                 want = sibling(want, run_id())
@@ -65,6 +67,23 @@ class ResultFile:
         if last:
             self.release()
         return self.path
+
+    def room_for(self, want: Path) -> Path:
+        """``want``, its directory made again if it was removed while the run went on; where that cannot
+        be, the same name in the system's temporary directory (said in one line): the record is kept."""
+        if want.parent.is_dir():
+            return want
+        try:
+            want.parent.mkdir(parents=True, exist_ok=True)
+            if self.path:
+                print(f"hpcbench: {want.parent} was removed while this run wrote into it; it is made again",
+                      file=sys.stderr, flush=True)
+            return want
+        except OSError as exc:
+            elsewhere = Path(tempfile.gettempdir()) / want.name
+            print(f"hpcbench: {want.parent} was removed and cannot be made again ({exc.strerror or exc}); the "
+                  f"result goes to {elsewhere}", file=sys.stderr, flush=True)
+            return elsewhere
 
     def release(self) -> None:
         """Let go of the name (after the last write)."""

@@ -50,6 +50,40 @@ def validate(cfg: RunConfig) -> Plan:
     return Plan(cfg, algo, tables)
 
 
+# An algorithm's options that only act when another of its options is not at this value.
+ACTS_ONLY_WITHOUT = {("compress", "none"): ("powersgd_rank", "powersgd_start", "error_feedback"),
+                     ("outer", "none"): ("outer_lr", "outer_momentum")}
+
+
+def idle_settings(plan: Plan) -> list[str]:
+    """Settings given that do nothing for this algorithm and its other settings, one line each (a run
+    goes on with a warning: a sweep passes the same settings to several algorithms)."""
+    cfg, algo = plan.cfg, plan.algo
+    said = []
+    if cfg.lr_scaling != "none" and algo.asynchronous:
+        said.append(f"lr_scaling = {cfg.lr_scaling} does nothing for {algo.name}: an asynchronous method applies "
+                    "each gradient at the single-worker rate")
+    if cfg.nesterov and not cfg.momentum:
+        said.append("nesterov = true does nothing with momentum 0: give --momentum too")
+    given = cfg.options.get(algo.name, {})
+    options = options_for(cfg, algo)
+    for (key, idle), needs in ACTS_ONLY_WITHOUT.items():
+        unused = [k for k in needs if k in given]
+        if unused and getattr(options, key, None) == idle:
+            said.append(f"{algo.name}.{unused[0]} does nothing with {algo.name}.{key} = {idle}")
+    return said
+
+
+def check_world(cfg: RunConfig, world_size: int, cores: int) -> None:
+    """What the run checks once it knows its world and this machine (``run`` and its ``--dry-run`` both):
+    every fault names a rank of the world, and the torch threads asked for fit in the cores."""
+    beyond = [f for f in cfg.fault.items if f.rank >= world_size]
+    if beyond:
+        raise UsageError(f"fault {beyond[0]}: there is no rank {beyond[0].rank} (ranks 0..{world_size - 1})")
+    if cfg.threads > cores:
+        raise UsageError(f"threads = {cfg.threads} is more than the {cores} cores a rank here may use")
+
+
 def options_for(cfg: RunConfig, algo: type[Algorithm]) -> Any:
     return table(algo.name).build(cfg.options.get(algo.name, {}))
 
@@ -59,7 +93,11 @@ def steps_per_worker(cfg: RunConfig, workers: int, train_size: int) -> int:
     if cfg.steps is not None:
         steps = cfg.steps
     elif cfg.epochs is not None:
-        steps = max(1, math.ceil(cfg.epochs * train_size / (workers * cfg.batch_size)))
+        exact = cfg.epochs * train_size / (workers * cfg.batch_size)
+        if not exact < 2**53:
+            raise UsageError(f"--epochs {cfg.epochs:g} over {train_size} samples is {exact:g} steps per worker, more "
+                             "than can be counted exactly (2^53) or run; lower --epochs")
+        steps = max(1, math.ceil(exact))
     else:
         steps = DEFAULT_STEPS
     return min(steps, cfg.max_steps) if cfg.max_steps else steps

@@ -36,6 +36,7 @@ class ProgressLine:
         ``early``: the first plain line at FIRST_S or FIRST_SHARE, not after ``every_s``."""
         self.rate_unit = rate_unit
         stream = sys.stderr if stream is None else stream
+        stream = getattr(stream, "stream", stream)  # its own carriage return, past the CLI's escaping
         self.label, self.budget, self.stream, self.clock = label, budget, stream, clock
         self.mode = mode_for(stream) if mode is None else mode
         self.every_s = REFRESH_S if self.mode == "live" else every_s

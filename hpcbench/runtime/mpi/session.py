@@ -29,7 +29,7 @@ from hpcbench.runtime.mpi.faults import Injector
 from hpcbench.runtime.mpi.placement import choose_device
 from hpcbench.runtime.mpi.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
 from hpcbench.runtime.output import ResultFile, default_out, expected_bytes, result_line
-from hpcbench.runtime.plan import Plan, check_duration, time_limit
+from hpcbench.runtime.plan import Plan, check_duration, check_world, time_limit
 from hpcbench.runtime.record import RankResult, build_record
 from hpcbench.runtime.threads import cpu_count, set_threads, thread_count
 from hpcbench.signals import signals_held, stop_on_signals
@@ -51,7 +51,7 @@ def prepare(plan: Plan, rank: int, workers: int, local: tuple[int, int], on_rank
     threads = thread_count(plan.cfg.threads, local[1])
     set_threads(plan.cfg, threads)
     device = choose_device(plan.cfg, rank, local[0], on_rank0_node)
-    return assemble(plan, workers, device), device, threads
+    return assemble(plan, workers, device, sharing=local[1]), device, threads
 
 
 def open_layout(comm: Cluster, layout: Layout, workers: int) -> None:
@@ -162,11 +162,7 @@ def set_up(plan: Plan, comm: Cluster) -> tuple[Run, str, int, float] | None:
     prepared, error, warmup_s = None, None, 0.0
     Injector(cfg.fault, rank, 0.0).at_phase("setup")
     try:
-        beyond = [f for f in cfg.fault.items if f.rank >= comm.size]
-        if beyond:
-            raise UsageError(f"fault {beyond[0]}: there is no rank {beyond[0].rank} (ranks 0..{comm.size - 1})")
-        if cfg.threads > cpu_count():
-            raise UsageError(f"threads = {cfg.threads} is more than the {cpu_count()} cores rank {rank} may use")
+        check_world(cfg, comm.size, cpu_count())
         prepared = prepare(plan, rank, workers, local, comm.hosts[rank] == comm.hosts[0])
         run = prepared[0]
         if rank == 0:
