@@ -9,7 +9,7 @@ simulated / real for both (1.00 = the simulator predicts the real network exactl
 noise. "Reads together": how much of the workers' communication overlaps another worker's (1: convoys
 that read and send at once; see ``together``). One evaluation a run (a payload has no accuracy; the
 reads of the workers' models an evaluation makes come after training, outside samples/s). One rank per node. Needs root (it brings the emulated cluster up and
-takes it down). Run by hand, on an otherwise idle machine:
+takes it down; one someone else brought up is left as it is, and the benchmark stops in one line). Run by hand, on an otherwise idle machine:
     python benchmarks/sim_fidelity.py --ranks 4,8 --rates 1gbit,100mbit --params 250000 --keep fidelity/
 and after a change to the simulator, without running anything for real again:
     python benchmarks/sim_fidelity.py --ranks 4,8 --rates 1gbit,100mbit --params 250000 --keep fidelity/ --resimulate
@@ -28,7 +28,7 @@ from tabulate import tabulate
 from common import fmt
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.results.store import read_run
-from hpcbench.launch.emulated import cluster, real_and_simulated, resimulated, simulate_like
+from hpcbench.launch.emulated import bring_up, real_and_simulated, resimulated, simulate_like, take_down
 from hpcbench.runtime.sim.models import link_bandwidth
 
 
@@ -125,7 +125,7 @@ def main() -> None:
         for rate in args.rates.split(","):
             try:
                 if not args.resimulate:
-                    cluster("up", "--nodes", str(max(worlds)), "--rate", rate)
+                    bring_up("sim_fidelity", max(worlds), rate)  # refused, untouched, if someone else's is up
                 for world in worlds:
                     for params in args.params.split(","):
                         for algo in args.algos.split(","):
@@ -135,7 +135,7 @@ def main() -> None:
                             print(tabulate([rows[-1]], tablefmt="plain"), flush=True)
             finally:
                 if not args.resimulate:
-                    cluster("down")
+                    take_down("sim_fidelity")
     print()
     print(tabulate(rows, headers=["rate", "ranks", "floats", "algorithm", "samples/s", "step ms", "sim/real samples/s",
                                   "sim/real step", "with noise", "calibrated sim/real samples/s", "calibrated with noise",

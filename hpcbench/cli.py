@@ -443,16 +443,6 @@ def seconds(text: str) -> float:
     return value
 
 
-def spread(text: str) -> float:
-    """A coefficient of variation: finite, 0 to ``MAX_CV``."""
-    from hpcbench.options.sim import MAX_CV
-
-    value = number(text)
-    if not 0 <= value <= MAX_CV:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a coefficient of variation between 0 and {MAX_CV:g}")
-    return value
-
-
 def accuracy(text: str) -> float:
     value = number(text)
     if not 0 < value <= 1:
@@ -586,7 +576,7 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("calibrate", help="fit the simulator's compute and network models to a real run")
     p.add_argument("path", metavar="REAL.h5")
-    p.add_argument("--noise", type=spread, default=0.0, metavar="CV",
+    p.add_argument("--noise", type=float, default=0.0, metavar="CV",
                    help="the links' noise to simulate with (coefficient of variation of a transfer's time, "
                         "as benchmarks/bare_exchange.py measures it; not fitted); default 0")
     p.add_argument("--network", metavar="COMM.h5", help="take the network from a sweep of it (hpcbench comm "

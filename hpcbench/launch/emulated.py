@@ -27,8 +27,24 @@ def cluster(*args: str) -> str:
     return proc.stdout
 
 
-def is_up() -> bool:
-    return EMULATED_STATE.exists()
+def owner() -> str | None:
+    """Who brought up the emulated cluster that is up (its ``--owner``), or None when none is."""
+    try:
+        state = dict(line.split("=", 1) for line in EMULATED_STATE.read_text().split() if "=" in line)
+    except OSError:
+        return None
+    return state.get("owner", "user")
+
+
+def bring_up(me: str, nodes: int, rate: str) -> None:
+    """Bring the cluster up (or reshape it) as ``me``; one line, and nothing touched, when someone else's is up."""
+    cluster("up", "--nodes", str(nodes), "--rate", rate, "--owner", me)
+
+
+def take_down(me: str) -> None:
+    """Take down the cluster ``me`` brought up; one brought up by anyone else is left as it is."""
+    if owner() == me:
+        cluster("down", "--owner", me)
 
 
 @dataclass(frozen=True)

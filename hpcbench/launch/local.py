@@ -127,6 +127,9 @@ def emulated_nodes() -> int:
     except (OSError, ValueError, KeyError):
         raise UsageError("--emulated: no emulated cluster is up; start one as root with "
                          "jobs/local/emulated-cluster.sh up --nodes N --rate R") from None
+    if state.get("state", "up") != "up":
+        raise UsageError("--emulated: the emulated cluster is half-built (its up did not finish): as root, "
+                         "jobs/local/emulated-cluster.sh down, then up again")
     if not EMULATED_LAUNCHER.exists():
         raise UsageError(f"--emulated needs the repository's launcher {EMULATED_LAUNCHER} (run from a checkout)")
     return nodes

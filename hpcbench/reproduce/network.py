@@ -29,14 +29,16 @@ class Point:
     failure: str = ""
 
 
+OWNER = "reproduce"  # the cluster's --owner: one brought up by anyone else is neither reshaped nor taken down
+
+
 def run(s: Study, out: Path, preset: str, timeout: float) -> list[Point]:
-    """Every algorithm of ``s`` at each rate; the cluster is brought up for it (and taken down after,
-    unless one was up before)."""
+    """Every algorithm of ``s`` at each rate; the cluster is brought up for it and taken down after (one
+    someone else brought up is left as it is, and the study says so in one line)."""
     from hpcbench.results.store import read_run
-    from hpcbench.launch.emulated import cluster, is_up, real_and_simulated
+    from hpcbench.launch.emulated import bring_up, real_and_simulated, take_down
     from hpcbench.runtime.sim.models import link_bandwidth
 
-    was_up = is_up()
     # One evaluation: a payload has no accuracy, and each evaluation reads every worker's 4 MB model
     # across the links after training (1.3 s an evaluation at 100 Mbit/s, none of it in samples/s).
     args = ["--model", "payload", "--set", f"payload.params={FLOATS}", "--compute", COMPUTE,
@@ -45,7 +47,7 @@ def run(s: Study, out: Path, preset: str, timeout: float) -> list[Point]:
     (out / "emulated").mkdir(parents=True, exist_ok=True)
     try:
         for rate in RATES:
-            cluster("up", "--nodes", str(WORKERS + 1), "--rate", rate)
+            bring_up(OWNER, WORKERS + 1, rate)
             bandwidth = link_bandwidth(f"rate={rate}")
             assert bandwidth is not None
             for algo in s.algos:
@@ -60,8 +62,7 @@ def run(s: Study, out: Path, preset: str, timeout: float) -> list[Point]:
                       f"simulated {points[-1].simulated:.0f}{' (' + points[-1].failure + ')' if pair.failure else ''}",
                       flush=True)
     finally:
-        if not was_up:
-            cluster("down")
+        take_down(OWNER)
     return points
 
 
