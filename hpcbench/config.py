@@ -163,10 +163,10 @@ class RunConfig:
     # (HPCBENCH_MAX_STEPS sets it for every run a command starts); recorded, so never mistaken for a measurement.
     max_steps: int = bounded(0, low=0, unit="steps", resolves="no cap (HPCBENCH_MAX_STEPS=N sets it)")
     batch_size: int = bounded(32, low=1, unit="samples")
-    lr: float = bounded(0.05, low=0)
+    lr: float = bounded(0.05, low=0, high=1e4)  # beyond, float32 updates overflow at the first step
     momentum: float = bounded(0.0, low=0, below=1)
     nesterov: bool = False
-    weight_decay: float = bounded(0.0, low=0)
+    weight_decay: float = bounded(0.0, low=0, high=1e4)
     warmup_epochs: float = bounded(5.0, low=0, unit="epochs")  # linear warm-up from 1/n of the rate, the same for every algorithm
     lr_scaling: str = "none"  # synchronous methods only: none | linear | sqrt in the number of workers
     lr_decay_epochs: tuple[float, ...] = bounded((), low=0, unit="epochs")  # in increasing order

@@ -10,8 +10,6 @@ KEPT = "\n\t"  # the control characters plain output may hold; every other one i
 def escaped(text: str, keep: str = KEPT) -> str:
     """``text`` with its control characters (an escape sequence, a carriage return, NUL, Unicode's line
     separators) written as Python writes them in a string (``\\x1b``), so no value steers a terminal."""
-    if all(c in keep or unicodedata.category(c) not in ("Cc", "Zl", "Zp") for c in text):
-        return text
     return "".join(c if c in keep or unicodedata.category(c) not in ("Cc", "Zl", "Zp") else repr(c)[1:-1]
                    for c in text)
 

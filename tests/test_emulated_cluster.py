@@ -77,6 +77,6 @@ def test_a_cluster_is_reshaped_or_removed_only_by_whoever_brought_it_up(clean):
     assert "links 50mbit" in cluster("status").stdout and emulated_nodes() == 2
     assert cluster("down").returncode == 0 and not leftovers()
     bring_up("reproduce", 2, "20mbit")
-    assert owner() == "reproduce" and "brought up by 'reproduce'" in cluster("status").stdout
+    assert owner() == "reproduce" and "owner 'reproduce'" in cluster("status").stdout
     take_down("reproduce")
     assert owner() is None and not leftovers()

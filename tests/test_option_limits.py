@@ -58,7 +58,7 @@ REFUSED = [
      "ga-asgd.history must be between 0 and 8192 versions (0: 2·workers + 4), got 8193"),
     ("ga-asgd", 2, {"beta": 1.0}, "ga-asgd.beta must be in [0, 1), got 1.0"),
     ("ga-asgd", 2, {"beta": -0.1}, "ga-asgd.beta must be in [0, 1), got -0.1"),
-    ("dana-ga", 2, {"eps": 0.0}, "dana-ga.eps must be > 0, got 0.0"),
+    ("dana-ga", 2, {"eps": 0.0}, "dana-ga.eps must be in (0, 1], got 0.0"),
 ]
 
 

@@ -189,7 +189,7 @@ def test_status_asks_a_controller_that_cannot_be_reached_once(tmp_path, monkeypa
     (["--nodes", "-2", "--algos", "asgd"], "--nodes: every count must be >= 1, got -2"),
     (["--nodes", "8,x", "--algos", "asgd"], "is not a comma-separated list of integers"),
     (["--nodes", "1", "--algos", "sgp"], "sgp needs 3+ ranks but 1 node(s) × 1 task(s) give 1"),
-    (["--nodes", "8", "--algos", "asgd", "--set", "lr=-1"], "lr must be >= 0"),
+    (["--nodes", "8", "--algos", "asgd", "--set", "lr=-1"], "lr must be in [0, 10,000]"),
 ])
 def test_bad_sweep_input_is_one_clear_line(tmp_path, args, message):
     code, out, err = cli("sweep", *args, "--out-dir", str(tmp_path / "s"))

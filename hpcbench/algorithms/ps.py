@@ -196,7 +196,7 @@ MAX_HISTORY = 8192  # published versions the server keeps: each a copy of the mo
 @dataclass(frozen=True)
 class GapOptions:
     beta: float = bounded(0.999, low=0, below=1)  # decay of the running second moment of the step direction
-    eps: float = bounded(1e-8, above=0)
+    eps: float = bounded(1e-8, above=0, high=1.0)
     history: int = bounded(0, low=0, high=MAX_HISTORY, unit="versions", resolves="2·workers + 4")  # published versions kept for Δ (older ones are echoed by the worker)
 
 

@@ -184,6 +184,14 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
                          "reproduce sgp --mode mpi")
     if emulated and os.geteuid() != 0:
         raise UsageError("--emulated brings up the emulated cluster (jobs/local/emulated-cluster.sh): run as root")
+    if emulated:
+        from hpcbench.launch.emulated import owner
+        from hpcbench.reproduce.network import OWNER
+
+        if owner() not in (None, OWNER):
+            raise UsageError(f"--emulated reshapes the emulated cluster for each rate, and the one up now is "
+                             f"owner {owner()!r}'s: it is left as it is; take it down first "
+                             f"(jobs/local/emulated-cluster.sh down --owner {owner()})")
     size = s.sizes[preset]
     workers = [n for n in size.workers if fits(n, mode, max_ranks)]
     skipped = [n for n in size.workers if not fits(n, mode, max_ranks)]

@@ -94,7 +94,7 @@ def steps_per_worker(cfg: RunConfig, workers: int, train_size: int) -> int:
         steps = cfg.steps
     elif cfg.epochs is not None:
         exact = cfg.epochs * train_size / (workers * cfg.batch_size)
-        if not exact < 2**53:
+        if not math.isfinite(exact):  # (a large finite budget is refused, with its numbers, by the budget check)
             raise UsageError(f"--epochs {cfg.epochs:g} over {train_size} samples is {exact:g} steps per worker, more "
                              "than can be counted exactly (2^53) or run; lower --epochs")
         steps = max(1, math.ceil(exact))

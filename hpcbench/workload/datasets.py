@@ -121,10 +121,11 @@ def load_digits(source: Source) -> Dataset:
 CIFAR_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
 
 
-# All a CIFAR-10 batch's pickle may ask for: numpy arrays and their dtypes (numpy 1 and 2 name the
-# module differently), and the codec Python 3 pickles bytes through. Anything else is refused unrun.
+# All a CIFAR-10 batch's pickle may ask for: numpy arrays, scalars (labels written as numpy integers) and
+# their dtypes (numpy 1 and 2 name the module differently), and the codec Python 3 pickles bytes through. Anything else is refused unrun.
 CIFAR_PICKLE_NAMES = {(f"numpy.{core}.{module}", name) for core in ("core", "_core")
-                      for module, name in (("multiarray", "_reconstruct"), ("numeric", "_frombuffer"))}
+                      for module, name in (("multiarray", "_reconstruct"), ("multiarray", "scalar"),
+                                           ("numeric", "_frombuffer"))}
 CIFAR_PICKLE_NAMES |= {("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
 
 

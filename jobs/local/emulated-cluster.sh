@@ -105,7 +105,7 @@ status() {
     n=$(nodes_in_state)
     rate=$(field rate)
     burst=$(field burst)
-    echo "emulated cluster: $n nodes, links $rate each way (burst $burst), bridge $BRIDGE $BRIDGE_ADDR, brought up by '$(owner_in_state)'"
+    echo "emulated cluster: $n nodes, links $rate each way (burst $burst), bridge $BRIDGE $BRIDGE_ADDR, owner '$(owner_in_state)'"
     for k in $(seq 1 "$n"); do
         local up="missing"
         ip netns list | grep -qw "$PREFIX$k" && up="up"
