@@ -3,13 +3,20 @@ line, and a study's ``study.json`` is read as untrusted input (names from the re
 study) before anything is written or submitted."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import stat
+import subprocess
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hpcbench.cli import main
+from hpcbench.errors import UsageError
+from hpcbench.slurm.jobs import Resources, run_job
 
 INJECTED = "x\ntouch PWNED\n#"
 SWEEP = ["sweep", "--algos", "asgd", "--nodes", "1", "--tasks-per-node", "3", "--mpi", "pmi2"]
@@ -132,3 +139,42 @@ def test_resubmit_of_a_sound_study_submits_each_point_and_names_the_setup_lines_
     assert len(submitted.read_text().splitlines()) == 3  # two runs and the report
     if manifest["resources"]["setup"]:
         assert "every job first runs these lines" in said
+
+
+# Any text at all, as a field value: either refused in one line, or the script has exactly the lines it
+# has for a plain value (nothing a value holds starts a line of its own).
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(value=st.text(min_size=1, max_size=12), field=st.sampled_from(["partition", "account", "mem", "constraint",
+                                                                      "sbatch_args", "setup", "run_arg", "log"]))
+def test_no_text_in_any_field_adds_a_line_to_a_job_script(value, field):
+    def script(v):
+        res = Resources(**({field: (f"--{v}",) if field == "sbatch_args" else (v,) if field == "setup" else v}
+                           if field not in ("run_arg", "log") else {}))
+        return run_job("job", 1, res, ["run", "--set", v] if field == "run_arg" else ["run"],
+                       f"/tmp/{v}/x.out" if field == "log" else "/tmp/x.out")
+    try:
+        text = script(value)
+    except UsageError:
+        return
+    assert len(text.splitlines()) == len(script("plain").splitlines())
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(manifest=st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+                             lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+                                 st.sampled_from(["points", "stem", "algo", "nodes", "repeat", "resources",
+                                                  "base_args", "local", "partition", "setup"]), inner, max_size=5),
+                             max_leaves=12))
+def test_any_json_as_study_json_is_a_status_or_one_line(tmp_path_factory, manifest):
+    out = tmp_path_factory.mktemp("study")
+    (out / "study.json").write_text(json.dumps(manifest))
+    for argv in (["status", str(out)], ["sweep", "--resubmit-failed", str(out)]):
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = main(argv)
+        lines = [line for line in err.getvalue().splitlines() if line.strip()]
+        assert code in (0, 2) and len(lines) <= 1 and "Traceback" not in err.getvalue(), (argv, manifest, err.getvalue())
+    assert sorted(p.name for p in out.iterdir()) in (["study.json"], ["logs", "report.sbatch", "runs", "study.json",
+                                                                       "submit.sh"])
