@@ -147,8 +147,7 @@ def study_again(out_dir: Path) -> tuple[list[Point], Resources, BaseArgs]:
     recorded_args = manifest.get("base_args")  # one list for every algorithm in studies written before 0.3
     base_args = {}
     for p in points:
-        args = recorded_args if isinstance(recorded_args, list) else (recorded_args or {}).get(p.algo) \
-            if isinstance(recorded_args, dict) else None
+        args = recorded_args.get(p.algo) if isinstance(recorded_args, dict) else recorded_args
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
             raise UsageError(f"{where}: base_args holds no list of run options for {p.algo}")
         base_args[p.algo] = list(args)
