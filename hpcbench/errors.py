@@ -7,11 +7,16 @@ from typing import Callable, TextIO
 KEPT = "\n\t"  # the control characters plain output may hold; every other one is shown escaped
 
 
+def is_control(c: str) -> bool:
+    """Whether the character ``c`` could end a line or steer a terminal: newlines, NUL, escapes and the
+    other control characters, and Unicode's line and paragraph separators."""
+    return unicodedata.category(c) in ("Cc", "Zl", "Zp")
+
+
 def escaped(text: str, keep: str = KEPT) -> str:
     """``text`` with its control characters (an escape sequence, a carriage return, NUL, Unicode's line
     separators) written as Python writes them in a string (``\\x1b``), so no value steers a terminal."""
-    return "".join(c if c in keep or unicodedata.category(c) not in ("Cc", "Zl", "Zp") else repr(c)[1:-1]
-                   for c in text)
+    return "".join(repr(c)[1:-1] if is_control(c) and c not in keep else c for c in text)
 
 
 def one_line(text: str) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from hpcbench.errors import UsageError
-from hpcbench.launch.local import EMULATED_LAUNCHER, EMULATED_STATE, run_ranks, why_failed
+from hpcbench.launch.local import EMULATED_LAUNCHER, emulated_state, run_ranks, why_failed
 
 CLUSTER = EMULATED_LAUNCHER.parent / "emulated-cluster.sh"
 # One way, 8 bytes, MPI over TCP between two emulated nodes: 8.7 µs (median of 180 round trips).
@@ -29,11 +29,8 @@ def cluster(*args: str) -> str:
 
 def owner() -> str | None:
     """Who brought up the emulated cluster that is up (its ``--owner``), or None when none is."""
-    try:
-        state = dict(line.split("=", 1) for line in EMULATED_STATE.read_text().split() if "=" in line)
-    except OSError:
-        return None
-    return state.get("owner", "user")
+    state = emulated_state()
+    return None if state is None else state.get("owner", "user")
 
 
 def bring_up(me: str, nodes: int, rate: str) -> None:

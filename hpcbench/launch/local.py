@@ -119,12 +119,21 @@ def why_failed(proc: subprocess.CompletedProcess) -> str:
     return (own_lines(str(proc.stderr or "")) or [f"exit code {proc.returncode}"])[-1]
 
 
+def emulated_state() -> dict[str, str] | None:
+    """The emulated cluster's state file (jobs/local/emulated-cluster.sh) as its KEY=VALUE lines; None
+    when no cluster has one."""
+    try:
+        return dict(line.split("=", 1) for line in EMULATED_STATE.read_text().split() if "=" in line)
+    except OSError:
+        return None
+
+
 def emulated_nodes() -> int:
     """How many nodes the emulated cluster (jobs/local/emulated-cluster.sh) has up; UsageError if none."""
+    state = emulated_state() or {}
     try:
-        state = dict(line.split("=", 1) for line in EMULATED_STATE.read_text().split())
         nodes = int(state["nodes"])
-    except (OSError, ValueError, KeyError):
+    except (ValueError, KeyError):
         raise UsageError("--emulated: no emulated cluster is up; start one as root with "
                          "jobs/local/emulated-cluster.sh up --nodes N --rate R") from None
     if state.get("state", "up") != "up":

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import shlex
-import unicodedata
 from dataclasses import dataclass, field
 
-from hpcbench.errors import UsageError
+from hpcbench.errors import UsageError, is_control
 
 # The option each field comes from, for the one line that refuses its value.
 FLAGS = {"tasks_per_node": "--tasks-per-node", "cpus_per_task": "--cpus-per-task", "gpus_per_task": "--gpus-per-task",
@@ -16,17 +15,11 @@ FLAGS = {"tasks_per_node": "--tasks-per-node", "cpus_per_task": "--cpus-per-task
 ONE_WORD = ("time", "partition", "account", "mpi", "mem", "constraint")
 
 
-def control_character(text: str) -> str:
-    """The first character of ``text`` that could end a line or steer a terminal ("" when none):
-    newlines, NUL, escapes and the other control characters, and Unicode's line and paragraph separators."""
-    return next((c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")), "")
-
-
 def plain(flag: str, value: object) -> str:
     """``value`` when it is text that stays on its line in a script; otherwise one line naming ``flag``."""
     if not isinstance(value, str):
         raise UsageError(f"{flag} {value!r} is not text")
-    bad = control_character(value)
+    bad = next((c for c in value if is_control(c)), "")
     if bad:
         raise UsageError(f"{flag} {value!r} holds the control character {bad!r}: a job script line cannot carry it")
     return value

@@ -122,7 +122,8 @@ CIFAR_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
 
 
 # All a CIFAR-10 batch's pickle may ask for: numpy arrays, scalars (labels written as numpy integers) and
-# their dtypes (numpy 1 and 2 name the module differently), and the codec Python 3 pickles bytes through. Anything else is refused unrun.
+# their dtypes (numpy 1 and 2 name the module differently), and the codec Python 3 pickles bytes through.
+# Anything else is refused unrun.
 CIFAR_PICKLE_NAMES = {(f"numpy.{core}.{module}", name) for core in ("core", "_core")
                       for module, name in (("multiarray", "_reconstruct"), ("multiarray", "scalar"),
                                            ("numeric", "_frombuffer"))}

@@ -144,7 +144,8 @@ up() {
     fi
     mkdir -p "$(dirname "$STATE")"
     # The state first: whatever happens next, status and down know a cluster was being built, and by whom.
-    printf 'state=building\nnodes=%s\nrate=%s\nburst=%s\nowner=%s\n' "$n" "$RATE" "$BURST" "$owner" > "$STATE"
+    save_state() { printf 'state=%s\nnodes=%s\nrate=%s\nburst=%s\nowner=%s\n' "$1" "$n" "$RATE" "$BURST" "$owner" > "$STATE"; }
+    save_state building
     trap 'rollback "$BASH_COMMAND"' ERR
     trap 'rollback "stopped by a signal"' INT TERM HUP
     if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
@@ -179,7 +180,7 @@ up() {
         for j in $(seq 1 "$n"); do echo "198.18.0.$j $PREFIX$j $MARK"; done >> /etc/hosts
         say "added $n lines to /etc/hosts (marked '$MARK')"
     fi
-    printf 'state=up\nnodes=%s\nrate=%s\nburst=%s\nowner=%s\n' "$n" "$RATE" "$BURST" "$owner" > "$STATE"
+    save_state up
     trap - ERR INT TERM HUP
     say "links shaped to $RATE each way (burst $BURST); run across the nodes with jobs/local/mpiexec-emulated"
 }
