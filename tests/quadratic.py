@@ -55,7 +55,7 @@ def run_quadratic(name: str, workers: int, steps: int, options: dict | None = No
     layout = algo.layout()
     sim = SimConfig(workers=workers, apply_s=0.0, update_s=0.0, compute_shape=1e12, compute_mean_s=1.0,
                     alpha_s=0.0, bandwidth=1e30, detect_s=detect_s)
-    logs = RunLogs(layout.tables)
+    logs = RunLogs(layout.tables, layout.columns)
 
     def gradient(rank: int, x: np.ndarray) -> Gradient:
         h = curvature(rank)

@@ -219,7 +219,7 @@ def simulate_with(name: str, change) -> RuntimeFailure:
     layout = change(algo.layout())
     sim = SimConfig(workers=2)
     engine = Engine(algo, layout, sim, ComputeModel(sim, 0, {}), lambda r, p: Gradient(p, 0.0, 1, 0),
-                    RunLogs(layout.tables), 3)
+                    RunLogs(layout.tables, layout.columns), 3)
     with pytest.raises(RuntimeFailure) as refused:
         engine.run()
     return refused.value

@@ -74,14 +74,16 @@ def test_a_parameter_server_applies_the_whole_budget_from_the_survivors(name):
 
 
 def test_dana_drops_the_failed_workers_momentum_from_its_look_ahead():
-    from hpcbench.algorithms.rules import ServerRule
+    from hpcbench.algorithms.rules import ServerRule, WorkerMomentum
 
-    rule = ServerRule(np.zeros(3, np.float32), 2, 0.9, False, 0.0, "none", True)
+    rule = ServerRule(np.zeros(3, np.float32), 0.0, WorkerMomentum(3, 0.9, 2))
     rule.apply(np.ones(3, np.float32), 0, 0, None, 0.1)
     rule.apply(np.full(3, 2.0, np.float32), 1, 0, None, 0.1)
     rule.forget(1)
-    np.testing.assert_allclose(rule.total, rule.bufs[0])  # S is the survivor's momentum alone
-    np.testing.assert_allclose(rule.published(0.1), rule.theta - 0.1 * 0.9 * rule.bufs[0], rtol=1e-6)
+    momentum = rule.momentum
+    assert isinstance(momentum, WorkerMomentum)
+    np.testing.assert_allclose(momentum.total, momentum.bufs[0])  # S is the survivor's momentum alone
+    np.testing.assert_allclose(rule.published(0.1), rule.theta - 0.1 * 0.9 * momentum.bufs[0], rtol=1e-6)
 
 
 @pytest.mark.parametrize("name, options", [("sgp", {}), ("osgp", {}), ("gossip", {"variant": "push"})])

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
+from arrivals import SERVERS, random_arrivals, serve
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.algorithms.ops import Evaluate, Op, Progress, Publish, Record, Recv, Send
-from hpcbench.algorithms.ps import STOP, GapOptions
-from hpcbench.algorithms.rules import ServerRule, gap_divisor
+from hpcbench.algorithms.ops import Op, Recv
+from hpcbench.algorithms.rules import gap_divisor
 from hpcbench.config import RunConfig
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime import plan
@@ -21,58 +21,37 @@ D, WORKERS, LR, BETA, EPS = 6, 3, 0.1, 0.9, 1e-8
 
 
 def drive_server(name, arrivals, momentum=0.0, nesterov=False, wd=0.0, history=0, budget=0, lr=LR):
-    """Run the server program; ``arrivals`` are (worker, staleness, grad). Returns publishes and logs.
+    """The real server program fed ``arrivals`` (tests/arrivals.py), with this module's sizes and options."""
+    options = {"history": history, **({"beta": BETA} if NAIVE[name]["gap"] else {})} if NAIVE[name]["delta"] else {}
+    return serve(name, arrivals, size=D, workers=WORKERS, lr=lr, momentum=momentum, nesterov=nesterov, wd=wd,
+                 options=options, budget=budget)
 
-    ``budget``: updates to apply (a multiple of WORKERS); by default all the arrivals.
-    """
-    options = {"beta": BETA, "history": history} if name in ("ga-asgd", "dana-ga") else {}
-    steps = (budget or len(arrivals)) // WORKERS
-    cfg = RunConfig(algo=name, steps=steps, lr=lr, momentum=momentum, nesterov=nesterov,
-                    weight_decay=wd, warmup_epochs=0.0, options={name: options})
-    algo_cls = ALGORITHMS.get(name)
-    x0 = np.random.default_rng(0).normal(size=D).astype(np.float32)
-    ctx = plan.make_context(cfg, algo_cls, WORKERS, x0, train_size=10**9)
-    algo = algo_cls(ctx)
-    frame = algo.params_frame
-    published = {0: frame.view(algo.layout().windows["params"].initial, "params").copy()}
-    version, logs, queue = 0, {"updates": [], "late": [], "echoes": []}, list(arrivals)
-    queue += [(w, 0, np.zeros(D, np.float32)) for w in range(1, WORKERS + 1)]  # answered with "stop"
-    used, stopped = 0, set()
 
-    def answer(op: Op) -> object:
-        nonlocal version, used
-        if isinstance(op, Recv) and op.channel == "echo":  # the worker sends back what it read
-            logs["echoes"].append((op.src, used))
-            return (op.src, frame.pack(version=used, params=published[used], check=used))
-        if isinstance(op, Recv):
-            while queue[0][0] in stopped:  # a worker told to stop sends nothing more
-                queue.pop(0)
-            worker, staleness, grad = queue.pop(0)
-            used = max(version - staleness, 0)
-            return (worker, algo.grad_frame.pack(version=used, grad=grad))
-        if isinstance(op, Publish):
-            version = frame.integer(op.data, "version")
-            published[version] = frame.view(op.data, "params").copy()
-        elif isinstance(op, Record):
-            logs[op.table].append(op.values)
-        elif isinstance(op, Send) and op.channel == "ack" and (op.data == STOP).all():
-            stopped.add(op.dest)
-        else:
-            assert isinstance(op, (Send, Evaluate, Progress))
-        return None
+# How each parameter server in the registry differs, as the naive server below reads it: DANA's
+# momentum per worker, the staleness divisor, the Gap-Aware penalty, DC-ASGD's compensation λ (and
+# whether the server needs Δ, so takes a history).
+NAIVE = {
+    "asgd": dict(dana=False, staleness=False, gap=False, lam=0.0, delta=False),
+    "sa-asgd": dict(dana=False, staleness=True, gap=False, lam=0.0, delta=False),
+    "ga-asgd": dict(dana=False, staleness=False, gap=True, lam=0.0, delta=True),
+    "dana": dict(dana=True, staleness=False, gap=False, lam=0.0, delta=False),
+    "dana-ga": dict(dana=True, staleness=False, gap=True, lam=0.0, delta=True),
+    "dc-asgd": dict(dana=False, staleness=False, gap=False, lam=0.04, delta=True),
+}
 
-    drive(algo.server(), answer)
-    return x0, published, logs
+
+def test_every_parameter_server_in_the_registry_has_a_naive_reference_here():
+    assert set(SERVERS) == set(NAIVE)
 
 
 def naive_server(name, x0, arrivals, momentum=0.0, nesterov=False, wd=0.0):
-    """The papers' server rules, one element at a time, in float64."""
+    """The papers' server rules, one element at a time, in float64. Rows: (worker, version used,
+    version applied onto, staleness, mean divisor, mean gap, and DC-ASGD's mean λ|g||Δ|)."""
     theta = x0.astype(np.float64).copy()
     buf = np.zeros(D)
     bufs = np.zeros((WORKERS, D))
     v, k, lr_max = np.zeros(D), 0, 0.0
-    dana = name.startswith("dana")
-    gap = name.endswith("ga") or name == "ga-asgd"
+    dana, gap, lam = NAIVE[name]["dana"], NAIVE[name]["gap"], NAIVE[name]["lam"]
 
     def publish():
         return theta - LR * momentum * bufs.sum(axis=0) if dana else theta.copy()
@@ -85,7 +64,7 @@ def naive_server(name, x0, arrivals, momentum=0.0, nesterov=False, wd=0.0):
         lr_max = max(lr_max, LR)
         penalty = np.ones(D)
         ratio = np.full(D, np.nan)
-        if name == "sa-asgd":
+        if NAIVE[name]["staleness"]:
             penalty[:] = max(tau, 1)
         if gap:
             u = (momentum * bufs[worker - 1] + grad if dana else buf) if momentum else grad
@@ -97,7 +76,9 @@ def naive_server(name, x0, arrivals, momentum=0.0, nesterov=False, wd=0.0):
                     c = lr_max * (math.sqrt(v[i] / (1 - BETA**k)) + EPS)
                     ratio[i] = abs(history[now][i] - history[used][i]) / c
                     penalty[i] = 1 + ratio[i]
-        step = np.array([(grad[i] + wd * theta[i]) / penalty[i] for i in range(D)])
+        gap_now = history[now] - history[used]
+        compensation = [lam * grad[i] * grad[i] * gap_now[i] for i in range(D)]  # Zheng et al.'s g⊙g⊙Δ
+        step = np.array([(grad[i] + wd * theta[i] + compensation[i]) / penalty[i] for i in range(D)])
         if dana:
             new = momentum * bufs[worker - 1] + step
             theta = theta - LR * new
@@ -108,19 +89,18 @@ def naive_server(name, x0, arrivals, momentum=0.0, nesterov=False, wd=0.0):
                 step = step + momentum * buf if nesterov else buf
             theta = theta - LR * step
         history.append(publish())
-        rows.append((worker, used, now, tau, penalty.mean(), np.nanmean(ratio) if v.any() and gap else np.nan))
+        rows.append((worker, used, now, tau, penalty.mean(), np.nanmean(ratio) if v.any() and gap else np.nan,
+                     np.mean([lam * abs(grad[i]) * abs(gap_now[i]) for i in range(D)])))
     return history, rows
 
 
 def arrivals(seed=1, count=12):
-    rng = np.random.default_rng(seed)
-    return [(int(rng.integers(1, WORKERS + 1)), int(rng.integers(0, 4)), rng.normal(size=D).astype(np.float32))
-            for _ in range(count)]
+    return random_arrivals(WORKERS, D, seed, count)
 
 
-CASES = [(name, m, nest, wd) for name in ("asgd", "sa-asgd", "ga-asgd", "dana", "dana-ga")
+CASES = [(name, m, nest, wd) for name in SERVERS
          for (m, nest, wd) in ((0.0, False, 0.0), (0.9, False, 0.01), (0.9, True, 0.0))
-         if not (name.startswith("dana") and nest)]
+         if not (NAIVE[name]["dana"] and nest)]
 
 
 @pytest.mark.parametrize("name, momentum, nesterov, wd", CASES)
@@ -136,6 +116,10 @@ def test_rule_matches_the_naive_reference(name, momentum, nesterov, wd):
         assert got[4] == pytest.approx(want[4], rel=1e-5)
         assert (math.isnan(got[5]) and math.isnan(want[5])) or got[5] == pytest.approx(want[5], rel=1e-4)
         assert got[6] == pytest.approx(LR)  # the rate applied (no warm-up here)
+        if NAIVE[name]["lam"]:  # the column DC-ASGD adds to the table
+            assert len(got) == 9 and got[8] == pytest.approx(want[6], rel=1e-4, abs=1e-9)
+        else:
+            assert len(got) == 8
     assert any(row[3] > 0 for row in logs["updates"])  # staleness really was mixed
 
 
@@ -167,7 +151,7 @@ def test_dana_publishes_the_look_ahead():
     assert not np.allclose(published[len(arr)], theta)  # the look-ahead differs from θ itself
 
 
-@pytest.mark.parametrize("name", ["ga-asgd", "dana-ga"])
+@pytest.mark.parametrize("name", [n for n in SERVERS if NAIVE[n]["delta"]])
 def test_gradients_older_than_the_ring_are_applied_with_the_echoed_parameters(name):
     fresh = [(1, 0, np.ones(D, np.float32))] * 5
     stale = (2, 4, np.full(D, 3.0, np.float32))  # read 4 versions ago; the ring keeps only 2
@@ -180,7 +164,9 @@ def test_gradients_older_than_the_ring_are_applied_with_the_echoed_parameters(na
     assert len(published) == len(expected) == 10  # every gradient applied, the stale one included
     for version, vec in enumerate(expected):
         np.testing.assert_allclose(published[version], vec, rtol=1e-5, atol=1e-6, err_msg=f"version {version}")
-    assert logs["updates"][5][5] == pytest.approx(rows[5][5], rel=1e-4)  # the gap used the exact Δ
+    stale = logs["updates"][5]  # the penalty, or the compensation, used the exact Δ
+    assert stale[5] == pytest.approx(rows[5][5], rel=1e-4, nan_ok=True) 
+    assert stale[8:] == (pytest.approx(rows[5][6:]) if NAIVE[name]["lam"] else ())
 
 
 def test_ga_under_stragglers_matches_a_naive_replay_of_the_same_arrival_order(tmp_path):
@@ -229,7 +215,7 @@ def test_ga_under_stragglers_matches_a_naive_replay_of_the_same_arrival_order(tm
     assert np.linalg.norm(rec.final_params - theta) < 5e-3 * moved
 
 
-@pytest.mark.parametrize("name", ["ga-asgd", "dana-ga"])
+@pytest.mark.parametrize("name", [n for n in SERVERS if NAIVE[n]["delta"]])
 def test_only_versions_the_ring_no_longer_holds_are_echoed(name):
     """A ring of 3 holds the current version and the two before it: staleness 0–2 is answered from
     it, staleness 3 asks the worker."""
@@ -243,16 +229,13 @@ def test_only_versions_the_ring_no_longer_holds_are_echoed(name):
     np.testing.assert_allclose(published[len(arr)], expected[len(arr)], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["ga-asgd", "dana-ga"])
+@pytest.mark.parametrize("name", [n for n in SERVERS if NAIVE[n]["gap"]])
 def test_gap_aware_at_a_zero_learning_rate_leaves_the_model_as_it_was(name):
     """With η = 0 throughout, C = η_max(√v̂ + ε) is 0: no penalty is computed (it would be |Δ|/0), and
     nothing moves."""
     x0, published, logs = drive_server(name, arrivals(count=9), momentum=0.9, lr=0.0)
     assert all(np.array_equal(vec, x0) for vec in published.values())
     assert all(row[4] == 1.0 and math.isnan(row[5]) for row in logs["updates"])
-
-
-SERVERS = ["asgd", "sa-asgd", "ga-asgd", "dana", "dana-ga"]
 
 
 @pytest.mark.parametrize("name", SERVERS)
@@ -318,8 +301,15 @@ def test_an_echo_of_another_version_than_the_gradient_used_ends_the_run():
     assert str(wrong.value) == "rank 2 echoed version 1, but its gradient was computed on 0"
 
 
-@pytest.mark.parametrize("penalty, gap", [("gap", None), ("none", GapOptions()), ("staleness", GapOptions()),
-                                          ("age", None)])
-def test_a_server_rule_takes_gap_settings_exactly_with_the_gap_penalty(penalty, gap):
-    with pytest.raises(ValueError, match=f"penalty '{penalty}' with gap settings"):
-        ServerRule(np.zeros(D, np.float32), WORKERS, 0.9, False, 0.0, penalty, False, gap)
+def test_delay_compensation_moves_a_stale_gradient_towards_the_current_model_and_not_a_fresh_one():
+    """A fresh gradient (Δ = 0) is applied as asgd would; a stale one differs from asgd's by exactly
+    λ·g⊙g⊙Δ, and the recorded compensation is 0 for the fresh one."""
+    g = np.full(D, 2.0, np.float32)
+    arr = [(1, 0, g), (2, 0, g), (3, 2, g)]
+    x0, dc, dc_logs = drive_server("dc-asgd", arr)
+    _, plain, _ = drive_server("asgd", arr)
+    np.testing.assert_array_equal(dc[2], plain[2])  # both fresh
+    assert [row[8] for row in dc_logs["updates"][:2]] == [0.0, 0.0]
+    delta = dc[2] - dc[0]  # the third was computed on version 0, applied onto version 2
+    np.testing.assert_allclose(dc[3], plain[3] - LR * 0.04 * g * g * delta, rtol=1e-6)
+    assert dc_logs["updates"][2][8] == pytest.approx(float(np.mean(0.04 * 2.0 * np.abs(delta))), rel=1e-5)

@@ -58,6 +58,9 @@ class Layout:
     windows: Mapping[str, WindowSpec] = field(default_factory=dict)
     channels: Mapping[str, ChannelSpec] = field(default_factory=dict)
     tables: tuple[str, ...] = ()  # the tables it records on rank 0 (columns: hpcbench/results/schema.py)
+    # columns it adds to those tables, after the schema's (only the updates table takes any: each a
+    # per-update mean, ``NAME_mean``, summarised as NAME_mean, NAME_p50 and NAME_p99)
+    columns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,9 @@ ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")
 
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:
+    if getattr(cls, "family", None) not in FAMILIES:
+        raise TypeError(f"{cls.__name__}.family must be one of {', '.join(FAMILIES)}: the README and `hpcbench list` "
+                        "group the algorithms by it")
     if not isinstance(getattr(cls, "asynchronous", None), bool):
         raise TypeError(f"{cls.__name__} must say whether it is asynchronous (asynchronous = True or False): "
                         "it decides the budget's split and whether lr_scaling applies")

@@ -17,6 +17,8 @@ batch it was computing as lost (or, failing while its gradient waited for its ec
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +29,8 @@ from hpcbench.algorithms.api import (PARAMETER_SERVER, Algorithm, ChannelSpec, C
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.meter import TrainingMeter
 from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Lost, Publish, Read, Record, Recv, Send
-from hpcbench.algorithms.rules import ServerRule, VersionRing
+from hpcbench.algorithms.rules import (NEUTRAL, GapPenalty, Momentum, RulePart, ServerRule, StalenessDivisor, VersionRing,
+                                      WorkerMomentum)
 from hpcbench.errors import RuntimeFailure, UsageError
 from hpcbench.memory import check_memory
 from hpcbench.ranges import bounded
@@ -46,8 +49,7 @@ GO.flags.writeable = STOP.flags.writeable = ECHO.flags.writeable = False
 class ParameterServer(Algorithm):
     family = PARAMETER_SERVER
     asynchronous = True
-    penalty = "none"
-    per_worker_momentum = False
+    per_worker_momentum = False  # DANA's momentum, a buffer per worker and a published look-ahead
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
@@ -58,15 +60,23 @@ class ParameterServer(Algorithm):
         # θ lives in the bytes the server publishes from (a copy less per update), unless what it
         # publishes is a look-ahead (DANA)
         self.window = None if self.per_worker_momentum else self.params_frame.new()
-        self.rule = ServerRule(ctx.params, ctx.workers, ctx.momentum, ctx.nesterov, ctx.weight_decay,
-                               self.penalty, self.per_worker_momentum, self.opts if self.penalty == "gap" else None,
+        momentum = (WorkerMomentum(d, ctx.momentum, ctx.workers) if self.per_worker_momentum
+                    else Momentum(d, ctx.momentum, ctx.nesterov))
+        self.rule = ServerRule(ctx.params, ctx.weight_decay, momentum, self.parts(),
                                into=None if self.window is None else self.params_frame.view(self.window, "params"))
+        # the columns the parts add to the updates table, after its own (which hold NEUTRAL's where no
+        # part records them)
+        self.added = tuple(c for c in self.rule.columns if c not in NEUTRAL)
         self.ring = None
-        if self.penalty == "gap":
-            capacity = self.opts.history or 2 * ctx.workers + 4
+        if self.rule.needs_delta:
+            capacity = getattr(self.opts, "history", 0) or 2 * ctx.workers + 4
             check_memory(4.0 * capacity * d, f"{self.name}'s history of {capacity} versions of {d} parameters",
                          f"lower {self.name}.history")
             self.ring = VersionRing(capacity, d)
+
+    def parts(self) -> tuple[RulePart, ...]:
+        """The parts of this server's rule, applied in order before momentum (none: plain asgd)."""
+        return ()
 
     @classmethod
     def check(cls, cfg: Settings, options: Any, workers: int) -> None:
@@ -84,6 +94,7 @@ class ParameterServer(Algorithm):
             windows={"params": WindowSpec("server", self.params_frame.nbytes, first)},
             channels=channels,
             tables=(UPDATES, LATE, FAILURES),
+            columns={UPDATES: self.added} if self.added else {},
         )
 
     def state_bytes(self) -> int:
@@ -147,7 +158,7 @@ class ParameterServer(Algorithm):
                 delta = published - old
             lr = ctx.schedule.at(applied * batch)
             onto, staleness = version, version - used  # staleness: updates applied since the worker read
-            penalty, gap = rule.apply(self.grad_frame.view(msg, "grad"), src - 1, staleness, delta, lr)
+            recorded = {**NEUTRAL, **rule.apply(self.grad_frame.view(msg, "grad"), src - 1, staleness, delta, lr)}
             applied += 1
             applied_from[src] += 1
             version += 1
@@ -156,7 +167,8 @@ class ParameterServer(Algorithm):
             yield Publish("params", self.params_frame.fill(window, version=version, check=version, **fresh))
             if ring is not None:
                 ring.put(version, published)
-            yield Record(UPDATES, (src, used, onto, staleness, penalty, gap, lr, echoed))
+            yield Record(UPDATES, (src, used, onto, staleness, recorded["penalty_mean"], recorded["gap_mean"], lr,
+                                   echoed, *(recorded.get(c, math.nan) for c in self.added)))
             meter.add(batch * self.grad_frame.real(msg, "loss"), self.grad_frame.integer(msg, "correct"), batch)
             yield meter.progress(applied * batch)
             done = applied >= target
@@ -210,15 +222,19 @@ class Asgd(ParameterServer):
 class StalenessAware(ParameterServer):
     name = "sa-asgd"
     summary = "asgd with each step divided by its staleness (Zhang et al. 2016)"
-    penalty = "staleness"
+
+    def parts(self) -> tuple[RulePart, ...]:
+        return (StalenessDivisor(),)
 
 
 @register
 class GapAware(ParameterServer):
     name = "ga-asgd"
     summary = "asgd with the Gap-Aware penalty G = 1 + |Δ|/C per element (Barkai et al. 2020)"
-    penalty = "gap"
     Options = GapOptions
+
+    def parts(self) -> tuple[RulePart, ...]:
+        return (GapPenalty(self.ctx.size, self.opts.beta, self.opts.eps),)
 
 
 @register
@@ -233,5 +249,7 @@ class DanaGapAware(ParameterServer):
     name = "dana-ga"
     summary = "dana with the Gap-Aware penalty measured against the look-ahead used"
     per_worker_momentum = True
-    penalty = "gap"
     Options = GapOptions
+
+    def parts(self) -> tuple[RulePart, ...]:
+        return (GapPenalty(self.ctx.size, self.opts.beta, self.opts.eps),)

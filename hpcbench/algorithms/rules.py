@@ -1,11 +1,12 @@
-"""Pure update math: momentum SGD, staleness and Gap-Aware penalties, DANA, the version ring.
+"""Pure update math: momentum SGD, the version ring, and the parts a parameter server's rule is made of.
 
 Everything here works in place on numpy vectors and is unit-tested against naive re-implementations;
 nothing here knows about MPI, time or programs. The papers: `hpcbench list` (the servers), the algorithm modules (the rest).
 """
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -74,106 +75,185 @@ class VersionRing:
         return self.store[slot] if self.versions[slot] == version else None
 
 
-class GapSettings(Protocol):
-    @property
-    def beta(self) -> float: ...
+class Momentum:
+    """The server's momentum: one shared buffer (PyTorch SGD, dampening 0; none at momentum 0)."""
 
-    @property
-    def eps(self) -> float: ...
+    def __init__(self, size: int, momentum: float, nesterov: bool) -> None:
+        self.momentum, self.nesterov = momentum, nesterov
+        self.buf = np.zeros(size, dtype=np.float32) if momentum else None
+
+    def state_bytes(self) -> int:
+        return self.buf.nbytes if self.buf is not None else 0
+
+    def published(self, theta: np.ndarray, lr: float) -> np.ndarray:
+        """What workers read: θ itself (not a copy: valid until the next step)."""
+        return theta
+
+    def direction(self, worker: int, grad: np.ndarray) -> np.ndarray:
+        """The step direction a rule that follows it sees: the buffer before this update, else g."""
+        return grad if self.buf is None else self.buf
+
+    def step(self, theta: np.ndarray, d_p: np.ndarray, worker: int, lr: float) -> None:
+        sgd_step(theta, d_p, self.buf, lr, self.momentum, self.nesterov)
+
+    def forget(self, worker: int) -> None:
+        """A failed worker leaves nothing behind in a shared buffer."""
+
+
+class WorkerMomentum(Momentum):
+    """DANA's momentum: a buffer v_i per worker and their sum S; workers read the look-ahead θ − ηγS."""
+
+    def __init__(self, size: int, momentum: float, workers: int) -> None:
+        super().__init__(size, momentum, False)
+        self.buf = None
+        self.bufs = np.zeros((workers, size), dtype=np.float32)
+        self.total = np.zeros(size, dtype=np.float64)  # S = Σ v_i, wide so it does not drift
+
+    def state_bytes(self) -> int:
+        return self.bufs.nbytes + self.total.nbytes
+
+    def published(self, theta: np.ndarray, lr: float) -> np.ndarray:
+        return (theta - lr * self.momentum * self.total).astype(np.float32)
+
+    def direction(self, worker: int, grad: np.ndarray) -> np.ndarray:
+        # The stored buffer is zero at a worker's first push and n updates old after that, which
+        # starves a second moment (gaps of 1000s at the start): the buffer as this gradient updates
+        # it, γ·v_i + g, computable before any penalty.
+        return np.float32(self.momentum) * self.bufs[worker] + grad if self.momentum else grad
+
+    def step(self, theta: np.ndarray, d_p: np.ndarray, worker: int, lr: float) -> None:
+        old = self.bufs[worker]
+        new = np.float32(self.momentum) * old + d_p
+        theta -= np.float32(lr) * new
+        self.total += new
+        self.total -= old
+        old[...] = new
+
+    def forget(self, worker: int) -> None:
+        """``worker`` (0-based) has failed: its momentum leaves the look-ahead (S ← S − v_i, v_i ← 0)."""
+        self.total -= self.bufs[worker]
+        self.bufs[worker] = 0.0
+
+
+@dataclass
+class Update:
+    """One gradient as a rule part sees it. ``d_p`` is the step direction being built (g plus weight
+    decay so far; a part changes it in place); ``recorded`` the values the part logs for it."""
+
+    grad: np.ndarray
+    d_p: np.ndarray
+    worker: int  # 0-based
+    staleness: int  # updates applied since the worker read
+    delta: np.ndarray | None  # θ published now − θ the worker read (for parts that need it)
+    lr: float
+    lr_max: float  # the largest rate applied so far, this one included
+    momentum: Momentum
+    recorded: dict[str, float] = field(default_factory=dict)
+
+
+class RulePart:
+    """One piece of a parameter server's rule, applied to each gradient before momentum.
+
+    ``columns``: what it records per update in the updates table, each a per-update mean named
+    ``NAME_mean`` (beyond the table's own columns, it adds them to the table). ``needs_delta``: the
+    server must hand it Δ = θ_now − θ_read, exactly (it keeps a history of published versions).
+    """
+
+    columns: tuple[str, ...] = ()
+    needs_delta = False
+
+    def adjust(self, update: Update) -> None:
+        raise NotImplementedError
+
+    def state_bytes(self) -> int:
+        return 0
+
+
+class StalenessDivisor(RulePart):
+    """Zhang et al. 2016: the step divided by its staleness, max(τ, 1)."""
+
+    columns = ("penalty_mean",)
+
+    def adjust(self, update: Update) -> None:
+        divisor = max(update.staleness, 1)
+        update.d_p /= np.float32(divisor)
+        update.recorded["penalty_mean"] = float(divisor)
+
+
+class GapPenalty(RulePart):
+    """Barkai et al. 2020: the step divided element-wise by G = 1 + |Δ|/C. Its second moment follows
+    the momentum's step direction (g without momentum, as the reference code does)."""
+
+    columns = ("penalty_mean", "gap_mean")
+    needs_delta = True
+
+    def __init__(self, size: int, beta: float, eps: float) -> None:
+        self.moment = SecondMoment(size, beta)
+        self.eps = eps
+
+    def state_bytes(self) -> int:
+        return self.moment.v.nbytes
+
+    def adjust(self, update: Update) -> None:
+        assert update.delta is not None
+        self.moment.update(update.momentum.direction(update.worker, update.grad))
+        # First update (or zero learning rate): v̂ is still zero and G would explode; skip it.
+        if update.lr_max > 0 and self.moment.v.any():
+            g_div, ratio = gap_divisor(update.delta, self.moment.corrected(), update.lr_max, self.eps)
+            update.d_p /= g_div
+            update.recorded.update(penalty_mean=float(g_div.mean()), gap_mean=float(ratio.mean()))
+
+
+# What the updates table records where no part says otherwise: no divisor, no gap.
+NEUTRAL = {"penalty_mean": 1.0, "gap_mean": float("nan")}
 
 
 class ServerRule:
-    """One applied gradient on the parameter server, for the whole asgd family.
+    """One applied gradient on the parameter server: weight decay, then each part in order, then the
+    momentum's step. Asgd has no parts; sa-asgd divides by staleness; Gap-Aware by G per element; DANA
+    is a ``WorkerMomentum``."""
 
-    penalty: "none" (asgd, dana), "staleness" (sa-asgd: divide by max(τ, 1)) or "gap" (Gap-Aware).
-    per_worker_momentum: DANA's buffers v_i and their sum S; the server publishes θ − ηγS.
-    The penalty divides gradient and weight decay and comes before momentum. Gap-Aware's second
-    moment follows the step direction: g without momentum, the shared buffer before this update
-    with it (as the reference code does), and for DANA the worker's buffer as updated, γ·v_i + g.
-    """
-
-    def __init__(self, theta: np.ndarray, workers: int, momentum: float, nesterov: bool,
-                 weight_decay: float, penalty: str, per_worker_momentum: bool,
-                 gap: GapSettings | None = None, into: np.ndarray | None = None) -> None:
-        """``gap``: Gap-Aware's β and ε, required with penalty "gap"; ``into``: float32 storage θ is
-        kept in (e.g. the bytes the server publishes from, sparing a copy per update)."""
-        if penalty not in ("none", "staleness", "gap") or (penalty == "gap") != (gap is not None):
-            raise ValueError(f"penalty {penalty!r} with gap settings {gap!r}")
+    def __init__(self, theta: np.ndarray, weight_decay: float, momentum: Momentum,
+                 parts: Sequence[RulePart] = (), into: np.ndarray | None = None) -> None:
+        """``into``: float32 storage θ is kept in (e.g. the bytes the server publishes from, sparing a
+        copy per update)."""
         self.theta = np.empty(theta.shape, np.float32) if into is None else into
         self.theta[...] = theta
-        self.momentum = momentum
-        self.nesterov = nesterov
         self.weight_decay = weight_decay
-        self.penalty = penalty
-        self.eps = gap.eps if gap is not None else 0.0
+        self.momentum = momentum
+        self.parts = tuple(parts)
         self.lr_max = 0.0
-        size = theta.size
-        self.per_worker = per_worker_momentum
-        if per_worker_momentum:
-            self.bufs = np.zeros((workers, size), dtype=np.float32)
-            self.total = np.zeros(size, dtype=np.float64)  # S = Σ v_i, wide so it does not drift
-        else:
-            self.buf = np.zeros(size, dtype=np.float32) if momentum else None
-        self.moment = SecondMoment(size, gap.beta) if gap is not None else None
+
+    @property
+    def needs_delta(self) -> bool:
+        return any(part.needs_delta for part in self.parts)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """What the parts record per update, in order, each once."""
+        return tuple(dict.fromkeys(c for part in self.parts for c in part.columns))
 
     def state_bytes(self) -> int:
-        n = self.bufs.nbytes + self.total.nbytes if self.per_worker else (self.buf.nbytes if self.buf is not None else 0)
-        return n + (self.moment.v.nbytes if self.moment is not None else 0)
+        return self.momentum.state_bytes() + sum(part.state_bytes() for part in self.parts)
 
     def published(self, lr: float) -> np.ndarray:
-        """What workers read: θ, or DANA's look-ahead θ − ηγS (θ itself, not a copy: valid until the
-        next ``apply``)."""
-        if self.per_worker:
-            return (self.theta - lr * self.momentum * self.total).astype(np.float32)
-        return self.theta
-
-    def direction_buffer(self, worker: int) -> np.ndarray | None:
-        if self.per_worker:
-            return self.bufs[worker] if self.momentum else None
-        return self.buf
+        """What workers read: θ, or DANA's look-ahead (θ itself, not a copy: valid until the next ``apply``)."""
+        return self.momentum.published(self.theta, lr)
 
     def forget(self, worker: int) -> None:
-        """``worker`` (0-based) has failed: DANA's momentum of it leaves the look-ahead (S ← S − v_i,
-        v_i ← 0); the other rules keep no state per worker."""
-        if self.per_worker:
-            self.total -= self.bufs[worker]
-            self.bufs[worker] = 0.0
+        """``worker`` (0-based) has failed: its state leaves the server's."""
+        self.momentum.forget(worker)
 
     def apply(self, grad: np.ndarray, worker: int, staleness: int, delta: np.ndarray | None,
-              lr: float) -> tuple[float, float]:
-        """Apply one gradient from ``worker`` (0-based). Returns (mean divisor, mean |Δ|/C)."""
+              lr: float) -> dict[str, float]:
+        """Apply one gradient from ``worker`` (0-based). Returns what the parts record for it."""
         self.lr_max = max(self.lr_max, lr)
-        # Weight decay and the penalties change the direction in place: only then is a copy needed.
-        changed = bool(self.weight_decay) or self.penalty != "none"
-        d_p = grad.astype(np.float32, copy=changed)
+        # Weight decay and the parts change the direction in place: only then is a copy needed.
+        d_p = grad.astype(np.float32, copy=bool(self.weight_decay or self.parts))
         if self.weight_decay:
             d_p += np.float32(self.weight_decay) * self.theta
-        penalty_mean, gap_mean = 1.0, float("nan")
-        if self.penalty == "staleness":
-            divisor = max(staleness, 1)
-            d_p /= np.float32(divisor)
-            penalty_mean = float(divisor)
-        elif self.penalty == "gap":
-            assert self.moment is not None and delta is not None
-            direction = self.direction_buffer(worker)
-            if self.per_worker and direction is not None:
-                # DANA keeps one buffer per worker: the stored one is zero at a worker's first push and
-                # n updates old after that, which starves v̂ (gaps of 1000s at the start). Use the buffer
-                # as this gradient updates it, γ·v_i + g, computable before the penalty.
-                direction = np.float32(self.momentum) * direction + grad
-            self.moment.update(grad if direction is None else direction)
-            # First update (or zero learning rate): v̂ is still zero and G would explode; skip it.
-            if self.lr_max > 0 and self.moment.v.any():
-                g_div, ratio = gap_divisor(delta, self.moment.corrected(), self.lr_max, self.eps)
-                d_p /= g_div
-                penalty_mean, gap_mean = float(g_div.mean()), float(ratio.mean())
-        if self.per_worker:
-            old = self.bufs[worker]
-            new = np.float32(self.momentum) * old + d_p
-            self.theta -= np.float32(lr) * new
-            self.total += new
-            self.total -= old
-            old[...] = new
-        else:
-            sgd_step(self.theta, d_p, self.buf, lr, self.momentum, self.nesterov)
-        return penalty_mean, gap_mean
+        update = Update(grad, d_p, worker, staleness, delta, lr, self.lr_max, self.momentum)
+        for part in self.parts:
+            part.adjust(update)
+        self.momentum.step(self.theta, update.d_p, worker, lr)
+        return update.recorded

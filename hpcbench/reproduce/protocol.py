@@ -106,4 +106,3 @@ def overall(outcomes: Sequence[str]) -> str:
     return first if all(o == first for o in outcomes) else DEPENDS
 
 
-OUTCOMES = (HOLDS, FAILS, UNCLEAR, DEPENDS)

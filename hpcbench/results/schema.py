@@ -5,7 +5,7 @@ Bump SCHEMA_VERSION whenever a name or meaning changes; readers refuse newer maj
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -70,9 +70,31 @@ TABLES = {
 DERIVED_COLUMNS = {FAILURES: ("steps", "t_detected", "t_death", "detected_by", "recovery_s")}
 DETECTED_BY = ("notification", "receive", "send", "heartbeat", "collective", "read", "accumulate", "notice",
                "simulated")
-UPDATE_COLUMNS = TABLES[UPDATES]
+# An algorithm may add columns to the updates table (its layout declares them), each a per-update mean
+# named NAME_mean; its summary then holds NAME_mean, NAME_p50 and NAME_p99 over the updates, as for the
+# table's own distributions below.
+ADDED_SUFFIX = "_mean"
+DISTRIBUTED = ("staleness", "penalty_mean", "gap_mean")  # the updates columns the summary spreads out
 PHASE_FRACTIONS = tuple(f"{p}_fraction" for p in ("data", "compute", "communicate", "wait", "update"))
-DISTRIBUTIONS = tuple(f"{name}_{stat}" for name in ("staleness", "penalty", "gap") for stat in ("mean", "p50", "p99"))
+
+
+def distribution_keys(column: str) -> tuple[str, str, str]:
+    """The summary keys of an updates column's distribution: ``gap_mean`` → gap_mean, gap_p50, gap_p99."""
+    stem = column.removesuffix(ADDED_SUFFIX)
+    return (f"{stem}_mean", f"{stem}_p50", f"{stem}_p99")
+
+
+def added_columns(table: str, columns: Iterable[str]) -> tuple[str, ...]:
+    """The columns of ``table`` beyond the schema's (an algorithm's own, where it may add any)."""
+    return tuple(c for c in columns if c not in TABLES.get(table, ()) + DERIVED_COLUMNS.get(table, ()))
+
+
+def addable(table: str, column: str) -> bool:
+    """Whether an algorithm may add ``column`` to ``table``: a per-update mean of the updates table."""
+    return table == UPDATES and column.endswith(ADDED_SUFFIX) and column.isidentifier() and column.islower()
+
+
+DISTRIBUTIONS = tuple(k for column in DISTRIBUTED for k in distribution_keys(column))
 SUMMARY_KEYS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "final_accuracy", "best_accuracy",
                 "final_val_loss", "final_val_accuracy",
                 "target_accuracy", "time_to_target_s", "median_step_s", "step_p90_s", "step_p99_s",
@@ -122,10 +144,10 @@ def undeclared(rec: "RunRecord") -> list[str]:
     found += [f"timeline column {k}" for k in rec.timeline if k not in TIMELINE_COLUMNS]
     found += [f"evals column {k}" for k in rec.evals if k not in EVAL_COLUMNS]
     for name, table in rec.tables.items():
-        found += [f"server/{name} column {k}" for k in table
-                  if k not in TABLES.get(name, ()) + DERIVED_COLUMNS.get(name, ())]
-    found += [f"summary {k}" for k in rec.summary
-              if k not in SUMMARY_KEYS + tuple(k for _, keys in FAMILY_SUMMARIES.values() for k in keys)]
+        found += [f"server/{name} column {k}" for k in added_columns(name, table) if not addable(name, k)]
+    summary_keys = SUMMARY_KEYS + tuple(k for _, keys in FAMILY_SUMMARIES.values() for k in keys) + tuple(
+        k for c in added_columns(UPDATES, rec.tables.get(UPDATES, {})) for k in distribution_keys(c))
+    found += [f"summary {k}" for k in rec.summary if k not in summary_keys]
     return found
 
 

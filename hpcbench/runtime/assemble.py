@@ -53,7 +53,7 @@ class Run:
         return None if compute is None else lambda: compute.sample(rank)
 
     def logs(self) -> RunLogs:
-        return RunLogs(self.layout.tables)
+        return RunLogs(self.layout.tables, self.layout.columns)
 
     def progress(self, doing: str = "", rate_unit: str = "samples/s", early: bool = False) -> ProgressLine:
         return ProgressLine(f"{doing}{self.algo.name}, {self.workers} workers", self.algo.ctx.budget,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -14,10 +14,11 @@ from hpcbench.results.schema import EVAL_COLUMNS, TABLES
 class RunLogs:
     """Evaluations are snapshots during the run, scored after it: measuring never slows the run."""
 
-    def __init__(self, tables: Sequence[str]) -> None:
+    def __init__(self, tables: Sequence[str], added: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        """``added``: the columns the algorithm adds to a table, after the schema's (its layout's)."""
         self.snapshots: list[tuple[float, Evaluate]] = []
         self.evals: list[tuple[float, ...]] = []
-        self.table_columns = {name: TABLES[name] for name in tables}
+        self.table_columns = {name: TABLES[name] + (added or {}).get(name, ()) for name in tables}
         self.tables: dict[str, list[tuple[float, ...]]] = {name: [] for name in tables}
 
     def snapshot(self, t: float, op: Evaluate) -> None:

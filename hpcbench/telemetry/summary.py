@@ -5,7 +5,7 @@ from typing import Mapping
 
 import numpy as np
 
-from hpcbench.results.schema import FAILURES, LATE, UPDATES
+from hpcbench.results.schema import DISTRIBUTED, FAILURES, LATE, UPDATES, added_columns, distribution_keys
 from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE
 
 WORKER_PHASES = ("data", "compute", "communicate", "wait", "update")
@@ -84,12 +84,12 @@ def family_summary(family: str, tl: Mapping[str, np.ndarray], tables: Mapping[st
             "echo_bytes": int(updates["echo_bytes"].sum())}
 
 
-def percentiles(values: np.ndarray, name: str) -> dict[str, float]:
+def percentiles(values: np.ndarray) -> tuple[float, float, float]:
+    """(mean, median, 99th percentile) of the finite values; NaN without any."""
     v = values[np.isfinite(values)] if values.size else values
     if not v.size:
-        return {f"{name}_mean": float("nan"), f"{name}_p50": float("nan"), f"{name}_p99": float("nan")}
-    return {f"{name}_mean": float(v.mean()), f"{name}_p50": float(np.percentile(v, 50)),
-            f"{name}_p99": float(np.percentile(v, 99))}
+        return (float("nan"),) * 3
+    return float(v.mean()), float(np.percentile(v, 50)), float(np.percentile(v, 99))
 
 
 # Operations whose bytes cross between ranks, each counted once: a message where it is received, a
@@ -128,8 +128,9 @@ def summarize(tl: Mapping[str, np.ndarray], evals: Mapping[str, np.ndarray], upd
     }
     out.update(step_times(tl, worker_ranks))
     out.update(phase_fractions(tl, worker_ranks))
-    for column, name in (("staleness", "staleness"), ("penalty_mean", "penalty"), ("gap_mean", "gap")):
-        out.update(percentiles(np.asarray(updates.get(column, np.zeros(0)), dtype=np.float64), name))
+    for column in DISTRIBUTED + added_columns(UPDATES, updates):
+        values = np.asarray(updates.get(column, np.zeros(0)), dtype=np.float64)
+        out.update(zip(distribution_keys(column), percentiles(values)))
     return out
 
 
