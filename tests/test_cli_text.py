@@ -88,7 +88,28 @@ def test_list_names_each_family_as_the_readme_does():
         match = re.match(r"^([a-z-]+)\s{2,}([a-z ]+?)\s{2,}\d+\s", line)
         if match:
             listed[match.group(1)] = match.group(2)
-    assert len(listed) == 12 and listed == families
+    from hpcbench.algorithms import ALGORITHMS
+    assert list(listed) == ALGORITHMS.names() and listed == families
+
+
+def test_every_text_that_counts_or_lists_the_algorithms_agrees_with_the_registry():
+    """README, CONTRIBUTING, docs/ and ``list``: a count of algorithms, a list of the valid ones in an error
+    line, and the demo's number of runs follow the registry (a new algorithm makes stale text fail here)."""
+    from hpcbench.algorithms import ALGORITHMS
+    from hpcbench.launch.study import DEMO_VARIANTS
+
+    names = ALGORITHMS.names()
+    _, listed, _ = cli("list")
+    texts = {path.name: path.read_text(encoding="utf-8")
+             for path in [README, README.parent / "CONTRIBUTING.md", *sorted((README.parent / "docs").glob("*.md"))]}
+    texts["hpcbench list"] = listed
+    for where, text in texts.items():
+        for count in re.findall(r"\b(\d+) algorithms\b", text):
+            assert int(count) == len(names), f"{where} says {count} algorithms; the registry has {len(names)}"
+        for valid in re.findall(r"unknown algorithm '[^']*'; valid: ([a-z, -]+)", text):
+            assert valid.split(", ") == names, f"{where} lists {valid}"
+    demo = re.search(r"The demo runs every algorithm at two world sizes.*?for its (\d+) runs", texts["README.md"], re.S)
+    assert demo is not None and int(demo.group(1)) == 2 * (len(names) + len(DEMO_VARIANTS))
 
 
 @pytest.mark.parametrize("args", [["list"], ["run", "--dry-run", "--algo", "asgd", "--workers", "2"]])

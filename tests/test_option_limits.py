@@ -87,10 +87,14 @@ def test_an_algorithm_that_does_not_say_whether_it_is_asynchronous_is_not_regist
         register(Forgetful)
     assert str(refused.value) == ("Forgetful must say whether it is asynchronous (asynchronous = True or False): "
                                   "it decides the budget's split and whether lr_scaling applies")
+    Forgetful.asynchronous, Forgetful.family = False, "lockstep"  # a family the README has no row for
+    with pytest.raises(TypeError) as refused:
+        register(Forgetful)
+    assert str(refused.value).startswith("Forgetful.family must be one of synchronous, parameter server, ")
     assert "forgetful" not in ALGORITHMS.names()
+    # the README's families are the split: every algorithm outside the synchronous family is asynchronous
     assert {name: ALGORITHMS.get(name).asynchronous for name in ALGORITHMS.names()} == {
-        "allreduce": False, "asgd": True, "sa-asgd": True, "ga-asgd": True, "dana": True, "dana-ga": True,
-        "easgd": True, "easgd-sync": False, "gossip": True, "sgp": False, "osgp": True, "local-sgd": False}
+        name: ALGORITHMS.get(name).family != SYNCHRONOUS for name in ALGORITHMS.names()}
 
 
 def numeric_fields():

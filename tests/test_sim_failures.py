@@ -11,6 +11,7 @@ from hpcbench.algorithms import ALGORITHMS
 from hpcbench.cli import main
 from hpcbench.results.schema import DETECTED_BY
 from hpcbench.results.store import read_run
+from arrivals import SERVERS
 from quadratic import X0, run_quadratic
 
 CURVATURE = {1: 0.2, 2: 0.5, 3: 1.0}
@@ -64,7 +65,7 @@ def test_local_sgd_loses_the_failed_workers_steps_since_the_last_average():
     assert failures(ran) == [(3, 3 * ran.batch, 2 * ran.batch)]
 
 
-@pytest.mark.parametrize("name", ["asgd", "sa-asgd", "ga-asgd", "dana", "dana-ga"])
+@pytest.mark.parametrize("name", SERVERS)
 def test_a_parameter_server_applies_the_whole_budget_from_the_survivors(name):
     ran = run_quadratic(name, 3, 6, curvature=CURVATURE.get, deaths={3: 2.5})
     updates = np.array(ran.logs.tables["updates"])  # (t, worker, version_used, version_applied, ...)

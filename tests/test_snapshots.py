@@ -8,6 +8,7 @@ keep a cut at the time rank 0 asks: each worker after the step during which the 
 import numpy as np
 import pytest
 
+from arrivals import SERVERS
 from quadratic import X0, run_quadratic
 
 STEPS = 12
@@ -56,7 +57,7 @@ def test_an_asynchronous_snapshot_is_a_cut_taken_when_rank0_asks(name, options):
     assert sum(ran.steps.values()) == STEPS * workers  # the shared budget, exactly
 
 
-@pytest.mark.parametrize("name", ["asgd", "sa-asgd", "ga-asgd"])
+@pytest.mark.parametrize("name", SERVERS)
 @pytest.mark.parametrize("evals", [STEPS, 4])
 def test_a_parameter_server_snapshot_is_the_model_after_that_many_updates(name, evals):
     """One worker: nothing is stale, every method is sequential gradient descent, x_k = (1 − lr·H)^k x_0;

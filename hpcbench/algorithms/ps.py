@@ -1,4 +1,4 @@
-"""Parameter-server algorithms on rank 0: asgd, sa-asgd, ga-asgd, dana, dana-ga.
+"""Parameter-server algorithms on rank 0: asgd, and the rules made of its parts (``rules.RulePart``).
 
 Rank 0 publishes (version, parameters, version) in its window; a worker reads it one-sidedly,
 computes a gradient, sends (version used, gradient) into the server's pre-posted receives and waits
