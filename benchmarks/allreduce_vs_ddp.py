@@ -18,9 +18,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import in_turn, simulated
-from hpcbench.results.store import read_run
 from hpcbench.launch.local import launch_env, mpi_command, mpiexec_path
+from hpcbench.results.store import read_run
+
+from common import in_turn, simulated
 
 HERE = Path(__file__).parent
 

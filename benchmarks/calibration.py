@@ -12,8 +12,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import real
 from hpcbench.results.store import read_run
+
+from common import real
 
 
 def calibrated_command(path: Path) -> list[str]:

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from hpcbench.launch.local import launch_env, mpi_command
 from hpcbench.results.schema import RunRecord
 from hpcbench.results.store import read_run
-from hpcbench.launch.local import launch_env, mpi_command
 
 
 def real(world: int, args: list[str], out: Path, timeout: float = 1800) -> RunRecord:

@@ -10,10 +10,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
+from reference_loop import arguments, timed_steps
 
 from hpcbench.workload.datasets import load_dataset
 from hpcbench.workload.networks import build_model
-from reference_loop import arguments, timed_steps
 
 
 def main() -> None:

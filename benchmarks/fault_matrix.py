@@ -20,9 +20,9 @@ from tabulate import tabulate
 
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.errors import UsageError
+from hpcbench.launch.local import launch_env, mpi_command
 from hpcbench.report.metrics import how_far
 from hpcbench.results.store import read_run
-from hpcbench.launch.local import launch_env, mpi_command
 
 # Each fault hits worker 2 (rank 0 for "kill0" and "term0", the coordinator or server itself) 3 s into
 # training, or at its 30th step for "raise"; "slow" makes worker 2 four times slower from the start;

@@ -16,10 +16,11 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from common import fmt
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.results.store import read_run
 from hpcbench.launch.local import launch_env, mpi_command
+from hpcbench.results.store import read_run
+
+from common import fmt
 
 
 def real(world: int, args: list[str], out: Path, timeout: float) -> tuple[float, str, object]:

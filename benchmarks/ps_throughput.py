@@ -18,9 +18,10 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from common import in_turn
-from hpcbench.results.store import read_run
 from hpcbench.launch.local import launch_env, mpi_command, mpiexec_path
+from hpcbench.results.store import read_run
+
+from common import in_turn
 
 HERE = Path(__file__).parent
 

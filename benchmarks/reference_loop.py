@@ -2,7 +2,7 @@
 ``hpcbench run --algo allreduce``: the arguments, each rank's shard and batch order, the timed loop
 after an untimed warm-up, and the median step time over all ranks printed by rank 0."""
 import argparse
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

@@ -22,14 +22,14 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-
 from tabulate import tabulate
 
-from common import fmt
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.results.store import read_run
 from hpcbench.launch.emulated import bring_up, real_and_simulated, resimulated, simulate_like, take_down
+from hpcbench.results.store import read_run
 from hpcbench.runtime.sim.models import link_bandwidth
+
+from common import fmt
 
 
 def merged(starts: np.ndarray, ends: np.ndarray) -> list[tuple[float, float]]:

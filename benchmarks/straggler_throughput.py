@@ -12,8 +12,9 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from common import simulated
 from hpcbench.algorithms import ALGORITHMS
+
+from common import simulated
 
 VARIANTS = {"gossip (push)": ("gossip", ("--set", "gossip.variant=push"))}
 

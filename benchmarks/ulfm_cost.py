@@ -20,9 +20,10 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from common import in_turn
 from hpcbench.launch.local import fault_tolerance, launch_env, mpi_command, mpiexec_path
 from hpcbench.results.store import read_run
+
+from common import in_turn
 
 ALGOS = ("asgd", "ga-asgd", "allreduce", "local-sgd", "gossip", "sgp")
 

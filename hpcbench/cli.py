@@ -8,8 +8,9 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from hpcbench import __version__
 from hpcbench.config import RunConfig
@@ -150,9 +151,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def html_report(records: list, target: float, group_by: list[str] | None, table: str | None,
                 failed: list, wide: bool) -> str:
     """The html page; without matplotlib it says so, on the page and in one line on stderr."""
+    from hpcbench.report.document import build, report_text
     from hpcbench.report.html import figures_html, page
     from hpcbench.report.plots import NO_MATPLOTLIB, have_matplotlib, images
-    from hpcbench.report.document import build, report_text
 
     built = build(records, target, group_by)
     figures = built.figures if table is None else []
@@ -278,10 +279,10 @@ def local_jobs(jobs: int, ranks: list[int], emulated: bool) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from hpcbench.results.paths import check_study_dir
-    from hpcbench.runtime import plan
     from hpcbench.launch.local import emulated_nodes
     from hpcbench.launch.study import parse_ranks, run_local
+    from hpcbench.results.paths import check_study_dir
+    from hpcbench.runtime import plan
     from hpcbench.slurm import sweep
 
     if args.resubmit_failed:
@@ -359,19 +360,17 @@ def cmd_comm(args: argparse.Namespace) -> int:
 
     ops = parse_ops(args.ops)
     sizes = sweep_sizes(parse_bytes(args.minbytes, "-b"), parse_bytes(args.maxbytes, "-e"), args.stepfactor)
-    from hpcbench.runtime.mpi.commsweep import comm_sweep
-
     from hpcbench.results.paths import utc_stamp
+    from hpcbench.runtime.mpi.commsweep import comm_sweep
 
     out = args.out or f"results/comm-{utc_stamp()}.h5"
     return comm_sweep(ops, sizes, args.iters, args.warmup, out, args.overwrite)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from hpcbench.results.commfile import measured_link
     from hpcbench.results.store import read_run
     from hpcbench.runtime.sim.calibrate import describe
-
-    from hpcbench.results.commfile import measured_link
 
     print(describe(read_run(args.path), args.noise, measured_link(args.network) if args.network else None))
     return 0
@@ -379,7 +378,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from hpcbench.reproduce.runner import reproduce
-
     from hpcbench.tuning.execute import jobs_or_cores
 
     preset = "quick" if args.quick else args.preset
@@ -392,8 +390,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     import dataclasses
 
     from hpcbench.config import RUN_KEYS, table_argv
-    from hpcbench.runtime import plan
     from hpcbench.options.sim import SimConfig
+    from hpcbench.runtime import plan
     from hpcbench.slurm.sweep import parse_algos
     from hpcbench.tuning.execute import jobs_or_cores
     from hpcbench.tuning.grid import expand, parse_decays, parse_floats, parse_ints

@@ -5,9 +5,10 @@ import dataclasses
 import math
 import numbers
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from hpcbench.algorithms.schedule import SCALINGS
 from hpcbench.errors import UsageError, one_of
@@ -35,7 +36,7 @@ class Stragglers:
     factor: float = 1.0
 
     @classmethod
-    def parse(cls, spec: str) -> "Stragglers":
+    def parse(cls, spec: str) -> Stragglers:
         """``"0.1:3"`` → Stragglers(0.1, 3.0); ``""`` → none."""
         if not spec:
             return cls()
@@ -77,7 +78,7 @@ class Fault:
     phase: str = ""
 
     @classmethod
-    def parse(cls, spec: str) -> "Fault":
+    def parse(cls, spec: str) -> Fault:
         if not spec:
             return cls()
         wrong = UsageError(f"fault {spec!r} is not one of {FAULT_FORMS}")
@@ -118,7 +119,7 @@ class Faults:
     items: tuple[Fault, ...] = ()
 
     @classmethod
-    def parse(cls, spec: str) -> "Faults":
+    def parse(cls, spec: str) -> Faults:
         if not spec:
             return cls()
         parts = spec.split(",")
@@ -158,7 +159,8 @@ class RunConfig:
     dataset: str = "digits"
     data_dir: str = rule("", "none (only cifar10 reads files)")
     steps: int | None = bounded(None, low=1, unit="steps", resolves="from epochs, else 100")  # steps per worker
-    epochs: float | None = bounded(None, above=0, unit="epochs", resolves="unset (steps decide)")  # passes over the training set, in samples over all workers
+    # passes over the training set, in samples over all workers
+    epochs: float | None = bounded(None, above=0, unit="epochs", resolves="unset (steps decide)")
     # At most this many steps per worker, whatever steps or epochs say: a smoke test of a command
     # (HPCBENCH_MAX_STEPS sets it for every run a command starts); recorded, so never mistaken for a measurement.
     max_steps: int = bounded(0, low=0, unit="steps", resolves="no cap (HPCBENCH_MAX_STEPS=N sets it)")
@@ -167,31 +169,39 @@ class RunConfig:
     momentum: float = bounded(0.0, low=0, below=1)
     nesterov: bool = False
     weight_decay: float = bounded(0.0, low=0, high=1e4)
-    warmup_epochs: float = bounded(5.0, low=0, unit="epochs")  # linear warm-up from 1/n of the rate, the same for every algorithm
+    # linear warm-up from 1/n of the rate, the same for every algorithm
+    warmup_epochs: float = bounded(5.0, low=0, unit="epochs")
     lr_scaling: str = "none"  # synchronous methods only: none | linear | sqrt in the number of workers
     lr_decay_epochs: tuple[float, ...] = bounded((), low=0, unit="epochs")  # in increasing order
     lr_decay_factor: float = bounded(0.1, above=0, high=1)
     seed: int = bounded(0, low=0, high=MAX_SEED)  # torch's and numpy's seeds are at most 2^63 - 1
     evals: int = bounded(20, low=1, unit="evaluations")  # evaluations of the global model spread over the sample budget
     eval_samples: int = bounded(2000, low=1, unit="samples")  # test (and validation) samples per evaluation (at most)
-    val_fraction: float = bounded(0.0, low=0, high=MAX_VAL_FRACTION)  # training samples held out as the validation split, the same for every seed
+    # training samples held out as the validation split, the same for every seed
+    val_fraction: float = bounded(0.0, low=0, high=MAX_VAL_FRACTION)
     target_accuracy: float = bounded(0.9, above=0, high=1)
     stragglers: Stragglers = rule(Stragglers(), "none")  # from "FRACTION:FACTOR"
-    timeout_s: float = bounded(120.0, above=0, unit="seconds")  # longest any blocking wait may last before the run fails
-    flush_s: float = bounded(10.0, above=0, unit="seconds")  # rank 0 rewrites the result file (status "incomplete") this often (less when large)
-    time_limit_s: float = bounded(0.0, low=0, unit="seconds", resolves="the Slurm job's end, else 7 days")  # longest the run may take
+    # longest any blocking wait may last before the run fails
+    timeout_s: float = bounded(120.0, above=0, unit="seconds")
+    # rank 0 rewrites the result file (status "incomplete") this often (less when large)
+    flush_s: float = bounded(10.0, above=0, unit="seconds")
+    # longest the run may take
+    time_limit_s: float = bounded(0.0, low=0, unit="seconds", resolves="the Slurm job's end, else 7 days")
     fault: Faults = rule(Faults(), "none")  # from "KIND:RANK@WHEN[:FACTOR][,...]": faults injected on purpose
-    progress_s: float = bounded(30.0, above=0, unit="seconds")  # seconds between rank 0's progress lines when its output is not a terminal
-    warmup_steps: int = bounded(2, low=0, unit="steps")  # untimed gradient computations per worker before the timed window (never applied)
-    threads: int = bounded(0, low=0, unit="threads", resolves="this node's cores shared among its ranks")  # torch threads per rank
+    # seconds between rank 0's progress lines when its output is not a terminal
+    progress_s: float = bounded(30.0, above=0, unit="seconds")
+    # untimed gradient computations per worker before the timed window (never applied)
+    warmup_steps: int = bounded(2, low=0, unit="steps")
+    # torch threads per rank
+    threads: int = bounded(0, low=0, unit="threads", resolves="this node's cores shared among its ranks")
     out: str = rule("", "results/ALGO-DATASET-MODEL-MODE-wWORKERS-sSEED-TIME-ID.h5")
     overwrite: bool = False  # replace an existing result file at ``out`` (regular files only)
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
-    def with_updates(self, **changes: Any) -> "RunConfig":
+    def with_updates(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)
 
-    def for_algo(self, name: str) -> "RunConfig":
+    def for_algo(self, name: str) -> RunConfig:
         """This configuration for a run of algorithm ``name``, without the other algorithms' option
         tables (one study's configuration may hold the tables of every algorithm it compares)."""
         tables = option_tables()

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import unicodedata
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 KEPT = "\n\t"  # the control characters plain output may hold; every other one is shown escaped
 

@@ -12,11 +12,10 @@ from tabulate import tabulate
 from hpcbench import __version__
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.config import RunConfig, toml_literal
-from hpcbench.workload.datasets import DATASET_HELP
 from hpcbench.options import TABLES, option_tables
 from hpcbench.ranges import range_of
+from hpcbench.workload.datasets import DATASET_HELP
 from hpcbench.workload.models import MODELS
-
 
 RECIPE = ("lr is the single-worker rate. Asynchronous algorithms apply every gradient at lr; synchronous ones\n"
           "(allreduce, easgd-sync, sgp) scale it by lr_scaling: none (lr), linear (n·lr, as Goyal et al.) or sqrt\n"
@@ -72,8 +71,8 @@ def environment() -> str:
     import torch
 
     from hpcbench.launch.local import fault_tolerance, mpi_family, mpiexec_path
-    from hpcbench.runtime.threads import cpu_count
     from hpcbench.runtime.provenance import SLURM_IDS, git_state, progress_mode
+    from hpcbench.runtime.threads import cpu_count
 
     rows = [
         ["hpcbench", __version__],

@@ -2,8 +2,9 @@
 placeholder defaults that options declare with what they resolve to."""
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import field
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Generic, TypeVar
 
 from hpcbench.errors import one_of
 

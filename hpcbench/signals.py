@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any, Iterator
+from typing import Any
 
 from hpcbench.errors import HungUp, Stopped
 

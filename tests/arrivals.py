@@ -20,6 +20,7 @@ from hpcbench.algorithms.ops import Evaluate, Op, Progress, Publish, Record, Rec
 from hpcbench.algorithms.ps import STOP
 from hpcbench.config import RunConfig
 from hpcbench.runtime import plan
+
 from lockstep import drive
 
 Arrival = tuple[int, int, np.ndarray]  # (worker, staleness, gradient)

@@ -10,7 +10,8 @@ loopback cluster's tests).
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from hpcbench.algorithms.api import Program
 from hpcbench.algorithms.ops import Failures, Op, Workers

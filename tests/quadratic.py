@@ -7,18 +7,18 @@ and the network instant, so events happen at known times.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms.ops import Gradient
 from hpcbench.config import RunConfig
+from hpcbench.options.sim import SimConfig
 from hpcbench.runtime import plan
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.engine import Engine
-from hpcbench.options.sim import SimConfig
 from hpcbench.workload.compute import ComputeModel
 
 X0 = np.array([1.0, -2.0, 0.5], dtype=np.float32)
@@ -69,5 +69,6 @@ def run_quadratic(name: str, workers: int, steps: int, options: dict | None = No
 
     Engine(algo, layout, sim, ComputeModel(sim, 0, slow or {}), gradient, logs, x0.size, Shown(),
            deaths=deaths).run()
-    per_worker = {int(row[1]): int(row[3]) for row in logs.tables.get("final_models", [])}  # (t, worker, samples, updates…)
+    # (t, worker, samples, updates…)
+    per_worker = {int(row[1]): int(row[3]) for row in logs.tables.get("final_models", [])}
     return Ran(logs, per_worker, cfg.batch_size)

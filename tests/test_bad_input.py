@@ -8,8 +8,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import mpirun, requires_mpi
 from hpcbench.launch.local import own_lines
+
+from conftest import mpirun, requires_mpi
 
 pytestmark = [requires_mpi, pytest.mark.timeout(300)]
 

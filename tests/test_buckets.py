@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_loopback import COMMON, run_threads
+from test_sim import simulate
 
 from hpcbench.algorithms.buckets import BACKWARD_SHARE, overlapped_end, plan_buckets, ready_fractions
 from hpcbench.config import RunConfig
 from hpcbench.results.store import read_run
 from hpcbench.runtime.sim.models import allreduce_s
 from hpcbench.workload.datasets import load_dataset
-from hpcbench.workload.trainer import Trainer
-from reference import union_batch_sgd
 from hpcbench.workload.networks import build_model
-from test_loopback import COMMON, run_threads
-from test_sim import simulate
+from hpcbench.workload.trainer import Trainer
+
+from reference import union_batch_sgd
 
 
 def test_buckets_are_whole_parameters_last_first_and_at_least_the_cap():
@@ -60,7 +61,8 @@ def test_trainer_hands_over_each_bucket_in_order_while_the_backward_pass_goes_on
     for k, part, _ in seen:  # what was handed over is already the final gradient
         start, stop = buckets[k]
         np.testing.assert_array_equal(part, plain[start:stop])
-    assert seen[0][2] and not seen[-1][2]  # the last layer's bucket went out before the first layer's gradient was computed
+    # the last layer's bucket went out before the first layer's gradient was computed
+    assert seen[0][2] and not seen[-1][2]
     np.testing.assert_array_equal(grad, plain)
     assert (loss2, correct2) == (loss, correct)
 

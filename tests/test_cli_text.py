@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli
+from hpcbench.options.sim import SimConfig
 from hpcbench.report.strict_json import json_safe
 from hpcbench.results.store import read_run
-from hpcbench.options.sim import SimConfig
 from hpcbench.telemetry.progress import ProgressLine
+
+from conftest import cli
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

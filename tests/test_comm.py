@@ -1,19 +1,27 @@
 """``hpcbench comm``: the sweep's sizes and columns as nccl-tests defines them, the α–β fit against
 times made from known parameters, and a real sweep under MPI written, read back and taken by
 ``simulate --network FILE`` and ``calibrate --network FILE``."""
-import contextlib
-import io
 
 import numpy as np
 import pytest
 
-from conftest import cli, mpirun, ok, requires_mpi
-from hpcbench.comm.linkfit import (INTER, INTRA, LinkFit, bus_factor, chosen_fit, fit_link, parse_bytes, parse_ops,
-                                   sweep_sizes)
+from hpcbench.comm.linkfit import (
+    INTER,
+    INTRA,
+    LinkFit,
+    bus_factor,
+    chosen_fit,
+    fit_link,
+    parse_bytes,
+    parse_ops,
+    sweep_sizes,
+)
 from hpcbench.errors import UsageError
 from hpcbench.results.commfile import read_comm
 from hpcbench.results.store import read_run
 from hpcbench.runtime.sim.calibrate import calibrate
+
+from conftest import cli, mpirun, ok, requires_mpi
 
 
 def test_sizes_go_from_b_to_e_by_f_as_nccl_tests_does():

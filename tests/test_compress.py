@@ -208,9 +208,10 @@ def sim_and_mpi(tmp_path, name: str, args: list[str]):
     import contextlib
     import io
 
-    from conftest import mpirun, ok
     from hpcbench.cli import main
     from hpcbench.results.store import read_run
+
+    from conftest import mpirun, ok
     common = ["--dataset", "digits", "--model", "mlp", "--batch-size", "16", "--steps", "12", "--lr", "0.05",
               "--set", "warmup_epochs=0", "--set", "evals=3", *args]
     with contextlib.redirect_stdout(io.StringIO()):
@@ -235,8 +236,10 @@ def test_compressed_runs_under_mpi_end_where_the_simulator_does_and_move_fewer_b
     operation), fp16's (MPI's own) and PowerSGD's three all-reduces give the simulator's models."""
     import pytest as _pytest
 
-    from conftest import requires_mpi  # noqa: F401  (the mark's condition, checked here)
-    from conftest import have_mpiexec
+    from conftest import (
+        have_mpiexec,
+        requires_mpi,  # noqa: F401  (the mark's condition, checked here)
+    )
     if not have_mpiexec():
         _pytest.skip("no mpiexec")
     moved = {}
@@ -267,8 +270,9 @@ def test_the_simulator_refuses_powersgd_where_it_could_not_size_its_messages(tmp
 
 def test_fp16_with_numerics_off_counts_half_the_real_models_bytes(tmp_path):
     """The stand-in vector is 64 floats; its float16 copy counts as the real model's size in 2-byte numbers."""
-    from conftest import cli
     from hpcbench.results.store import read_run
+
+    from conftest import cli
     moved = {}
     for kind in ("none", "fp16"):
         code, _, err = cli("simulate", "--algo", "allreduce", "--workers", "2", "--steps", "3", "--numerics", "off",

@@ -3,7 +3,16 @@ import numpy as np
 import pytest
 
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.config import Fault, RunConfig, Stragglers, load_toml, make_config, merge_sources, parse_set_value, toml_literal
+from hpcbench.config import (
+    Fault,
+    RunConfig,
+    Stragglers,
+    load_toml,
+    make_config,
+    merge_sources,
+    parse_set_value,
+    toml_literal,
+)
 from hpcbench.errors import UsageError
 from hpcbench.runtime import plan
 

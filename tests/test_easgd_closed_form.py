@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from hpcbench.config import RunConfig
+
 from quadratic import X0, run_quadratic
 
 H, LR, ALPHA, TAU, STEPS = 0.5, 0.1, 0.2, 3, 12

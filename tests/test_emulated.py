@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import requires_mpi
-from hpcbench.results.store import read_run
 from hpcbench.launch.local import EMULATED_STATE, launch_env, mpi_command, mpiexec_path
+from hpcbench.results.store import read_run
 from hpcbench.runtime.mpi.placement import gpu_index
+
+from conftest import requires_mpi
 
 pytestmark = [requires_mpi, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parent.parent

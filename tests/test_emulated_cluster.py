@@ -11,11 +11,11 @@ import subprocess
 import time
 
 import pytest
+from test_emulated import CLUSTER, cluster, leftovers
 
 from hpcbench.errors import UsageError
 from hpcbench.launch.emulated import bring_up, owner, take_down
 from hpcbench.launch.local import EMULATED_STATE, emulated_nodes
-from test_emulated import CLUSTER, cluster, leftovers
 
 pytestmark = pytest.mark.timeout(120)
 

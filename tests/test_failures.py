@@ -11,16 +11,24 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from conftest import cli, mpirun, requires_mpi
 from hpcbench.errors import PeerFailure, Stopped, UsageError, WaitTimeout, error_line, failure_status
+from hpcbench.launch.local import (
+    RANK_VARS,
+    launch_env,
+    mpi_command,
+    mpi_family,
+    mpiexec_path,
+    own_lines,
+    reclaim_stale_sessions,
+)
 from hpcbench.results.store import read_run, result_status, write_run
-from hpcbench.launch.local import (RANK_VARS, launch_env, mpi_command, mpi_family, mpiexec_path, own_lines,
-                                  reclaim_stale_sessions)
+
+from conftest import cli, mpirun, requires_mpi
 
 pytestmark = pytest.mark.both  # depends on the MPI family: run under each (.ci/run)
 

@@ -6,9 +6,10 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import first_under_both, mpirun, requires_mpi
 from hpcbench.launch.local import mpi_family, mpiexec_path
 from hpcbench.results.store import read_run
+
+from conftest import first_under_both, mpirun, requires_mpi
 
 pytestmark = [requires_mpi, pytest.mark.timeout(600)]
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 
 import pytest
+import tomllib
+from test_report_text import record
 
-from conftest import cli, requires_mpi
 from hpcbench.errors import UsageError
 from hpcbench.report.check import parse_reference, reference, tolerance, write_reference
 from hpcbench.report.diff import matched, regressions
-from test_report_text import record
+
+from conftest import cli, requires_mpi
 
 
 def test_a_tolerance_is_twice_the_repeats_range_and_never_under_a_fifth():

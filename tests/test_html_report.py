@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli
-
 from hpcbench.results.store import read_run, write_run
+
+from conftest import cli
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 

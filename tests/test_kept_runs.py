@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from test_store import record
 
 from hpcbench.cli import main
 from hpcbench.config import RunConfig
@@ -15,7 +16,6 @@ from hpcbench.launch.study import run_local
 from hpcbench.results.paths import NameHold, partial_name
 from hpcbench.results.store import read_run, result_status, write_run
 from hpcbench.runtime.output import ResultFile
-from test_store import record
 
 
 def status(rec, value):

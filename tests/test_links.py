@@ -7,9 +7,10 @@ import itertools
 import numpy as np
 import pytest
 
-from conftest import cli
 from hpcbench.results.store import read_run
 from hpcbench.runtime.sim.links import Links, WindowLock
+
+from conftest import cli
 
 B = 1e6  # bytes per second
 

@@ -6,7 +6,6 @@ import io
 import numpy as np
 import pytest
 
-from conftest import mpirun, ok, requires_mpi
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms.decentral import EVALUATE, NO_MORE, model_frame
 from hpcbench.algorithms.ops import Allreduce, Compute, Gradient, Op, Poll, Publish, Recv, Send
@@ -16,6 +15,8 @@ from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
 from hpcbench.results.store import read_run
 from hpcbench.runtime import plan
+
+from conftest import mpirun, ok, requires_mpi
 from lockstep import lockstep
 from reference import union_batch_sgd
 

@@ -14,21 +14,33 @@ import numpy as np
 import pytest
 
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.algorithms.ops import (ALL_OPS, TIMED_OPS, Accumulate, Drain, FetchAdd, Gradient, Op, Publish, Read, Recv,
-                                     handler_name)
+from hpcbench.algorithms.ops import (
+    ALL_OPS,
+    TIMED_OPS,
+    Accumulate,
+    Drain,
+    FetchAdd,
+    Gradient,
+    Op,
+    Publish,
+    Read,
+    Recv,
+    handler_name,
+)
 from hpcbench.comm.loopback import Loopback
 from hpcbench.config import RunConfig
 from hpcbench.errors import RuntimeFailure
-from hpcbench.runtime.assemble import assemble
-from hpcbench.runtime.mpi.driver import MpiDriver
-from hpcbench.runtime.plan import make_context, validate
-from hpcbench.runtime.mpi.session import open_layout
-from hpcbench.runtime.sim.engine import Engine
-from hpcbench.runtime.logs import RunLogs
 from hpcbench.options.sim import SimConfig
-from hpcbench.workload.compute import ComputeModel
+from hpcbench.runtime.assemble import assemble
+from hpcbench.runtime.logs import RunLogs
+from hpcbench.runtime.mpi.driver import MpiDriver
+from hpcbench.runtime.mpi.session import open_layout
+from hpcbench.runtime.plan import make_context, validate
+from hpcbench.runtime.sim.engine import Engine
 from hpcbench.runtime.sim.session import simulated_record
 from hpcbench.telemetry.timeline import OP_CODE, OPS, Timeline
+from hpcbench.workload.compute import ComputeModel
+
 from lockstep import as_threads
 from reference import union_batch_sgd
 

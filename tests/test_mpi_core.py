@@ -4,10 +4,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import mpirun, ok, requires_mpi
-from hpcbench.results.schema import (EVAL_COLUMNS, PROVENANCE_ATTRS, PROVENANCE_PER_RANK, ROOT_ATTRS,
-                                     SERVER_SUMMARY_KEYS, SUMMARY_KEYS, TABLES, TIMELINE_COLUMNS)
+from hpcbench.results.schema import (
+    EVAL_COLUMNS,
+    PROVENANCE_ATTRS,
+    PROVENANCE_PER_RANK,
+    ROOT_ATTRS,
+    SERVER_SUMMARY_KEYS,
+    SUMMARY_KEYS,
+    TABLES,
+    TIMELINE_COLUMNS,
+)
 from hpcbench.results.store import read_run
+
+from conftest import mpirun, ok, requires_mpi
 from reference import union_batch_sgd
 
 pytestmark = [requires_mpi, pytest.mark.both, pytest.mark.timeout(600)]
@@ -107,9 +116,10 @@ def test_no_partial_file_left_behind(run_dir, runs):
 
 
 def test_report_lists_every_run_and_the_scaling_view(runs, run_dir):
-    from hpcbench.cli import main
     import contextlib
     import io
+
+    from hpcbench.cli import main
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):

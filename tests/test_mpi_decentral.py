@@ -2,15 +2,16 @@
 import numpy as np
 import pytest
 
-from conftest import first_under_both, mpirun, ok, requires_mpi
-from hpcbench.results.schema import EVAL_COLUMNS, ROOT_ATTRS, SUMMARY_KEYS
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms.decentral import starting_point
 from hpcbench.config import RunConfig
+from hpcbench.results.schema import EVAL_COLUMNS, ROOT_ATTRS, SUMMARY_KEYS
 from hpcbench.results.store import read_run
 from hpcbench.runtime import plan
 from hpcbench.workload.datasets import load_dataset
 from hpcbench.workload.trainer import Trainer
+
+from conftest import first_under_both, mpirun, ok, requires_mpi
 
 pytestmark = [requires_mpi, pytest.mark.timeout(600)]
 

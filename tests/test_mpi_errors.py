@@ -3,8 +3,9 @@ import time
 
 import pytest
 
-from conftest import mpirun, requires_mpi
 from hpcbench.launch.local import own_lines
+
+from conftest import mpirun, requires_mpi
 
 pytestmark = [requires_mpi, pytest.mark.both, pytest.mark.timeout(300)]
 

@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-from conftest import mpirun, ok, requires_mpi
 from hpcbench.launch.local import mpi_family, mpiexec_path
+
+from conftest import mpirun, ok, requires_mpi
 
 pytestmark = [requires_mpi, pytest.mark.both, pytest.mark.timeout(300)]
 

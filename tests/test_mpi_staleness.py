@@ -5,10 +5,10 @@ import io
 import numpy as np
 import pytest
 
-from conftest import first_under_both, mpirun, ok, requires_mpi
 from hpcbench.cli import main
 from hpcbench.results.store import read_run
 
+from conftest import first_under_both, mpirun, ok, requires_mpi
 
 ARGS = ("--dataset", "digits", "--model", "mlp", "--steps", "30", "--momentum", "0.9", "--lr", "0.02")
 

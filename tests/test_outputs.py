@@ -3,11 +3,12 @@ import subprocess
 
 import pytest
 
-from conftest import mpirun, ok, requires_mpi
 from hpcbench.errors import UsageError
+from hpcbench.launch.local import launch_env, mpi_command, own_lines
 from hpcbench.results.paths import check_target, partial_name, publish, run_id
 from hpcbench.results.store import read_run
-from hpcbench.launch.local import launch_env, mpi_command, own_lines
+
+from conftest import mpirun, ok, requires_mpi
 
 pytestmark = pytest.mark.both  # depends on the MPI family: run under each (.ci/run)
 

@@ -3,9 +3,10 @@ compute drawn as the simulator draws it, and no torch on any rank."""
 import numpy as np
 import pytest
 
-from conftest import mpirun, ok, requires_mpi
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.results.store import read_run
+
+from conftest import mpirun, ok, requires_mpi
 
 pytestmark = pytest.mark.both  # depends on the MPI family: run under each (.ci/run)
 

@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from conftest import requires_mpi
 from hpcbench.cli import main
 from hpcbench.config import RunConfig
+from hpcbench.options.sim import SimConfig
 from hpcbench.reproduce.protocol import DEPENDS, OWN_LR, SHARED, Recipe, candidates, choose_recipe, overall
 from hpcbench.reproduce.report import judge
 from hpcbench.reproduce.studies import GAP_AWARE
@@ -15,9 +15,10 @@ from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR, Cell
 from hpcbench.results.store import read_run, rewrite_run
 from hpcbench.runtime.assemble import assemble
 from hpcbench.runtime.plan import validate
-from hpcbench.options.sim import SimConfig
 from hpcbench.tuning.grid import Setting, Trial, choose, expand, parse_decays
 from hpcbench.workload.datasets import load_dataset
+
+from conftest import requires_mpi
 
 TINY = ["--dataset", "teacher", "--set", "teacher.samples=1200", "--set", "teacher.test_samples=400", "--epochs", "1"]
 

@@ -11,14 +11,14 @@ import io
 import numpy as np
 import pytest
 
-from hpcbench.algorithms import ALGORITHMS
-from hpcbench.algorithms import decentral
+from hpcbench.algorithms import ALGORITHMS, decentral
 from hpcbench.algorithms.ops import Compute, FetchAdd, Gradient, Op, Poll, Publish, Recv, Send
 from hpcbench.algorithms.topology import exponential_hops, exponential_in_peer
 from hpcbench.cli import main
 from hpcbench.config import RunConfig
 from hpcbench.results.store import read_run
 from hpcbench.runtime import plan
+
 from lockstep import drive
 
 N, ME, STOP_AFTER = 8, 3, 20  # workers, the driven worker's rank, its iterations before the budget runs out

@@ -2,10 +2,10 @@
 others are still reported (exit 1 for skipped files only with --strict)."""
 import h5py
 import pytest
+from test_store import record
 
 from hpcbench.cli import main
 from hpcbench.results.store import write_run
-from test_store import record
 
 
 def good(path, status="ok"):

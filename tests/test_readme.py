@@ -18,10 +18,11 @@ from typing import NamedTuple
 
 import pytest
 
-from conftest import have_ulfm, requires_mpi
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.launch.study import DEMO_VARIANTS
 from hpcbench.results.store import read_run
+
+from conftest import have_ulfm, requires_mpi
 
 pytestmark = [requires_mpi, pytest.mark.timeout(900)]
 

@@ -9,9 +9,9 @@ import io
 
 import pytest
 
-from conftest import cli
-
 from hpcbench.results.store import read_run
+
+from conftest import cli
 
 
 def simulate(path, *args: str) -> None:
@@ -206,7 +206,8 @@ def test_the_report_names_each_learning_rate_recipe_with_the_worker_counts_it_ap
 NEVER_APART = {"algo", "seed", "out", "overwrite", "timeout_s", "progress_s", "data_dir", "steps_per_worker",
                "budget_samples", "eval_every", "parameters", "train_size", "val_size", "schedule",
                "straggler_ranks", "straggler_factor"}
-NEVER_APART_SIM = {"workers", "model_parameters", "algorithm_parameters", "gradients"}  # gradients: from batch_gradients and n
+# gradients: from batch_gradients and n
+NEVER_APART_SIM = {"workers", "model_parameters", "algorithm_parameters", "gradients"}
 
 
 def changed(value):

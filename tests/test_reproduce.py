@@ -5,13 +5,14 @@ import math
 
 import pytest
 
-from conftest import requires_mpi
 from hpcbench.cli import main
 from hpcbench.reproduce.protocol import DEPENDS
 from hpcbench.reproduce.runner import reproduce
 from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR, Cell, crossing, diloco, gap_aware, jin, sgp
 from hpcbench.results.store import read_run, rewrite_run
 from hpcbench.tuning.grid import Setting
+
+from conftest import requires_mpi
 
 INF = math.inf
 
@@ -251,7 +252,8 @@ def test_sgp_at_toy_size_runs_both_networks_at_the_modeled_message_size(tmp_path
     out = tmp_path / "sgp"
     assert reproduce("sgp", str(out), "toy") == 0
     text, verdict = report_of(out)
-    assert len(list((out / "runs").glob("*.h5"))) == 2 + 3 * 2 * 2 * 2  # recipe; 3 algorithms x 2 sizes x 2 networks x 2 rates
+    # recipe; 3 algorithms x 2 sizes x 2 networks x 2 rates
+    assert len(list((out / "runs").glob("*.h5"))) == 2 + 3 * 2 * 2 * 2
     shared = verdict["arms"][0]
     setting = Setting(**shared["cells"][0]["setting"]).stem()
     rec = read_run(out / "runs" / f"sgp-n4-{setting}-s0-10gbe.h5")

@@ -5,10 +5,11 @@ import json
 import numpy as np
 import pytest
 
-from conftest import cli, have_ulfm, requires_mpi, requires_ulfm
 from hpcbench.reproduce.resilience import FAMILIES, Pair, ResilienceCell, judge, overall, schedule
 from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR
 from hpcbench.results.store import read_run
+
+from conftest import cli, have_ulfm, requires_mpi, requires_ulfm
 
 
 def test_a_schedule_kills_distinct_workers_at_equal_intervals_and_leaves_one():

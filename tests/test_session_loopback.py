@@ -18,6 +18,7 @@ from hpcbench.results.store import read_run
 from hpcbench.runtime.mpi import session
 from hpcbench.runtime.plan import validate
 from hpcbench.runtime.sim.session import simulated_record
+
 from lockstep import as_threads
 
 COMMON = dict(model="mlp", dataset="digits", batch_size=16, lr=0.05, momentum=0.9, evals=3, warmup_epochs=0.0,

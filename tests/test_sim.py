@@ -9,12 +9,13 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import mpirun, ok, requires_mpi
 from hpcbench.cli import main
 from hpcbench.errors import UsageError
-from hpcbench.results.store import read_run
 from hpcbench.options.sim import SimConfig, parse_compute, parse_network
+from hpcbench.results.store import read_run
 from hpcbench.workload.compute import ComputeModel
+
+from conftest import mpirun, ok, requires_mpi
 from reference import union_batch_sgd
 
 COMMON = ["--dataset", "digits", "--model", "mlp", "--batch-size", "16", "--lr", "0.05", "--momentum", "0.9",
@@ -350,6 +351,7 @@ def test_calibrate_fits_what_a_run_that_did_not_end_measured_or_says_in_one_line
 @pytest.mark.timeout(300)
 def test_calibrate_prints_a_command_and_a_config_that_simulate_the_run_as_it_was_set(tmp_path):
     import shlex
+
     import tomllib
 
     real = tmp_path / "allreduce.h5"  # allreduce.overlap is a boolean option

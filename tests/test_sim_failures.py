@@ -11,6 +11,7 @@ from hpcbench.algorithms import ALGORITHMS
 from hpcbench.cli import main
 from hpcbench.results.schema import DETECTED_BY
 from hpcbench.results.store import read_run
+
 from arrivals import SERVERS
 from quadratic import X0, run_quadratic
 

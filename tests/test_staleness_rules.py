@@ -8,13 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from arrivals import SERVERS, random_arrivals, serve
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms.ops import Op, Recv
 from hpcbench.algorithms.rules import gap_divisor
 from hpcbench.config import RunConfig
 from hpcbench.errors import RuntimeFailure
 from hpcbench.runtime import plan
+
+from arrivals import SERVERS, random_arrivals, serve
 from lockstep import drive
 
 D, WORKERS, LR, BETA, EPS = 6, 3, 0.1, 0.9, 1e-8
@@ -165,7 +166,7 @@ def test_gradients_older_than_the_ring_are_applied_with_the_echoed_parameters(na
     for version, vec in enumerate(expected):
         np.testing.assert_allclose(published[version], vec, rtol=1e-5, atol=1e-6, err_msg=f"version {version}")
     stale = logs["updates"][5]  # the penalty, or the compensation, used the exact Δ
-    assert stale[5] == pytest.approx(rows[5][5], rel=1e-4, nan_ok=True) 
+    assert stale[5] == pytest.approx(rows[5][5], rel=1e-4, nan_ok=True)
     assert stale[8:] == (pytest.approx(rows[5][6:]) if NAIVE[name]["lam"] else ())
 
 
@@ -179,6 +180,7 @@ def test_ga_under_stragglers_matches_a_naive_replay_of_the_same_arrival_order(tm
     from hpcbench.results.store import read_run
     from hpcbench.workload.datasets import load_dataset
     from hpcbench.workload.trainer import Trainer
+
     from reference import streams
 
     workers, batch, lr, momentum, beta = 6, 16, 0.05, 0.9, 0.999

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hpcbench.errors import UsageError
-from hpcbench.results.schema import RunRecord, SCHEMA_VERSION
+from hpcbench.results.schema import SCHEMA_VERSION, RunRecord
 from hpcbench.results.store import read_run, write_run
 from hpcbench.telemetry.timeline import OPS, PHASES, Timeline
 

@@ -8,14 +8,15 @@ import sys
 
 import pytest
 
-from conftest import cli, requires_mpi
 from hpcbench.comm.probe import srun_mpi_flag
 from hpcbench.results.store import read_run
-from hpcbench.runtime.threads import cpu_count
 from hpcbench.runtime.mpi.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
+from hpcbench.runtime.threads import cpu_count
 from hpcbench.slurm.jobs import Resources, report_job, run_job, submit_script
 from hpcbench.slurm.sweep import Point, plan_points
 from hpcbench.telemetry.progress import Countdown, ProgressLine
+
+from conftest import cli, requires_mpi
 
 
 def test_run_job_script_line_by_line():

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from hpcbench.cli import main
+from hpcbench.config import make_config
+from hpcbench.options.sim import SimConfig
 from hpcbench.results.store import read_run
 from hpcbench.runtime import plan
-from hpcbench.options.sim import SimConfig
 from hpcbench.runtime.sim.session import simulated_record
-from hpcbench.config import make_config
 from hpcbench.workload import teacher
 from hpcbench.workload.datasets import load_dataset
 

@@ -2,8 +2,7 @@
 import numpy as np
 import pytest
 
-from hpcbench.algorithms.topology import (exponential_hops, exponential_in_peer, exponential_out_peer,
-                                          random_peer)
+from hpcbench.algorithms.topology import exponential_hops, exponential_in_peer, exponential_out_peer, random_peer
 
 
 @pytest.mark.parametrize("n", range(2, 18))

@@ -12,12 +12,13 @@ import time
 import numpy as np
 import pytest
 
-from conftest import mpirun, ok, requires_ulfm
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms.api import PARAMETER_SERVER
 from hpcbench.launch.local import RANK_VARS, launch_env, mpiexec_for_launch
 from hpcbench.results.schema import DETECTED_BY
 from hpcbench.results.store import read_run
+
+from conftest import mpirun, ok, requires_ulfm
 
 pytestmark = [requires_ulfm, pytest.mark.timeout(300)]
 

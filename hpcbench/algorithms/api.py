@@ -1,8 +1,9 @@
 """What an algorithm is: options, a window/channel layout, and server and worker programs."""
 from __future__ import annotations
 
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generator, Literal, Mapping, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import numpy as np
 

@@ -6,7 +6,7 @@ so a measured and a simulated overlap follow the same rules.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 # The share of a step's compute spent in the backward pass (forward ≈ one third of forward + backward,
 # the usual estimate for convolutional networks): buckets become ready during it.

@@ -5,8 +5,8 @@ gain go uncompressed). The pure math is here; ``Compressor.mean`` is the piece o
 that averages a vector over the workers with it."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -26,7 +26,8 @@ from hpcbench.ranges import bounded
 @dataclass(frozen=True)
 class DcOptions:
     lam: float = bounded(0.04, low=0, high=1e4)  # λ, the variance control of the compensation (0: asgd)
-    history: int = bounded(0, low=0, high=MAX_HISTORY, unit="versions", resolves="2·workers + 4")  # published versions kept for Δ (older ones are echoed by the worker)
+    # published versions kept for Δ (older ones are echoed by the worker)
+    history: int = bounded(0, low=0, high=MAX_HISTORY, unit="versions", resolves="2·workers + 4")
 
 
 class DelayCompensation(RulePart):

@@ -22,15 +22,31 @@ part in, and train on until the team has trained the whole budget.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
 from hpcbench.algorithms.api import ChannelSpec, Context, Layout, Program, Sub, WindowSpec
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.meter import TrainingMeter
-from hpcbench.algorithms.ops import (SERVER, WATCHED, Compute, Evaluate, FetchAdd, Gradient, Lost, Poll, Publish,
-                                     Read, Record, Recv, Send, Timestamp, Workers)
+from hpcbench.algorithms.ops import (
+    SERVER,
+    WATCHED,
+    Compute,
+    Evaluate,
+    FetchAdd,
+    Gradient,
+    Lost,
+    Poll,
+    Publish,
+    Read,
+    Record,
+    Recv,
+    Send,
+    Timestamp,
+    Workers,
+)
 from hpcbench.algorithms.rules import momentum_direction
 from hpcbench.algorithms.schedule import lr_scale
 from hpcbench.results.schema import FAILURES, FINAL_MODELS, LEARNING_RATE
@@ -234,7 +250,7 @@ def estimated(ctx: Context, step: int) -> int:
     return step * ctx.workers * ctx.batch_size
 
 
-def local_step(ctx: Context, reporter: "Reporter", x: np.ndarray, buf: np.ndarray | None, samples: int,
+def local_step(ctx: Context, reporter: Reporter, x: np.ndarray, buf: np.ndarray | None, samples: int,
                factor: float = 1.0) -> Program:
     """Compute a gradient at x (float32 on the wire, whatever x is kept in) and take the local step at
     the rate after ``samples`` (times ``factor``)."""

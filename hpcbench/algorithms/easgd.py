@@ -14,8 +14,18 @@ from typing import Any, ClassVar
 import numpy as np
 
 from hpcbench.algorithms import decentral
-from hpcbench.algorithms.api import (DECENTRALIZED, SYNCHRONOUS, Algorithm, Context, Layout, Program, Role, Settings,
-                                     WindowSpec, register)
+from hpcbench.algorithms.api import (
+    DECENTRALIZED,
+    SYNCHRONOUS,
+    Algorithm,
+    Context,
+    Layout,
+    Program,
+    Role,
+    Settings,
+    WindowSpec,
+    register,
+)
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.ops import SERVER, Accumulate, Allreduce, Publish, Read
 from hpcbench.errors import UsageError

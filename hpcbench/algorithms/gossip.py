@@ -18,8 +18,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcbench.algorithms import decentral
-from hpcbench.algorithms.api import (DECENTRALIZED, Algorithm, Context, Layout, Program, Settings, Sub, WindowSpec,
-                                     register)
+from hpcbench.algorithms.api import (
+    DECENTRALIZED,
+    Algorithm,
+    Context,
+    Layout,
+    Program,
+    Settings,
+    Sub,
+    WindowSpec,
+    register,
+)
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.ops import Accumulate, Barrier, Drain, Failures, Lost, Read
 from hpcbench.algorithms.topology import random_live_peer

@@ -38,7 +38,8 @@ OUTER_DEFAULTS = {"none": (1.0, 0.0), "sgd": (1.0, 0.5), "nesterov": (0.7, 0.9)}
 
 @dataclass(frozen=True)
 class LocalSgdOptions(CompressOptions):
-    period: int = bounded(4, low=1, unit="local steps")  # local steps between model averages (1: every step, as allreduce)
+    # local steps between model averages (1: every step, as allreduce)
+    period: int = bounded(4, low=1, unit="local steps")
     outer: str = "none"  # none (average the models) | sgd (heavy-ball, SlowMo) | nesterov (DiLoCo)
     # The outer step's rate on the pseudo-gradient, and its momentum μ.
     outer_lr: float = bounded(0.0, above=0, resolves="0.7 for nesterov (DiLoCo), else 1")

@@ -10,7 +10,6 @@ NamedTuple is several times cheaper to create.
 from __future__ import annotations
 
 import math
-
 import re
 from dataclasses import dataclass
 from typing import NamedTuple

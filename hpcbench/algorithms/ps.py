@@ -18,19 +18,36 @@ batch it was computing as lost (or, failing while its gradient waited for its ec
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from hpcbench.algorithms.api import (PARAMETER_SERVER, Algorithm, ChannelSpec, Context, Layout, Program, Settings, Sub,
-                                     WindowSpec, register)
+from hpcbench.algorithms.api import (
+    PARAMETER_SERVER,
+    Algorithm,
+    ChannelSpec,
+    Context,
+    Layout,
+    Program,
+    Settings,
+    Sub,
+    WindowSpec,
+    register,
+)
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.meter import TrainingMeter
 from hpcbench.algorithms.ops import SERVER, Compute, Evaluate, Lost, Publish, Read, Record, Recv, Send
-from hpcbench.algorithms.rules import (NEUTRAL, GapPenalty, Momentum, RulePart, ServerRule, StalenessDivisor, VersionRing,
-                                      WorkerMomentum)
+from hpcbench.algorithms.rules import (
+    NEUTRAL,
+    GapPenalty,
+    Momentum,
+    RulePart,
+    ServerRule,
+    StalenessDivisor,
+    VersionRing,
+    WorkerMomentum,
+)
 from hpcbench.errors import RuntimeFailure, UsageError
 from hpcbench.memory import check_memory
 from hpcbench.ranges import bounded
@@ -209,7 +226,8 @@ MAX_HISTORY = 8192  # published versions the server keeps: each a copy of the mo
 class GapOptions:
     beta: float = bounded(0.999, low=0, below=1)  # decay of the running second moment of the step direction
     eps: float = bounded(1e-8, above=0, high=1.0)
-    history: int = bounded(0, low=0, high=MAX_HISTORY, unit="versions", resolves="2·workers + 4")  # published versions kept for Δ (older ones are echoed by the worker)
+    # published versions kept for Δ (older ones are echoed by the worker)
+    history: int = bounded(0, low=0, high=MAX_HISTORY, unit="versions", resolves="2·workers + 4")
 
 
 @register

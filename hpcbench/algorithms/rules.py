@@ -5,8 +5,8 @@ nothing here knows about MPI, time or programs. The papers: `hpcbench list` (the
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 

@@ -26,8 +26,17 @@ from typing import ClassVar
 import numpy as np
 
 from hpcbench.algorithms import decentral
-from hpcbench.algorithms.api import (DECENTRALIZED, SYNCHRONOUS, Algorithm, ChannelSpec, Context, Layout, Program,
-                                     Sub, register)
+from hpcbench.algorithms.api import (
+    DECENTRALIZED,
+    SYNCHRONOUS,
+    Algorithm,
+    ChannelSpec,
+    Context,
+    Layout,
+    Program,
+    Sub,
+    register,
+)
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.ops import Failures, Lost, Recv, Send
 from hpcbench.algorithms.topology import exponential_hops, exponential_in_peer, exponential_out_peer
@@ -42,7 +51,8 @@ class SgpOptions:
 
 @dataclass(frozen=True)
 class OsgpOptions:
-    tau: int = bounded(1, low=0, unit="iterations")  # iterations a worker may run ahead of a message it has not received
+    # iterations a worker may run ahead of a message it has not received
+    tau: int = bounded(1, low=0, unit="iterations")
     init_spread: float = bounded(0.0, low=0)
 
 

@@ -14,7 +14,8 @@ import math
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 

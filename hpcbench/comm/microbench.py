@@ -11,18 +11,14 @@ peers: the first rank on rank 0's node and the first on another node, where ther
 """
 from __future__ import annotations
 
-import os
 import socket
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
-from hpcbench.comm import openmpi
 from hpcbench.comm.linkfit import ATOMIC_BYTES, ONE_SIDED, link_of
-
-openmpi.prepare(os.environ)  # before MPI starts, as for a run
-from mpi4py import MPI  # noqa: E402
+from hpcbench.comm.mpilib import MPI  # Open MPI's settings first, as for a run
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ the launcher asked for fault tolerance (ULFM). Reads and sets only environment v
 safe to call before mpi4py loads the library."""
 from __future__ import annotations
 
-from typing import MutableMapping
+from collections.abc import MutableMapping
 
 TRUE = ("1", "true", "yes", "on", "enabled")
 # Open MPI's UCX one-sided component fails its selection query unless UCX also carries the

@@ -9,7 +9,8 @@ over MPI, ``comm/loopback.py`` over threads of one process.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 

@@ -8,10 +8,12 @@ milliseconds from the runtime, whatever it is doing, the next time it calls into
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
-from mpi4py import MPI
+
+from hpcbench.comm.mpilib import MPI
 
 # A rank this operation needed has failed; one (any source) may have; the communicator was revoked
 # by a survivor that met a failure first, so that no one waits for a message that will not come.

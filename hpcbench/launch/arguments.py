@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, NoReturn, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError

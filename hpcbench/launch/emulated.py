@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from hpcbench.errors import UsageError
 from hpcbench.launch.local import EMULATED_LAUNCHER, emulated_state, run_ranks, why_failed

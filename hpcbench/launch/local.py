@@ -11,8 +11,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Iterator, NamedTuple, Sequence
+from typing import IO, NamedTuple
 
 from hpcbench.errors import UsageError
 from hpcbench.runtime.threads import cpu_count
@@ -144,7 +145,7 @@ def emulated_nodes() -> int:
     return nodes
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mpi_family(mpiexec: str) -> str:
     """"openmpi" or "mpich" (Hydra, and any launcher that is not Open MPI's), from ``mpiexec --version``."""
     try:

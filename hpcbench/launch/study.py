@@ -4,8 +4,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
@@ -44,9 +44,9 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
     demo, which owns its directory); a failed or unreadable one is run again and replaced.
     """
     from hpcbench.algorithms import ALGORITHMS
+    from hpcbench.launch.local import run_many, why_failed
     from hpcbench.results.store import result_status
     from hpcbench.results.study import write_manifest
-    from hpcbench.launch.local import run_many, why_failed
 
     named = {name: cfg.with_updates(algo=algo, options={algo: dict(options)})
              for name, (algo, options) in (variants or {}).items()}

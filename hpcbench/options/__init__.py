@@ -12,8 +12,9 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from hpcbench.errors import UsageError, one_of
 from hpcbench.options.sim import SimConfig

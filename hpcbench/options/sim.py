@@ -33,9 +33,12 @@ class SimConfig:
     # Bytes on the wire count as if the model had this many parameters (0: its own size): numerics on
     # a small model, messages (and the per-parameter costs of rank 0 and the workers) of a large one.
     message_params: int = bounded(0, low=0, unit="floats", resolves="the model's size")
-    compute_shape: float = bounded(100.0, above=0)  # gamma shape of a batch's compute time (100: coefficient of variation 0.1)
-    compute_mean_s: float = bounded(0.05, above=0, high=MAX_STEP_S, unit="seconds")  # mean compute time of one batch on a worker of speed 1
-    heterogeneity: float = bounded(0.0, low=0, high=MAX_HETEROGENEITY)  # coefficient of variation of fixed per-worker speed factors
+    # gamma shape of a batch's compute time (100: coefficient of variation 0.1)
+    compute_shape: float = bounded(100.0, above=0)
+    # mean compute time of one batch on a worker of speed 1
+    compute_mean_s: float = bounded(0.05, above=0, high=MAX_STEP_S, unit="seconds")
+    # coefficient of variation of fixed per-worker speed factors
+    heterogeneity: float = bounded(0.0, low=0, high=MAX_HETEROGENEITY)
     pause_prob: float = bounded(0.0, low=0, high=1)  # chance per step that a worker pauses (a transient straggler)
     pause_s: float = bounded(0.0, low=0, high=MAX_STEP_S, unit="seconds")  # length of such a pause
     alpha_s: float = bounded(5e-6, low=0, high=MAX_MESSAGE_S, unit="seconds")  # network latency per message
@@ -55,8 +58,10 @@ class SimConfig:
     # next (benchmarks/link_sharing.py) -- which is what keeps a parameter server's readers from
     # settling into convoys that read and send in step.
     share_cv: float = bounded(0.3, low=0, high=10)
-    apply_s: float = bounded(-1.0, low=0, high=MAX_MESSAGE_S, unit="seconds", resolves="2 ns per model parameter")  # rank 0's work per received message
-    update_s: float = bounded(-1.0, low=0, high=MAX_MESSAGE_S, unit="seconds", resolves="1 ns per model parameter")  # a worker's own math per step
+    # rank 0's work per received message
+    apply_s: float = bounded(-1.0, low=0, high=MAX_MESSAGE_S, unit="seconds", resolves="2 ns per model parameter")
+    # a worker's own math per step
+    update_s: float = bounded(-1.0, low=0, high=MAX_MESSAGE_S, unit="seconds", resolves="1 ns per model parameter")
     # How one-sided operations progress: "async" (without the target, as RDMA hardware or an
     # async-progress thread do) or "polling" (only while the target is inside MPI: a read of a
     # rank that is computing or applying waits for it, as with MPICH's default progress).

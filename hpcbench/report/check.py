@@ -17,9 +17,10 @@ An entry with no runs is a miss too: a gate must not pass because a point went m
 from __future__ import annotations
 
 import math
-from statistics import median
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from statistics import median
+from typing import Any
 
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.errors import UsageError, one_of

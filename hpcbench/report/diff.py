@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from hpcbench.errors import one_of
 from hpcbench.report.metrics import ScalePoint, flatten, run_row, scaling, varying

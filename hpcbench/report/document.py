@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import html
 import textwrap
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from hpcbench.errors import UsageError, one_of
 from hpcbench.report.figures import Figure, as_json, figures
@@ -14,10 +15,29 @@ from hpcbench.report.headline import SINGLE, Lead, leads
 from hpcbench.report.html import note_html, title_html
 from hpcbench.report.metrics import Curve, RunRow, ScalePoint, curve_labels, curve_of, run_row, scaling, setting
 from hpcbench.report.strict_json import dumps
-from hpcbench.report.tables import (FAILED_COLUMNS, FAILURE_COLUMNS, FORMATS, LOSS_COLUMNS, RUN_COLUMNS, RUN_NARROW,
-                                    SCALE_COLUMNS, SCALE_NARROW, TABLES, TEXT, UNFINISHED_COLUMNS, UNITS, Column,
-                                    csv_table, failure_rows, grouping, machine_rows, recipes, render, resolution,
-                                    setting_columns)
+from hpcbench.report.tables import (
+    FAILED_COLUMNS,
+    FAILURE_COLUMNS,
+    FORMATS,
+    LOSS_COLUMNS,
+    RUN_COLUMNS,
+    RUN_NARROW,
+    SCALE_COLUMNS,
+    SCALE_NARROW,
+    TABLES,
+    TEXT,
+    UNFINISHED_COLUMNS,
+    UNITS,
+    Column,
+    csv_table,
+    failure_rows,
+    grouping,
+    machine_rows,
+    recipes,
+    render,
+    resolution,
+    setting_columns,
+)
 from hpcbench.results.schema import RunRecord
 
 

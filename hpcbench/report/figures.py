@@ -3,8 +3,8 @@ labels, and their points. ``plots.py`` draws them; ``report --format json`` list
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

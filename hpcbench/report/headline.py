@@ -3,8 +3,8 @@ accurate and who trains fastest, by how much, and whether that lead is beyond th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from hpcbench.report.metrics import Curve, ScalePoint
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Mapping
 
 # No horizontal scroll from 800 px up: a table wider than the page scrolls in its own box, and the plots
 # (drawn 800 px wide) shrink with the page.

@@ -3,16 +3,23 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import median
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-from hpcbench.results.schema import (DETECTED_BY, FAILURES, FAMILY_SUMMARIES, LEARNING_RATE, SUMMARY_KEYS, UPDATES,
-                                     RunRecord)
+from hpcbench.results.schema import (
+    DETECTED_BY,
+    FAILURES,
+    FAMILY_SUMMARIES,
+    LEARNING_RATE,
+    SUMMARY_KEYS,
+    UPDATES,
+    RunRecord,
+)
 from hpcbench.telemetry.summary import time_to_target
-
 
 # Resolved configuration keys that never keep runs apart: the seed (repeats differ in it alone), where
 # the file went, the run's deadline, and values derived from the others and the worker count.

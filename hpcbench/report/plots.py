@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib.util
 import math
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from hpcbench.errors import UsageError
 from hpcbench.report.figures import PHASES, Figure

@@ -7,8 +7,9 @@ import dataclasses
 import io
 import math
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import tabulate as tabulate_module
 from tabulate import tabulate

@@ -4,9 +4,10 @@ the same runs. The ratios to all-reduce are the study's claim in miniature; whet
 them right is what lets its findings at 32 nodes stand."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tabulate import tabulate
 
@@ -35,8 +36,8 @@ OWNER = "reproduce"  # the cluster's --owner: one brought up by anyone else is n
 def run(s: Study, out: Path, preset: str, timeout: float) -> list[Point]:
     """Every algorithm of ``s`` at each rate; the cluster is brought up for it and taken down after (one
     someone else brought up is left as it is, and the study says so in one line)."""
-    from hpcbench.results.store import read_run
     from hpcbench.launch.emulated import bring_up, real_and_simulated, take_down
+    from hpcbench.results.store import read_run
     from hpcbench.runtime.sim.models import link_bandwidth
 
     # One evaluation: a payload has no accuracy, and each evaluation reads every worker's 4 MB model

@@ -12,11 +12,11 @@
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from hpcbench.algorithms.schedule import SCALINGS
-from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR, Cell, Verdict
+from hpcbench.reproduce.verdicts import UNCLEAR, Cell, Verdict
 from hpcbench.tuning.grid import Setting, Trial, choose
 
 SEQUENTIAL = ("asgd", 1)  # the single-worker reference: one asynchronous worker is sequential SGD

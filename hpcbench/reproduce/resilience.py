@@ -13,9 +13,9 @@ accuracy without failures minus with).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import mean
-from typing import Sequence
 
 import numpy as np
 

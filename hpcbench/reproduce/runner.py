@@ -9,20 +9,31 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from hpcbench.errors import UsageError
+from hpcbench.report.strict_json import dumps
 from hpcbench.reproduce import network as emulated_network
 from hpcbench.reproduce import report
-from hpcbench.reproduce.protocol import (SEQUENTIAL, ArmResult, CellKey, Recipe, arm_text, at_edge, candidates,
-                                         choose_recipe, overall, recipe_grid)
+from hpcbench.reproduce.protocol import (
+    SEQUENTIAL,
+    ArmResult,
+    CellKey,
+    Recipe,
+    arm_text,
+    at_edge,
+    candidates,
+    choose_recipe,
+    overall,
+    recipe_grid,
+)
 from hpcbench.reproduce.studies import PRESETS, Study, mpi_args, study
 from hpcbench.reproduce.verdicts import Cell
-from hpcbench.report.strict_json import dumps
 from hpcbench.results.store import result_status, step_cap_of
 from hpcbench.telemetry.progress import clock_text
 from hpcbench.tuning.execute import MODES, Job, run_jobs
@@ -89,8 +100,8 @@ def calibrate_compute(out_dir: Path, s: Study, preset: str, timeout: float) -> t
     """The jin study's compute model from a short real all-reduce run here: (simulate flags, what was found)."""
     import subprocess
 
-    from hpcbench.results.store import read_run
     from hpcbench.launch.local import run_ranks, why_failed
+    from hpcbench.results.store import read_run
     from hpcbench.runtime.sim.calibrate import calibrate
 
     path = out_dir / "calibration-allreduce-n2.h5"

@@ -8,8 +8,8 @@ sizes, grid points and seeds, a shorter budget) and ``toy`` (seconds, for tests)
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from hpcbench.errors import one_of
 from hpcbench.reproduce.protocol import MOMENTUM_ARM, OWN_LR, SCALING_ARMS, SHARED

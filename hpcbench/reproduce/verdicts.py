@@ -8,9 +8,9 @@ else "inconclusive". Every check says its numbers.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import mean
-from typing import Sequence
 
 HOLDS, FAILS, UNCLEAR = "holds", "does not hold", "inconclusive"
 

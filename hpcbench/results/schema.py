@@ -4,8 +4,9 @@ Bump SCHEMA_VERSION whenever a name or meaning changes; readers refuse newer maj
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -136,7 +137,7 @@ READ_COLUMNS = {"timeline": ("rank", "step", "phase", "t_start", "t_end"),
 OLD_STATUSES = ("running",)
 
 
-def undeclared(rec: "RunRecord") -> list[str]:
+def undeclared(rec: RunRecord) -> list[str]:
     """Names in ``rec`` that this module does not declare (a writer refuses such a record)."""
     found = [f"attribute {k}" for k in rec.attrs if k not in ROOT_ATTRS]
     found += [f"provenance {k}" for k in rec.provenance if k not in PROVENANCE_ATTRS + SIM_PROVENANCE_ATTRS]

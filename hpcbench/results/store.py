@@ -21,8 +21,20 @@ import numpy as np
 from hpcbench.errors import ResultWriteError, UsageError
 from hpcbench.memory import memory_bytes
 from hpcbench.results.paths import held, identity, mib, partial_name, publish, run_id
-from hpcbench.results.schema import (ATTR_TYPES, CONFIG_LEAST, MODES, PROVENANCE_PER_RANK, READ_COLUMNS, ROOT_ATTRS,
-                                     OLD_STATUSES, SCHEMA_VERSION, STATUSES, SUMMARY_COUNTS, RunRecord, undeclared)
+from hpcbench.results.schema import (
+    ATTR_TYPES,
+    CONFIG_LEAST,
+    MODES,
+    OLD_STATUSES,
+    PROVENANCE_PER_RANK,
+    READ_COLUMNS,
+    ROOT_ATTRS,
+    SCHEMA_VERSION,
+    STATUSES,
+    SUMMARY_COUNTS,
+    RunRecord,
+    undeclared,
+)
 
 STRING = h5py.string_dtype()
 CONFIG_MAX_CHARS = 1 << 20

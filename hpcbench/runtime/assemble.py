@@ -1,8 +1,8 @@
 """One run set-up from a validated plan, shared by the MPI session and the simulator."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

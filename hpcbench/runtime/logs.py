@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-
-from hpcbench.config import RunConfig
 from pathlib import Path
 
+from hpcbench.config import RunConfig
 from hpcbench.results.paths import NameHold, identity, run_id, sibling, utc_stamp
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from hpcbench.options import TABLES
 from hpcbench.results.schema import DETECTED_BY, FAILURES, UPDATES, RunRecord, family_of
 from hpcbench.runtime.assemble import Run
 from hpcbench.runtime.logs import RunLogs
-from hpcbench.telemetry.summary import family_summary, failure_summary, recovery_times, summarize
+from hpcbench.telemetry.summary import failure_summary, family_summary, recovery_times, summarize
 from hpcbench.telemetry.timeline import COLUMNS, OPS, PHASES, concat
 
 
@@ -37,7 +38,7 @@ class RankResult:
     cpu_end: float = math.nan
 
     def timed(self, start: float, end: float, timeline: Mapping[str, np.ndarray], warmup_s: float = 0.0,
-              cpu_s: float = math.nan, cpu_end: float = math.nan) -> "RankResult":
+              cpu_s: float = math.nan, cpu_end: float = math.nan) -> RankResult:
         """This placement with what the rank measured."""
         return dataclasses.replace(self, start=start, end=end, timeline=timeline, warmup_s=warmup_s, cpu_s=cpu_s,
                                    cpu_end=cpu_end)

@@ -7,9 +7,10 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from hpcbench.comm.probe import srun_mpi_flag
 from hpcbench.errors import UsageError

@@ -7,8 +7,8 @@ frees memory; cycles are collected when the run is over.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 @contextmanager

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Callable, Sequence, TextIO
+from collections.abc import Callable, Sequence
+from typing import TextIO
 
 REFRESH_S = 0.5
 FIRST_S, FIRST_SHARE = 10.0, 0.1

@@ -1,7 +1,7 @@
 """Run summary arithmetic from the timeline, evaluations and server log (pure functions)."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

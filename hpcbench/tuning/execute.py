@@ -11,9 +11,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from hpcbench.config import RunConfig, table_argv
 from hpcbench.launch.arguments import parse_run
@@ -34,7 +34,7 @@ class Job:
     label: str
 
     @classmethod
-    def of(cls, algo: str, workers: int, args: Sequence[str], path: Path, label: str) -> "Job":
+    def of(cls, algo: str, workers: int, args: Sequence[str], path: Path, label: str) -> Job:
         """From run options as a command line gives them (parsed once, here)."""
         cfg, sim = parse_run(["--algo", algo, *args], simulate=True)
         return cls(cfg.for_algo(algo).with_updates(out=str(path), overwrite=True), dataclasses.replace(sim, workers=workers),

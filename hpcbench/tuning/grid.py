@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import mean
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from hpcbench.config import toml_literal
 

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 
 from hpcbench.workload.compute import ComputeModel
 from hpcbench.workload.datasets import Dataset
-
 
 # Called with (k, vector) as soon as bucket k of ``vector`` holds its final gradient, in bucket order.
 Ready = Callable[[int, np.ndarray], None]

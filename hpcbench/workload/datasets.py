@@ -9,9 +9,9 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

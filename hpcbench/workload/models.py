@@ -3,8 +3,9 @@ only to build a network (``networks.py``, ``trainer.py``); ``shapes.py`` knows e
 without it."""
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from hpcbench.registry import Registry
 from hpcbench.workload.base import Workload

@@ -4,7 +4,7 @@ never its values, so it need not import torch (a second of a command). A test ho
 the built network."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -50,8 +50,9 @@ def main() -> None:
 
 def readable_slot(window) -> int:
     """The slot a reader of rank 0's window would copy now."""
-    from hpcbench.comm.mpi import COUNT_BITS, WORD, readable
     from mpi4py import MPI
+
+    from hpcbench.comm.windows import COUNT_BITS, WORD, readable
 
     words = np.empty(2, WORD)
     window.win.Get([words, MPI.INT64_T], 0, target=(0, 2, MPI.INT64_T))

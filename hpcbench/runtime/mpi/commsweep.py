@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Sequence
 
 import numpy as np
 from tabulate import tabulate

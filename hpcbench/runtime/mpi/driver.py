@@ -3,15 +3,37 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from hpcbench.algorithms.api import Program
 from hpcbench.algorithms.buckets import ready_fractions
-from hpcbench.algorithms.ops import (ALL_OPS, UNTIMED_OPS, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate,
-                                     Failures, FetchAdd, Gradient, Lost, Poll, Progress, Publish, Read, Record, Recv,
-                                     Send, Timestamp, Workers, handler_name)
+from hpcbench.algorithms.ops import (
+    ALL_OPS,
+    UNTIMED_OPS,
+    Accumulate,
+    Allreduce,
+    Barrier,
+    Compute,
+    Drain,
+    Evaluate,
+    Failures,
+    FetchAdd,
+    Gradient,
+    Lost,
+    Poll,
+    Progress,
+    Publish,
+    Read,
+    Record,
+    Recv,
+    Send,
+    Timestamp,
+    Workers,
+    handler_name,
+)
 from hpcbench.comm.transport import Shrunk, Transport
 from hpcbench.errors import WaitTimeout
 from hpcbench.runtime.logs import RunLogs
@@ -19,7 +41,6 @@ from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.telemetry.timeline import Timeline
 from hpcbench.workload.base import Workload
 from hpcbench.workload.sharding import BatchStream
-
 
 PROGRESS_NAP_S = 0.001  # a stretched or modeled compute with all-reduces under way tests them this often
 

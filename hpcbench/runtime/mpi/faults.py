@@ -8,7 +8,6 @@ from hpcbench.config import Fault, Faults
 from hpcbench.errors import InjectedFault
 from hpcbench.signals import deferring
 
-
 SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "term": signal.SIGTERM}
 
 

@@ -11,16 +11,27 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from hpcbench.algorithms.api import Layout, Program, role_of
 from hpcbench.comm.transport import Cluster
-from hpcbench.errors import (HpcbenchError, LauncherGone, PeerFailure, ResultWriteError, Stopped, TimeLimitPassed,
-                             UsageError, WaitTimeout, error_line, failure_status)
+from hpcbench.errors import (
+    HpcbenchError,
+    LauncherGone,
+    PeerFailure,
+    ResultWriteError,
+    Stopped,
+    TimeLimitPassed,
+    UsageError,
+    WaitTimeout,
+    error_line,
+    failure_status,
+)
 from hpcbench.results.paths import check_room
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble

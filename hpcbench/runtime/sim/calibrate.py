@@ -29,9 +29,9 @@ from hpcbench.comm.linkfit import LinkFit
 from hpcbench.config import RUN_KEYS, RunConfig, Stragglers, make_config, toml_literal
 from hpcbench.errors import UsageError
 from hpcbench.options import TABLES
+from hpcbench.options.sim import SimConfig
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime import plan
-from hpcbench.options.sim import SimConfig
 from hpcbench.runtime.sim.models import allreduce_terms, link_bandwidth
 from hpcbench.runtime.sim.session import simulated_record
 

@@ -22,26 +22,49 @@ import heapq
 import itertools
 import time
 from collections import deque
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from hpcbench.algorithms.api import Algorithm, Layout, role_of
 from hpcbench.algorithms.buckets import FLOAT_BYTES, overlapped_end, ready_fractions
-from hpcbench.algorithms.ops import (ALL_OPS, ANY, Accumulate, Allreduce, Barrier, Compute, Drain, Evaluate,
-                                     Failures, FetchAdd, Gradient, Lost, Poll, Progress, Publish, Read, Record, Recv,
-                                     Send, Timestamp, WATCHED, Workers, handler_name)
+from hpcbench.algorithms.ops import (
+    ALL_OPS,
+    ANY,
+    WATCHED,
+    Accumulate,
+    Allreduce,
+    Barrier,
+    Compute,
+    Drain,
+    Evaluate,
+    Failures,
+    FetchAdd,
+    Gradient,
+    Lost,
+    Poll,
+    Progress,
+    Publish,
+    Read,
+    Record,
+    Recv,
+    Send,
+    Timestamp,
+    Workers,
+    handler_name,
+)
 from hpcbench.bfloat16 import summed
 from hpcbench.comm.transport import message_bytes
 from hpcbench.errors import RuntimeFailure, TimeLimitPassed, undeclared_add, undeclared_size
+from hpcbench.options.sim import SimConfig
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.sim.links import Links, Versions, WindowLock
-from hpcbench.options.sim import SimConfig
 from hpcbench.runtime.sim.models import Draws, allreduce_s, barrier_s
-from hpcbench.workload.compute import ComputeModel
 from hpcbench.telemetry.progress import ProgressLine
 from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE, Timeline
+from hpcbench.workload.compute import ComputeModel
 
 BLOCKED = object()  # a handler's answer when the program must wait for an event
 EAGER_BYTES = 64 * 1024  # smaller messages go out eagerly: they cost time but hold no link
@@ -413,13 +436,13 @@ class Engine:
         return allreduce_s(self.modeled(self.float_bytes), len(self.members), self.cfg.alpha_s, self.cfg.bandwidth,
                            self.cfg.allreduce)
 
-    def fly(self, flight: "Flight") -> None:
+    def fly(self, flight: Flight) -> None:
         """A workers' collective under way until it lands: a member that dies before then makes it fail
         for every member (``land`` finds it)."""
         self.flights.append(flight)
         self.at(flight.landed, self.land, flight)
 
-    def land(self, flight: "Flight") -> None:
+    def land(self, flight: Flight) -> None:
         self.flights.remove(flight)
         if any(self.dead[a[0]] for a in flight.arrivals):
             self.failing.append(flight)
@@ -429,7 +452,7 @@ class Engine:
         else:
             self.gathered(flight)
 
-    def reduced(self, flight: "Flight") -> None:
+    def reduced(self, flight: Flight) -> None:
         results = [value.result() if isinstance(value, Pending) else value for *_, value in flight.arrivals]
         total = summed([result.grad for result in results])
         for (rank, t, done, _), result in zip(flight.arrivals, results):
@@ -441,7 +464,7 @@ class Engine:
                          "Allreduce")
             self.later(rank, self.updated(rank, max(done, flight.end)), result._replace(grad=total.copy()))
 
-    def gathered(self, flight: "Flight") -> None:
+    def gathered(self, flight: Flight) -> None:
         data = flight.arrivals[0][2]
         result = None if data is None else summed([part for _, _, part in flight.arrivals], flight.bf16)
         phase, name = ("wait", "Barrier") if data is None else ("communicate", "Allreduce")

@@ -21,7 +21,7 @@ import heapq
 import itertools
 import math
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 Schedule = Callable[..., None]  # at(t, action, *args)
 Done = Callable[[], None]

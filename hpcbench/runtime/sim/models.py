@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from hpcbench.options.sim import SimConfig
 from hpcbench.workload.compute import BLOCK
-
 
 
 class Draws:

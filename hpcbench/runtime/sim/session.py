@@ -11,18 +11,18 @@ from hpcbench.algorithms.api import PARAMETER_SERVER
 from hpcbench.algorithms.ops import Gradient
 from hpcbench.config import Faults
 from hpcbench.errors import TimeLimitPassed, UsageError
+from hpcbench.options.sim import SimConfig
 from hpcbench.results.paths import check_room
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
-from hpcbench.runtime.threads import set_threads
 from hpcbench.runtime.logs import RunLogs
+from hpcbench.runtime.output import ResultFile, expected_bytes, result_line
 from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.provenance import software
-from hpcbench.runtime.output import ResultFile, expected_bytes, result_line
 from hpcbench.runtime.record import RankResult, build_record
 from hpcbench.runtime.sim.engine import Engine, GradientFn, Pending
-from hpcbench.options.sim import SimConfig
 from hpcbench.runtime.sim.models import jitter, noise, shares
+from hpcbench.runtime.threads import set_threads
 from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.workload.compute import ComputeModel
 
