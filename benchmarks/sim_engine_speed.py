@@ -60,7 +60,8 @@ def programs_only_s(workers: int, steps: int) -> tuple[int, float]:
     from collections import deque
 
     from hpcbench.algorithms.ops import Compute, Evaluate, Gradient, Progress, Publish, Read, Record, Recv, Send
-    from hpcbench.cli import build_parser, configs_from_args
+    from hpcbench.cli import build_parser
+    from hpcbench.launch.arguments import configs_from_args
     from hpcbench.runtime.assemble import assemble
     from hpcbench.runtime.plan import validate
     from hpcbench.runtime.sim.session import STAND_IN_FLOATS

@@ -205,12 +205,12 @@ def test_hpcbench_max_steps_caps_every_run_and_says_so(tmp_path, monkeypatch):
     ("tune", "tune run again keeps the finished runs"),
 ])
 def test_ctrl_c_says_what_running_the_command_again_does(monkeypatch, command, then):
-    import hpcbench.cli
+    import importlib
 
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(hpcbench.cli, f"cmd_{command}", interrupted)
+    monkeypatch.setattr(importlib.import_module(f"hpcbench.commands.{command}"), "run", interrupted)
     argv = {"demo": ["demo"], "tune": ["tune", "--algo", "asgd", "--workers", "2", "--lr", "0.1", "--out-dir", "x"]}
     code, _, err = cli(*argv[command])
     assert code == 130 and err == f"hpcbench: stopped by Ctrl-C during {command}; {then}\n"

@@ -1,6 +1,7 @@
 """The layering rules, read from the source: who may import what (lazy imports inside functions
 count), and that the CLI starts without torch, mpi4py or h5py."""
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,25 +71,35 @@ def package_graph() -> dict[str, set[str]]:
             for p in PACKAGE.rglob("*.py")}
 
 
-# The layers, lowest first: a module imports only from its own layer and those below. The run path
-# reads top to bottom: the shared core of a run, then its two drivers (which never import each
-# other), then what launches runs, then the studies, then the commands.
-LAYERS = (
-    ("hpcbench", "hpcbench.errors", "hpcbench.memory", "hpcbench.registry", "hpcbench.signals"),
-    ("hpcbench.algorithms", "hpcbench.results", "hpcbench.workload", "hpcbench.telemetry", "hpcbench.comm"),
-    ("hpcbench.options", "hpcbench.config", "hpcbench.report"),
-    ("hpcbench.runtime",),
-    ("hpcbench.runtime.mpi", "hpcbench.runtime.sim"),
-    ("hpcbench.launch", "hpcbench.slurm"),
-    ("hpcbench.tuning", "hpcbench.reproduce"),
-    ("hpcbench.listing", "hpcbench.cli", "hpcbench.__main__"),
-)
+DESIGN = PACKAGE.parent / "docs" / "design.md"
+
+
+def design_layers(text: str) -> tuple[tuple[str, ...], ...]:
+    """The layers as docs/design.md lists them, lowest first: each line of its Layers block that names
+    parts of the package (``algorithms/``, ``errors.py, memory.py``) is one layer, in that order."""
+    block = text.split("## Layers", 1)[1].split("```", 2)[1]
+    layers = []
+    for line in block.splitlines():
+        names = re.match(r"^  ([a-z0-9_/.]+(?:, [a-z0-9_/.]+)*)(?:\s{2,}|$)", line)
+        if names:
+            layers.append(tuple(module_of_entry(entry) for entry in names.group(1).split(", ")))
+    return tuple(layers)
+
+
+def module_of_entry(entry: str) -> str:
+    """``algorithms/`` → hpcbench.algorithms, ``results/schema.py`` → hpcbench.results.schema,
+    ``__init__.py`` → hpcbench (the package's own module, and only it)."""
+    name = entry.rstrip("/").removesuffix(".py").replace("/", ".")
+    return "hpcbench" if name == "__init__" else f"hpcbench.{name}"
+
+
+LAYERS = design_layers(DESIGN.read_text(encoding="utf-8"))
 SIBLINGS = ("hpcbench.runtime.mpi", "hpcbench.runtime.sim")  # the two drivers share only the core
 
 
-def part_of(module: str) -> str:
+def part_of(module: str, layers: tuple[tuple[str, ...], ...] = LAYERS) -> str:
     """The layer entry a module belongs to: the longest one it is within ("" for none)."""
-    return max((p for layer in LAYERS for p in layer if within(module, p) or (p == "hpcbench" and module == p)),
+    return max((p for layer in layers for p in layer if within(module, p) and (p != "hpcbench" or module == p)),
                key=len, default="")
 
 
@@ -167,9 +178,32 @@ def test_the_package_keeps_its_import_rules():
 
 def test_every_module_has_a_layer_and_no_import_goes_up_or_round():
     graph = package_graph()
-    assert [m for m in graph if not part_of(m)] == []
+    assert unlayered(graph) == []
     assert layering(graph) == []
     assert cycles(graph) == []
+
+
+def unlayered(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(m for m in graph if not part_of(m))
+
+
+def test_a_module_of_a_part_the_design_does_not_list_has_no_layer():
+    """The package's own module is a layer entry of its own, not a fallback for every module."""
+    graph = {"hpcbench": set(), "hpcbench.errors": set(), "hpcbench.plugins.loader": set(),
+             "hpcbench.results.schema": set(), "hpcbench.results.store": set()}
+    assert unlayered(graph) == ["hpcbench.plugins.loader"]
+    assert part_of("hpcbench.results.schema") == "hpcbench.results.schema"  # its own, lower layer
+    assert part_of("hpcbench.results.store") == "hpcbench.results"
+
+
+def test_the_layers_are_the_lines_of_the_design_in_their_order():
+    text = ("## Layers\n\n```\nhpcbench/\n  __init__.py, errors.py\n                    the version\n"
+            "  results/schema.py\n                    the contract\n  algorithms/       pure programs: ops,\n"
+            "                    frames, rules\n  tuning/, reproduce/   studies\njobs/slurm/         run.sbatch\n```\n")
+    assert design_layers(text) == (("hpcbench", "hpcbench.errors"), ("hpcbench.results.schema",),
+                                   ("hpcbench.algorithms",), ("hpcbench.tuning", "hpcbench.reproduce"))
+    assert LAYERS[0][:2] == ("hpcbench", "hpcbench.errors") and "hpcbench.cli" in LAYERS[-1]
+    assert LAYERS.index(("hpcbench.algorithms",)) < LAYERS.index(("hpcbench.results",))  # the design's order
 
 
 def test_an_import_up_the_layers_or_between_the_drivers_is_found():

@@ -1,0 +1,37 @@
+"""hpcbench reproduce: a published finding tested: runs, report, verdict."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from hpcbench.commands.values import at_least, seconds
+
+
+def add(sub: Any) -> None:
+    p = sub.add_parser("reproduce", help="test a published finding: gap-aware | jin | sgp | diloco | resilience "
+                                              "(runs, report, verdict)")
+    p.add_argument("study", metavar="STUDY", help="gap-aware | jin | sgp | diloco | resilience")
+    p.add_argument("--out-dir", required=True, help="where the result files, report.md, the plot and verdict.json go")
+    p.add_argument("--quick", action="store_true", help="fewer sizes, grid points and seeds, a shorter budget "
+                   "(minutes on 2 cores)")
+    p.add_argument("--preset", default="full", choices=("full", "quick", "toy"), help="study size (default full; "
+                   "toy: seconds, for tests)")
+    p.add_argument("--mode", default="sim", choices=("sim", "mpi"), help="simulator (default) or real MPI runs here")
+    p.add_argument("--max-ranks", type=at_least(2), default=9, help="with --mode mpi: the largest world size run (default 9)")
+    p.add_argument("--emulated", action="store_true", help="sgp with --mode mpi: also all-reduce, sgp and osgp "
+                   "across emulated nodes at 1 Gbit/s and 100 Mbit/s, beside the simulator (root)")
+    p.add_argument("--timeout", type=seconds, default=1800.0, help="seconds allowed per run")
+    p.add_argument("--jobs", type=int, default=0, help="simulated runs at a time (default: the cores here, "
+                   "one for --preset toy; real runs go one at a time)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hpcbench.reproduce.runner import reproduce
+    from hpcbench.tuning.execute import jobs_or_cores
+
+    preset = "quick" if args.quick else args.preset
+    # A toy run is shorter than a process start-up: one at a time, in this process (4x faster here).
+    jobs = 1 if preset == "toy" and not args.jobs else jobs_or_cores(args.jobs)
+    return reproduce(args.study, args.out_dir, preset, args.mode, args.max_ranks, args.timeout, jobs, args.emulated)
+
