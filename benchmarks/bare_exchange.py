@@ -11,7 +11,8 @@ one message (bytes / rate):
 Each in lockstep (a barrier before every exchange) and free-running (each rank goes on as soon as
 its own messages are done, as SGP's workers do). An α–β model with full-duplex links gives every
 case the same time; the shifted pattern free-running is unstable (sends complete at once, so a rank
-ahead shares its peer's link with the message the peer needs now) and drifts apart from small noise. Run across the emulated cluster:
+ahead shares its peer's link with the message the peer needs now) and drifts apart from small noise. Run across the
+emulated cluster:
     jobs/local/mpiexec-emulated -n 8 python benchmarks/bare_exchange.py --rate 100mbit
 """
 import argparse
@@ -66,7 +67,8 @@ def main() -> None:
                 median, sd = statistics.median(each), statistics.stdev(each)
                 ideal = f"; bytes / rate {1e3 * args.message / rate:.1f} ms" if rate else ""
                 print(f"{pattern}, {'in lockstep' if lockstep else 'free-running'}: {comm.size} ranks, "
-                      f"{args.message} B: median exchange {1e3 * median:.1f} ms (sd {1e3 * sd:.1f}, cv {sd / median:.2f}), "
+                      f"{args.message} B: median exchange {1e3 * median:.1f} ms (sd {1e3 * sd:.1f}, cv "
+                      f"{sd / median:.2f}), "
                       f"{1e3 * elapsed / args.steps:.1f} ms an exchange overall{ideal}")
 
 

@@ -38,13 +38,13 @@ def said(proc: subprocess.CompletedProcess) -> str:
     """The line a user sees: hpcbench's last error line, else its result line, else the MPI
     launcher's last word (a rank killed outright leaves hpcbench no time to speak)."""
     everything = proc.stderr + proc.stdout
-    lines = [l for l in everything.splitlines() if l.startswith("hpcbench: error") or " -> " in l]
+    lines = [line for line in everything.splitlines() if line.startswith("hpcbench: error") or " -> " in line]
     if lines:
         text = lines[-1]
     elif "BAD TERMINATION" in everything:
         text = "(mpiexec's BAD TERMINATION banner only)"
     else:
-        others = [l.strip() for l in proc.stderr.splitlines() if l.strip() and "warning" not in l]
+        others = [line.strip() for line in proc.stderr.splitlines() if line.strip() and "warning" not in line]
         text = others[-1] if others else "(nothing)"
     return text if len(text) < 110 else text[:107] + "..."
 
@@ -52,7 +52,8 @@ def said(proc: subprocess.CompletedProcess) -> str:
 def case(algo: str, fault: str, ranks: int, timeout: float, out_dir: Path) -> list[str]:
     out = out_dir / f"{algo}-{fault}.h5"
     steps = "20" if fault.endswith(("setup", "gather", "final")) or fault == "slow" else "100000"
-    args = ["run", "--algo", algo, "--steps", steps, "--set", f"fault={FAULTS[fault]}", "--set", f"timeout_s={timeout:g}",
+    args = ["run", "--algo", algo, "--steps", steps, "--set", f"fault={FAULTS[fault]}", "--set",
+            f"timeout_s={timeout:g}",
             "--set", "flush_s=1", "--out", str(out)]
     t0 = time.monotonic()
     try:
@@ -93,7 +94,8 @@ def main() -> int:
                                   "what the user saw", ""], tablefmt=args.format))
     hangs = sum(r[-1] == "HANG" for r in rows)
     false_ok = sum(r[4] == "ok" and r[1] != "slow" for r in rows)
-    print(f"\n{len(rows)} cases, {hangs} past timeout_s + 10 s, {false_ok} files saying ok for a run that did not finish")
+    print(f"\n{len(rows)} cases, {hangs} past timeout_s + 10 s, {false_ok} files saying ok for a run that did not "
+          f"finish")
     return 1 if hangs or false_ok else 0
 
 

@@ -5,7 +5,8 @@ shares (processor sharing) finish all K together after K message times; first co
 one after another at 1, 2, ..., K. Printed beside them: the share of the link the first to finish
 would need to have had, in a model where the j-th gets a weight ((1 - s) / s)^j, nearest the mean
 measured times (0.5: equal shares); the simulator's ``sim.share_cv`` is chosen so that random
-weights give the first of two that share on average (0.3: 58%). Run across the emulated cluster (rank 0 on a node of its own, one peer per node):
+weights give the first of two that share on average (0.3: 58%). Run across the emulated cluster (rank 0 on a node of
+its own, one peer per node):
     jobs/local/mpiexec-emulated -n 5 python benchmarks/link_sharing.py --rate 20mbit --peers 1,2,4
 """
 import argparse
@@ -63,11 +64,14 @@ def main() -> None:
         if comm.rank == 0:
             mean = np.mean(rounds, axis=0) / unit
             grid = np.round(np.arange(0.5, 0.99, 0.01), 2)
-            best = min(grid, key=lambda s: float(np.sum((np.array(ordered_times(k, s)) - mean) ** 2))) if k > 1 else float("nan")
+            best = (min(grid, key=lambda s: float(np.sum((np.array(ordered_times(k, s)) - mean) ** 2))) if k > 1
+                    else float("nan"))
             print(f"{args.rate} {args.bytes} B, {k} peer(s): finishing, in message times ({unit * 1e3:.0f} ms): "
                   + " ".join(f"{x:.2f}" for x in mean)
-                  + f" (spread of the first {np.min(rounds, axis=0)[0] / unit:.2f}-{np.max(rounds, axis=0)[0] / unit:.2f})"
-                  + (f"; nearest share of the first {best:.2f} (model {' '.join(f'{x:.2f}' for x in ordered_times(k, best))})"
+                  + f" (spread of the first "
+                    f"{np.min(rounds, axis=0)[0] / unit:.2f}-{np.max(rounds, axis=0)[0] / unit:.2f})"
+                  + (f"; nearest share of the first {best:.2f} (model "
+                     f"{' '.join(f'{x:.2f}' for x in ordered_times(k, best))})"
                      if k > 1 else ""), flush=True)
     win.Free()
 

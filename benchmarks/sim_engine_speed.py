@@ -127,7 +127,8 @@ def main() -> None:
     ours = updates / statistics.median(engines)
     theirs = statistics.median(simpy_rates)
     print(f"{args.workers} workers, {updates} asgd updates, numerics off, {args.rounds} rounds (median, min-max)")
-    print(f"  hpcbench simulate, whole command: {statistics.median(totals):.1f} s ({min(totals):.1f}-{max(totals):.1f})")
+    print(f"  hpcbench simulate, whole command: {statistics.median(totals):.1f} s "
+          f"({min(totals):.1f}-{max(totals):.1f})")
     print(f"  hpcbench engine: {statistics.median(engines):.1f} s = {ours:,.0f} updates/s")
     print(f"  minimal SimPy model of the same system: {theirs:,.0f} updates/s")
     print(f"  ratio hpcbench / SimPy: {ours / theirs:.2f}")

@@ -8,8 +8,10 @@ simulated / real for both (1.00 = the simulator predicts the real network exactl
 (the links' spread, as `bare_exchange.py` measures it), also simulated, and calibrated, with that
 noise. "Reads together": how much of the workers' communication overlaps another worker's (1: convoys
 that read and send at once; see ``together``). One evaluation a run (a payload has no accuracy; the
-reads of the workers' models an evaluation makes come after training, outside samples/s). One rank per node. Needs root (it brings the emulated cluster up and
-takes it down; one someone else brought up is left as it is, and the benchmark stops in one line). Run by hand, on an otherwise idle machine:
+reads of the workers' models an evaluation makes come after training, outside samples/s). One rank per node. Needs root
+(it brings the emulated cluster up and
+takes it down; one someone else brought up is left as it is, and the benchmark stops in one line). Run by hand, on an
+otherwise idle machine:
     python benchmarks/sim_fidelity.py --ranks 4,8 --rates 1gbit,100mbit --params 250000 --keep fidelity/
 and after a change to the simulator, without running anything for real again:
     python benchmarks/sim_fidelity.py --ranks 4,8 --rates 1gbit,100mbit --params 250000 --keep fidelity/ --resimulate
@@ -89,7 +91,8 @@ def point(keep: Path, rate: str, world: int, params: int, algo: str, args: argpa
 
     noisy = noisy_cal = "-"
     if args.noise > 0:
-        failure = simulate_like(algo, world, run_args, bandwidth, out.with_suffix(".noise.h5"), args.timeout, args.noise)
+        failure = simulate_like(algo, world, run_args, bandwidth, out.with_suffix(".noise.h5"), args.timeout,
+                                args.noise)
         noisy = failure or ratio(read_run(out.with_suffix(".noise.h5")).summary)
         noisy_cal = ratio(calibrated(pair.real, out.with_suffix(".calibrated-noise.h5"), args.noise))
     return row + [f"{real['samples_per_s']:.0f}", f"{1e3 * real['median_step_s']:.1f}", ratio(sim),
@@ -138,7 +141,8 @@ def main() -> None:
                     take_down("sim_fidelity")
     print()
     print(tabulate(rows, headers=["rate", "ranks", "floats", "algorithm", "samples/s", "step ms", "sim/real samples/s",
-                                  "sim/real step", "with noise", "calibrated sim/real samples/s", "calibrated with noise",
+                                  "sim/real step", "with noise", "calibrated sim/real samples/s", "calibrated with "
+                                                                                                  "noise",
                                   "reads together real / sim"]))
 
 

@@ -44,11 +44,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
     cores = os.cpu_count() or 1
-    settings = {"default": []} | {f"threads={n}": ["--set", f"threads={n}"] for n in sorted({1, 2, cores}) if n <= cores}
+    settings = {"default": []} | {f"threads={n}": ["--set", f"threads={n}"] for n in sorted({1, 2,
+                                                                                             cores}) if n <= cores}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for condition in ("idle", "busy"):
-            spinners = [multiprocessing.Process(target=spin, daemon=True) for _ in range(cores if condition == "busy" else 0)]
+            spinners = [multiprocessing.Process(target=spin,
+                                                daemon=True) for _ in range(cores if condition == "busy" else 0)]
             for s in spinners:
                 s.start()
             try:

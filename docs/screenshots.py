@@ -37,7 +37,8 @@ def main() -> None:
         for algo in ALGORITHMS:
             for workers in WORKERS:
                 for seed in SEEDS:
-                    hpcbench("simulate", "--algo", algo, "--workers", str(workers), "--epochs", "4", "--seed", str(seed),
+                    hpcbench("simulate", "--algo", algo, "--workers", str(workers), "--epochs", "4", "--seed",
+                             str(seed),
                              "--set", "threads=1", "--out", str(study / f"{algo}-w{workers}-s{seed}.h5"))
         page = Path(tmp) / "report.html"
         page.write_text(hpcbench("report", str(study), "--format", "html", "--target", "0.85"))

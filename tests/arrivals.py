@@ -47,7 +47,7 @@ def serve(name: str, arrivals: list[Arrival], *, size: int, workers: int, lr: fl
                     weight_decay=wd, warmup_epochs=0.0, options={name: options or {}})
     algo_cls = ALGORITHMS.get(name)
     x0 = np.random.default_rng(0).normal(size=size).astype(np.float32)
-    algo = algo_cls(plan.make_context(cfg, algo_cls, workers, x0, train_size=10**9))
+    algo = algo_cls(plan.make_context(plan.validate(cfg), workers, x0, train_size=10**9))
     frame = algo.params_frame
     published = {0: frame.view(algo.layout().windows["params"].initial, "params").copy()}
     logs: dict[str, list[Any]] = {"updates": [], "late": [], "echoes": []}

@@ -51,7 +51,7 @@ def run_quadratic(name: str, workers: int, steps: int, options: dict | None = No
     cfg = RunConfig(algo=name, steps=steps, lr=lr, warmup_epochs=0.0, momentum=momentum, nesterov=nesterov,
                     evals=evals, options={name: options or {}})
     algo_cls = ALGORITHMS.get(name)
-    algo = algo_cls(plan.make_context(cfg, algo_cls, workers, x0, train_size=10**9))
+    algo = algo_cls(plan.make_context(plan.validate(cfg), workers, x0, train_size=10**9))
     layout = algo.layout()
     sim = SimConfig(workers=workers, apply_s=0.0, update_s=0.0, compute_shape=1e12, compute_mean_s=1.0,
                     alpha_s=0.0, bandwidth=1e30, detect_s=detect_s)

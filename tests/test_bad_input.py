@@ -22,14 +22,14 @@ def refused_here(capsys, argv, out, message):
 
     capsys.readouterr()
     code = main(argv)
-    err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and len(err) == 1 and message in err[0], (code, err)
     if out is not None:
         assert not any(out.parent.glob(out.name + "*"))
 
 
 def refused(proc, out, message):
-    lines = [l for l in own_lines(proc.stderr) if "warning" not in l]  # (not the launcher's notices)
+    lines = [line for line in own_lines(proc.stderr) if "warning" not in line]  # (not the launcher's notices)
     assert proc.returncode == 2, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     assert len(lines) == 1, proc.stderr
     assert message in lines[0], lines[0]
@@ -75,7 +75,8 @@ def test_a_budget_too_large_to_count_is_refused_on_every_rank(tmp_path, args):
 
 # Checked on every rank once data and model are loaded, and agreed before the first step.
 @pytest.mark.parametrize("args, message", [
-    (["--batch-size", "100000000"], "batch size 100000000 is larger than a worker's shard (718 of the 1437 training samples of digits"),
+    (["--batch-size", "100000000"], "batch size 100000000 is larger than a worker's shard (718 of the 1437 training "
+                                    "samples of digits"),
     (["--batch-size", "719"], "batch size 719 is larger than a worker's shard"),
     (["--set", "threads=100000"], "threads = 100000 is more than the"),
     (["--algo", "ga-asgd", "--set", "ga-asgd.history=-1"], "ga-asgd.history must be between 0 and 8192 versions"),
@@ -220,12 +221,14 @@ def test_reproduce_across_emulated_nodes_is_the_sgp_study_in_real_runs(tmp_path,
 
 # Inputs that once got through: a traceback, or nonsense run silently. Each is one line and exit 2.
 @pytest.mark.parametrize("argv, message", [
-    (["simulate", "--algo", "asgd", "--seed", str(10**23)], "seed must be in [0, 9,223,372,036,854,775,807], got 1" + "0" * 23),
+    (["simulate", "--algo", "asgd", "--seed", str(10**23)],
+     "seed must be in [0, 9,223,372,036,854,775,807], got 1" + "0" * 23),
     (["simulate", "--algo", "ga-asgd", "--set", "ga-asgd.history=1000000000"],
      "ga-asgd.history must be between 0 and 8192 versions"),
     (["simulate", "--algo", "asgd", "--out", "/tmp/" + "a" * 300 + ".h5"], "File name too long"),
     (["simulate", "--algo", "asgd", "--heterogeneity", "1e300"], "sim.heterogeneity must be in [0, 10], got 1e+300"),
-    (["simulate", "--algo", "asgd", "--set", "lr_decay_epochs=[-5, 3]"], "lr_decay_epochs must be >= 0 epochs, got [-5.0, 3.0]"),
+    (["simulate", "--algo", "asgd", "--set", "lr_decay_epochs=[-5, 3]"], "lr_decay_epochs must be >= 0 epochs, got "
+                                                                         "[-5.0, 3.0]"),
     (["simulate", "--algo", "asgd", "--set", "lr_decay_epochs=[60, 30]"], "in increasing order, got [60.0, 30.0]"),
     (["simulate", "--algo", "asgd", "--set", "fault=stop:1@2"], "a simulation kills workers during training"),
     (["simulate", "--algo", "asgd", "--data-dir", "/tmp"], "--data-dir goes with a dataset read from files (cifar10)"),
@@ -233,17 +236,22 @@ def test_reproduce_across_emulated_nodes_is_the_sgp_study_in_real_runs(tmp_path,
     (["run", "--algo", "asgd", "--dry-run", "--workers", "2", "--set", "sim.noise=0.1"],
      "sim.noise: simulate's options (its virtual cluster); a real run takes none"),
     (["run", "--algo", "asgd", "--dry-run", "--workers", "2", "--out", "results/"], "ends with '/'"),
-    (["sweep", "--algos", "asgd", "--nodes", "2", "--out-dir", "x", "--repeats", "0"], "--repeats: '0' is not a whole number >= 1"),
-    (["sweep", "--algos", "asgd", "--nodes", "2", "--out-dir", "x", "--time", "abc"], "--time: 'abc' is not a Slurm time"),
+    (["sweep", "--algos", "asgd", "--nodes", "2", "--out-dir", "x", "--repeats", "0"], "--repeats: '0' is not a whole "
+                                                                                       "number >= 1"),
+    (["sweep", "--algos", "asgd", "--nodes", "2", "--out-dir", "x", "--time", "abc"], "--time: 'abc' is not a Slurm "
+                                                                                      "time"),
     (["sweep", "--algos", "asgd", "--nodes", "2", "--out-dir", "x", "--cpus-per-task", "-1"],
      "--cpus-per-task: '-1' is not a whole number >= 1"),
-    (["sweep", "--local", "--algos", "asgd", "--out-dir", "x", "--timeout", "nan"], "--timeout: 'nan' is not a number of seconds > 0"),
-    (["sweep", "--local", "--algos", "asgd", "--out-dir", "x", "--timeout", "-5"], "--timeout: '-5' is not a number of seconds > 0"),
+    (["sweep", "--local", "--algos", "asgd", "--out-dir", "x", "--timeout", "nan"], "--timeout: 'nan' is not a number "
+                                                                                    "of seconds > 0"),
+    (["sweep", "--local", "--algos", "asgd", "--out-dir", "x", "--timeout", "-5"], "--timeout: '-5' is not a number "
+                                                                                   "of seconds > 0"),
     (["sweep", "--local", "--algos", "asgd", "--out-dir", "x", "--jobs", "-1"],
      "--jobs must be >= 1 (0: as many runs as fit in the cores here), got -1"),
     (["sweep", "--algos", "asgd", "--nodes", "2", "--out-dir", "x", "--jobs", "2"],
      "--jobs is how many runs of a local sweep run at a time: give --local too"),
-    (["reproduce", "gap-aware", "--out-dir", "x", "--timeout", "nan"], "--timeout: 'nan' is not a number of seconds > 0"),
+    (["reproduce", "gap-aware", "--out-dir", "x", "--timeout", "nan"], "--timeout: 'nan' is not a number of seconds > "
+                                                                       "0"),
     (["report", "results", "--target", "2"], "--target: '2' is not an accuracy in (0, 1]"),
     (["report", "results", "--target", "nan"], "--target: 'nan' is not an accuracy in (0, 1]"),
     (["diff", "a", "b", "--fail-above", "nan"], "--fail-above: 'nan' is not a percentage >= 0"),

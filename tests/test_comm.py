@@ -88,7 +88,8 @@ def test_a_real_sweep_is_written_read_back_and_taken_by_simulate_and_calibrate(t
         assert r.time_s == pytest.approx(seconds.mean()) and r.min_s == pytest.approx(seconds.min())
         assert r.algbw == pytest.approx(r.bytes / r.time_s)
         assert r.busbw == pytest.approx(r.algbw * (4 / 3 if r.op == "allreduce" else 1))
-        assert r.link == ("all" if r.op == "allreduce" else "intra-node") and r.peer == (-1 if r.op == "allreduce" else 1)
+        assert r.link == ("all" if r.op == "allreduce" else "intra-node")
+        assert r.peer == (-1 if r.op == "allreduce" else 1)
     (fit,) = data.fits
     assert fit.link == "intra-node" and fit.op == "sendrecv" and fit.sizes == len(sizes)
     assert fit.alpha_s >= 0 and fit.bandwidth > 0 and fit.noise >= 0

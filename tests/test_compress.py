@@ -31,7 +31,8 @@ def test_a_bf16_sum_is_the_rounded_float_sum():
     np.testing.assert_array_equal(from_bf16(add_bf16(to_bf16(a), to_bf16(b))), [1.0, 256.0, 0.0])
 
 
-def means(kind: str, vectors: list[list[np.ndarray]], bounds=(0,), shapes=None, sent=None, **options) -> list[np.ndarray]:
+def means(kind: str, vectors: list[list[np.ndarray]], bounds=(0,), shapes=None, sent=None,
+          **options) -> list[np.ndarray]:
     """Every worker's Compressor averaging vectors[step][worker], its all-reduces answered by summing
     the workers' parts in their own type; → each step's results (checked identical on every worker).
     ``sent``: a list to receive, per step, each all-reduce's (dtype, size, bf16) of worker 1."""
@@ -170,7 +171,8 @@ def test_powersgd_at_the_matrices_rank_is_the_plain_mean():
     rng = np.random.default_rng(3)
     u = rng.standard_normal((32, 2)).astype(np.float32)
     base = [rng.standard_normal((2, 24)) for _ in range(4)]
-    steps = [[(u @ (b + 0.3 * rng.standard_normal((2, 24)))).astype(np.float32).ravel() for b in base] for _ in range(6)]
+    steps = [[(u @ (b + 0.3 * rng.standard_normal((2,
+                                                   24)))).astype(np.float32).ravel() for b in base] for _ in range(6)]
     shapes = [(32, 24)]
     for g, parts in zip(means("powersgd", steps, shapes=shapes, powersgd_rank=2, powersgd_start=0), steps):
         np.testing.assert_allclose(g, np.mean(parts, axis=0), rtol=1e-5, atol=1e-5)
@@ -249,7 +251,8 @@ def test_compressed_runs_under_mpi_end_where_the_simulator_does_and_move_fewer_b
         np.testing.assert_allclose(real.final_params, sim.final_params, rtol=1e-4, atol=1e-5, err_msg=name)
         assert real.summary["bytes_per_sample"] == _pytest.approx(sim.summary["bytes_per_sample"], rel=1e-9), name
         code = list(real.ops).index("Allreduce")
-        moved[name] = (int(real.timeline["nbytes"][real.timeline["op"] == code].sum()), real.summary["bytes_per_sample"])
+        moved[name] = (int(real.timeline["nbytes"][real.timeline["op"] == code].sum()),
+                       real.summary["bytes_per_sample"])
     samples = 12 * 2 * 16
     (plain, plain_per), (half, half_per) = moved["none"], moved["fp16"]
     assert half * 2 == plain and moved["bf16"] == moved["fp16"]  # 2 bytes a number instead of 4

@@ -49,7 +49,7 @@ def test_a_toml_literal_reads_back_as_the_same_value(value):
 def test_algorithm_option_tables_from_toml_and_set():
     cfg = config({"ga-asgd": {"beta": 0.99}}, sets=["ga-asgd.history=50"])
     assert cfg.options == {"ga-asgd": {"beta": 0.99, "history": 50}}
-    opts = plan.options_for(cfg.with_updates(algo="ga-asgd"), ALGORITHMS.get("ga-asgd"))
+    opts = plan.validate(cfg.with_updates(algo="ga-asgd")).options
     assert opts.beta == 0.99 and opts.history == 50 and opts.eps == 1e-8
 
 
@@ -190,14 +190,15 @@ def test_payload_and_teacher_options_are_checked_where_they_belong(run, options,
 
 def test_the_budget_and_evaluation_interval_at_their_edges():
     cfg = RunConfig(algo="asgd", batch_size=1, steps=2**53, evals=20)
-    algo = ALGORITHMS.get("asgd")
-    ctx = plan.make_context(cfg, algo, 1, np.zeros(2, np.float32), train_size=100)  # 2^53 samples: exact, allowed
+    ctx = plan.make_context(plan.validate(cfg), 1, np.zeros(2, np.float32),
+                            train_size=100)  # 2^53 samples: exact, allowed
     assert ctx.budget == 2**53
     with pytest.raises(UsageError) as refused:
-        plan.make_context(cfg.with_updates(steps=2**53 + 2), algo, 1, np.zeros(2, np.float32), train_size=100)
+        plan.make_context(plan.validate(cfg.with_updates(steps=2**53 + 2)), 1, np.zeros(2, np.float32), train_size=100)
     assert str(refused.value) == ("a budget of 9.01e+15 samples (9.01e+15 steps per worker x 1 workers x batch 1) "
                                   "cannot be counted exactly (at most 2^53) nor run; lower --steps or --epochs")
-    tiny = plan.make_context(cfg.with_updates(steps=3, evals=20), algo, 2, np.zeros(2, np.float32), train_size=100)
+    tiny = plan.make_context(plan.validate(cfg.with_updates(steps=3, evals=20)), 2, np.zeros(2, np.float32),
+                             train_size=100)
     assert tiny.eval_every == 1  # more evaluations than samples: one per sample
 
 

@@ -184,7 +184,8 @@ def test_a_network_sweep_across_nodes_fits_the_rate_of_the_links(nodes, tmp_path
 
 def test_reproduce_sgp_sets_real_ratios_across_emulated_nodes_beside_the_simulator(nodes, tmp_path):
     out = tmp_path / "sgp"
-    argv = [sys.executable, "-m", "hpcbench", "reproduce", "sgp", "--preset", "toy", "--mode", "mpi", "--max-ranks", "3",
+    argv = [sys.executable, "-m", "hpcbench", "reproduce", "sgp", "--preset", "toy", "--mode", "mpi", "--max-ranks",
+            "3",
             "--emulated", "--out-dir", str(out)]
     mine = subprocess.run(argv, capture_output=True, text=True, timeout=120)  # someone else's cluster is up
     assert mine.returncode == 2 and "owner 'user''s: it is left as it is" in mine.stderr, mine.stderr

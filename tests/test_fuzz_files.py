@@ -117,7 +117,8 @@ def test_every_reader_reports_or_refuses_in_one_line_whatever_a_file_holds(mutat
         shutil.copy(good_file(), fine)
         mutate(bad, mutation)
         for argv in (["report", tmp], ["report", tmp, "--format", "json"], ["diff", str(fine), str(bad)],
-                     ["check", str(bad), "--reference", str(good_file().with_suffix(".toml"))], ["trace", str(bad), "-o", f"{tmp}/t.json"],
+                     ["check", str(bad), "--reference", str(good_file().with_suffix(".toml"))], ["trace", str(bad),
+                                                                                                 "-o", f"{tmp}/t.json"],
                      ["calibrate", str(bad)]):
             code, err = quietly(argv)
             lines = [line for line in err.splitlines() if line.strip()]
@@ -180,7 +181,8 @@ def test_each_known_bad_file_is_one_line_naming_what_is_wrong_for_every_reader(n
     with h5py.File(bad, "r+") as f:
         change(f)
     reference = str(good_file().with_suffix(".toml"))
-    for argv in (["report", str(tmp_path)], ["diff", str(fine), str(bad)], ["check", str(bad), "--reference", reference],
+    for argv in (["report", str(tmp_path)], ["diff", str(fine), str(bad)], ["check", str(bad), "--reference",
+                                                                            reference],
                  ["trace", str(bad), "-o", str(tmp_path / "t.json")], ["calibrate", str(bad)]):
         code, err = quietly(argv)
         lines = [line for line in err.splitlines() if line.strip()]

@@ -80,7 +80,8 @@ def page_file(tmp_path_factory) -> Path:
 
 def check_shows_the_report(page: Page) -> None:
     scaling, runs = page.tables[0], page.tables[2]  # each narrow table, then the same with every column
-    assert scaling[0][:4] == ["group", "workers", "runs", "samples/s"] and runs[0][:3] == ["group", "workers", "samples/s"]
+    assert scaling[0][:4] == ["group", "workers", "runs", "samples/s"] and runs[0][:3] == ["group", "workers",
+                                                                                           "samples/s"]
     assert sorted((r[0], r[1]) for r in runs[1:]) == [("allreduce", "1"), ("allreduce", "2"), ("asgd", "1"),
                                                         ("asgd", "2")]
     timed_out = next(r for r in scaling[1:] if r[0] == "allreduce" and r[1] == "2")
@@ -100,7 +101,8 @@ def test_the_page_is_self_contained_and_holds_the_tables_and_plots(page_file):
 
 def test_the_page_answers_first_then_plots_then_tables(page_file):
     text = page_file.read_text()
-    headline, plots, table = text.index('<section id="headline">'), text.index('<section id="plots">'), text.index("<table")
+    headline, plots = text.index('<section id="headline">'), text.index('<section id="plots">')
+    table = text.index("<table")
     assert headline < plots < table
     answer = text[headline:plots]
     assert "<b>1 workers</b>" in answer and "<b>2 workers</b>" in answer

@@ -208,7 +208,8 @@ def test_the_layers_are_the_lines_of_the_design_in_their_order():
 
 def test_an_import_up_the_layers_or_between_the_drivers_is_found():
     graph = {
-        "hpcbench.runtime.plan": imports_of("from hpcbench.runtime.sim.models import SimConfig", "hpcbench.runtime.plan"),
+        "hpcbench.runtime.plan": imports_of("from hpcbench.runtime.sim.models import SimConfig",
+                                            "hpcbench.runtime.plan"),
         "hpcbench.runtime.sim.models": set(),
         "hpcbench.runtime.sim.session": imports_of("from ..mpi import session", "hpcbench.runtime.sim.session"),
         "hpcbench.runtime.mpi.session": set(),
@@ -227,7 +228,8 @@ def test_a_cycle_is_found_but_a_package_importing_its_own_modules_is_not_one():
     graph = {
         "hpcbench.cli": imports_of("from hpcbench.tuning import execute", "hpcbench.cli"),
         "hpcbench.tuning": set(),
-        "hpcbench.tuning.execute": imports_of("def f():\n    from hpcbench.cli import main\n", "hpcbench.tuning.execute"),
+        "hpcbench.tuning.execute": imports_of("def f():\n    from hpcbench.cli import main\n",
+                                              "hpcbench.tuning.execute"),
         "hpcbench.algorithms": imports_of("from hpcbench.algorithms import ps", "hpcbench.algorithms"),
         "hpcbench.algorithms.ps": imports_of("from hpcbench.algorithms import decentral", "hpcbench.algorithms.ps"),
         "hpcbench.algorithms.decentral": set(),

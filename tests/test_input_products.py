@@ -55,7 +55,8 @@ def test_the_models_copies_on_every_rank_of_a_machine_are_checked_against_its_me
     (["--algo", "asgd", "--set", "lr_scaling=linear"], "lr_scaling = linear does nothing for asgd"),
     (["--algo", "allreduce", "--set", "allreduce.powersgd_rank=4"], "allreduce.powersgd_rank does nothing with "
                                                                      "allreduce.compress = none"),
-    (["--algo", "local-sgd", "--set", "local-sgd.outer_lr=0.5"], "local-sgd.outer_lr does nothing with local-sgd.outer = none"),
+    (["--algo", "local-sgd", "--set", "local-sgd.outer_lr=0.5"], "local-sgd.outer_lr does nothing with "
+                                                                 "local-sgd.outer = none"),
     (["--algo", "asgd", "--set", "nesterov=true"], "nesterov = true does nothing with momentum 0"),
 ])
 def test_a_setting_that_does_nothing_for_the_algorithm_is_one_warning_and_the_run_goes_on(capsys, flags, words):

@@ -1,5 +1,6 @@
 """The simulator's links (each direction shared by the transfers in it, equally or by weights,
-transfers between one pair in order) and window locks (granted in the order asked), against hand-worked times and a naive
+transfers between one pair in order) and window locks (granted in the order asked), against hand-worked times and a
+naive
 fluid simulation."""
 import heapq
 import itertools

@@ -42,7 +42,7 @@ def program_models(algo: str, momentum: float, **options) -> dict[int, np.ndarra
     cfg = RunConfig(algo=algo, steps=STEPS, lr=LR, momentum=momentum, warmup_epochs=0.0,
                     options={algo: options} if options else {})
     cls = ALGORITHMS.get(algo)
-    algorithm = cls(plan.make_context(cfg, cls, N, start(), train_size=10**6))
+    algorithm = cls(plan.make_context(plan.validate(cfg), N, start(), train_size=10**6))
     models: dict[int, dict[int, np.ndarray]] = {r: {} for r in range(1, N + 1)}
     frame = model_frame(SIZE)
 
@@ -199,7 +199,7 @@ def test_outer_and_compression_options_are_checked_in_one_line(options, line):
 def test_a_period_below_one_is_refused_in_one_line():
     cfg = RunConfig(algo="local-sgd", options={"local-sgd": {"period": 0}})
     with pytest.raises(UsageError, match=r"local-sgd.period must be >= 1 local steps, got 0"):
-        ALGORITHMS.get("local-sgd").check(cfg, plan.options_for(cfg, ALGORITHMS.get("local-sgd")), 4)
+        ALGORITHMS.get("local-sgd").check(cfg, plan.validate(cfg).options, 4)
 
 
 def simulate(tmp_path, name: str, *args: str):

@@ -227,7 +227,7 @@ def simulate_with(name: str, change) -> RuntimeFailure:
     """Run ``name`` on the simulator with its layout changed by ``change(layout)``; → the error it ends with."""
     algo_cls = ALGORITHMS.get(name)
     cfg = RunConfig(algo=name, steps=4, warmup_epochs=0.0)
-    algo = algo_cls(make_context(cfg, algo_cls, 2, np.zeros(3, np.float32), train_size=10**6))
+    algo = algo_cls(make_context(validate(cfg), 2, np.zeros(3, np.float32), train_size=10**6))
     layout = change(algo.layout())
     sim = SimConfig(workers=2)
     engine = Engine(algo, layout, sim, ComputeModel(sim, 0, {}), lambda r, p: Gradient(p, 0.0, 1, 0),

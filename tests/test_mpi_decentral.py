@@ -25,7 +25,8 @@ ALGOS = [("easgd", ()), ("gossip", ("--set", "gossip.variant=push")), ("sgp", ()
 
 
 @pytest.mark.parametrize("algo, extra", first_under_both(ALGOS, 3),
-                         ids=["easgd", "gossip-push", "sgp", "easgd-sync", "gossip-pull", "osgp", "allreduce", "local-sgd"])
+                         ids=["easgd", "gossip-push", "sgp", "easgd-sync", "gossip-pull", "osgp", "allreduce",
+                              "local-sgd"])
 def test_runs_learn_and_write_a_complete_file(tmp_path, algo, extra):
     out = tmp_path / "r.h5"
     ok(mpirun(5, "run", "--algo", algo, *SMALL, *extra, "--out", str(out)))
@@ -72,7 +73,7 @@ def test_push_sum_at_zero_learning_rate_conserves_mass_across_real_messages(tmp_
               "--out", str(out)))
     final = read_run(out).tables["final_models"]
     cfg = RunConfig(algo=algo)
-    ctx = plan.make_context(cfg, ALGORITHMS.get(algo), 4, Trainer("mlp", load_dataset("digits"), seed=0).initial,
+    ctx = plan.make_context(plan.validate(cfg), 4, Trainer("mlp", load_dataset("digits"), seed=0).initial,
                             1437)
     start = sum(float(starting_point(ctx, r, 0.05, np.float64).sum()) for r in range(1, 5))
     assert final["weight"].sum() == 4.0  # exactly: halves of powers of two

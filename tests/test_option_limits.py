@@ -22,7 +22,8 @@ ACCEPTED = [
     ("easgd-sync", 4, {"alpha": 0.2499}), ("easgd-sync", 1, {}), ("easgd-sync", 64, {}),
     ("local-sgd", 2, {"period": 1}), ("allreduce", 2, {"bucket_mb": 1e-9}),
     ("gossip", 3, {"variant": "push"}), ("gossip", 3, {"variant": "pull"}),
-    ("ga-asgd", 2, {"history": 0}), ("ga-asgd", 2, {"history": 8192}), ("ga-asgd", 2, {"beta": 0.0, "eps": 1e-30}), ("dana-ga", 2, {"beta": 0.9999}),
+    ("ga-asgd", 2, {"history": 0}), ("ga-asgd", 2, {"history": 8192}), ("ga-asgd", 2, {"beta": 0.0, "eps": 1e-30}),
+    ("dana-ga", 2, {"beta": 0.9999}),
 ]
 
 
@@ -174,7 +175,8 @@ def test_a_range_says_itself_as_its_refusals_do(limits, text):
 
 @pytest.mark.parametrize("value, text", [(9999, "9999"), (10_000, "10,000"), (-10_000, "-10,000"), (0.5, "0.5"),
                                          (1e-9, "1e-09"), (4096.0, "4096"), (2.0**53, "9.0072e+15"),
-                                         (2.0**53 - 1, "9,007,199,254,740,991"), (2**63 - 1, "9,223,372,036,854,775,807")])
+                                         (2.0**53 - 1, "9,007,199,254,740,991"),
+                                         (2**63 - 1, "9,223,372,036,854,775,807")])
 def test_a_limit_is_written_as_a_user_would_read_it(value, text):
     from hpcbench.ranges import number
     assert number(value) == text

@@ -75,8 +75,10 @@ def test_a_real_workers_compute_times_are_the_simulators_draws(tmp_path):
     (["run", "--algo", "asgd", *PAYLOAD[:2], "--set", "payload.params=0"],
      "payload.params must be between 1 and 536,870,912 floats, got 0"),
     (["run", "--algo", "asgd", "--set", "payload.params=10"], "payload.* options go with --model payload"),
-    (["run", "--algo", "asgd", "--compute", "gamma:shape=2,mean=0.1"], "--compute models the compute of --model payload"),
-    (["run", "--algo", "asgd", *PAYLOAD, "--compute", "gamma:shape=2,mean=-1"], "payload.compute_mean_s must be >= 0 seconds, got -1.0"),
+    (["run", "--algo", "asgd", "--compute", "gamma:shape=2,mean=0.1"], "--compute models the compute of --model "
+                                                                       "payload"),
+    (["run", "--algo", "asgd", *PAYLOAD, "--compute", "gamma:shape=2,mean=-1"], "payload.compute_mean_s must be >= 0 "
+                                                                                "seconds, got -1.0"),
     (["run", "--algo", "asgd", *PAYLOAD, "--set", "payload.size=3"], "unknown"),
 ])
 def test_payload_input_that_cannot_work_is_one_line(capsys, argv, message):

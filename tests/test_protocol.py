@@ -73,10 +73,13 @@ def test_a_run_records_validation_beside_test_accuracy(tmp_path):
                  "--set", "evals=3", "--out", str(out)]) == 0
     rec = read_run(out)
     data = load_dataset("teacher", val_fraction=0.25, teacher_options=validate(
-        RunConfig(algo="asgd", dataset="teacher", options={"teacher": {"samples": 1200, "test_samples": 400}})).tables["teacher"])
+        RunConfig(algo="asgd", dataset="teacher", options={"teacher": {"samples": 1200,
+                                                                       "test_samples": 400}})).tables["teacher"])
     assert rec.attrs["config"]["val_size"] == 300 and rec.attrs["config"]["train_size"] == 900
-    assert rec.summary["final_val_accuracy"] == pytest.approx(naive_mlp_accuracy(rec.final_params, data.x_val, data.y_val))
-    assert rec.summary["final_accuracy"] == pytest.approx(naive_mlp_accuracy(rec.final_params, data.x_test, data.y_test))
+    assert rec.summary["final_val_accuracy"] == pytest.approx(naive_mlp_accuracy(rec.final_params, data.x_val,
+                                                                                 data.y_val))
+    assert rec.summary["final_accuracy"] == pytest.approx(naive_mlp_accuracy(rec.final_params, data.x_test,
+                                                                             data.y_test))
     assert np.all(np.isfinite(rec.evals["val_accuracy"])) and len(rec.evals["val_loss"]) == len(rec.evals["loss"])
     # Without a split the columns are there, and NaN.
     plain = tmp_path / "plain.h5"
@@ -93,7 +96,8 @@ def test_choose_takes_the_best_mean_validation_accuracy_ties_to_the_smaller_rate
     assert choose([trial(0.1, 0.7), trial(0.02, 0.7), trial(0.05, 0.7)]).setting.lr == 0.02
     assert choose([trial(0.5, math.nan, 0.99), trial(0.05, 0.3, 0.3)]).setting.lr == 0.05
     recipe = choose_recipe([trial(0.01, 0.70), trial(0.05, 0.69, momentum=0.0), trial(0.1, 0.65, momentum=0.0)])
-    assert recipe.best == Setting(0.01, 0.9) and recipe.by_momentum == {0.0: Setting(0.05, 0.0), 0.9: Setting(0.01, 0.9)}
+    assert recipe.best == Setting(0.01, 0.9) and recipe.by_momentum == {0.0: Setting(0.05, 0.0), 0.9: Setting(0.01,
+                                                                                                              0.9)}
 
 
 def test_grids_expand_every_combination_and_decays_parse():

@@ -173,7 +173,8 @@ def test_every_column_of_a_scaling_point_by_hand_with_failed_repeats_and_points(
     points = scaling([
         run("a", 2, 100.0, acc=0.8, stale=2.0, ttt=1.0), run("a", 2, 120.0, acc=0.9, stale=4.0, ttt=1.4),
         run("a", 2, 999.0, result="timeout", acc=0.1, stale=99.0, ttt=0.01),  # counted, never averaged in
-        run("a", 4, 150.0, nodes=2, acc=0.95, stale=3.0, ttt=0.5), run("a", 4, 170.0, nodes=2, acc=0.85, stale=5.0, ttt=0.7),
+        run("a", 4, 150.0, nodes=2, acc=0.95, stale=3.0, ttt=0.5), run("a", 4, 170.0, nodes=2, acc=0.85, stale=5.0,
+                                                                       ttt=0.7),
         run("a", 8, 500.0, result="timeout", nodes=3), run("a", 8, 600.0, result="aborted", nodes=3),
         run("b", 2, 50.0, result="failed"), run("b", 4, 200.0),  # b's base: its fewest workers that finished
     ])

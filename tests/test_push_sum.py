@@ -28,7 +28,7 @@ def osgp_context(tau: int, algo: str = "osgp"):
     options = {"tau": tau} if algo == "osgp" else {}
     cfg = RunConfig(algo=algo, steps=STOP_AFTER, lr=0.0, warmup_epochs=0.0, options={algo: options})
     algo_cls = ALGORITHMS.get(algo)
-    return algo_cls(plan.make_context(cfg, algo_cls, N, np.zeros(4, np.float32), train_size=10**6))
+    return algo_cls(plan.make_context(plan.validate(cfg), N, np.zeros(4, np.float32), train_size=10**6))
 
 
 def drive_with_slow_in_peers(tau: int, algo: str = "osgp"):
@@ -95,7 +95,7 @@ def test_a_message_that_lands_between_two_probes_is_still_taken_in_order():
     n, me, peer, stop = 2, 1, 2, 12  # two workers: every message comes from the same in-peer
     cfg = RunConfig(algo="osgp", steps=stop, lr=0.0, warmup_epochs=0.0, options={"osgp": {"tau": 3}})
     cls = ALGORITHMS.get("osgp")
-    owner = cls(plan.make_context(cfg, cls, n, np.zeros(4, np.float32), train_size=10**6))
+    owner = cls(plan.make_context(plan.validate(cfg), n, np.zeros(4, np.float32), train_size=10**6))
     msg = owner.message
     on_the_way: list[int] = []  # iterations the in-peer has sent (one behind us), not yet received
     absorbed, computes, probes_since_compute = [], 0, 0
@@ -162,8 +162,7 @@ def start_mass(algo: str, workers: int, spread: float) -> float:
     from hpcbench.workload.trainer import Trainer
 
     cfg = RunConfig(algo=algo)
-    algo_cls = ALGORITHMS.get(algo)
-    ctx = plan.make_context(cfg, algo_cls, workers, Trainer("mlp", load_dataset("digits"), 0).initial, 1437)
+    ctx = plan.make_context(plan.validate(cfg), workers, Trainer("mlp", load_dataset("digits"), 0).initial, 1437)
     return sum(float(decentral.starting_point(ctx, r, spread, np.float64).sum()) for r in range(1, workers + 1))
 
 

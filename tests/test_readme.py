@@ -56,7 +56,8 @@ NOT_RUN = {
     "hpcbench reproduce jin": "test_reproduce runs jin at toy size",
     "hpcbench reproduce diloco": "test_reproduce runs diloco at toy size",
     "mpiexec -n 5 python -m mpi4py -m hpcbench run --algo local-sgd": "the demo runs DiLoCo (test_readme's first run)",
-    "mpiexec -n 5 python -m mpi4py -m hpcbench run --algo allreduce": "the demo runs PowerSGD (test_readme's first run)",
+    "mpiexec -n 5 python -m mpi4py -m hpcbench run --algo allreduce": "the demo runs PowerSGD (test_readme's first "
+                                                                      "run)",
     "hpcbench sweep --local --ranks 3 --algos allreduce --repeats 3": GATE,
     "hpcbench check study/baseline --write-reference": GATE,
     "hpcbench diff study/baseline study/new --fail-above": GATE,
@@ -64,7 +65,8 @@ NOT_RUN = {
 # Measurements run by hand: 8 minutes together on 2 cores even capped, so opt-in.
 BENCHMARKS = ("python benchmarks/", "mpiexec -n 4 python benchmarks/")
 if os.environ.get("HPCBENCH_TEST_BENCHMARKS") != "1":
-    NOT_RUN.update({prefix: "a measurement, minutes on 2 cores: HPCBENCH_TEST_BENCHMARKS=1 runs it" for prefix in BENCHMARKS})
+    NOT_RUN.update({prefix: "a measurement, minutes on 2 cores: HPCBENCH_TEST_BENCHMARKS=1 runs it"
+                    for prefix in BENCHMARKS})
 GATES = ("--fail-above", "hpcbench check ")  # exit 1 is their answer, not a failure
 
 
@@ -257,4 +259,5 @@ def test_every_link_in_the_docs_leads_somewhere():
             where = (page.parent / file).resolve() if file else page
             assert where.exists(), f"{page.relative_to(ROOT)}: {target} does not exist"
             if anchor:
-                assert anchor in anchors(where), f"{page.relative_to(ROOT)}: no heading for #{anchor} in {file or page.name}"
+                assert anchor in anchors(where), \
+                    f"{page.relative_to(ROOT)}: no heading for #{anchor} in {file or page.name}"

@@ -58,7 +58,8 @@ def test_runs_that_differ_in_batch_size_are_kept_apart_with_the_setting_shown(st
         assert points[(batch, "2")]["repeats"] == points[(batch, "4")]["repeats"] == "1"
         expected = rate(studies / "batch" / f"b{batch}-w4.h5") / rate(studies / "batch" / f"b{batch}-w2.h5")
         assert float(points[(batch, "4")]["speedup"]) == pytest.approx(expected, rel=1e-9)
-        assert float(points[(batch, "2")]["samples_per_s"]) == pytest.approx(rate(studies / "batch" / f"b{batch}-w2.h5"))
+        assert float(points[(batch,
+                             "2")]["samples_per_s"]) == pytest.approx(rate(studies / "batch" / f"b{batch}-w2.h5"))
 
 
 def test_group_by_overrides_and_says_what_it_pooled(studies):

@@ -188,7 +188,8 @@ def test_json_lists_failed_points_by_name_and_is_indented_one_space(records):
 def test_the_text_report_lists_unfinished_runs_and_failed_points_after_the_tables(records):
     text = report_text(records, target=0.85, failed=[("asgd 8 workers", "missing", "-")])
     titles = [line for line in text.splitlines() if line.startswith(("Runs", "Scaling", "Points"))]
-    assert [t.split(" (")[0] for t in titles] == ["Scaling", "Runs", "Runs that did not finish", "Points without an ok result"]
+    assert [t.split(" (")[0] for t in titles] == ["Scaling", "Runs", "Runs that did not finish", "Points without an "
+                                                                                                 "ok result"]
     assert report_text(records, target=0.85, table="runs").count("Scaling (") == 0
     assert "Runs (6" not in report_text(records, target=0.85, table="scaling")
     assert report_text([], target=0.85) == ""  # nothing to show: no table, no notes

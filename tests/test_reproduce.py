@@ -108,7 +108,8 @@ def diloco_cells(acc_gap=0.0, bytes_ratio=None, time_ratio=0.2, net="1 GbE"):
         out.append(Cell("allreduce", n, net, (0.8,), (1.0,), (10.0,), 0.1, (1e6,)))
         for h in (10, 50):
             ratio = bytes_ratio or h
-            out.append(Cell(f"diloco-h{h}", n, net, (0.8 + acc_gap,), (1.0,), (10.0 * time_ratio,), 0.1, (1e6 / ratio,)))
+            out.append(Cell(f"diloco-h{h}", n, net, (0.8 + acc_gap,), (1.0,), (10.0 * time_ratio,), 0.1, (1e6 / ratio,
+                                                                                                          )))
     return out
 
 
@@ -203,7 +204,8 @@ def test_gap_aware_at_toy_size_reports_what_its_files_say_and_flips_with_them(tm
     text, verdict = report_of(out)
     assert "runs kept from an earlier invocation, which ran them; this one only reported)" in text
     assert " 0 run now" not in text
-    assert verdict["outcome"] == HOLDS and "**Verdict: holds (TOY size: a test of the machinery, not a finding).**" in text
+    assert verdict["outcome"] == HOLDS
+    assert "**Verdict: holds (TOY size: a test of the machinery, not a finding).**" in text
     assert verdict["verdict"] == "holds (TOY size: a test of the machinery, not a finding)"
     assert (verdict["capped"], verdict["max_steps"]) == (False, 0)
     # False in one arm only (GA far behind SA without momentum): the verdict depends on the protocol.
@@ -222,7 +224,8 @@ def test_gap_aware_at_toy_size_reports_what_its_files_say_and_flips_with_them(tm
     assert (verdict["capped"], verdict["max_steps"]) == (True, 20) and verdict["outcome"] == DEPENDS
     cap = "CAPPED at 20 steps per worker (HPCBENCH_MAX_STEPS): its runs were cut short"
     assert verdict["verdict"].startswith(f"depends on the protocol ({cap}")
-    assert text.startswith("# Gap-Aware") and "(CAPPED at 20 steps per worker (HPCBENCH_MAX_STEPS)" in text.splitlines()[0]
+    assert text.startswith("# Gap-Aware")
+    assert "(CAPPED at 20 steps per worker (HPCBENCH_MAX_STEPS)" in text.splitlines()[0]
     assert f"**Verdict: depends on the protocol ({cap}" in text
 
 
@@ -274,7 +277,8 @@ def test_a_study_with_no_size_that_fits_is_one_line(tmp_path, capsys):
 
 def test_an_unknown_study_is_one_line(tmp_path, capsys):
     assert main(["reproduce", "gossip", "--out-dir", str(tmp_path / "x")]) == 2
-    assert capsys.readouterr().err.strip() == "hpcbench: error: unknown study 'gossip'; valid: gap-aware, jin, sgp, diloco, resilience"
+    assert capsys.readouterr().err.strip() == ("hpcbench: error: unknown study 'gossip'; valid: gap-aware, jin, sgp, "
+                                               "diloco, resilience")
     assert not (tmp_path / "x").exists()
 
 

@@ -63,7 +63,8 @@ def test_the_writer_refuses_a_name_the_schema_does_not_declare(tmp_path):
 def test_every_summary_name_the_report_reads_is_declared():
     from hpcbench.report.metrics import RunRow
 
-    read = {f.name for f in dataclasses.fields(RunRow)} - {"algorithm", "mode", "workers", "nodes", "path", "settings", "peak_lr", "evals",
+    read = {f.name for f in dataclasses.fields(RunRow)} - {"algorithm", "mode", "workers", "nodes", "path", "settings",
+                                                           "peak_lr", "evals",
                                                             "result", "error", "lr_recipe", "reached", "lost"}
     assert read <= set(schema.SUMMARY_KEYS)
     from hpcbench.report.metrics import Loss  # a row per worker lost: the failures table's columns, and its host

@@ -356,7 +356,8 @@ def test_calibrate_prints_a_command_and_a_config_that_simulate_the_run_as_it_was
 
     real = tmp_path / "allreduce.h5"  # allreduce.overlap is a boolean option
     ok(mpirun(3, "run", "--algo", "allreduce", "--model", "payload", "--set", "payload.params=1000", "--steps", "10",
-              "--compute", "gamma:shape=100,mean=0.002", "--set", "warmup_epochs=0.5", "--set", "lr_decay_epochs=[1, 2]",
+              "--compute", "gamma:shape=100,mean=0.002", "--set", "warmup_epochs=0.5", "--set", "lr_decay_epochs=[1, "
+                                                                                                "2]",
               "--set", "lr_scaling=sqrt", "--set", "evals=4", "--out", str(real)))
     settings = ("warmup_epochs", "lr_decay_epochs", "lr_scaling", "evals", "lr", "batch_size", "steps_per_worker",
                 "schedule", "options")

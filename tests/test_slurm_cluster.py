@@ -125,7 +125,7 @@ def test_srun_with_the_wrong_mpi_plugin_is_caught_and_named(slurm, tmp_path):
         ["srun", "--mpi=none", "-n", "2", sys.executable, "-m", "mpi4py", "-m", "hpcbench", "run", "--algo", "asgd",
          "--out", str(tmp_path / "never.h5")], capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
-    errors = [l for l in proc.stderr.splitlines() if l.startswith("hpcbench: error:")]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("hpcbench: error:")]
     assert len(errors) == 1  # said once, by Slurm's task 0, not by every task
     assert "Slurm started 2 tasks but MPI sees a world of 1" in errors[0] and "srun --mpi=pmi2" in errors[0]
     assert not (tmp_path / "never.h5").exists()
@@ -134,7 +134,8 @@ def test_srun_with_the_wrong_mpi_plugin_is_caught_and_named(slurm, tmp_path):
 def test_the_run_script_in_jobs_slurm_runs_one_benchmark(slurm, tmp_path):
     out = tmp_path / "one.h5"
     proc = subprocess.run(
-        ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=3", "--cpus-per-task=1", f"--output={tmp_path}/log-%j.out",
+        ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=3", "--cpus-per-task=1",
+         f"--output={tmp_path}/log-%j.out",
          f"--export=ALL,HPCBENCH_VENV={sys.prefix}", str(ROOT / "jobs" / "slurm" / "run.sbatch"),
          "--algo", "sgp", "--steps", "10", "--out", str(out)],
         capture_output=True, text=True, timeout=60)

@@ -250,7 +250,7 @@ def test_the_server_state_it_reports_is_what_it_allocates(name, momentum):
     size, workers = 250_000, 4
     cfg = RunConfig(algo=name, steps=10, momentum=momentum)
     algo_cls = ALGORITHMS.get(name)
-    ctx = plan.make_context(cfg, algo_cls, workers, np.zeros(size, np.float32), train_size=10**6)
+    ctx = plan.make_context(plan.validate(cfg), workers, np.zeros(size, np.float32), train_size=10**6)
     tracemalloc.start()
     try:
         algo = algo_cls(ctx)
@@ -276,7 +276,7 @@ def test_a_worker_that_reads_a_torn_parameter_window_says_so():
     sees two different numbers caught the server mid-publish (a locking bug), and the run ends."""
     cfg = RunConfig(algo="asgd", steps=2, warmup_epochs=0.0)
     algo_cls = ALGORITHMS.get("asgd")
-    algo = algo_cls(plan.make_context(cfg, algo_cls, WORKERS, np.zeros(D, np.float32), train_size=10**9))
+    algo = algo_cls(plan.make_context(plan.validate(cfg), WORKERS, np.zeros(D, np.float32), train_size=10**9))
     program = algo.worker(2)
     assert next(program).window == "params"
     with pytest.raises(RuntimeFailure) as torn:
@@ -287,7 +287,7 @@ def test_a_worker_that_reads_a_torn_parameter_window_says_so():
 def test_an_echo_of_another_version_than_the_gradient_used_ends_the_run():
     cfg = RunConfig(algo="ga-asgd", steps=4, lr=LR, warmup_epochs=0.0, options={"ga-asgd": {"history": 1}})
     algo_cls = ALGORITHMS.get("ga-asgd")
-    algo = algo_cls(plan.make_context(cfg, algo_cls, WORKERS, np.zeros(D, np.float32), train_size=10**9))
+    algo = algo_cls(plan.make_context(plan.validate(cfg), WORKERS, np.zeros(D, np.float32), train_size=10**9))
     grads = iter([(1, 0), (2, 0)])  # worker 2 computed on version 0, which a ring of 1 no longer holds
 
     def answer(op: Op) -> object:

@@ -236,7 +236,7 @@ def test_batch_logs_get_a_plain_line_every_progress_s():
         line.update(samples, 0.25, 0.5)
     line.close()
     lines = out.getvalue().splitlines()
-    assert lines == [l for l in lines if "\r" not in l] and len(lines) == 2
+    assert lines == [line for line in lines if "\r" not in line] and len(lines) == 2
     assert lines[0].startswith("[31 s] sgp, 8 workers: 300/1000 samples (30%), 10 samples/s, train loss 0.250")
     assert lines[1].startswith("[62 s] sgp, 8 workers: 620/1000 samples (62%), 10 samples/s")
     silent = io.StringIO()
@@ -251,7 +251,7 @@ def test_an_mpi_runs_first_plain_line_comes_at_ten_seconds_or_ten_percent():
     for t, samples in ((1.0, 50), (2.0, 100), (20.0, 400), (31.0, 500), (33.0, 600)):
         now[0] = t
         line.update(samples, 0.25, 0.5)
-    assert [l.split(":")[1].split(" (")[0] for l in out.getvalue().splitlines()] == [" 100/1000 samples",
+    assert [text.split(":")[1].split(" (")[0] for text in out.getvalue().splitlines()] == [" 100/1000 samples",
                                                                                       " 600/1000 samples"]
     now[0] = 0.0
     slow = io.StringIO()
@@ -259,7 +259,7 @@ def test_an_mpi_runs_first_plain_line_comes_at_ten_seconds_or_ten_percent():
     for t in (5.0, 9.9, 10.0, 12.0):
         now[0] = t
         line.update(int(t), 0.25, 0.5)
-    assert [l.split(" s]")[0] for l in slow.getvalue().splitlines()] == ["[10"]
+    assert [text.split(" s]")[0] for text in slow.getvalue().splitlines()] == ["[10"]
 
 
 @pytest.fixture(scope="module")
@@ -333,7 +333,8 @@ def test_local_sweep_runs_each_point_and_prints_the_table(tmp_path):
     cores = cpu_count()
     if 8 > cores:  # two runs of up to 4 ranks at a time
         assert f"hpcbench: warning: 2 runs of up to 4 ranks at a time share {cores} cores" in err
-    counts = re.findall(r"^\[(\d)/4, [^]]* so far(, about [^]]* left)?\] (asgd|allreduce) on [34] ranks: .* -> ", out, re.M)
+    counts = re.findall(r"^\[(\d)/4, [^]]* so far(, about [^]]* left)?\] (asgd|allreduce) on [34] ranks: .* -> ", out,
+                        re.M)
     assert [(k, bool(left)) for k, left, _ in counts] == [("1", True), ("2", True), ("3", True), ("4", False)], out
     assert sorted(p.name for p in tmp_path.glob("*.h5")) == ["allreduce-w2.h5", "allreduce-w3.h5", "asgd-w2.h5",
                                                              "asgd-w3.h5"]
@@ -426,7 +427,8 @@ def test_ctrl_c_or_a_hangup_stops_a_local_sweep_with_one_line_the_run_aborted_an
             os.killpg(sweep.pid, signal.SIGKILL)
             sweep.communicate()
     assert sweep.returncode == code, err
-    assert err.strip().splitlines()[-1] == f"hpcbench: stopped by {said} during sweep; sweep --local ... --resume runs what is left"
+    assert err.strip().splitlines()[-1] == (f"hpcbench: stopped by {said} during sweep; sweep --local ... --resume "
+                                            "runs what is left")
     assert "Traceback" not in err
     assert result_status(point) == "aborted"
     code, out, err = cli("sweep", "--local", "--algos", "asgd", "--ranks", "3", "--out-dir", str(out_dir), "--resume",

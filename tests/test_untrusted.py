@@ -175,6 +175,7 @@ def test_any_json_as_study_json_is_a_status_or_one_line(tmp_path_factory, manife
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
             code = main(argv)
         lines = [line for line in err.getvalue().splitlines() if line.strip()]
-        assert code in (0, 2) and len(lines) <= 1 and "Traceback" not in err.getvalue(), (argv, manifest, err.getvalue())
+        assert code in (0, 2) and len(lines) <= 1 and "Traceback" not in err.getvalue(), (argv, manifest,
+                                                                                          err.getvalue())
     assert sorted(p.name for p in out.iterdir()) in (["study.json"], ["logs", "report.sbatch", "runs", "study.json",
                                                                        "submit.sh"])

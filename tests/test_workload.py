@@ -72,7 +72,8 @@ def test_a_crafted_cifar_pickle_is_refused_without_running_anything(tmp_path):
     root = write_tiny_cifar(tmp_path / "c")
     marker = tmp_path / "PWNED"
     (root / "test_batch").write_bytes(pickle.dumps({b"data": Crafted(marker), b"labels": [0]}))
-    with pytest.raises(UsageError, match=r"test_batch is refused: it asks for (posix|os)\.system, and a CIFAR-10 batch"):
+    with pytest.raises(UsageError,
+                       match=r"test_batch is refused: it asks for (posix|os)\.system, and a CIFAR-10 batch"):
         load_dataset("cifar10", str(root))
     assert not marker.exists()
 

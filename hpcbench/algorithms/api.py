@@ -123,7 +123,8 @@ class NoOptions:
     pass
 
 
-SYNCHRONOUS, PARAMETER_SERVER, DECENTRALIZED = FAMILIES = ("synchronous", "parameter server", "asynchronous decentralized")
+SYNCHRONOUS, PARAMETER_SERVER, DECENTRALIZED = FAMILIES = ("synchronous", "parameter server", "asynchronous "
+                                                                                              "decentralized")
 
 
 class Algorithm:

@@ -1,7 +1,8 @@
 """Pure update math: momentum SGD, the version ring, and the parts a parameter server's rule is made of.
 
 Everything here works in place on numpy vectors and is unit-tested against naive re-implementations;
-nothing here knows about MPI, time or programs. The papers: `hpcbench list` (the servers), the algorithm modules (the rest).
+nothing here knows about MPI, time or programs. The papers: `hpcbench list` (the servers), the algorithm modules (the
+rest).
 """
 from __future__ import annotations
 

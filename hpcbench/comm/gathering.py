@@ -70,7 +70,8 @@ class Gathering(Health):
         """Every rank's ``obj`` on every rank, in rank order, through rank 0 (see ``collect``)."""
         gathered = self.collect(obj, timeout, what)
         if self.rank == 0:
-            reqs = [self.objects.isend(gathered, dst, SCATTER_TAG) for dst in range(1, self.size) if not self._gone(dst)]
+            reqs = [self.objects.isend(gathered, dst, SCATTER_TAG) for dst in range(1,
+                                                                                    self.size) if not self._gone(dst)]
             self._wait(lambda: True if all(self._sent(r) for r in reqs) else None, timeout,
                        f"every rank to receive {what}")
             assert gathered is not None

@@ -34,7 +34,8 @@ def parse_bytes(text: str, flag: str) -> int:
     """``"8"``, ``"64K"``, ``"16M"``, ``"1G"`` → bytes (one line naming the flag otherwise)."""
     match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)B?\s*", text.upper())
     if match is None:
-        raise UsageError(f"{flag} {text!r}: a size in bytes, with K, M or G for 1024, 1024² or 1024³ (e.g. 8, 64K, 16M)")
+        raise UsageError(f"{flag} {text!r}: a size in bytes, with K, M or G for 1024, 1024² or 1024³ (e.g. 8, 64K, "
+                         f"16M)")
     return int(match.group(1)) * UNITS[match.group(2)]
 
 

@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
         gate, within = regressions(before, after, args.metric, args.fail_above)
     print(diff_text(old, new, args.format, args.target))
     if args.fail_above is not None:
-        print("\n".join(within + gate) if within + gate else f"no {args.metric} worse by more than {args.fail_above:g}%")
+        print("\n".join(within + gate) if within + gate else f"no {args.metric} worse by more than "
+                                                             f"{args.fail_above:g}%")
     return strictly(args, skipped, 1 if gate else 0)
 

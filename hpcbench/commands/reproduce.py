@@ -17,7 +17,8 @@ def add(sub: Any) -> None:
     p.add_argument("--preset", default="full", choices=("full", "quick", "toy"), help="study size (default full; "
                    "toy: seconds, for tests)")
     p.add_argument("--mode", default="sim", choices=("sim", "mpi"), help="simulator (default) or real MPI runs here")
-    p.add_argument("--max-ranks", type=at_least(2), default=9, help="with --mode mpi: the largest world size run (default 9)")
+    p.add_argument("--max-ranks", type=at_least(2), default=9, help="with --mode mpi: the largest world size run "
+                                                                    "(default 9)")
     p.add_argument("--emulated", action="store_true", help="sgp with --mode mpi: also all-reduce, sgp and osgp "
                    "across emulated nodes at 1 Gbit/s and 100 Mbit/s, beside the simulator (root)")
     p.add_argument("--timeout", type=seconds, default=1800.0, help="seconds allowed per run")

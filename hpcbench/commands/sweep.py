@@ -25,7 +25,8 @@ def add(sub: Any) -> None:
     p.add_argument("--resume", action="store_true", help="add to an --out-dir that holds results: run only the "
                    "points without an ok result (those are never rewritten)")
     p.add_argument("--tasks-per-node", type=at_least(1), default=1, help="MPI ranks per node (default 1)")
-    p.add_argument("--cpus-per-task", type=at_least(1), default=1, help="cores per rank; sets torch threads (default 1)")
+    p.add_argument("--cpus-per-task", type=at_least(1), default=1, help="cores per rank; sets torch threads (default "
+                                                                        "1)")
     p.add_argument("--gpus-per-task", type=at_least(0), default=0, help="GPUs per worker, e.g. 1 (default none)")
     p.add_argument("--rank0", choices=("extra", "slot"), help="extra: rank 0 is one task more on the first node "
                    "and every slot trains (default with --gpus-per-task); slot: rank 0 takes a slot (default "

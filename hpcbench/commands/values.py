@@ -69,6 +69,7 @@ def strict_option(p: argparse.ArgumentParser) -> None:
 def table_options(p: argparse.ArgumentParser) -> None:
     """The options of commands that print report tables."""
     strict_option(p)
-    p.add_argument("--format", default="text", help="text | md | latex | csv | json | html (the last three: report only) (default text)")
+    p.add_argument("--format", default="text", help="text | md | latex | csv | json | html (the last three: report "
+                                                    "only) (default text)")
     p.add_argument("--target", type=accuracy, default=0.9, help="accuracy for time-to-target (default 0.9)")
 

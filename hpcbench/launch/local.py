@@ -290,7 +290,8 @@ Launch = tuple[int, Sequence[str]]  # (ranks, hpcbench arguments)
 
 
 def run_many(launches: Sequence[Launch], jobs: int, timeout: float, capture: bool = False,
-             emulated: bool = False) -> Iterator[tuple[int, subprocess.CompletedProcess | subprocess.TimeoutExpired, float]]:
+             emulated: bool = False) -> Iterator[tuple[int, subprocess.CompletedProcess | subprocess.TimeoutExpired,
+                                                       float]]:
     """Run each launch, ``jobs`` at a time; yield (its index, how it ended, its seconds) as each ends: a
     run past ``timeout`` seconds is killed (``TimeoutExpired``). Ctrl-C or a hangup stops every run under way
     as ``stop_run`` does, then raises."""

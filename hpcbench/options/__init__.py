@@ -3,7 +3,8 @@
 A table is a frozen dataclass (fields with defaults, each number with its range: ``ranges.bounded``;
 ``validate()`` for rules between fields) and what it goes with: an algorithm's own (``ga-asgd``), a
 model's (``payload``), a dataset's (``teacher``) or a command's (``sim``, simulate's virtual
-cluster). ``--set`` and config files take their names from here, ``runtime.plan`` resolves a run's tables once into its ``Plan``, ``hpcbench
+cluster). ``--set`` and config files take their names from here, ``runtime.plan`` resolves a run's tables once into its
+``Plan``, ``hpcbench
 list`` shows them, and the result file records the ones a run used.
 """
 from __future__ import annotations

@@ -52,7 +52,8 @@ def bounds_of(value: Any, where: str) -> tuple[float, float]:
     elif numbers and value and set(value) <= {"min", "max"}:
         low, high = float(value.get("min", -math.inf)), float(value.get("max", math.inf))
     elif numbers and "ref" in value and set(value) <= {"ref", "lower", "upper"}:
-        ref, lower, upper = float(value["ref"]), float(value.get("lower", -math.inf)), float(value.get("upper", math.inf))
+        ref, lower, upper = float(value["ref"]), float(value.get("lower", -math.inf)), float(value.get("upper",
+                                                                                                       math.inf))
         if lower > 0 or upper < 0:
             raise UsageError(f"reference {where}: lower must be <= 0 and upper >= 0 (fractions of ref), got "
                              f"lower = {lower:g}, upper = {upper:g}")

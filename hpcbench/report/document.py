@@ -83,11 +83,11 @@ def headline(report: Report, fmt: str, target: float) -> list[str]:
              f"fastest (medians over repeats; {how_sure})")
     if fmt == "html":
         items = "".join(f"<li><b>{w} workers</b><ul>" + "".join(
-            f"<li>{html.escape(lead.line(not single))}</li>" for lead in report.leads if lead.workers == w) + "</ul></li>"
-            for w in sorted({lead.workers for lead in report.leads}))
+            f"<li>{html.escape(lead.line(not single))}</li>" for lead in report.leads if lead.workers == w)
+            + "</ul></li>" for w in sorted({lead.workers for lead in report.leads}))
         warn = f'<p class="capped">{html.escape(caveat)}</p>' if caveat else ""
-        return [f'<section id="headline"><h2>Headline</h2>{note_html(title.partition(": ")[2].capitalize())}{warn}<ul>{items}</ul>'
-                "</section>"]
+        heading = note_html(title.partition(": ")[2].capitalize())
+        return [f'<section id="headline"><h2>Headline</h2>{heading}{warn}<ul>{items}</ul></section>']
     bullet = "- " if fmt == "md" else "  "
     lines = [f"{bullet}{lead.workers} workers, {lead.line(not single)}" for lead in report.leads]
     if fmt == "text":
@@ -166,8 +166,9 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
         parts.append(plots)
     if rows:
         modes = {r.mode for r in rows}
-        parts.append(note(report.grouping + ("" if modes == {"mpi"} else ". Simulated runs (mode sim, named so where modes "
-                                             "are mixed) run in virtual time: their seconds are the virtual cluster's")))
+        simulated = (". Simulated runs (mode sim, named so where modes are mixed) run in virtual time: their "
+                     "seconds are the virtual cluster's")
+        parts.append(note(report.grouping + ("" if modes == {"mpi"} else simulated)))
     if rows and table in (None, "scaling"):
         parts += [title("Scaling (medians over repeats; speedup and efficiency against each curve's fewest workers)"),
                   *shown(narrow_points, wide_points, points)]

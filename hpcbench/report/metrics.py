@@ -23,7 +23,8 @@ from hpcbench.telemetry.summary import time_to_target
 
 # Resolved configuration keys that never keep runs apart: the seed (repeats differ in it alone), where
 # the file went, the run's deadline, and values derived from the others and the worker count.
-NOT_SETTINGS = ("algo", "seed", "out", "overwrite", "timeout_s", "progress_s", "data_dir", "steps_per_worker", "budget_samples",
+NOT_SETTINGS = ("algo", "seed", "out", "overwrite", "timeout_s", "progress_s", "data_dir", "steps_per_worker",
+                "budget_samples",
                 "eval_every", "parameters", "train_size", "val_size", "schedule", "straggler_ranks", "straggler_factor",
                 "resolved_options")
 # How the gradients were computed follows from sim.batch_gradients (the setting) and the worker count.

@@ -25,7 +25,8 @@ TABLES = ("runs", "scaling")
 # Machine-readable outputs (csv, json) carry raw numbers under these names; what each is measured in:
 UNITS = {
     "workers": "ranks training", "nodes": "distinct hosts", "repeats": "runs (seeds) in the median",
-    "samples_per_s": "samples per second (the timed window, after the untimed warm-up steps)", "samples_per_s_spread": "samples per second, half the "
+    "samples_per_s": "samples per second (the timed window, after the untimed warm-up steps)",
+    "samples_per_s_spread": "samples per second, half the "
     "min-max range over repeats", "median_step_s": "seconds", "step_p90_s": "seconds", "step_p99_s": "seconds",
     "step_worker_min_s": "seconds (the fastest worker's median step)",
     "step_worker_max_s": "seconds (the slowest worker's median step)",
@@ -38,11 +39,13 @@ UNITS = {
     "ttt_speedup": "time to target of the curve's fewest workers / this point's",
     "ttt_efficiency": "ttt_speedup per added worker, as a fraction",
     "time_to_target_spread": "seconds, half the min-max range over repeats",
-    "final_accuracy_spread": "fraction of held-out samples, half the min-max range over repeats", "too_stale": "gradients (servers only)",
+    "final_accuracy_spread": "fraction of held-out samples, half the min-max range over repeats",
+    "too_stale": "gradients (servers only)",
     "peak_lr": "learning rate after warm-up", "evals": "evaluations over the sample budget",
     "result": "how the run(s) ended: ok, or failed/timeout/aborted/incomplete (then no numbers)",
     "reached": "a run that did not finish: samples done of the budget, and seconds, as its file last said",
-    "error": "the error line of a run that did not finish", "lr_recipe": "the learning-rate schedule, as text", "failed": "runs of the point that did not finish",
+    "error": "the error line of a run that did not finish", "lr_recipe": "the learning-rate schedule, as text",
+    "failed": "runs of the point that did not finish",
     "workers_lost": "workers that failed during the run, which went on without them",
     "recovery_s": "seconds from a worker's failure until the next update that did not need it (mean over the "
                   "run's failures; null: none)",

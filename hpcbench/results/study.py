@@ -52,7 +52,8 @@ def read_manifest(out_dir: str | os.PathLike) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise UsageError(f"{path} is not valid JSON: {str(exc).splitlines()[0] if str(exc) else 'too deeply nested'}") from None
+        why = str(exc).splitlines()[0] if str(exc) else "too deeply nested"
+        raise UsageError(f"{path} is not valid JSON: {why}") from None
     wrong = manifest_problem(manifest)
     if wrong:
         raise UsageError(f"{path} is not a study record: {wrong}")

@@ -81,7 +81,8 @@ def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0, s
     smallest = len(data.y_train) // workers
     if not stand_in and model.trains and cfg.batch_size > smallest:  # a payload reads no data: its samples only count
         raise UsageError(f"batch size {cfg.batch_size} is larger than a worker's shard ({smallest} of the "
-                         f"{len(data.y_train)} training samples of {cfg.dataset} with {workers} workers); use --batch-size {smallest} "
+                         f"{len(data.y_train)} training samples of {cfg.dataset} with {workers} workers); use "
+                         f"--batch-size {smallest} "
                          "or less, or fewer workers")
     build = model.sized if stand_in and model.sized is not None else model.build  # sizes are all a stand-in needs
     workload = build(Needs(cfg.model, data, cfg.seed, device, workers, plan.tables))
@@ -89,7 +90,6 @@ def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0, s
     check_memory(4.0 * size * MODEL_COPIES * sharing, f"{sharing} rank(s) here, each with ~{MODEL_COPIES} copies of "
                  f"{size} parameters", "a smaller model, or fewer ranks on this machine")
     params = np.zeros(stand_in, np.float32) if stand_in else workload.initial
-    ctx = make_context(cfg, plan.algo, workers, params, len(data.y_train), plan.options, workload.bounds,
-                       workload.shapes)
+    ctx = make_context(plan, workers, params, len(data.y_train), workload.bounds, workload.shapes)
     algo = plan.algo(ctx)
     return Run(plan, algo, algo.layout(), workload, straggler_ranks(cfg.stragglers, workers, cfg.seed))

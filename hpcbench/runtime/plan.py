@@ -12,7 +12,7 @@ from hpcbench.algorithms import ALGORITHMS, Algorithm, Context
 from hpcbench.algorithms.schedule import Schedule, lr_scale
 from hpcbench.config import RunConfig, Stragglers, validate_numbers
 from hpcbench.errors import UsageError
-from hpcbench.options import resolve, table
+from hpcbench.options import resolve
 from hpcbench.results.paths import check_target
 from hpcbench.workload.datasets import DATASETS
 from hpcbench.workload.models import MODELS
@@ -67,7 +67,7 @@ def idle_settings(plan: Plan) -> list[str]:
     if cfg.nesterov and not cfg.momentum:
         said.append("nesterov = true does nothing with momentum 0: give --momentum too")
     given = cfg.options.get(algo.name, {})
-    options = options_for(cfg, algo)
+    options = plan.options
     for (key, idle), needs in ACTS_ONLY_WITHOUT.items():
         unused = [k for k in needs if k in given]
         if unused and getattr(options, key, None) == idle:
@@ -83,10 +83,6 @@ def check_world(cfg: RunConfig, world_size: int, cores: int) -> None:
         raise UsageError(f"fault {beyond[0]}: there is no rank {beyond[0].rank} (ranks 0..{world_size - 1})")
     if cfg.threads > cores:
         raise UsageError(f"threads = {cfg.threads} is more than the {cores} cores a rank here may use")
-
-
-def options_for(cfg: RunConfig, algo: type[Algorithm]) -> Any:
-    return table(algo.name).build(cfg.options.get(algo.name, {}))
 
 
 def steps_per_worker(cfg: RunConfig, workers: int, train_size: int) -> int:
@@ -117,11 +113,11 @@ def schedule_for(cfg: RunConfig, algo: type[Algorithm], workers: int, train_size
                     cfg.lr_decay_factor, scaling)
 
 
-def make_context(cfg: RunConfig, algo: type[Algorithm], workers: int, params: np.ndarray,
-                 train_size: int, options: Any = None, bounds: tuple[int, ...] = (),
-                 shapes: tuple[tuple[int, ...], ...] = ()) -> Context:
-    """``options``: the algorithm's built options (a ``Plan``'s); built from ``cfg`` when not given;
-    ``bounds``: the model's parameter boundaries in its flat vector; ``shapes``: each parameter's shape."""
+def make_context(validated: Plan, workers: int, params: np.ndarray, train_size: int,
+                 bounds: tuple[int, ...] = (), shapes: tuple[tuple[int, ...], ...] = ()) -> Context:
+    """What the plan's algorithm sees for ``workers`` workers: ``bounds``: the model's parameter
+    boundaries in its flat vector; ``shapes``: each parameter's shape."""
+    cfg, algo = validated.cfg, validated.algo
     steps = steps_per_worker(cfg, workers, train_size)
     budget = steps * workers * cfg.batch_size
     if budget > MAX_SAMPLES:
@@ -132,7 +128,7 @@ def make_context(cfg: RunConfig, algo: type[Algorithm], workers: int, params: np
         workers=workers, params=params, batch_size=cfg.batch_size, steps=steps, train_size=train_size,
         schedule=schedule_for(cfg, algo, workers, train_size), momentum=cfg.momentum, nesterov=cfg.nesterov,
         weight_decay=cfg.weight_decay, eval_every=max(1, budget // cfg.evals), seed=cfg.seed,
-        options=options_for(cfg, algo) if options is None else options, bounds=bounds, shapes=shapes,
+        options=validated.options, bounds=bounds, shapes=shapes,
     )
 
 

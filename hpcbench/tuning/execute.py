@@ -37,7 +37,8 @@ class Job:
     def of(cls, algo: str, workers: int, args: Sequence[str], path: Path, label: str) -> Job:
         """From run options as a command line gives them (parsed once, here)."""
         cfg, sim = parse_run(["--algo", algo, *args], simulate=True)
-        return cls(cfg.for_algo(algo).with_updates(out=str(path), overwrite=True), dataclasses.replace(sim, workers=workers),
+        return cls(cfg.for_algo(algo).with_updates(out=str(path), overwrite=True), dataclasses.replace(sim,
+                                                                                                       workers=workers),
                    path, label)
 
     @property

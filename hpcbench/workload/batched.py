@@ -33,7 +33,8 @@ class BatchedGradients:
         self.shapes = [tuple(p.shape) for _, p in named]
         self.bounds = trainer.bounds
 
-        def loss(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        def loss(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor,
+                                                                                             torch.Tensor]:
             out = functional_call(model, params, (x,))
             return F.cross_entropy(out, y), (out.argmax(1) == y).sum()
 

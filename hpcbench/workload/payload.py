@@ -40,7 +40,8 @@ class Payload:
         self.options = options
         self.data = data
         # Each worker's compute times: the simulator's model, with the same seeded streams.
-        self.compute: ComputeModel | None = ComputeModel(Compute(workers, options.compute_shape, options.compute_mean_s), seed, {})
+        self.compute: ComputeModel | None = ComputeModel(Compute(workers, options.compute_shape,
+                                                                 options.compute_mean_s), seed, {})
         self.size = options.params
         self.initial = np.zeros(self.size, np.float32)
         # No parameters: pieces of PIECE floats stand in for them, so buckets come out near their size.

@@ -2,7 +2,8 @@
 
 Rank 1 is signalled (SIGUSR1, the handler hpcbench installs) the moment its lock on rank 0's window is
 granted, during ``accumulate``, ``fetch_add`` or ``read`` (argv[1]) of a window others add into (the
-only kind read under a lock); then rank 0 locks its own window exclusively, as it does to drain it. Prints "rank 1 stopped: ..." and "rank 0 locked its window";
+only kind read under a lock); then rank 0 locks its own window exclusively, as it does to drain it. Prints "rank 1
+stopped: ..." and "rank 0 locked its window";
 a lock left behind blocks rank 0 forever, so a watchdog exits 3 after 20 s saying so.
 """
 import os

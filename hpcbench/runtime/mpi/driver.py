@@ -209,7 +209,8 @@ class MpiDriver:
     def barrier(self, op: Barrier) -> None:
         self._collective(lambda: self.comm.worker_barrier(self.timeout), 0, "wait", "Barrier")
 
-    def _collective(self, run: Callable[[], Any], nbytes: int, phase: str = "communicate", op: str = "Allreduce") -> Any:
+    def _collective(self, run: Callable[[], Any], nbytes: int, phase: str = "communicate",
+                    op: str = "Allreduce") -> Any:
         """A workers' collective, begun again over the survivors for as long as workers fail during it
         (each failed try a "recover" row: the collective cut short, the agreement, the regrouping)."""
         while True:

@@ -96,7 +96,8 @@ def calibrate(rec: RunRecord, noise: float = 0.0, link: LinkFit | None = None) -
     normal = np.array([r for r in range(1, n + 1) if r not in slow and r in computed])
     if not normal.size:
         status = rec.attrs.get("status", "ok")
-        raise UsageError(f"{rec.path} ({status}): its timeline holds no step of a worker{' outside the stragglers' if slow else ''} "
+        raise UsageError(f"{rec.path} ({status}): its timeline holds no step of a "
+                         f"worker{' outside the stragglers' if slow else ''} "
                          "(a run that failed keeps rank 0's rows only), so there is no compute time to fit; "
                          "calibrate a run that trained")
     workers = np.isin(tl["rank"], normal)

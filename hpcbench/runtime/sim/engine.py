@@ -10,7 +10,8 @@ Events at equal times run in the order they were scheduled, so a run is determin
 
 Workers fail as scheduled (``deaths``) the way they do under an MPI that lets the others go on: a
 failed worker's program stops (at once while the worker computes or waits for a message or a
-collective, else when the operation it is in ends, so never inside a lock or a reader's slot), messages to it go nowhere, and ``detect_s`` later the others
+collective, else when the operation it is in ends, so never inside a lock or a reader's slot), messages to it go
+nowhere, and ``detect_s`` later the others
 learn of it: a receive waiting for it (or, from any rank, for news of a failure) gets ``Lost``, reads
 of and adds into its windows get ``Lost``, and a workers' collective it did not join is agreed on and
 begun again by the survivors (three barriers' time), who from then on are the workers' collectives'

@@ -164,7 +164,8 @@ def engine_record(run: Run, engine: Engine, sim: SimConfig, logs: RunLogs, wall:
     parts = [RankResult(r, "virtual", "virtual", 1, r, 0.0, engine.end[r], engine.timelines[r].columns())
              for r in range(n + 1)]
     provenance: dict[str, Any] = {**software(), "mpi_library_version": "none (simulated)", "mpi_vendor": "none",
-                                  "mpi_standard": "none", "mpi4py_version": "none", "network": "", "fault_tolerance": "simulated",
+                                  "mpi_standard": "none", "mpi4py_version": "none", "network": "",
+                                  "fault_tolerance": "simulated",
                                   "sim_wall_s": wall,
                                   "sim_events": engine.events}
     simulation = {**dataclasses.asdict(sim), "model_parameters": workload.size, "algorithm_parameters": algo.ctx.size,
