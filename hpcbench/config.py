@@ -151,8 +151,10 @@ MAX_SEED = 2**63 - 1
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    """Everything that defines a run; identical for ``run`` (real MPI) and ``simulate``."""
+class Experiment:
+    """What a run measures, the same under ``run`` and ``simulate``: the algorithm and its option tables,
+    the model and data, the sample budget, the learning-rate recipe, the evaluations and the stragglers.
+    A study varies these; two runs that differ only elsewhere measured the same thing."""
 
     algo: str = rule("", "required (--algo)")
     model: str = "mlp"
@@ -181,13 +183,21 @@ class RunConfig:
     val_fraction: float = bounded(0.0, low=0, high=MAX_VAL_FRACTION)
     target_accuracy: float = bounded(0.9, above=0, high=1)
     stragglers: Stragglers = rule(Stragglers(), "none")  # from "FRACTION:FACTOR"
+    # the option tables by name (an algorithm's, a model's, a dataset's): ``--set NAME.KEY=VALUE``
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Operations:
+    """How a run is carried out and kept, never what it measures: its deadlines, flushes and progress
+    lines, the untimed warm-up, torch's threads, and where its result file goes."""
+
     # longest any blocking wait may last before the run fails
     timeout_s: float = bounded(120.0, above=0, unit="seconds")
     # rank 0 rewrites the result file (status "incomplete") this often (less when large)
     flush_s: float = bounded(10.0, above=0, unit="seconds")
     # longest the run may take
     time_limit_s: float = bounded(0.0, low=0, unit="seconds", resolves="the Slurm job's end, else 7 days")
-    fault: Faults = rule(Faults(), "none")  # from "KIND:RANK@WHEN[:FACTOR][,...]": faults injected on purpose
     # seconds between rank 0's progress lines when its output is not a terminal
     progress_s: float = bounded(30.0, above=0, unit="seconds")
     # untimed gradient computations per worker before the timed window (never applied)
@@ -196,7 +206,21 @@ class RunConfig:
     threads: int = bounded(0, low=0, unit="threads", resolves="this node's cores shared among its ranks")
     out: str = rule("", "results/ALGO-DATASET-MODEL-MODE-wWORKERS-sSEED-TIME-ID.h5")
     overwrite: bool = False  # replace an existing result file at ``out`` (regular files only)
-    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FaultInjection:
+    """Faults injected into a real run on purpose (``--set fault=...``): the fault matrix and the
+    resilience study's."""
+
+    fault: Faults = rule(Faults(), "none")  # from "KIND:RANK@WHEN[:FACTOR][,...]"
+
+
+@dataclass(frozen=True)
+class RunConfig(FaultInjection, Operations, Experiment):
+    """Everything that defines a run, identical for ``run`` (real MPI) and ``simulate``: the experiment,
+    its operations and any faults injected, as one flat set of keys (the command line's, ``--set``'s,
+    a TOML file's and the result file's config record; ``GROUPS`` says which key is whose)."""
 
     def with_updates(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)
@@ -243,6 +267,7 @@ def table_argv(table: str, options: Any, defaults: Any) -> list[str]:
 
 FILE_DATASETS = ("cifar10",)  # the datasets read from --data-dir
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name != "options")
+GROUPS = (Experiment, Operations, FaultInjection)  # each run key in exactly one (a test holds it)
 
 
 def toml_literal(value: Any) -> str:

@@ -5,22 +5,31 @@ import dataclasses
 import os
 import platform
 import socket
+import textwrap
 from importlib import metadata
 
 from tabulate import tabulate
 
 from hpcbench import __version__
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.config import RunConfig, toml_literal
+from hpcbench.config import GROUPS, toml_literal
 from hpcbench.options import TABLES, option_tables
 from hpcbench.ranges import range_of
 from hpcbench.workload.datasets import DATASET_HELP
 from hpcbench.workload.models import MODELS
 
-RECIPE = ("lr is the single-worker rate. Asynchronous algorithms apply every gradient at lr; synchronous ones\n"
-          "(allreduce, easgd-sync, sgp) scale it by lr_scaling: none (lr), linear (n·lr, as Goyal et al.) or sqrt\n"
-          "(√n·lr). Every algorithm warms up linearly from 1/n of its rate over warmup_epochs, then decays by\n"
-          "lr_decay_factor at lr_decay_epochs. The run line and the result file record what was applied.")
+
+def recipe() -> str:
+    """The learning-rate recipe, naming the synchronous algorithms as the registry has them."""
+    synchronous = ", ".join(name for name, cls in ALGORITHMS.items() if not cls.asynchronous)
+    return textwrap.fill(
+        "lr is the single-worker rate. Asynchronous algorithms apply every gradient at lr; synchronous ones "
+        f"({synchronous}) scale it by lr_scaling: none (lr), linear (n·lr, as Goyal et al.) or sqrt (√n·lr). "
+        "Every algorithm warms up linearly from 1/n of its rate over warmup_epochs, then decays by "
+        "lr_decay_factor at lr_decay_epochs. The run line and the result file record what was applied.", 104)
+
+
+GROUP_TITLES = {"Experiment": "the experiment", "Operations": "operations", "FaultInjection": "fault injection"}
 
 
 def shown(f: dataclasses.Field) -> str:
@@ -59,10 +68,11 @@ def listing() -> str:
         tabulate(sorted((name, model.text) for name, model in MODELS.items()), headers=["name", "what it is"]),
         "Datasets",
         tabulate(sorted(DATASET_HELP.items()), headers=["name", "what it is"]),
-        "Run options (flags, --set KEY=VALUE, or top-level keys in --config)",
-        tabulate(rows("", RunConfig, skip=("options",)), headers=["key", "default", "valid"]),
+        *(part for group in GROUPS for part in (
+            f"Run options, {GROUP_TITLES[group.__name__]} (flags, --set KEY=VALUE, or top-level keys in --config)",
+            tabulate(rows("", group, skip=("options",)), headers=["key", "default", "valid"]))),
         "Learning-rate recipe (the same for every algorithm)",
-        RECIPE,
+        recipe(),
     ]
     return "\n\n".join(parts)
 

@@ -5,6 +5,7 @@ import pytest
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.config import (
     Fault,
+    Faults,
     RunConfig,
     Stragglers,
     load_toml,
@@ -238,3 +239,20 @@ def test_a_fault_spec_parses_into_its_parts_and_prints_back(spec, fault):
 def test_a_malformed_fault_spec_names_the_forms(spec):
     with pytest.raises(UsageError, match=r"is not one of kill:RANK@SECONDS, stop:RANK@SECONDS, term:RANK@SECONDS"):
         Fault.parse(spec)
+
+
+def test_every_run_key_belongs_to_exactly_one_group_and_the_keys_are_as_flat_as_before():
+    """RunConfig is the experiment, its operations and the faults injected: each key in one group, and
+    the command line, --set and the result file still see one flat set of keys."""
+    import dataclasses
+
+    from hpcbench.config import GROUPS, RUN_KEYS, Experiment, FaultInjection, Operations
+
+    owners = [[g.__name__ for g in GROUPS if key in {f.name for f in dataclasses.fields(g)}] for key in RUN_KEYS]
+    assert all(len(o) == 1 for o in owners)
+    assert set(RUN_KEYS) | {"options"} == {f.name for f in dataclasses.fields(RunConfig)}
+    assert set(RunConfig().to_dict()) == set(RUN_KEYS) | {"options"}
+    assert "lr" in RUN_KEYS and issubclass(RunConfig, (Experiment, Operations, FaultInjection))
+    cfg = RunConfig(algo="asgd", lr=0.2, timeout_s=5.0, fault=Faults.parse("kill:2@3"))
+    assert merge_sources({}, {}, cfg.to_argv()[1::2], ["asgd"])[0] == {"algo": "asgd", "lr": 0.2, "timeout_s": 5.0,
+                                                                   "fault": "kill:2@3"}
