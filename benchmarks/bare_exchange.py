@@ -22,7 +22,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from hpcbench.runtime.sim.models import link_bandwidth
+from hpcbench.runtime.sim.costs import link_bandwidth
 
 
 def exchange(comm: MPI.Intracomm, pattern: str, steps: int, nbytes: int, lockstep: bool) -> list[float]:

@@ -14,7 +14,7 @@ import argparse
 import numpy as np
 from mpi4py import MPI
 
-from hpcbench.runtime.sim.models import link_bandwidth
+from hpcbench.runtime.sim.costs import link_bandwidth
 
 
 def ordered_times(k: int, share: float) -> list[float]:

@@ -29,7 +29,7 @@ from tabulate import tabulate
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.launch.emulated import bring_up, real_and_simulated, resimulated, simulate_like, take_down
 from hpcbench.results.store import read_run
-from hpcbench.runtime.sim.models import link_bandwidth
+from hpcbench.runtime.sim.costs import link_bandwidth
 
 from common import fmt
 

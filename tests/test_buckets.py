@@ -10,7 +10,7 @@ from test_sim import simulate
 from hpcbench.algorithms.buckets import BACKWARD_SHARE, overlapped_end, plan_buckets, ready_fractions
 from hpcbench.config import RunConfig
 from hpcbench.results.store import read_run
-from hpcbench.runtime.sim.models import allreduce_s
+from hpcbench.runtime.sim.costs import allreduce_s
 from hpcbench.workload.datasets import load_dataset
 from hpcbench.workload.networks import build_model
 from hpcbench.workload.trainer import Trainer

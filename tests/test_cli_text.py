@@ -15,7 +15,7 @@ import pytest
 from hpcbench.options.sim import SimConfig
 from hpcbench.report.strict_json import json_safe
 from hpcbench.results.store import read_run
-from hpcbench.telemetry.progress import ProgressLine
+from hpcbench.telemetry.progress_line import ProgressLine
 
 from conftest import cli
 
@@ -97,7 +97,7 @@ def test_every_text_that_counts_or_lists_the_algorithms_agrees_with_the_registry
     """README, CONTRIBUTING, docs/ and ``list``: a count of algorithms, a list of the valid ones in an error
     line, and the demo's number of runs follow the registry (a new algorithm makes stale text fail here)."""
     from hpcbench.algorithms import ALGORITHMS
-    from hpcbench.launch.study import DEMO_VARIANTS
+    from hpcbench.launch.local_study import DEMO_VARIANTS
 
     names = ALGORITHMS.names()
     _, listed, _ = cli("list")

@@ -208,16 +208,16 @@ def test_the_layers_are_the_lines_of_the_design_in_their_order():
 
 def test_an_import_up_the_layers_or_between_the_drivers_is_found():
     graph = {
-        "hpcbench.runtime.plan": imports_of("from hpcbench.runtime.sim.models import SimConfig",
+        "hpcbench.runtime.plan": imports_of("from hpcbench.runtime.sim.costs import SimConfig",
                                             "hpcbench.runtime.plan"),
-        "hpcbench.runtime.sim.models": set(),
+        "hpcbench.runtime.sim.costs": set(),
         "hpcbench.runtime.sim.session": imports_of("from ..mpi import session", "hpcbench.runtime.sim.session"),
         "hpcbench.runtime.mpi.session": set(),
         "hpcbench.runtime.mpi": set(),
         "hpcbench.runtime": set(),
     }
     assert layering(graph) == [
-        "hpcbench.runtime.plan imports hpcbench.runtime.sim.models: up the layers (hpcbench.runtime is below "
+        "hpcbench.runtime.plan imports hpcbench.runtime.sim.costs: up the layers (hpcbench.runtime is below "
         "hpcbench.runtime.sim)",
         "hpcbench.runtime.sim.session imports hpcbench.runtime.mpi.session: the MPI session and the simulator "
         "share only the core",

@@ -12,7 +12,7 @@ from test_store import record
 
 from hpcbench.cli import main
 from hpcbench.config import RunConfig
-from hpcbench.launch.study import run_local
+from hpcbench.launch.local_study import run_local
 from hpcbench.results.paths import NameHold, partial_name
 from hpcbench.results.store import read_run, result_status, write_run
 from hpcbench.runtime.output import ResultFile
@@ -84,7 +84,7 @@ def test_a_studys_status_counts_the_promoted_result_as_ok(tmp_path, capsys):
     (tmp_path / "study.json").write_text('{"points": [{"stem": "asgd", "algo": "asgd", "ranks": 2, "repeat": 0}], '
                                          '"local": true}')
     final, partial = killed_in_the_rename(tmp_path)
-    from hpcbench.results.study import point_states
+    from hpcbench.results.study_dir import point_states
     assert [p.result for p in point_states(tmp_path)] == ["ok"] and not partial.exists()
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from hpcbench.errors import UsageError
 from hpcbench.launch.local import launch_env, mpi_command, own_lines
-from hpcbench.results.paths import check_target, partial_name, publish, run_id
+from hpcbench.results.paths import check_target, move_into_place, partial_name, run_id
 from hpcbench.results.store import read_run
 
 from conftest import mpirun, ok, requires_mpi
@@ -37,15 +37,15 @@ def test_the_final_rename_never_replaces_a_file_that_appeared_meanwhile(tmp_path
     final = tmp_path / "r.h5"
     first = partial_name(final, "a")
     first.write_bytes(b"first run")
-    assert publish(first, final, overwrite=False, rid="a") == final
+    assert move_into_place(first, final, overwrite=False, rid="a") == final
     second = partial_name(final, "b")
     second.write_bytes(b"second run")
-    kept = publish(second, final, overwrite=False, rid="b")
+    kept = move_into_place(second, final, overwrite=False, rid="b")
     assert kept == tmp_path / "r-b.h5" and kept.read_bytes() == b"second run"
     assert final.read_bytes() == b"first run" and sorted(p.name for p in tmp_path.iterdir()) == ["r-b.h5", "r.h5"]
     third = partial_name(final, "c")
     third.write_bytes(b"third run")
-    assert publish(third, final, overwrite=True, rid="c") == final and final.read_bytes() == b"third run"
+    assert move_into_place(third, final, overwrite=True, rid="c") == final and final.read_bytes() == b"third run"
 
 
 def test_run_ids_are_unique_and_name_the_slurm_job():

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import pytest
 
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.launch.study import DEMO_VARIANTS
+from hpcbench.launch.local_study import DEMO_VARIANTS
 from hpcbench.results.store import read_run
 
 from conftest import have_ulfm, requires_mpi

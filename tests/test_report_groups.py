@@ -173,7 +173,7 @@ def test_json_is_one_document_with_runs_scaling_settings_and_units(studies):
 
 def test_to_frames_names_phases_and_ops(studies):
     pytest.importorskip("pandas")
-    from hpcbench.results.frames import to_frames
+    from hpcbench.results.dataframes import to_frames
 
     rec = read_run(studies / "batch" / "b32-w2.h5")
     frames = to_frames(rec)

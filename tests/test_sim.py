@@ -386,7 +386,7 @@ def test_calibrate_prints_a_command_and_a_config_that_simulate_the_run_as_it_was
     ("emulated nodes=4,rate=100mbit,burst=256kb", 12.5e6), ("emulated nodes=2,rate=1gbit,burst=256kb", 1.25e8),
     ("emulated nodes=2,rate=2.5mbps,burst=1mb", 2.5e6), ("", None), ("emulated nodes=2,rate=9furlongs", None)])
 def test_the_rate_of_emulated_links_is_read_from_the_network_a_run_recorded(network, bandwidth):
-    from hpcbench.runtime.sim.models import link_bandwidth
+    from hpcbench.runtime.sim.costs import link_bandwidth
 
     assert link_bandwidth(network) == bandwidth
 

@@ -14,7 +14,7 @@ from hpcbench.runtime.mpi.selfcheck import oversubscribed_nodes, shared_gpus, sl
 from hpcbench.runtime.threads import cpu_count
 from hpcbench.slurm.jobs import Resources, report_job, run_job, submit_script
 from hpcbench.slurm.sweep import Point, plan_points
-from hpcbench.telemetry.progress import Countdown, ProgressLine
+from hpcbench.telemetry.progress_line import Countdown, ProgressLine
 
 from conftest import cli, requires_mpi
 

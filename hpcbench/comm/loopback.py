@@ -283,7 +283,7 @@ class LoopbackEndpoint:
     def start_allreduce(self, data: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return data, out  # carried out, in order, when finished
 
-    def progress(self, started: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    def advance(self, started: list[tuple[np.ndarray, np.ndarray]]) -> None:
         pass
 
     def finish_allreduces(self, started: list[tuple[np.ndarray, np.ndarray]], timeout: float) -> None:

@@ -61,7 +61,7 @@ class MpiComm(Gathering):
         # Under ULFM (Open MPI launched with --with-ft ulfm) the ranks outlive a failed one: the failed
         # ranks MPI reported, and whom the workers' collectives span (shrunk at a failed collective).
         self.failures = ulfm.Failures(self.world, MPI.Wtime) if openmpi.ulfm_requested(os.environ) else None
-        self._cut_short: MPI.Exception | None = None  # a workers' collective's failure met by progress()
+        self._cut_short: MPI.Exception | None = None  # a workers' collective's failure met by advance()
         self.members = ulfm.members(self.workers, self.world) if self.rank else ()
         self.survives_failures = self.failures is not None
         self.host = socket.gethostname()
@@ -268,7 +268,7 @@ class MpiComm(Gathering):
     def start_allreduce(self, data: np.ndarray, out: np.ndarray, bf16: bool = False) -> MPI.Request:
         return self.workers.Iallreduce(data, out, op=bf16_sum() if bf16 else MPI.SUM)
 
-    def progress(self, started: list[MPI.Request]) -> None:
+    def advance(self, started: list[MPI.Request]) -> None:
         if self.failures is None:
             MPI.Request.Testall(started)
             return

@@ -78,7 +78,7 @@ class Transport(Protocol):
         once ``finish_allreduces`` returns (every worker starts the same all-reduces in the same order;
         ``data`` stays untouched until then); → a handle for the two calls below."""
 
-    def progress(self, started: list[Any]) -> None:
+    def advance(self, started: list[Any]) -> None:
         """Let started all-reduces advance (MPI moves them only inside its calls)."""
 
     def finish_allreduces(self, started: list[Any], timeout: float) -> None:

@@ -19,7 +19,7 @@ def add(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcbench.launch.study import demo
+    from hpcbench.launch.local_study import demo
 
     files, failures = demo(args.out_dir, args.ranks, args.steps, args.timeout)
     print_report(files)

@@ -26,7 +26,7 @@ def add(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hpcbench.report.document import build, report_text
-    from hpcbench.results.study import not_ok
+    from hpcbench.results.study_dir import not_ok
 
     failed = [(p.stem, p.result, p.jobs[-1] if p.jobs else "-")
               for d in args.paths if Path(d).is_dir() for p in not_ok(d)]

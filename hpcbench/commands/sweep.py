@@ -58,7 +58,7 @@ def add(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hpcbench.launch.local import emulated_nodes
-    from hpcbench.launch.study import parse_ranks, run_local
+    from hpcbench.launch.local_study import parse_ranks, run_local
     from hpcbench.results.paths import check_study_dir
     from hpcbench.runtime import plan
     from hpcbench.slurm import sweep
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 def local_jobs(jobs: int, ranks: list[int], emulated: bool) -> int:
     """``sweep --local --jobs``: runs at a time (0: as many as fit in the cores here); a warning when
     the runs would share cores, whose timings would then include each other's load."""
-    from hpcbench.launch.study import default_jobs
+    from hpcbench.launch.local_study import default_jobs
     from hpcbench.runtime.threads import cpu_count
 
     if jobs < 0:

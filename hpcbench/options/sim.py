@@ -1,6 +1,6 @@
 """The ``sim`` table: simulate's virtual cluster, and the flags that set it (``--workers``, ``--compute``,
 ``--network``, ``--pauses``, ``--heterogeneity``, ``--numerics``). Times in seconds, bandwidth in bytes
-per second; the cost models that read it are in ``runtime/sim/models.py``."""
+per second; the cost models that read it are in ``runtime/sim/costs.py``."""
 from __future__ import annotations
 
 from dataclasses import dataclass

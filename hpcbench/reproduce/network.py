@@ -38,7 +38,7 @@ def run(s: Study, out: Path, preset: str, timeout: float) -> list[Point]:
     someone else brought up is left as it is, and the study says so in one line)."""
     from hpcbench.launch.emulated import bring_up, real_and_simulated, take_down
     from hpcbench.results.store import read_run
-    from hpcbench.runtime.sim.models import link_bandwidth
+    from hpcbench.runtime.sim.costs import link_bandwidth
 
     # One evaluation: a payload has no accuracy, and each evaluation reads every worker's 4 MB model
     # across the links after training (1.3 s an evaluation at 100 Mbit/s, none of it in samples/s).

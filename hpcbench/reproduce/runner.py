@@ -35,7 +35,7 @@ from hpcbench.reproduce.protocol import (
 from hpcbench.reproduce.studies import PRESETS, Study, mpi_args, study
 from hpcbench.reproduce.verdicts import Cell
 from hpcbench.results.store import result_status, step_cap_of
-from hpcbench.telemetry.progress import clock_text
+from hpcbench.telemetry.progress_line import clock_text
 from hpcbench.tuning.execute import MODES, Job, run_jobs
 from hpcbench.tuning.grid import Setting, Trial, choose
 from hpcbench.tuning.tune import validation_scores

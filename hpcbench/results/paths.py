@@ -107,7 +107,7 @@ def sibling(final: Path, rid: str) -> Path:
     return final.with_name(f"{final.stem}-{rid}{final.suffix}")
 
 
-def publish(partial: Path, final: Path, overwrite: bool, rid: str) -> Path:
+def move_into_place(partial: Path, final: Path, overwrite: bool, rid: str) -> Path:
     """Give the complete ``partial`` file its name; → the name it got.
 
     Without ``overwrite`` nothing is ever replaced: a hard link claims the name atomically (or,

@@ -2,7 +2,7 @@
 
 A file is built in memory with status "running", marked with its final status ("ok", or how a failed
 run ended) last, written out in one go, then given its name without replacing anything
-(``paths.publish``). On Linux the bytes go to a file with no name until all are there (``O_TMPFILE``),
+(``paths.move_into_place``). On Linux the bytes go to a file with no name until all are there (``O_TMPFILE``),
 so a writer killed meanwhile, even by SIGKILL, leaves nothing; elsewhere to a temporary ``.partial``
 name of its own run. Never a file that reads as complete, and no run's result is lost to another's.
 """
@@ -20,7 +20,7 @@ import numpy as np
 
 from hpcbench.errors import ResultWriteError, UsageError
 from hpcbench.memory import memory_bytes
-from hpcbench.results.paths import held, identity, mib, partial_name, publish, run_id
+from hpcbench.results.paths import held, identity, mib, move_into_place, partial_name, run_id
 from hpcbench.results.schema import (
     ATTR_TYPES,
     CONFIG_LEAST,
@@ -71,7 +71,7 @@ def write_run(path: str | os.PathLike, rec: RunRecord, overwrite: bool = False) 
     rid = run_id()
     partial = partial_name(final, rid)
     _write_file(partial, rec, final)
-    return publish(partial, final, overwrite, rid)
+    return move_into_place(partial, final, overwrite, rid)
 
 
 def rewrite_run(path: str | os.PathLike, rec: RunRecord, mine: tuple[int, int] | None = None) -> bool:

@@ -13,7 +13,7 @@ from hpcbench.errors import UsageError
 from hpcbench.memory import check_memory
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.plan import Plan, make_context, straggler_ranks
-from hpcbench.telemetry.progress import ProgressLine
+from hpcbench.telemetry.progress_line import ProgressLine
 from hpcbench.workload.base import Workload
 from hpcbench.workload.datasets import load_dataset
 from hpcbench.workload.models import MODELS, Needs
@@ -55,7 +55,7 @@ class Run:
     def logs(self) -> RunLogs:
         return RunLogs(self.layout.tables, self.layout.columns)
 
-    def progress(self, doing: str = "", rate_unit: str = "samples/s", early: bool = False) -> ProgressLine:
+    def progress_line(self, doing: str = "", rate_unit: str = "samples/s", early: bool = False) -> ProgressLine:
         return ProgressLine(f"{doing}{self.algo.name}, {self.workers} workers", self.algo.ctx.budget,
                             every_s=self.cfg.progress_s, rate_unit=rate_unit, early=early)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from hpcbench.results.study import point_states, recorded_jobs
+from hpcbench.results.study_dir import point_states, recorded_jobs
 
 
 def run(command: list[str]) -> subprocess.CompletedProcess[str] | None:

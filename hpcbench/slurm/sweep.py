@@ -14,7 +14,7 @@ from typing import Any
 
 from hpcbench.comm.probe import srun_mpi_flag
 from hpcbench.errors import UsageError
-from hpcbench.results.study import JOBS, read_manifest, record_jobs, write_manifest
+from hpcbench.results.study_dir import JOBS, read_manifest, record_jobs, write_manifest
 from hpcbench.slurm.jobs import Resources, report_job, run_job, submit_script
 
 

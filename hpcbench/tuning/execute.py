@@ -19,7 +19,7 @@ from hpcbench.config import RunConfig, table_argv
 from hpcbench.launch.arguments import parse_run
 from hpcbench.options.sim import SimConfig
 from hpcbench.signals import hangup_stops_study
-from hpcbench.telemetry.progress import Countdown
+from hpcbench.telemetry.progress_line import Countdown
 
 MODES = ("sim", "mpi")
 

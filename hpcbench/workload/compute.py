@@ -31,8 +31,8 @@ class ComputeSpec(Protocol):
 
 
 @dataclass(frozen=True)
-class Compute:
-    """A compute model with no per-worker speeds and no pauses (a payload run's)."""
+class PlainSpec:
+    """A ``ComputeSpec`` with no per-worker speeds and no pauses (a payload run's)."""
 
     workers: int
     compute_shape: float

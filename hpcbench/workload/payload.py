@@ -13,7 +13,7 @@ import numpy as np
 
 from hpcbench.ranges import bounded
 from hpcbench.workload.base import Ready, last_of
-from hpcbench.workload.compute import Compute, ComputeModel
+from hpcbench.workload.compute import ComputeModel, PlainSpec
 from hpcbench.workload.datasets import Dataset
 
 # The gradient's value: small and constant, so parameters drift slowly and stay finite for any budget.
@@ -40,7 +40,7 @@ class Payload:
         self.options = options
         self.data = data
         # Each worker's compute times: the simulator's model, with the same seeded streams.
-        self.compute: ComputeModel | None = ComputeModel(Compute(workers, options.compute_shape,
+        self.compute: ComputeModel | None = ComputeModel(PlainSpec(workers, options.compute_shape,
                                                                  options.compute_mean_s), seed, {})
         self.size = options.params
         self.initial = np.zeros(self.size, np.float32)

@@ -37,7 +37,7 @@ from hpcbench.algorithms.ops import (
 from hpcbench.comm.transport import Shrunk, Transport
 from hpcbench.errors import WaitTimeout
 from hpcbench.runtime.logs import RunLogs
-from hpcbench.telemetry.progress import ProgressLine
+from hpcbench.telemetry.progress_line import ProgressLine
 from hpcbench.telemetry.timeline import Timeline
 from hpcbench.workload.base import Workload
 from hpcbench.workload.sharding import BatchStream
@@ -137,7 +137,7 @@ class MpiDriver:
             begin, end = buckets[k]
             assert reduced is not None
             started.append(self.comm.start_allreduce(vector[begin:end], reduced[begin:end]))
-            self.comm.progress(started)
+            self.comm.advance(started)
 
         grad, loss, correct = (self.workload.gradient(op.params, x, y, buckets, start) if hooked
                                else self.workload.gradient(op.params, x, y, out=op.out))
@@ -165,7 +165,7 @@ class MpiDriver:
         """Sleep until local time ``t``, letting ``started`` all-reduces advance meanwhile."""
         while (left := t - self.clock()) > 0:
             if started:
-                self.comm.progress(started)
+                self.comm.advance(started)
             time.sleep(min(left, PROGRESS_NAP_S) if started else left)
 
     def publish(self, op: Publish) -> None:

@@ -219,7 +219,7 @@ def execute(plan: Plan, comm: Cluster) -> int:
     offsets = comm.clock_offsets(cfg.timeout_s)
     timeline = Timeline(rank)
     keeper = Keeper(run, comm, placed, offsets, timeline) if rank == 0 else None
-    progress = run.progress(early=True) if rank == 0 else None  # (a launcher's pipe: a line even for a short run)
+    progress = run.progress_line(early=True) if rank == 0 else None  # (a launcher's pipe: a line even for a short run)
     stream = run.stream(rank) if rank > 0 else None
     if keeper is not None:
         keeper.claim()  # the file exists before the first step, outside the timed window

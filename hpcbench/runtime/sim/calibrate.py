@@ -32,7 +32,7 @@ from hpcbench.options import TABLES
 from hpcbench.options.sim import SimConfig
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime import plan
-from hpcbench.runtime.sim.models import allreduce_terms, link_bandwidth
+from hpcbench.runtime.sim.costs import allreduce_terms, link_bandwidth
 from hpcbench.runtime.sim.session import simulated_record
 
 DEFAULT_ALPHA_S = SimConfig().alpha_s

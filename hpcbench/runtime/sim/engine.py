@@ -61,9 +61,9 @@ from hpcbench.comm.transport import message_bytes
 from hpcbench.errors import RuntimeFailure, TimeLimitPassed, undeclared_add, undeclared_size
 from hpcbench.options.sim import SimConfig
 from hpcbench.runtime.logs import RunLogs
+from hpcbench.runtime.sim.costs import Draws, allreduce_s, barrier_s
 from hpcbench.runtime.sim.links import Links, Versions, WindowLock
-from hpcbench.runtime.sim.models import Draws, allreduce_s, barrier_s
-from hpcbench.telemetry.progress import ProgressLine
+from hpcbench.telemetry.progress_line import ProgressLine
 from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE, Timeline
 from hpcbench.workload.compute import ComputeModel
 
@@ -508,13 +508,13 @@ class Engine:
                 self.windows[key][op.offset:op.offset + data.nbytes] = data
                 return None
             return BLOCKED
-        if self.lock(key, True, lambda: self.write(rank, key, data.copy(), op.offset, since)):
+        if self.lock(key, True, lambda: self.write_window(rank, key, data.copy(), op.offset, since)):
             self.windows[key][op.offset:op.offset + data.nbytes] = data
             self.unlock(key, True)
             return None
         return BLOCKED
 
-    def write(self, rank: int, key: tuple[str, int], data: np.ndarray, offset: int, since: float) -> None:
+    def write_window(self, rank: int, key: tuple[str, int], data: np.ndarray, offset: int, since: float) -> None:
         """A publish that waited for its exclusive lock: write, let go, and let the owner go on."""
         self.written(rank, key, data, offset, since)
         self.unlock(key, True)

@@ -20,8 +20,8 @@ from hpcbench.runtime.output import ResultFile, expected_bytes, result_line
 from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.provenance import software
 from hpcbench.runtime.record import RankResult, build_record
+from hpcbench.runtime.sim.costs import jitter, noise, shares
 from hpcbench.runtime.sim.engine import Engine, GradientFn, Pending
-from hpcbench.runtime.sim.models import jitter, noise, shares
 from hpcbench.runtime.threads import set_threads
 from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.workload.compute import ComputeModel
@@ -121,7 +121,7 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     sim = resolve(sim, message_params, plan.algo.family == PARAMETER_SERVER)
     gradient, gradients = gradients_for(run, sim)
     logs = run.logs()
-    progress = run.progress("simulating ", "samples/s simulated (wall clock)") if show_progress else None
+    progress = run.progress_line("simulating ", "samples/s simulated (wall clock)") if show_progress else None
     slow = {r: run.slow_factor(r) for r in run.stragglers}
     engine = Engine(algo, run.layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, message_params,
                     progress, jitter(sim, cfg.seed), noise(sim, cfg.seed), deaths, shares(sim, cfg.seed))

@@ -1,7 +1,7 @@
 """A run's tables as pandas DataFrames (pandas is optional: only this function needs it).
 
     from hpcbench.results.store import read_run
-    from hpcbench.results.frames import to_frames
+    from hpcbench.results.dataframes import to_frames
     frames = to_frames(read_run("results/demo/asgd-w4.h5"))
     frames["timeline"].groupby(["rank", "phase"])["duration_s"].sum()
 """

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
-from hpcbench.telemetry.progress import Countdown
+from hpcbench.telemetry.progress_line import Countdown
 
 # The demo: every algorithm on the real digits data, small enough for 2 cores in a few minutes.
 DEMO = RunConfig(dataset="digits", model="mlp", epochs=10, batch_size=32, lr=0.05, warmup_epochs=1, evals=8)
@@ -46,7 +46,7 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
     from hpcbench.algorithms import ALGORITHMS
     from hpcbench.launch.local import run_many, why_failed
     from hpcbench.results.store import result_status
-    from hpcbench.results.study import write_manifest
+    from hpcbench.results.study_dir import write_manifest
 
     named = {name: cfg.with_updates(algo=algo, options={algo: dict(options)})
              for name, (algo, options) in (variants or {}).items()}
