@@ -57,8 +57,8 @@ def contents(path: Path) -> dict[str, object]:
 
     with h5py.File(path, "r") as f:
         for key, value in f.attrs.items():
-            if key == "config":  # but where the file was written
-                value = json.dumps({k: v for k, v in json.loads(value).items() if k != "out"})
+            if key == "config":  # as a record (its keys in any order), but where the file was written
+                value = json.dumps({k: v for k, v in json.loads(value).items() if k != "out"}, sort_keys=True)
             if key not in ("created_utc", "hpcbench_version"):
                 found[f"@{key}"] = value
         f.visititems(visit)
