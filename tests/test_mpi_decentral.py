@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from hpcbench.algorithms import ALGORITHMS
+from hpcbench.algorithms.api import PARAMETER_SERVER
 from hpcbench.algorithms.decentral import starting_point
 from hpcbench.config import RunConfig
 from hpcbench.results.schema import EVAL_COLUMNS, ROOT_ATTRS, SUMMARY_KEYS
@@ -20,13 +21,14 @@ SMALL = ("--dataset", "digits", "--model", "mlp", "--steps", str(STEPS), "--lr",
 BUDGET = 4 * STEPS * 32
 # The first three take each kind of one-sided traffic (a locked add into a centre, adds into mailboxes,
 # messages): the pass under the second MPI family runs them.
-ALGOS = [("easgd", ()), ("gossip", ("--set", "gossip.variant=push")), ("sgp", ()), ("easgd-sync", ()),
-         ("gossip", ()), ("osgp", ()), ("allreduce", ()), ("local-sgd", ())]
+# Then every other algorithm outside the parameter-server family, as the registry lists them.
+FIRST = [("easgd", ()), ("gossip", ("--set", "gossip.variant=push")), ("sgp", ())]
+ALGOS = FIRST + [(name, ()) for name in ALGORITHMS.names()
+                 if ALGORITHMS.get(name).family != PARAMETER_SERVER and name not in ("easgd", "sgp")]
 
 
 @pytest.mark.parametrize("algo, extra", first_under_both(ALGOS, 3),
-                         ids=["easgd", "gossip-push", "sgp", "easgd-sync", "gossip-pull", "osgp", "allreduce",
-                              "local-sgd"])
+                         ids=[algo + ("-push" if extra else "") for algo, extra in ALGOS])
 def test_runs_learn_and_write_a_complete_file(tmp_path, algo, extra):
     out = tmp_path / "r.h5"
     ok(mpirun(5, "run", "--algo", algo, *SMALL, *extra, "--out", str(out)))

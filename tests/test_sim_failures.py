@@ -126,7 +126,7 @@ def test_any_kill_schedule_ends_ok_and_accounts_for_every_failure(tmp_path, name
         assert t_detected >= t_death and DETECTED_BY[how] == "simulated"
     assert rec.summary["workers_lost"] == len(table["worker"]) and rec.summary["samples_lost"] >= 0
     budget = rec.attrs["config"]["budget_samples"]
-    if name in ("asgd", "sa-asgd", "ga-asgd", "dana", "dana-ga"):
+    if name in SERVERS:
         assert rec.summary["samples"] == budget  # the survivors applied all of it
     else:
         assert rec.summary["samples"] <= budget + len(victims) * 32 * workers
