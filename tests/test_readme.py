@@ -38,7 +38,7 @@ NOT_RUN = {
     "pip install": "installs the environment this suite runs in (.ci/run installs the same extras on a clean clone)",
     "python3 -m venv": "creates the environment this suite runs in",
     "python -m pytest": "this suite itself",
-    "python -m mypy && python -m pytest": "what .ci/run runs: mypy first, then this suite",
+    "python -m mypy && ruff check . && python -m pytest": "what .ci/run runs: mypy and ruff first, then this suite",
     "HPCBENCH_TEST_NO_MPI=1 python -m pytest": "the fast part of this suite",
     "HPCBENCH_TEST_NO_MPI=1 mutmut run": "the mutation check, about 10 minutes on 2 cores, run by hand",
     "mutmut results": "reads what the mutation check left",
