@@ -68,3 +68,19 @@ def test_settings_that_act_give_no_warning(capsys):
     assert main([*DRY, "--algo", "allreduce", "--set", "lr_scaling=linear", "--set", "allreduce.compress=powersgd",
                  "--set", "allreduce.powersgd_rank=4", "--momentum", "0.9", "--set", "nesterov=true"]) == 0
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("name, flags", [("dc-asgd", ["--set", "dc-asgd.lam=1e4"]), ("ga-asgd", ["--lr", "1e4"]),
+                                         ("dana", ["--lr", "1e4"])])
+def test_a_model_that_diverges_is_said_once_in_the_run_line_not_in_numpys_warnings(tmp_path, name, flags):
+    """Values inside their ranges can still make training diverge (the server's float32 overflows on
+    the way to inf): the run ends as any other, and says so, without a warning per update."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "hpcbench", "simulate", "--algo", name, "--workers", "4",
+                           "--epochs", "3", "--momentum", "0.9", *flags, "--out", str(tmp_path / "d.h5")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Warning" not in proc.stderr and proc.stderr.strip() == "", proc.stderr
+    assert "(the model diverged: its parameters are no longer finite)" in proc.stdout

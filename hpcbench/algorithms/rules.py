@@ -205,6 +205,12 @@ class GapPenalty(RulePart):
             update.recorded.update(penalty_mean=float(g_div.mean()), gap_mean=float(ratio.mean()))
 
 
+def diverging() -> np.errstate:
+    """Where the programs run (a rank's whole run, a simulation): a model that diverges overflows float32
+    on the way to inf and NaN, an outcome its accuracy and the run line report, not a reason for numpy to
+    print a warning per update."""
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore")
+
 # What the updates table records where no part says otherwise: no divisor, no gap.
 NEUTRAL = {"penalty_mean": 1.0, "gap_mean": float("nan")}
 

@@ -6,6 +6,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from hpcbench.config import RunConfig
 from hpcbench.results.paths import NameHold, identity, run_id, sibling, utc_stamp
 from hpcbench.results.schema import RunRecord
@@ -119,6 +121,8 @@ def result_line(rec: RunRecord, path: str) -> str:
     line = (f"{rec.algorithm} ({rec.mode}, {rec.workers} workers): {s['samples']} samples in {s['wall_s']:.1f} s"
             f"{virtual} = {s['samples_per_s']:.0f} samples/s, "
             + (f"final accuracy {s['final_accuracy']:.3f}" if trained else "timing only (no model trained)"))
+    if trained and not np.isfinite(rec.final_params).all():
+        line += " (the model diverged: its parameters are no longer finite)"
     if s["final_val_accuracy"] == s["final_val_accuracy"]:  # a validation split was held out
         line += f" (validation {s['final_val_accuracy']:.3f})"
     if "late_gradients" in s:  # a parameter server: say that every gradient was applied

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hpcbench.algorithms.api import Layout, Program, role_of
+from hpcbench.algorithms.rules import diverging
 from hpcbench.comm.transport import Cluster
 from hpcbench.errors import (
     HpcbenchError,
@@ -122,7 +123,7 @@ def run_mpi(plan: Plan) -> int:
 def run_on(plan: Plan, comm: Cluster) -> int:
     """This rank's part of the run, and its part in ending a run that fails: → its exit code."""
     try:
-        with stop_on_signals():
+        with stop_on_signals(), diverging():
             return execute(plan, comm)
     except BaseException as exc:
         with signals_held(), ending(comm):

@@ -9,6 +9,7 @@ import numpy as np
 
 from hpcbench.algorithms.api import PARAMETER_SERVER
 from hpcbench.algorithms.ops import Gradient
+from hpcbench.algorithms.rules import diverging
 from hpcbench.config import Faults
 from hpcbench.errors import TimeLimitPassed, UsageError
 from hpcbench.options.sim import SimConfig
@@ -127,7 +128,7 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
                     progress, jitter(sim, cfg.seed), noise(sim, cfg.seed), deaths, shares(sim, cfg.seed))
     # The collector stays paused until the record is built: the run keeps millions of live numbers and
     # rows, which each full collection would walk again (0.8 s at 1,024 workers); the engine makes no cycles.
-    with collector_paused():
+    with collector_paused(), diverging():
         wall0 = time.perf_counter()
         try:
             engine.run()
