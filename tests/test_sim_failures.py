@@ -128,8 +128,8 @@ def test_any_kill_schedule_ends_ok_and_accounts_for_every_failure(tmp_path, name
     budget = rec.attrs["config"]["budget_samples"]
     if name in SERVERS:
         assert rec.summary["samples"] == budget  # the survivors applied all of it
-    else:
-        assert rec.summary["samples"] <= budget + len(victims) * 32 * workers
+    else:  # the work lost with a worker is done again, and each worker's last step may pass the budget
+        assert rec.summary["samples"] <= budget + rec.summary["samples_lost"] + workers * 32
 
 
 def test_a_kill_the_simulator_cannot_model_is_one_line(capsys):
