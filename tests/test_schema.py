@@ -89,6 +89,21 @@ def test_every_undeclared_name_is_listed_at_once_whatever_part_it_is_in(tmp_path
     assert schema.undeclared(rec) == []
 
 
+def test_a_column_an_algorithm_adds_to_the_updates_table_is_a_per_update_mean_with_its_summary():
+    updates = {name: np.zeros(2) for name in schema.TABLES[schema.UPDATES]}
+
+    def record(columns, summary=(), table=schema.UPDATES):
+        tables = {table: {**(updates if table == schema.UPDATES else {}), **{c: np.zeros(2) for c in columns}}}
+        return schema.RunRecord({}, {}, {}, {}, (), (), np.zeros(0), {}, tables, dict.fromkeys(summary, 0.0),
+                                np.zeros(0))
+
+    assert schema.undeclared(record(["drift_mean"], ["drift_mean", "drift_p50", "drift_p99"])) == []
+    assert schema.undeclared(record(["drift", "Drift_mean", "two words_mean"])) == [
+        "server/updates column drift", "server/updates column Drift_mean", "server/updates column two words_mean"]
+    assert schema.undeclared(record([], ["drift_p50"])) == ["summary drift_p50"]  # no such column
+    assert schema.undeclared(record(["drift_mean"], table=schema.LATE)) == ["server/late column drift_mean"]
+
+
 def test_the_family_of_a_run_is_read_from_the_tables_it_kept():
     assert schema.family_of({"updates": {}, "late": {}}) == "server"
     assert schema.family_of({"updates": {}}) == "" and schema.family_of({"final_models": {}}) == ""

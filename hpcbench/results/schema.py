@@ -20,6 +20,8 @@ import numpy as np
 #    all-reduces count in the type they travel in).
 # 6: /server/failures (workers lost during the run, where the MPI lets the others go on, and in the
 #    simulator); /summary gained workers_lost, recovery_s and samples_lost; the timeline phase "recover".
+#    Later, without a bump (names grew, none changed): an algorithm may add per-update means (NAME_mean) to
+#    /server/updates, and their distributions to /summary (dc-asgd's compensation_mean).
 SCHEMA_VERSION = 6
 
 # Every name a result file holds is declared here, once; the writer refuses any other, the reader,
