@@ -110,11 +110,13 @@ def test_a_run_across_nodes_records_its_placement_and_its_traffic_crosses_the_li
     assert rec.provenance["network"] == "emulated nodes=3,rate=50mbit,burst=256kb"
     assert json.loads(rec.provenance["environment"])["UCX_TLS"] == "tcp,self"
     # What the second node's ranks sent and received went over its link (over shared memory, almost
-    # nothing would: ~15 KB for 4 MB all-reduced), and not many times more.
+    # nothing would: ~15 KB for 4 MB all-reduced), and not many times more. At least a step's vectors
+    # each way: asgd's remote workers take what is left of the shared budget by a worker beside rank 0
+    # (4 in a loaded CI run here).
     timeline = rec.timeline
     remote = (timeline["rank"] >= 2) & (timeline["op"] != rec.ops.index("Compute"))
     moved = int(timeline["nbytes"][remote].sum())
-    assert moved > 10 * 4 * FLOATS
+    assert moved > 2 * 4 * FLOATS
     assert 0.5 * moved < crossed < 4 * int(timeline["nbytes"].sum()) + 5_000_000
 
 
