@@ -14,6 +14,7 @@ from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
 from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.record import resolved_config
+from hpcbench.signals import stops_deferred
 
 
 def default_out(cfg: RunConfig, workers: int, mode: str = "mpi") -> str:
@@ -39,35 +40,39 @@ class ResultFile:
         """Write ``rec``; → where it went. ``last``: the run's final write (the name is let go after it)."""
         from hpcbench.results.store import rewrite_run, write_run  # here: workers never load h5py
 
-        # Still the file this run wrote (checked again just before the rename): rewritten; else left alone.
-        if not (self.path and identity(self.path) == self.written and rewrite_run(self.path, rec, self.written)):
-            lost = self.path
-            want = Path(lost or self.wanted)
-            if lost:
-                want = sibling(want, run_id())
-            want = self.room_for(want)
-            hold = NameHold(want)
-            if not hold.take():  # another live run holds the name
-                want = sibling(want, run_id())
+        # A stop signal waits until the file and the identity this run keeps of it agree: one landing
+        # between a rename and the identity's update would make the next write take its own file for
+        # another's and move the result again.
+        with stops_deferred():
+            # Still the file this run wrote (checked again just before the rename): rewritten; else left alone.
+            if not (self.path and identity(self.path) == self.written and rewrite_run(self.path, rec, self.written)):
+                lost = self.path
+                want = Path(lost or self.wanted)
+                if lost:
+                    want = sibling(want, run_id())
+                want = self.room_for(want)
                 hold = NameHold(want)
-                hold.take()
-            path = str(write_run(want, rec, self.overwrite and not lost))
-            if path != str(want):  # the name was taken meanwhile: hold the one the file got
-                hold.release()
-                hold = NameHold(Path(path))
-                hold.take()
-            self.release()
-            self.path, self.hold = path, hold
-            if lost:
-                print(f"hpcbench: {lost} is no longer the file this run wrote (something replaced or removed it); "
-                      f"it is left alone and the result goes to {path}", file=sys.stderr, flush=True)
-            elif path != self.wanted:
-                print(f"hpcbench: {self.wanted} appeared while this run was set up; the result goes to {path}",
-                      file=sys.stderr, flush=True)
-        self.written = identity(self.path)
-        if last:
-            self.release()
-        return self.path
+                if not hold.take():  # another live run holds the name
+                    want = sibling(want, run_id())
+                    hold = NameHold(want)
+                    hold.take()
+                path = str(write_run(want, rec, self.overwrite and not lost))
+                if path != str(want):  # the name was taken meanwhile: hold the one the file got
+                    hold.release()
+                    hold = NameHold(Path(path))
+                    hold.take()
+                self.release()
+                self.path, self.hold = path, hold
+                if lost:
+                    print(f"hpcbench: {lost} is no longer the file this run wrote (something replaced or removed it); "
+                          f"it is left alone and the result goes to {path}", file=sys.stderr, flush=True)
+                elif path != self.wanted:
+                    print(f"hpcbench: {self.wanted} appeared while this run was set up; the result goes to {path}",
+                          file=sys.stderr, flush=True)
+            self.written = identity(self.path)
+            if last:
+                self.release()
+            return self.path
 
     def room_for(self, want: Path) -> Path:
         """``want``, its directory made again if it was removed while the run went on; where that cannot
