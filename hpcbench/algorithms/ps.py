@@ -51,7 +51,7 @@ from hpcbench.algorithms.rules import (
 from hpcbench.errors import RuntimeFailure, UsageError
 from hpcbench.memory import check_memory
 from hpcbench.ranges import bounded
-from hpcbench.results.schema import FAILURES, LATE, UPDATES
+from hpcbench.results.schema import FAILURES, LATE, UPDATES, added_columns
 
 # version_used: the version the worker read; version_applied: the version the gradient was applied
 # onto (staleness = version_applied − version_used); penalty_mean: the divisor actually applied;
@@ -83,7 +83,7 @@ class ParameterServer(Algorithm):
                                into=None if self.window is None else self.params_frame.view(self.window, "params"))
         # the columns the parts add to the updates table, after its own (which hold NEUTRAL's where no
         # part records them)
-        self.added = tuple(c for c in self.rule.columns if c not in NEUTRAL)
+        self.added = added_columns(UPDATES, self.rule.columns)
         self.ring = None
         if self.rule.needs_delta:
             capacity = getattr(self.opts, "history", 0) or 2 * ctx.workers + 4
