@@ -8,22 +8,24 @@ from typing import Any
 
 from tabulate import tabulate
 
-from hpcbench.reproduce.protocol import DEPENDS, OWN_LR, ArmResult, Recipe, arm_text
+from hpcbench.reproduce.protocol import OWN_LR, ArmResult, Recipe, arm_text
 from hpcbench.reproduce.studies import DILOCO_PERIODS, VAL_FRACTION, Study, mpi_args
-from hpcbench.reproduce.verdicts import Cell, Verdict, crossing, diloco, gap_aware, jin, sgp
-from hpcbench.tuning.grid import Trial
+from hpcbench.reproduce.verdicts import CLAIMS, Cell, ClaimVerdict, Verdict, crossing, diloco, gap_aware, jin, sgp
+from hpcbench.tuning.grid import MAX_EXTENSIONS, Trial, ties
+from hpcbench.tuning.intervals import MIN_SEEDS
 
 
-def judge(s: Study, cells: Sequence[Cell], network: str = "") -> Verdict:
-    """``network``: the one network every run used (real runs), instead of the study's modeled ones."""
+def judge(s: Study, cells: Sequence[Cell], network: str = "") -> list[ClaimVerdict]:
+    """Each claim's verdict from one arm's cells; ``network``: the one network every run used (real runs),
+    instead of the study's modeled ones."""
     if s.name == "gap-aware":
         return gap_aware(cells)
     if s.name == "jin":
         return jin(cells)
     if s.name == "diloco":
-        return diloco(cells, network or s.networks[0].name, DILOCO_PERIODS)
+        return diloco(cells, network or s.networks[0].name, DILOCO_PERIODS, s.target)
     slow, fast = (n.name for n in s.networks)
-    return sgp(cells, network or slow, fast)
+    return sgp(cells, network or slow, fast, s.target)
 
 
 def acc_text(c: Cell) -> str:
@@ -126,15 +128,22 @@ def protocol(s: Study, preset: str, recipe: Recipe, mode: str) -> dict[str, Any]
         "budget_epochs": size.epochs, "seeds": list(size.seeds), "workers": list(size.workers),
         "schedule": f"linear warm-up over {size.warmup_epochs:g} epochs from 1/n of the rate, then x0.1 at epochs "
                     + " and ".join(f"{e:g}" for e in size.decay_epochs) + f" of {size.epochs:g}",
-        "recipe": f"sequential SGD (one asgd worker) over rates {', '.join(f'{x:g}' for x in size.recipe_lrs)} x "
+        "recipe": f"sequential SGD (one asgd worker) over rates {', '.join(f'{x:g}' for x in size.recipe_lrs)} "
+                  "(grown past an edge where chosen there) x "
                   f"momenta {', '.join(f'{x:g}' for x in size.recipe_momenta)}, {len(size.seeds)} seed(s) each, "
                   "chosen on final validation accuracy (ties: the smaller rate)",
         "chosen_recipe": recipe.best.values(),
         "best_rate_at_momentum": {f"{m:g}": st.lr for m, st in recipe.by_momentum.items()},
         "own_lr_factors": list(size.lr_factors),
         "arms": {arm: arm_text(arm) for arm in s.arms},
-        "rule": "each arm's verdict from its own cells; the study holds (or does not hold) only when every arm "
-                f"agrees, else {DEPENDS!r}; differences within the seeds' spread are inconclusive",
+        "rule": "each claim gets its own verdict in each arm, from that arm's cells: each row (a size, network or "
+                "period) is the 95% t interval over seeds of a paired difference (same seeds), holding where the "
+                "whole interval clears the claim's threshold, failing where it falls short, inconclusive where it "
+                f"straddles the threshold or rests on fewer than {MIN_SEEDS} seeds; a claim holds where every row "
+                "holds and fails where a row fails (a claim about time, which the simulator models, is then 'not "
+                "reproduced by the model'); claims are never joined into one verdict",
+        "grid_edges": f"a choice at the edge of its rates grows the grid by its own log step on that side, up to "
+                      f"{MAX_EXTENSIONS} steps (rates within 1e-5..10)",
         "quick": preset != "full", "mode": mode,
     }
 
@@ -146,11 +155,29 @@ def recipe_table(trials: Sequence[Trial], recipe: Recipe) -> str:
     return tabulate(rows, headers=["lr", "momentum", "validation acc %", ""], tablefmt="github")
 
 
+def claims_table(arms: Sequence[ArmResult]) -> str:
+    """A row per claim, a column per arm: each claim's verdict in each arm."""
+    if not arms:
+        return "(no arm ran)"
+    rows = [[cv.claim.short] + [next(x.outcome for x in a.claims if x.claim.key == cv.claim.key) for a in arms]
+            for cv in arms[0].claims]
+    return tabulate(rows, headers=["claim"] + [a.name for a in arms], tablefmt="github")
+
+
+def recipe_ties(trials: Sequence[Trial]) -> str:
+    """The recipe grid's settings that tie with the chosen one on validation, in words ("" when none)."""
+    tied = ties(trials)
+    if not tied:
+        return ""
+    return ("; tying with it within the seeds' interval on validation: "
+            + ", ".join(f"{t.setting.label()} ({iv.text()} behind)" for t, iv in tied))
+
+
 def chosen_text(arm: ArmResult) -> str:
     """Which setting each cell's numbers come from, where the arm chose among several."""
     settings = {k: v.label() for k, v in arm.chosen.items()}
     if not arm.chose or not settings:
-        return ""
+        return " ".join(arm.ties)
     if len(set(settings.values())) == 1:
         text = (f"Chosen on validation, in every cell: {next(iter(settings.values()))}"
                 + (" [edge]" if arm.edges else "") + ".")
@@ -158,9 +185,14 @@ def chosen_text(arm: ArmResult) -> str:
         text = "Chosen on validation: " + "; ".join(f"{a} n={n}{' ' + v if v else ''}: {label}"
                                                     + (" [edge]" if (a, n, v) in arm.edges else "")
                                                     for (a, n, v), label in settings.items()) + "."
+    if arm.grown:
+        text += (f" The grid grew past its edge (log steps, at most {MAX_EXTENSIONS}) for "
+                 + ", ".join(f"{a} n={n}{' ' + v if v else ''}" for a, n, v in arm.grown) + ".")
     if arm.edges:
-        text += (" [edge]: the largest or smallest rate this arm tried, so the algorithm may do better "
-                 "outside the grid.")
+        text += (" [edge]: still the largest or smallest rate tried once the grid stopped growing (its limit), so "
+                 "the algorithm may do better outside it.")
+    if arm.ties:
+        text += " Ties within the seeds' interval on validation: " + "; ".join(arm.ties) + "."
     return text
 
 
@@ -193,12 +225,18 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
     how the study was set up and run."""
     proto = protocol(s, notes["preset"], recipe, notes["mode"])
     label = f" ({caveat(notes).split(':')[0]})" if caveat(notes) else ""
-    lines = [f"# {s.title}{label}", "", f"**Claim.** {s.claim}", "", f"**Verdict: {verdict_line(outcome, notes)}.**",
-             ""]
-    lines += [f"- arm *{a.name}*: **{a.verdict.outcome}**" for a in arms] + [""]
+    lines = [f"# {s.title}{label}", "", f"**In short: {verdict_line(outcome, notes)}.**", "",
+             claims_table(arms), "", "## The claims", ""]
+    for claim in CLAIMS[s.name]:
+        lines += [f"- **{claim.short}** — \"{claim.quote}\" ({claim.source}; the paper: {claim.paper}). Tested "
+                  f"here: {claim.test}."]
+    lines.append("")
     for a in arms:
-        lines += [f"## Arm: {a.name}", "", f"{arm_text(a.name)}. Verdict: **{a.verdict.outcome}**.", ""]
-        lines += a.verdict.lines()
+        lines += [f"## Arm: {a.name}", "", f"{arm_text(a.name)}.", ""]
+        for cv in a.claims:
+            lines.append(f"- {cv.claim.short}: **{cv.summary()}** — " + "; ".join(
+                f"{e.where + ': ' if e.where else ''}{e.numbers}" + (f" ({e.outcome})" if len(cv.evidence) > 1 else "")
+                for e in cv.evidence))
         if s.name == "jin":
             lines += [f"- where the curves cross: {crossing(list(a.cells))}"]
         plot_file = plots.get(a.name, "")
@@ -215,11 +253,13 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
               f"{', '.join(map(str, proto['seeds']))}",
               f"- schedule: {proto['schedule']}",
               f"- recipe: {proto['recipe']}: **{recipe.best.label()}** (best rate at each momentum: "
-              + ", ".join(f"momentum {m:g}: lr {st.lr:g}" for m, st in recipe.by_momentum.items()) + ")",
+              + ", ".join(f"momentum {m:g}: lr {st.lr:g}" for m, st in recipe.by_momentum.items()) + ")"
+              + recipe_ties(recipe_trials),
               *[f"- arm *{arm}*: {text}" for arm, text in proto["arms"].items()],
               *([f"- own-lr grid: {', '.join(f'{f:g}' for f in proto['own_lr_factors'])} x the recipe's rate"]
                 if any(a.name == OWN_LR for a in arms) else []),
-              f"- verdict rule: {proto['rule']}", "", recipe_table(recipe_trials, recipe), ""]
+              f"- verdict rule: {proto['rule']}", f"- grids: {proto['grid_edges']}", "",
+              recipe_table(recipe_trials, recipe), ""]
     run_args = s.run_args(notes["preset"])
     run_args = run_args if notes["mode"] == "sim" else mpi_args(run_args)
     lines += ["## How it was measured", "", f"- command: `{notes['command']}` ({notes['preset']} sizes, "

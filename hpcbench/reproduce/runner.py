@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -18,8 +18,8 @@ import numpy as np
 
 from hpcbench.errors import UsageError
 from hpcbench.report.strict_json import dumps
+from hpcbench.reproduce import made_with, report
 from hpcbench.reproduce import network as emulated_network
-from hpcbench.reproduce import report
 from hpcbench.reproduce.protocol import (
     SEQUENTIAL,
     ArmResult,
@@ -29,15 +29,15 @@ from hpcbench.reproduce.protocol import (
     at_edge,
     candidates,
     choose_recipe,
-    overall,
+    headline,
     recipe_grid,
 )
 from hpcbench.reproduce.studies import PRESETS, Study, mpi_args, study
 from hpcbench.reproduce.verdicts import Cell
-from hpcbench.results.store import result_status, step_cap_of
+from hpcbench.results.store import commit_of, result_status, step_cap_of
 from hpcbench.telemetry.progress_line import clock_text
 from hpcbench.tuning.execute import MODES, Job, run_jobs
-from hpcbench.tuning.grid import Setting, Trial, choose
+from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, choose, step_out, ties
 from hpcbench.tuning.tune import validation_scores
 
 HERE = "this machine"  # the network of real runs
@@ -131,7 +131,7 @@ def trials(runs: Sequence[Planned], scores: Mapping[Path, float]) -> list[Trial]
     return [Trial(cell[0], cell[1], setting, tuple(vals)) for (cell, setting), vals in by.items()]
 
 
-def cell_of(cell: CellKey, paths: Sequence[Path], target: float) -> Cell:
+def cell_of(cell: CellKey, paths: Sequence[Path], target: float, seeds: Sequence[int] = ()) -> Cell:
     """A cell over its seeds, from the result files read back (test accuracy on the whole test set)."""
     from hpcbench.results.store import read_run
     from hpcbench.telemetry.summary import time_to_target
@@ -145,26 +145,68 @@ def cell_of(cell: CellKey, paths: Sequence[Path], target: float) -> Cell:
         wall.append(float(rec.summary["wall_s"]))
         gaps.append(float(np.max(np.diff(rec.evals["t"]))) if len(rec.evals["t"]) > 1 else 0.0)
         moved.append(float(rec.summary.get("bytes_per_sample", math.nan)))
-    return Cell(cell[0], cell[1], cell[2], tuple(acc), tuple(ttt), tuple(wall), max(gaps), tuple(moved))
+    return Cell(cell[0], cell[1], cell[2], tuple(acc), tuple(ttt), tuple(wall), max(gaps), tuple(moved), tuple(seeds))
 
 
 def decide_arm(name: str, runs: Sequence[Planned], outcome: Mapping[Path, str], scores: Mapping[Path, float],
-               s: Study, network: str) -> ArmResult:
+               s: Study, network: str, grown: Iterable[tuple[str, CellKey]] = ()) -> ArmResult:
     """Each cell's setting chosen on validation among the arm's candidates; its cell from that setting's
-    seeds (cells whose chosen setting has a failed seed are left out)."""
-    cells, chosen, edges, chose = [], {}, [], False
-    keys = list(dict.fromkeys(r.cell for r in runs))
-    for key in keys:
+    seeds (cells whose chosen setting has a failed seed are left out). ``grown``: the (arm, cell) keys
+    whose grid grew past an edge."""
+    cells, chosen, edges, tied, chose = [], {}, [], [], False
+    for key in dict.fromkeys(r.cell for r in runs):
         mine = [r for r in runs if r.cell == key]
         chose = chose or len({r.setting for r in mine}) > 1
-        best = choose(trials(mine, scores)).setting
-        paths = [r.job.path for r in mine if r.setting == best]
+        tried = trials(mine, scores)
+        best = choose(tried).setting
+        mine_best = sorted((r for r in mine if r.setting == best), key=lambda r: r.seed)
+        paths = [r.job.path for r in mine_best]
         if all(outcome.get(p) == "" for p in paths):
             chosen[key] = best
-            cells.append(cell_of(key, paths, s.target))
+            cells.append(cell_of(key, paths, s.target, [r.seed for r in mine_best]))
             if at_edge(best, [r.setting for r in mine]):
                 edges.append(key)
-    return ArmResult(name, tuple(cells), chosen, report.judge(s, cells, network), tuple(edges), chose)
+        tied += [f"{cell_name(key)}: {t.setting.label()} ties with the chosen {best.label()} (validation "
+                 f"{iv.text()} in favour of the chosen)" for t, iv in ties(tried)]
+    claims = tuple(report.judge(s, cells, network))
+    return ArmResult(name, tuple(cells), chosen, claims, tuple(edges), chose,
+                     tuple(k for a, k in grown if a == name), tuple(tied))
+
+
+def cell_name(key: CellKey) -> str:
+    a, n, v = key
+    return f"{a} n={n}" + (f" {v}" if v else "")
+
+
+def run_until_interior(groups: dict[Any, list[Planned]], make: Callable[[CellKey, Setting, int], Planned],
+                       seeds: Sequence[int], mode: str, jobs: int, timeout: float, outcome: dict[Path, str],
+                       scores: dict[Path, float]) -> tuple[int, set[Any]]:
+    """Run every group's runs; then, while a group's choice (on validation) sits at the edge of the rates it
+    tried, add the next rate past that edge (``tuning.grid.step_out``) at every seed and run those, up to
+    MAX_EXTENSIONS times. Groups (the runs that choose among themselves) grow in place.
+    → (runs kept from an earlier invocation, the keys of the groups that grew)."""
+    kept, grown = 0, set()
+    for extension in range(MAX_EXTENSIONS + 1):
+        todo = {r.job.path: r.job for rs in groups.values() for r in rs if r.job.path not in outcome}
+        kept += sum(result_status(path) == "ok" for path in todo)
+        done = run_jobs(list(todo.values()), mode, jobs, timeout)
+        outcome.update(done)
+        scores.update(validation_scores(done))
+        if extension == MAX_EXTENSIONS:
+            break
+        added = 0
+        for key, runs in groups.items():
+            tried = {r.setting for r in runs}
+            nxt = step_out(choose(trials(runs, scores)).setting, tried)
+            if nxt is not None and nxt not in tried:
+                runs += [make(runs[0].cell, nxt, seed) for seed in seeds]
+                grown.add(key)
+                added += 1
+        if not added:
+            break
+        print(f"the grid grows past its edge for {added} choice(s): {', '.join(sorted(map(str, grown)))}",
+              flush=True)
+    return kept, grown
 
 
 def prepare(out_dir: str) -> Path:
@@ -236,22 +278,24 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
                                                              jobs, timeout)
 
     print(f"\nstage 2: arms {', '.join(s.arms)}", flush=True)
-    arm_runs = {arm: [planned(s, preset, runs, (a, n, v), st, seed, mode, extra)
-                      for v in variants for n in workers for a in s.algos
-                      for st in candidates(arm, a, recipe, size.lr_factors, s.scales) for seed in size.seeds]
-                for arm in s.arms}
-    stage2 = {r.job.path: r.job for rs in arm_runs.values() for r in rs}
-    kept += sum(result_status(path) == "ok" for path in stage2)
-    arm_outcome = run_jobs(list(stage2.values()), mode, jobs, timeout)
-    outcome.update(arm_outcome)
-    scores.update(validation_scores(arm_outcome))
+
+    def make(cell: CellKey, setting: Setting, seed: int) -> Planned:
+        return planned(s, preset, runs, cell, setting, seed, mode, extra)
+
+    groups = {(arm, (a, n, v)): [make((a, n, v), st, seed)
+                                 for st in candidates(arm, a, recipe, size.lr_factors, s.scales, size.epochs)
+                                 for seed in size.seeds]
+              for arm in s.arms for v in variants for n in workers for a in s.algos}
+    more, grown = run_until_interior(groups, make, size.seeds, mode, jobs, timeout, outcome, scores)
+    kept += more
     network = HERE if mode == "mpi" else ""
-    arms = [decide_arm(arm, arm_runs[arm], outcome, scores, s, network) for arm in s.arms]
+    arms = [decide_arm(arm, [r for (g, _), rs in groups.items() if g == arm for r in rs], outcome, scores, s,
+                       network, grown) for arm in s.arms]
     points = []
     if emulated:
         print("\nstage 3: across emulated nodes, real beside simulated", flush=True)
         points = emulated_network.run(s, out, preset, timeout)
-    outcome_text = overall([a.verdict.outcome for a in arms])
+    outcome_text = headline(arms)
     elapsed = time.monotonic() - t0
     failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
     ran = len(outcome)
@@ -266,18 +310,41 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     text = report.markdown(s, arms, outcome_text, recipe, recipe_trials, notes, plots)
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "verdict.json").write_text(dumps({
-        "study": s.name, "outcome": outcome_text, "verdict": report.verdict_line(outcome_text, notes),
+        "study": s.name, "title": s.title, "preset": preset, "headline": outcome_text,
+        "verdict": report.verdict_line(outcome_text, notes),
+        "claims": claims_record(arms),
         "protocol": report.protocol(s, preset, recipe, mode),
         "recipe_grid": [{"setting": t.setting.values(), "val_accuracy": list(t.val), "chosen": t.setting == recipe.best}
                         for t in recipe_trials],
-        "arms": [{"name": a.name, "what": arm_text(a.name), "outcome": a.verdict.outcome,
-                  "checks": [asdict(c) for c in a.verdict.checks],
+        "arms": [{"name": a.name, "what": arm_text(a.name),
                   "cells": [{**asdict(c), "setting": a.chosen[(c.algo, c.workers, c.variant)].values()}
-                            for c in a.cells]} for a in arms],
+                            for c in a.cells],
+                  "grown": [cell_name(k) for k in a.grown], "edges": [cell_name(k) for k in a.edges],
+                  "ties": list(a.ties)} for a in arms],
         **{k: v for k, v in notes.items() if k != "emulated"},
+        "made_with": made_with.record(commit_of(p) for p in outcome if not outcome[p]),
         "emulated": emulated_network.as_json(points)}, indent=1), encoding="utf-8")
     print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
     return 1 if failed else 0
+
+
+def finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def claims_record(arms: Sequence[ArmResult]) -> list[dict[str, Any]]:
+    """Each claim (as the study states it) with its verdict in each arm and the evidence rows behind it."""
+    out = []
+    for claim in [cv.claim for cv in arms[0].claims] if arms else []:
+        per_arm = {}
+        for a in arms:
+            cv = next(x for x in a.claims if x.claim.key == claim.key)
+            per_arm[a.name] = {"outcome": cv.outcome, "summary": cv.summary(), "evidence": [
+                {"where": e.where, "outcome": e.outcome, "numbers": e.numbers,
+                 **({"mean": finite(e.interval.mean), "low": finite(e.interval.low), "high": finite(e.interval.high),
+                     "seeds": e.interval.n} if e.interval else {})} for e in cv.evidence]}
+        out.append({**asdict(claim), "arms": per_arm})
+    return out
 
 
 def capped(paths: Iterable[Path]) -> dict[str, Any]:
@@ -295,14 +362,21 @@ def command_line(name: str, out_dir: str, preset: str, mode: str, emulated: bool
 
 def stage_one(s: Study, preset: str, runs: Path, settings: list[Setting], seeds: tuple[int, ...], mode: str,
               jobs: int, timeout: float):
-    """The single-worker recipe grid, each setting at each seed, scored on the validation split: how many of its
-    runs were already done, every run's outcome, the scores, the trials and the recipe they choose."""
+    """The single-worker recipe grid, each setting at each seed, scored on the validation split, grown past
+    an edge where the best rate at a momentum sits on one: how many of its runs were already done, every
+    run's outcome, the scores, the trials and the recipe they choose."""
     algo, one = SEQUENTIAL
-    stage1 = [planned(s, preset, runs, (algo, one, ""), st, seed, mode, ()) for st in settings for seed in seeds]
-    kept = sum(result_status(r.job.path) == "ok" for r in stage1)
-    outcome = run_jobs([r.job for r in stage1], mode, jobs, timeout)
-    scores = validation_scores(outcome)
-    recipe_trials = trials(stage1, scores)
+
+    def make(cell: CellKey, setting: Setting, seed: int) -> Planned:
+        return planned(s, preset, runs, cell, setting, seed, mode, ())
+
+    groups: dict[Any, list[Planned]] = {}
+    for st in settings:
+        groups.setdefault(st.momentum, []).extend(make((algo, one, ""), st, seed) for seed in seeds)
+    outcome: dict[Path, str] = {}
+    scores: dict[Path, float] = {}
+    kept, _ = run_until_interior(groups, make, seeds, mode, jobs, timeout, outcome, scores)
+    recipe_trials = trials([r for rs in groups.values() for r in rs], scores)
     recipe = choose_recipe(recipe_trials)
     print(f"recipe: {recipe.best.label()}", flush=True)
     return kept, outcome, scores, recipe_trials, recipe

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from hpcbench.errors import one_of
-from hpcbench.reproduce.protocol import MOMENTUM_ARM, OWN_LR, SCALING_ARMS, SHARED
+from hpcbench.reproduce.protocol import DECAY_ARM, MOMENTUM_ARM, OWN_LR, SCALING_ARMS, SHARED
 
 PRESETS = ("full", "quick", "toy")
 RESNET50_PARAMS = 25_557_032  # torchvision's ResNet-50: the message size of the sgp study
@@ -104,7 +104,7 @@ class Study:
 
 RECIPE_LRS = (0.005, 0.01, 0.02, 0.05, 0.1)
 FULL = Size((8, 16, 32, 64, 128), (0, 1, 2), 20, 25_000, 5, RECIPE_LRS, (0.0, 0.9), (0.25, 1, 4, 16, 64))
-QUICK = Size((8, 128), (0,), 8, 25_000, 2, (0.01, 0.03, 0.1), (0.0, 0.9), (0.25, 1, 4))
+QUICK = Size((8, 128), (0, 1, 2), 8, 25_000, 2, (0.01, 0.03, 0.1), (0.0, 0.9), (0.25, 1, 4))
 TOY = Size((2, 4), (0,), 1, 1_000, 0, (0.05,), (0.0, 0.9), (0.5, 1))  # every study's toy size: for tests
 
 # One task for every study: the mlp on the teacher task, 25 evaluations of the global model over the
@@ -123,7 +123,7 @@ GAP_AWARE = Study(
     sizes={"full": FULL, "quick": QUICK, "toy": TOY},
     common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
     target=0.7,
-    arms=(SHARED, OWN_LR, MOMENTUM_ARM.format(0), MOMENTUM_ARM.format(0.9)),
+    arms=(SHARED, OWN_LR, MOMENTUM_ARM.format(0), MOMENTUM_ARM.format(0.9), DECAY_ARM),
     setup="Simulated parameter server; worker compute gamma-distributed with shape 100 (coefficient of "
           "variation 0.1), 10 Gb/s links.",
 )

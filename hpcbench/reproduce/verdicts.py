@@ -1,9 +1,13 @@
-"""Whether each study's claim holds, computed from its measured cells (pure).
+"""Whether each study's claims hold, computed from its measured cells (pure).
 
-A claim is split into checks; each check is True (holds), False (contradicted) or None (the data
-cannot tell: differences within the spread over seeds, or points missing or never reaching the
-target). The verdict: "holds" when every check holds, "does not hold" when any is contradicted,
-else "inconclusive". Every check says its numbers.
+A study states the papers' claims (``Claim``: quoted, with the source and the paper's numbers). Each
+claim gets its own verdict in each arm: *holds*, *does not hold* (*not reproduced by the model* for a
+claim about time, which the simulator models rather than measures) or *inconclusive*. A verdict rests
+on evidence rows (one per size, network or period), each the 95% interval over seeds of a paired
+difference (``tuning.intervals``): a row holds when its whole interval clears the claim's threshold,
+fails when its whole interval falls short, and is inconclusive when it straddles the threshold or
+rests on fewer than three seeds. A claim holds when every row holds and fails when a row fails.
+Claims are never joined into one verdict: a study's headline lists each claim's.
 """
 from __future__ import annotations
 
@@ -12,12 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import mean
 
+from hpcbench.tuning.intervals import MIN_SEEDS, Interval, interval, paired
+
 HOLDS, FAILS, UNCLEAR = "holds", "does not hold", "inconclusive"
+NOT_MODELLED = "not reproduced by the model"
+OUTCOMES = (HOLDS, FAILS, NOT_MODELLED, UNCLEAR)
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One algorithm at one size (and network), over its seeds."""
+    """One algorithm at one size (and network), over its seeds (every tuple in the order of ``seeds``)."""
 
     algo: str
     workers: int
@@ -27,6 +35,7 @@ class Cell:
     wall: tuple[float, ...]  # seconds each seed's run took (virtual time in the simulator)
     eval_gap: float = 0.0  # seconds between evaluations: times to target closer than this are a tie
     bytes_per_sample: tuple[float, ...] = ()  # bytes that crossed between ranks per sample, each seed's
+    seeds: tuple[int, ...] = ()
 
     @property
     def moved(self) -> float:
@@ -39,7 +48,7 @@ class Cell:
 
     @property
     def acc_spread(self) -> float:
-        """Half the range over seeds: what a difference must exceed to count."""
+        """Half the range over seeds (the tables' ± where intervals are not the point)."""
         return (max(self.accuracy) - min(self.accuracy)) / 2 if len(self.accuracy) > 1 else 0.0
 
     @property
@@ -50,6 +59,342 @@ class Cell:
     @property
     def seconds(self) -> float:
         return mean(self.wall)
+
+
+# --- claims and their verdicts -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A paper's claim: ``quote`` in its words (or as close a paraphrase as says so), ``source`` where it
+    says it, ``paper`` its own setting and numbers, ``test`` how this study tests it and against what
+    threshold. ``modelled``: a claim about time, which the simulator's cost model decides."""
+
+    key: str
+    short: str
+    quote: str
+    source: str
+    paper: str
+    test: str
+    modelled: bool = False
+
+    def failed(self) -> str:
+        return NOT_MODELLED if self.modelled else FAILS
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One row of a claim's verdict: where (``n=16``, ``H=10, n=32``), its interval and what it makes of it."""
+
+    where: str
+    outcome: str
+    numbers: str
+    interval: Interval | None = None
+
+
+@dataclass(frozen=True)
+class ClaimVerdict:
+    claim: Claim
+    outcome: str
+    evidence: tuple[Evidence, ...]
+
+    def effect(self) -> str:
+        """The effect in words: each row's numbers, shortest first where rows are many."""
+        return "; ".join(f"{e.where}: {e.numbers}" for e in self.evidence)
+
+    def summary(self) -> str:
+        """The outcome, and where rows disagree, which rows held and which did not."""
+        rows = [e for e in self.evidence if e.where]
+        held = [e.where for e in rows if e.outcome == HOLDS]
+        other = [e.where for e in rows if e.outcome != HOLDS and e.outcome != UNCLEAR]
+        if self.outcome == HOLDS or not held:
+            return self.outcome
+        return f"{self.outcome} (holds at {', '.join(held)}" + (f"; not at {', '.join(other)})" if other else ")")
+
+
+def row(claim: Claim, where: str, iv: Interval | None, side: bool | None, numbers: str) -> Evidence:
+    """A row's outcome from ``side`` (True: the interval clears the threshold; False: falls short; None:
+    straddles), made inconclusive when the interval rests on fewer than MIN_SEEDS seeds."""
+    if iv is not None and iv.n < MIN_SEEDS:
+        return Evidence(where, UNCLEAR, f"{numbers}; {iv.n} seed(s): a verdict needs {MIN_SEEDS}", iv)
+    outcome = HOLDS if side is True else claim.failed() if side is False else UNCLEAR
+    return Evidence(where, outcome, numbers, iv)
+
+
+def verdict(claim: Claim, evidence: Sequence[Evidence], missing: str = "") -> ClaimVerdict:
+    """Every row holds: holds; a row fails: the claim fails; else inconclusive (also with no rows)."""
+    if not evidence:
+        return ClaimVerdict(claim, UNCLEAR, (Evidence("", UNCLEAR, missing or "no cells to compare"),))
+    outcomes = [e.outcome for e in evidence]
+    if all(o == HOLDS for o in outcomes):
+        return ClaimVerdict(claim, HOLDS, tuple(evidence))
+    failed = claim.failed()
+    return ClaimVerdict(claim, failed if failed in outcomes else UNCLEAR, tuple(evidence))
+
+
+Cells = dict[tuple[str, int, str], Cell]
+
+
+def index(cells: Sequence[Cell]) -> Cells:
+    return {(c.algo, c.workers, c.variant): c for c in cells}
+
+
+def sizes_with(cells: Cells, algos: Sequence[str], variant: str = "") -> list[int]:
+    """The worker counts at which every one of ``algos`` has a cell."""
+    return sorted({n for (_, n, v) in cells if v == variant and all((a, n, variant) in cells for a in algos)})
+
+
+def pts(iv: Interval) -> str:
+    return iv.text(100.0, " pts")
+
+
+def ahead(claim: Claim, where: str, a: Cell, b: Cell, what: str) -> Evidence:
+    """``a`` ends more accurate than ``b``: the interval of a − b, seed by seed, above 0."""
+    iv = paired(a.accuracy, b.accuracy)
+    return row(claim, where, iv, iv.side(0.0), f"{what} {pts(iv)}")
+
+
+def within(claim: Claim, where: str, a: Cell, ref: Cell, points: float, floor: float) -> Evidence:
+    """``a``'s accuracy at most ``points`` below ``ref``'s (ahead counts): a − ref above −points. Only where
+    ``ref`` itself reaches ``floor`` (two methods that both failed to train match trivially)."""
+    iv = paired(a.accuracy, ref.accuracy)
+    numbers = f"{a.algo} {100 * a.acc:.1f}%, {ref.algo} {100 * ref.acc:.1f}%: {pts(iv)}"
+    if ref.acc < floor:
+        return Evidence(where, UNCLEAR, f"{numbers}; {ref.algo} itself ends below {100 * floor:.0f}%, so "
+                        "matching it says nothing", iv)
+    return row(claim, where, iv, iv.side(-points), numbers)
+
+
+# --- Gap-Aware (Barkai, Hakimi, Schuster, ICLR 2020) --------------------------------------------------
+
+GA_SOURCE = "Barkai, Hakimi, Schuster, ICLR 2020 (arXiv 1909.10802)"
+GA_SETTING = ("CIFAR-10/100, ImageNet and WikiText-103, up to 128 workers, momentum 0.9, the usual step "
+              "schedules; the abstract states the claims without one headline number")
+GA_OVER_SA = Claim("ga-over-sa", "GA beats SA",
+                   "GA outperforms the currently acceptable gradient penalization method, in final test accuracy",
+                   f"{GA_SOURCE}, abstract", GA_SETTING,
+                   "GA minus SA final test accuracy, seed by seed, above 0 at every size")
+GA_GROWS = Claim("ga-margin-grows", "GA's lead over SA grows with n",
+                 "[GA] performs well even when scaling to large numbers of workers (the lead over SA grows with "
+                 "the workers)", f"{GA_SOURCE}, abstract; the growth is the paper's figures, in words",
+                 GA_SETTING, "the slope of GA minus SA against log2 n, seed by seed, above 0")
+GA_OVER_ASGD = Claim("ga-over-asgd", "GA beats plain ASGD",
+                     "Asynchronous SGD ... [suffers from] gradient staleness, which encumbers the convergence "
+                     "process; GA mitigates it", f"{GA_SOURCE}, abstract", GA_SETTING,
+                     "GA minus ASGD final test accuracy, seed by seed, above 0 at every size")
+DANA_BEST = Claim("dana-ga-best", "DANA-GA is the most accurate",
+                  "DANA-GA is the strongest combination (GA on DANA's look-ahead with per-worker momentum)",
+                  f"{GA_SOURCE}, with DANA (Hakimi et al., arXiv 1907.11612)", GA_SETTING,
+                  "DANA-GA minus the best of ASGD, SA and GA, seed by seed, above 0 at every size")
+
+
+def gap_aware(cells: Sequence[Cell]) -> list[ClaimVerdict]:
+    c = index(cells)
+    sizes = sizes_with(c, ("asgd", "sa-asgd", "ga-asgd", "dana-ga"))
+    cell = {a: [c[(a, n, "")] for n in sizes] for a in ("asgd", "sa-asgd", "ga-asgd", "dana-ga")}
+    out = [verdict(GA_OVER_SA, [ahead(GA_OVER_SA, f"n={n}", ga, sa, "GA − SA") for n, ga, sa
+                                in zip(sizes, cell["ga-asgd"], cell["sa-asgd"])]),
+           verdict(GA_OVER_ASGD, [ahead(GA_OVER_ASGD, f"n={n}", ga, asgd, "GA − ASGD") for n, ga, asgd
+                                  in zip(sizes, cell["ga-asgd"], cell["asgd"])])]
+    if len(sizes) < 2:
+        out.append(verdict(GA_GROWS, [], "a trend needs two sizes"))
+    else:
+        x = [math.log2(n) for n in sizes]
+        per_seed = [slope(x, [ga.accuracy[i] - sa.accuracy[i] for ga, sa in zip(cell["ga-asgd"], cell["sa-asgd"])])
+                    for i in range(min(len(k.accuracy) for k in cell["ga-asgd"] + cell["sa-asgd"]))]
+        iv = interval(per_seed)
+        out.append(verdict(GA_GROWS, [row(GA_GROWS, f"n={sizes[0]}–{sizes[-1]}", iv, iv.side(0.0),
+                                          f"{iv.text(100.0, ' pts per doubling', 2)}")]))
+    rows = []
+    for n, dg, *others in zip(sizes, cell["dana-ga"], cell["asgd"], cell["sa-asgd"], cell["ga-asgd"]):
+        best = max(others, key=lambda x: x.acc)
+        rows.append(ahead(DANA_BEST, f"n={n}", dg, best, f"DANA-GA − {best.algo}"))
+    out.append(verdict(DANA_BEST, rows))
+    return out
+
+
+def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Least-squares slope of ys over xs."""
+    mx, my = mean(xs), mean(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else 0.0
+
+
+# --- Jin et al. 2016 -----------------------------------------------------------------------------------
+
+SMALL, LARGE = 32, 64  # "up to about 32 nodes", "toward about 100 nodes"
+ASYNC = ("easgd", "gossip")
+JIN_SOURCE = "Jin, Yuan, Iandola, Keutzer 2016 (arXiv 1611.04581)"
+JIN_SETTING = "CIFAR-10 and ImageNet on up to 128 nodes; time to a target accuracy"
+JIN_SMALL = Claim("async-first-small", f"an asynchronous method first up to {SMALL} workers",
+                  "at small scale, elastic averaging and gossiping converge faster than synchronous all-reduce SGD "
+                  "(paraphrase)", f"{JIN_SOURCE}, abstract and conclusions", JIN_SETTING,
+                  f"all-reduce's time to target minus the faster asynchronous method's, seed by seed, above 0 at "
+                  f"every size up to {SMALL} (and apart by more than one evaluation interval)", modelled=True)
+JIN_LARGE = Claim("allreduce-first-large", f"all-reduce first from {LARGE} workers",
+                  "synchronous all-reduce SGD scales better, toward about 100 nodes (paraphrase)",
+                  f"{JIN_SOURCE}, abstract and conclusions", JIN_SETTING,
+                  f"the faster asynchronous method's time to target minus all-reduce's, seed by seed, above 0 at "
+                  f"every size from {LARGE}", modelled=True)
+
+
+def seconds(x: float) -> str:
+    return "never" if math.isinf(x) else f"{x:.3g} s"
+
+
+def first(claim: Claim, n: int, ar: Cell, asy: Cell, expect_async: bool) -> Evidence:
+    """Whether the expected side reaches the target first at ``n``: from the seeds' time differences, or,
+    where one side never reaches it in any seed and the other always does, that."""
+    where = f"n={n}"
+    numbers = f"all-reduce {seconds(ar.ttt)}, {asy.algo} {seconds(asy.ttt)}"
+    a, b = ar.time_to_target, asy.time_to_target
+    never_a, never_b = all(math.isinf(x) for x in a), all(math.isinf(x) for x in b)
+    if never_a and never_b:
+        return Evidence(where, UNCLEAR, f"{numbers}: neither reaches the target")
+    if any(math.isinf(x) for x in a + b):
+        if never_a and not any(math.isinf(x) for x in b):
+            return row(claim, where, None, expect_async, numbers + ": only the asynchronous method reaches it")
+        if never_b and not any(math.isinf(x) for x in a):
+            return row(claim, where, None, not expect_async, numbers + ": only all-reduce reaches it")
+        return Evidence(where, UNCLEAR, f"{numbers}: some seeds never reach the target")
+    iv = paired(a, b) if expect_async else paired(b, a)
+    if abs(iv.mean) <= max(ar.eval_gap, asy.eval_gap):
+        return Evidence(where, UNCLEAR, f"{numbers}: within one evaluation interval (a tie)", iv)
+    return row(claim, where, iv, iv.side(0.0), f"{numbers}; lead {iv.text(1.0, ' s', 3)}")
+
+
+def faster_async(c: Cells, n: int) -> Cell:
+    return min((c[(a, n, "")] for a in ASYNC), key=lambda x: x.ttt)
+
+
+def jin(cells: Sequence[Cell]) -> list[ClaimVerdict]:
+    c = index(cells)
+    sizes = sizes_with(c, ("allreduce", *ASYNC))
+    small = [first(JIN_SMALL, n, c[("allreduce", n, "")], faster_async(c, n), True) for n in sizes if n <= SMALL]
+    large = [first(JIN_LARGE, n, c[("allreduce", n, "")], faster_async(c, n), False) for n in sizes if n >= LARGE]
+    return [verdict(JIN_SMALL, small, f"no size up to {SMALL}"), verdict(JIN_LARGE, large, f"no size from {LARGE}")]
+
+
+def crossing(cells: Sequence[Cell]) -> str:
+    """Where all-reduce's mean time to target first drops below the faster asynchronous method's, in words."""
+    c = index(cells)
+    previous = None
+    for n in sizes_with(c, ("allreduce", *ASYNC)):
+        ar, asy = c[("allreduce", n, "")], faster_async(c, n)
+        if not math.isinf(ar.ttt) and abs(ar.ttt - asy.ttt) <= max(ar.eval_gap, asy.eval_gap):
+            return f"the curves meet at n={n} (within one evaluation interval)"
+        if ar.ttt < asy.ttt:
+            return (f"all-reduce is first from the smallest size measured (n={n})" if previous is None
+                    else f"the curves cross between n={previous} and n={n}")
+        previous = n
+    return "all-reduce is never first at the sizes measured"
+
+
+# --- SGP (Assran, Loizou, Ballas, Rabbat, ICML 2019) -------------------------------------------------
+
+RATIO_CLAIMED = (2.0, 4.5)  # "about 3x"
+ACCURACY_POINTS = 0.015  # "within about one point" (the paper's 1.2, rounded up)
+SGP_SOURCE = "Assran, Loizou, Ballas, Rabbat, ICML 2019 (arXiv 1811.10792)"
+SGP_SETTING = ("ResNet-50 on ImageNet, 32 nodes (256 GPUs) over 10 GbE: SGP in about 1.6 h against over 5 h for "
+               "AllReduce-SGD, top-1 within 1.2 points; over InfiniBand the times are close")
+SGP_FASTER = Claim("sgp-3x", "SGP about 3x faster than all-reduce over 10 GbE",
+                   "SGP trains about 3x faster than AllReduce-SGD at 32 nodes over 10 GbE", f"{SGP_SOURCE}, §6",
+                   SGP_SETTING, f"all-reduce's time for the budget over SGP's, seed by seed, with its interval inside "
+                   f"[{RATIO_CLAIMED[0]:g}, {RATIO_CLAIMED[1]:g}]", modelled=True)
+SGP_ACCURATE = Claim("sgp-accuracy", "SGP within about a point of all-reduce",
+                     "final top-1 accuracy within about one point of AllReduce-SGD's", f"{SGP_SOURCE}, §6",
+                     SGP_SETTING, "SGP minus all-reduce final accuracy, seed by seed, above "
+                     f"−{100 * ACCURACY_POINTS:g} pts, where all-reduce itself reaches the target")
+SGP_SHRINKS = Claim("sgp-gap-shrinks", "the gap shrinks over a fast interconnect",
+                    "over a fast (InfiniBand) interconnect SGP's advantage is small", f"{SGP_SOURCE}, §6",
+                    SGP_SETTING, "the time ratio over the slow network minus over the fast one, seed by seed, above 0",
+                    modelled=True)
+
+
+def ratios(a: Cell, b: Cell) -> list[float]:
+    return [x / y for x, y in zip(a.wall, b.wall)]
+
+
+def sgp(cells: Sequence[Cell], slow: str, fast: str, target: float) -> list[ClaimVerdict]:
+    """At the largest size over ``slow``: the time ratio, the accuracy, and the ratio against ``fast``'s."""
+    c = index(cells)
+    sizes = sizes_with(c, ("allreduce", "sgp"), slow)
+    if not sizes:
+        return [verdict(k, [], f"no size where all-reduce and SGP finished over {slow}")
+                for k in (SGP_FASTER, SGP_ACCURATE, SGP_SHRINKS)]
+    n = sizes[-1]
+    ar, sg = c[("allreduce", n, slow)], c[("sgp", n, slow)]
+    where = f"n={n}, {slow}"
+    iv = interval(ratios(ar, sg))
+    low, high = RATIO_CLAIMED
+    inside = True if low <= iv.low and iv.high <= high else False if iv.high < low or iv.low > high else None
+    out = [verdict(SGP_FASTER, [row(SGP_FASTER, where, iv, inside, f"all-reduce {ar.seconds:.3g} s, SGP "
+                                    f"{sg.seconds:.3g} s: {ratio_text(iv)}")]),
+           verdict(SGP_ACCURATE, [within(SGP_ACCURATE, where, sg, ar, ACCURACY_POINTS, target)])]
+    if ("allreduce", n, fast) in c and ("sgp", n, fast) in c:
+        quick = ratios(c[("allreduce", n, fast)], c[("sgp", n, fast)])
+        d = paired(ratios(ar, sg), quick)
+        out.append(verdict(SGP_SHRINKS, [row(SGP_SHRINKS, f"n={n}", d, d.side(0.0),
+                                             f"{ratio_text(interval(quick))} over {fast} against {ratio_text(iv)} "
+                                             f"over {slow}")]))
+    else:
+        out.append(verdict(SGP_SHRINKS, [], f"no runs over {fast}"))
+    return out
+
+
+def ratio_text(iv: Interval) -> str:
+    if math.isinf(iv.low):
+        return f"{iv.mean:.2f}x"
+    return f"{iv.mean:.2f}x [{iv.low:.2f}, {iv.high:.2f}]"
+
+
+# --- DiLoCo (Douillard et al. 2023) ---------------------------------------------------------------------
+
+COMMUNICATION_SHARE = 0.5  # "H times less": at least half of H (rank 0's evaluation reads are not divided)
+DILOCO_SOURCE = "Douillard et al. 2023 (arXiv 2311.08105)"
+DILOCO_SETTING = ("C4 language modelling, 8 workers, H = 500 inner AdamW steps, outer Nesterov (lr 0.7, momentum "
+                  "0.9): perplexity on par with fully synchronous training, 500x less communication")
+DILOCO_MATCHES = Claim("diloco-matches", "DiLoCo matches all-reduce's accuracy",
+                       "DiLoCo on 8 workers performs as well as fully synchronous optimization",
+                       f"{DILOCO_SOURCE}, abstract", DILOCO_SETTING,
+                       f"DiLoCo minus all-reduce final accuracy, seed by seed, above −{100 * ACCURACY_POINTS:g} pts "
+                       "at every size and period, where all-reduce itself reaches the target")
+DILOCO_BYTES = Claim("diloco-less-communication", "H times less communication",
+                     "while communicating 500 times less", f"{DILOCO_SOURCE}, abstract", DILOCO_SETTING,
+                     f"all-reduce's bytes per sample over DiLoCo's at least {COMMUNICATION_SHARE:g}·H at every size "
+                     "and period (the interval's lower end)")
+DILOCO_SOONER = Claim("diloco-sooner", "DiLoCo finishes sooner over a slow network",
+                      "enables training ... on islands of devices that are poorly connected (so it finishes sooner "
+                      "where the network is slow)", f"{DILOCO_SOURCE}, abstract", DILOCO_SETTING,
+                      "all-reduce's time for the budget over DiLoCo's, seed by seed, above 1 at every size and period",
+                      modelled=True)
+
+
+def diloco(cells: Sequence[Cell], network: str, periods: Sequence[int], target: float) -> list[ClaimVerdict]:
+    c = index(cells)
+    matches, less, sooner = [], [], []
+    for h in periods:
+        name = f"diloco-h{h}"
+        for n in sizes_with(c, ("allreduce", name), network):
+            a, d = c[("allreduce", n, network)], c[(name, n, network)]
+            where = f"H={h}, n={n}"
+            matches.append(within(DILOCO_MATCHES, where, d, a, ACCURACY_POINTS, target))
+            if a.bytes_per_sample and d.bytes_per_sample and not math.isnan(a.moved + d.moved):
+                iv = interval([x / y for x, y in zip(a.bytes_per_sample, d.bytes_per_sample)])
+                less.append(row(DILOCO_BYTES, where, iv, iv.side(COMMUNICATION_SHARE * h), ratio_text(iv)))
+            iv = interval(ratios(a, d))
+            sooner.append(row(DILOCO_SOONER, where, iv, iv.side(1.0),
+                              f"all-reduce {a.seconds:.3g} s, DiLoCo {d.seconds:.3g} s: {ratio_text(iv)}"))
+    missing = "no size where all-reduce and DiLoCo both finished"
+    return [verdict(DILOCO_MATCHES, matches, missing), verdict(DILOCO_BYTES, less, missing),
+            verdict(DILOCO_SOONER, sooner, missing)]
+
+
+CLAIMS = {"gap-aware": (GA_OVER_SA, GA_GROWS, GA_OVER_ASGD, DANA_BEST), "jin": (JIN_SMALL, JIN_LARGE),
+          "sgp": (SGP_FASTER, SGP_ACCURATE, SGP_SHRINKS), "diloco": (DILOCO_MATCHES, DILOCO_BYTES, DILOCO_SOONER)}
+
+
+# --- the resilience study's checks (reproduce.resilience) ------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -74,195 +419,3 @@ def combine(checks: Sequence[Check]) -> Verdict:
     outcome = FAILS if False in results else HOLDS if results and all(r is True for r in results) else UNCLEAR
     return Verdict(outcome, tuple(checks))
 
-
-Cells = dict[tuple[str, int, str], Cell]
-
-
-def index(cells: Sequence[Cell]) -> Cells:
-    return {(c.algo, c.workers, c.variant): c for c in cells}
-
-
-def sizes_with(cells: Cells, algos: Sequence[str], variant: str = "") -> list[int]:
-    """The worker counts at which every one of ``algos`` has a cell."""
-    return sorted({n for (_, n, v) in cells if v == variant and all((a, n, variant) in cells for a in algos)})
-
-
-def pct(x: float) -> str:
-    return f"{100 * x:+.1f} pts"
-
-
-def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Least-squares slope of ys over xs."""
-    mx, my = mean(xs), mean(ys)
-    den = sum((x - mx) ** 2 for x in xs)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else 0.0
-
-
-def gap_aware(cells: Sequence[Cell]) -> Verdict:
-    """GA > SA and ASGD at every n; the margin grows with n; DANA-GA the most accurate."""
-    c = index(cells)
-    sizes = sizes_with(c, ("asgd", "sa-asgd", "ga-asgd", "dana-ga"))
-    if not sizes:
-        return Verdict(UNCLEAR, (Check("runs of all four algorithms at one size", None, "none finished"),))
-    margins, noises, dana = [], [], []
-    for n in sizes:
-        ga, sa, asgd, dg = (c[(a, n, "")] for a in ("ga-asgd", "sa-asgd", "asgd", "dana-ga"))
-        margins.append(ga.acc - max(sa.acc, asgd.acc))
-        noises.append(max(ga.acc_spread, sa.acc_spread, asgd.acc_spread))
-        best_other = max(ga, sa, asgd, key=lambda x: x.acc)
-        dana.append((dg.acc - best_other.acc, max(dg.acc_spread, best_other.acc_spread)))
-    each = ", ".join(f"n={n}: {pct(m)}" for n, m in zip(sizes, margins))
-    if all(m > e for m, e in zip(margins, noises)):
-        beats: bool | None = True
-    elif any(m < -e for m, e in zip(margins, noises)):
-        beats = False
-    else:
-        beats = None
-    checks = [Check("GA ends more accurate than SA and ASGD at every size", beats,
-                    f"GA minus the better of SA and ASGD: {each}")]
-    if len(sizes) < 2:
-        checks.append(Check("the margin grows with n", None, "one size only"))
-    else:
-        change = margins[-1] - margins[0]
-        trend = slope([math.log2(n) for n in sizes], margins)
-        noise = max(noises[0], noises[-1])
-        grows = None if abs(change) <= noise else (change > 0 and trend > 0) if (change > 0) == (trend > 0) else None
-        checks.append(Check("the margin grows with n", grows,
-                            f"{pct(margins[0])} at n={sizes[0]} to {pct(margins[-1])} at n={sizes[-1]}, "
-                            f"slope {100 * trend:+.2f} pts per doubling"))
-    ahead = sum(d > -e for d, e in dana)
-    behind = sum(d < -e for d, e in dana)
-    best = True if ahead == len(sizes) else False if behind > len(sizes) / 2 else None
-    checks.append(Check("DANA-GA is the most accurate", best, "DANA-GA minus the best of the others: " +
-                        ", ".join(f"n={n}: {pct(d)}" for n, (d, _) in zip(sizes, dana))))
-    return combine(checks)
-
-
-SMALL, LARGE = 32, 64  # "up to about 32 nodes", "toward about 100 nodes"
-
-
-def seconds(x: float) -> str:
-    return "never" if math.isinf(x) else f"{x:.3g} s"
-
-
-ASYNC = ("easgd", "gossip")
-
-
-def race(c: Cells, n: int) -> tuple[float, float, str, bool | None]:
-    """At ``n`` workers: (all-reduce's time to target, the best asynchronous time, that method, whether
-    it was first). None for the last: neither reached the target, or both did within one evaluation
-    interval of each other (a tie)."""
-    ar = c[("allreduce", n, "")]
-    name = min(ASYNC, key=lambda a: c[(a, n, "")].ttt)
-    asy = c[(name, n, "")]
-    if (math.isinf(ar.ttt) and math.isinf(asy.ttt)) or abs(asy.ttt - ar.ttt) <= max(ar.eval_gap, asy.eval_gap):
-        return ar.ttt, asy.ttt, name, None
-    return ar.ttt, asy.ttt, name, asy.ttt < ar.ttt
-
-
-def jin(cells: Sequence[Cell]) -> Verdict:
-    """Asynchronous methods reach the target first at n ≤ 32; all-reduce first at n ≥ 64; where they cross."""
-    c = index(cells)
-    sizes = sizes_with(c, ("allreduce", *ASYNC))
-    if not sizes:
-        return Verdict(UNCLEAR, (Check("runs of all three algorithms at one size", None, "none finished"),))
-    races = {n: race(c, n) for n in sizes}
-
-    def said(ns: list[int]) -> str:
-        return ", ".join(f"n={n}: all-reduce {seconds(ar)}, {name} {seconds(asy)}"
-                         + (" (a tie: within one evaluation interval)" if first is None else "")
-                         for n in ns for ar, asy, name, first in [races[n]])
-
-    def first(ns: list[int], expect_async: bool) -> bool | None:
-        """True: the expected side is first wherever the two are apart, at one size at least; False:
-        the other side is first somewhere; None: ties (or nothing reached) only."""
-        results = [races[n][3] for n in ns]
-        if (not expect_async) in results:
-            return False
-        return True if expect_async in results else None
-
-    small = [n for n in sizes if n <= SMALL]
-    large = [n for n in sizes if n >= LARGE]
-    return combine([
-        Check(f"an asynchronous method reaches the target first up to {SMALL} workers",
-              first(small, True), said(small) if small else f"no size up to {SMALL}"),
-        Check(f"all-reduce reaches the target first from {LARGE} workers",
-              first(large, False), said(large) if large else f"no size from {LARGE}"),
-    ])
-
-
-def crossing(cells: Sequence[Cell]) -> str:
-    """Where all-reduce's time to target first drops below the best asynchronous method's, in words."""
-    c = index(cells)
-    previous = None
-    for n in sizes_with(c, ("allreduce", *ASYNC)):
-        ar, _, _, async_first = race(c, n)
-        if async_first is None and not math.isinf(ar):
-            return f"the curves meet at n={n} (within one evaluation interval)"
-        if async_first is False:
-            return (f"all-reduce is first from the smallest size measured (n={n})" if previous is None
-                    else f"the curves cross between n={previous} and n={n}")
-        previous = n
-    return "all-reduce is never first at the sizes measured"
-
-
-RATIO_CLAIMED = (2.0, 4.5)  # "about 3x"
-ACCURACY_POINTS = 0.015  # "within about one point"
-
-
-def sgp(cells: Sequence[Cell], slow: str, fast: str) -> Verdict:
-    """At the largest size on the ``slow`` network: all-reduce's time / SGP's in [2, 4.5], accuracy
-    within 1.5 points; on the ``fast`` network the ratio is smaller."""
-    c = index(cells)
-    sizes = sizes_with(c, ("allreduce", "sgp"), slow)
-    if not sizes:
-        return Verdict(UNCLEAR, (Check(f"runs of all-reduce and SGP over {slow}", None, "none finished"),))
-    n = sizes[-1]
-    ar, sg = c[("allreduce", n, slow)], c[("sgp", n, slow)]
-    ratio = ar.seconds / sg.seconds
-    low, high = RATIO_CLAIMED
-    faster = True if low <= ratio <= high else False if ratio < low else None
-    checks = [Check(f"SGP about 3x faster than all-reduce at n={n} over {slow}", faster,
-                    f"all-reduce {ar.seconds:.3g} s, SGP {sg.seconds:.3g} s for the same budget: {ratio:.2f}x")]
-    gap = sg.acc - ar.acc
-    noise = max(ar.acc_spread, sg.acc_spread)
-    close = True if abs(gap) <= ACCURACY_POINTS + noise else False if gap < 0 else None
-    checks.append(Check("SGP's final accuracy within about one point of all-reduce's", close,
-                        f"all-reduce {100 * ar.acc:.1f}%, SGP {100 * sg.acc:.1f}% ({pct(gap)})"))
-    if ("allreduce", n, fast) in c and ("sgp", n, fast) in c:
-        fast_ratio = c[("allreduce", n, fast)].seconds / c[("sgp", n, fast)].seconds
-        checks.append(Check(f"the gap shrinks over {fast}", fast_ratio < ratio,
-                            f"{fast_ratio:.2f}x over {fast} against {ratio:.2f}x over {slow}"))
-    else:
-        checks.append(Check(f"the gap shrinks over {fast}", None, f"no runs over {fast}"))
-    return combine(checks)
-
-
-COMMUNICATION_SHARE = 0.5  # "H times less": at least half of H (rank 0's evaluation reads are not divided)
-
-
-def diloco(cells: Sequence[Cell], network: str, periods: Sequence[int]) -> Verdict:
-    """For each H: final accuracy at most about one point below all-reduce's at every size ("matches":
-    ahead counts); at least H/2 times fewer bytes per sample; the budget finished sooner than
-    all-reduce's over ``network``."""
-    c = index(cells)
-    checks = []
-    for h in periods:
-        name = f"diloco-h{h}"
-        sizes = sizes_with(c, ("allreduce", name), network)
-        if not sizes:
-            checks.append(Check(f"DiLoCo H={h} against all-reduce", None, "no size where both finished"))
-            continue
-        pairs = [(n, c[("allreduce", n, network)], c[(name, n, network)]) for n in sizes]
-        gaps = [(n, d.acc - a.acc, max(a.acc_spread, d.acc_spread)) for n, a, d in pairs]
-        close = all(g >= -(ACCURACY_POINTS + e) for _, g, e in gaps)
-        checks.append(Check(f"DiLoCo H={h}: final accuracy at most about one point below all-reduce's", close,
-                            ", ".join(f"n={n}: {pct(g)}" for n, g, _ in gaps)))
-        ratios = [(n, a.moved / d.moved) for n, a, d in pairs]
-        less = None if any(math.isnan(r) for _, r in ratios) else all(r >= COMMUNICATION_SHARE * h for _, r in ratios)
-        checks.append(Check(f"DiLoCo H={h}: about {h}x fewer bytes per sample than all-reduce", less,
-                            ", ".join(f"n={n}: {r:.3g}x" for n, r in ratios)))
-        sooner = all(d.seconds < a.seconds for _, a, d in pairs)
-        checks.append(Check(f"DiLoCo H={h} finishes the budget sooner than all-reduce over {network}", sooner,
-                            ", ".join(f"n={n}: {a.seconds:.3g} s against {d.seconds:.3g} s" for n, a, d in pairs)))
-    return combine(checks)

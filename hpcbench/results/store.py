@@ -250,6 +250,17 @@ def step_cap_of(path: str | os.PathLike) -> int:
     return value if isinstance(value, int) and value > 0 else 0
 
 
+def commit_of(path: str | os.PathLike) -> tuple[str, bool]:
+    """(git commit, dirty) of the code that made the run at ``path``, from its provenance alone;
+    ("unknown", False) where the file does not say."""
+    try:
+        with h5py.File(path, "r") as f:
+            prov = f["provenance"].attrs
+            return str(_plain(prov.get("git_commit", "unknown"))), bool(prov.get("git_dirty", False))
+    except (OSError, KeyError, ValueError):
+        return "unknown", False
+
+
 def read_run(path: str | os.PathLike) -> RunRecord:
     """A result file as a ``RunRecord``; one line (``UsageError``) for anything that is not a complete,
     well-formed hpcbench result file this version can read (``malformed`` lists what is checked). A

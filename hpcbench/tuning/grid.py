@@ -10,11 +10,15 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import mean
 from typing import Any
 
 from hpcbench.config import toml_literal
+from hpcbench.tuning.intervals import Interval, paired
+
+MAX_EXTENSIONS = 3  # log steps a grid may grow past one edge
+LR_LIMITS = (1e-5, 10.0)  # rates a grid never grows past
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,37 @@ class Trial:
 def choose(trials: Iterable[Trial]) -> Trial:
     """The trial with the best mean validation accuracy; ties go to the smaller rate."""
     return max(trials, key=lambda t: (t.score, -t.setting.lr))
+
+
+def step_out(chosen: Setting, tried: Iterable[Setting]) -> Setting | None:
+    """The next rate past the edge of the grid that ``chosen`` sits on, one of the grid's own log steps
+    there (the ratio of the two rates at that edge), with the same other settings; None when the choice
+    is interior, the grid has a single rate, or the next rate would leave ``LR_LIMITS``."""
+    rates = sorted({t.lr for t in tried if replace(t, lr=chosen.lr) == chosen})
+    if len(rates) < 2 or rates[0] <= 0:
+        return None
+    if chosen.lr == rates[0]:
+        new = rates[0] * rates[0] / rates[1]
+    elif chosen.lr == rates[-1]:
+        new = rates[-1] * rates[-1] / rates[-2]
+    else:
+        return None
+    new = float(f"{new:.6g}")
+    return replace(chosen, lr=new) if LR_LIMITS[0] <= new <= LR_LIMITS[1] else None
+
+
+def ties(trials: Sequence[Trial]) -> list[tuple[Trial, Interval]]:
+    """The trials that tie with the chosen one: the 95% interval of (chosen − other) over their shared
+    seeds straddles 0. Each with that interval (the tie's effect: how much the choice may cost)."""
+    best = choose(trials)
+    out = []
+    for t in trials:
+        if t is best or not math.isfinite(t.score) or len(t.val) != len(best.val) or len(t.val) < 2:
+            continue
+        iv = paired(best.val, t.val)
+        if iv.side(0.0) is None:
+            out.append((t, iv))
+    return sorted(out, key=lambda x: x[1].mean)
 
 
 def best_per_group(trials: Iterable[Trial]) -> dict[tuple[str, int], Trial]:
