@@ -35,11 +35,11 @@ def start() -> np.ndarray:
     return np.random.default_rng(3).normal(size=SIZE).astype(np.float32)
 
 
-def program_models(algo: str, momentum: float, **options) -> dict[int, np.ndarray]:
+def program_models(algo: str, momentum: float, weight_decay: float = 0.0, **options) -> dict[int, np.ndarray]:
     """Drive the n real worker programs in lockstep, as rank 0 asking every worker for a snapshot after
     every step; → {step: models[worker]} for the steps after which every worker kept (or published) its
     model. A bucketed compute is a collective: it returns the summed gradient."""
-    cfg = RunConfig(algo=algo, steps=STEPS, lr=LR, momentum=momentum, warmup_epochs=0.0,
+    cfg = RunConfig(algo=algo, steps=STEPS, lr=LR, momentum=momentum, warmup_epochs=0.0, weight_decay=weight_decay,
                     options={algo: options} if options else {})
     cls = ALGORITHMS.get(algo)
     algorithm = cls(plan.make_context(plan.validate(cfg), N, start(), train_size=10**6))
@@ -150,6 +150,44 @@ def test_an_outer_optimizer_matches_the_naive_reference(period, momentum, outer,
     want = naive_outer(period, momentum, outer, outer_lr, mu)
     np.testing.assert_allclose(models, want, rtol=2e-5, atol=2e-5)
     assert not np.allclose(want, naive_local_sgd(period, momentum), atol=1e-3)  # the outer step shows
+
+
+def torch_adamw_diloco(period: int, weight_decay: float, outer_lr: float, mu: float) -> np.ndarray:
+    """An independent reference: torch.optim.AdamW as each worker's inner optimizer (its state kept across
+    rounds), torch.optim.SGD with Nesterov momentum as the outer step on Δ = mean_i(θ − x_i)."""
+    import torch
+
+    theta = torch.tensor(start(), dtype=torch.float32, requires_grad=True)
+    outer = torch.optim.SGD([theta], lr=outer_lr, momentum=mu, nesterov=True)
+    xs = [torch.tensor(start(), dtype=torch.float32, requires_grad=True) for _ in range(N)]
+    inner = [torch.optim.AdamW([x], lr=LR, weight_decay=weight_decay) for x in xs]
+    out = []
+    for step in range(STEPS):
+        for i, (x, opt) in enumerate(zip(xs, inner)):
+            x.grad = torch.from_numpy(gradient(i + 1, x.detach().numpy()))
+            opt.step()
+        if (step + 1) % period == 0 or step + 1 == STEPS:
+            with torch.no_grad():
+                theta.grad = torch.stack([theta - x for x in xs]).mean(dim=0)
+            outer.step()
+            with torch.no_grad():
+                for x in xs:
+                    x.copy_(theta)
+        out.append(np.array([x.detach().numpy().copy() for x in xs]))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("period, weight_decay", [(3, 0.0), (4, 0.1), (STEPS + 5, 0.01)])
+def test_adamw_as_the_inner_optimizer_matches_torchs_adamw_under_diloco(period, weight_decay):
+    published = program_models("local-sgd", 0.0, weight_decay=weight_decay, period=period, outer="nesterov",
+                               outer_lr=0.7, outer_momentum=0.9, inner="adamw")
+    models = np.array([published[s] for s in sorted(published)])
+    want = torch_adamw_diloco(period, weight_decay, 0.7, 0.9)
+    np.testing.assert_allclose(models, want, rtol=2e-5, atol=2e-5)
+    sgd = np.array([m for _, m in sorted(program_models("local-sgd", 0.0, weight_decay=weight_decay, period=period,
+                                                             outer="nesterov", outer_lr=0.7,
+                                                             outer_momentum=0.9).items())])
+    assert not np.allclose(models, sgd, atol=1e-3)  # AdamW's steps are not SGD's
 
 
 @pytest.mark.parametrize("momentum", [0.0, 0.9])

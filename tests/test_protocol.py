@@ -8,10 +8,10 @@ import pytest
 from hpcbench.cli import main
 from hpcbench.config import RunConfig
 from hpcbench.options.sim import SimConfig
-from hpcbench.reproduce.protocol import DEPENDS, OWN_LR, SHARED, Recipe, candidates, choose_recipe, overall
+from hpcbench.reproduce.protocol import OWN_LR, SHARED, ArmResult, Recipe, candidates, choose_recipe, headline
 from hpcbench.reproduce.report import judge
 from hpcbench.reproduce.studies import GAP_AWARE
-from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR, Cell
+from hpcbench.reproduce.verdicts import CLAIMS, FAILS, HOLDS, UNCLEAR, Cell
 from hpcbench.results.store import read_run, rewrite_run
 from hpcbench.runtime.assemble import assemble
 from hpcbench.runtime.plan import validate
@@ -20,6 +20,7 @@ from hpcbench.workload.datasets import load_dataset
 
 from conftest import requires_mpi
 
+GAP_AWARE_CLAIMS = CLAIMS["gap-aware"]
 TINY = ["--dataset", "teacher", "--set", "teacher.samples=1200", "--set", "teacher.test_samples=400", "--epochs", "1"]
 
 
@@ -118,7 +119,7 @@ def set_accuracies(path, val, test):
 def test_tune_chooses_on_validation_never_on_test_and_its_toml_runs_the_choice(tmp_path, capsys):
     out = tmp_path / "tune"
     args = ["tune", "--algo", "asgd", "--workers", "2", "--lr", "0.01,0.1", "--momentum", "0.9", "--seeds", "0",
-            "--jobs", "1", "--out-dir", str(out), *TINY, "--set", "evals=2"]
+            "--jobs", "1", "--out-dir", str(out), *TINY, "--set", "evals=2", "--extend", "0"]
     assert main(args) == 0
     runs = {p.name: p for p in (out / "runs").glob("*.h5")}
     assert sorted(runs) == ["asgd-n2-lr0.01-m0.9-s0.h5", "asgd-n2-lr0.1-m0.9-s0.h5"]
@@ -148,6 +149,51 @@ def test_tune_chooses_on_validation_never_on_test_and_its_toml_runs_the_choice(t
     assert got == want
 
 
+@pytest.mark.timeout(240)
+def test_a_choice_at_the_edge_of_the_rates_grows_the_grid_and_says_so(tmp_path):
+    out = tmp_path / "tune"
+    args = ["tune", "--algo", "asgd", "--workers", "2", "--lr", "0.01,0.03", "--momentum", "0.9", "--seeds", "0,1",
+            "--jobs", "1", "--out-dir", str(out), *TINY, "--set", "evals=2"]
+    assert main([*args, "--extend", "0"]) == 0
+    runs = {p.name: p for p in (out / "runs").glob("*.h5")}
+    assert len(runs) == 4
+    for seed, jitter in ((0, 0.0), (1, 0.01)):  # validation prefers the larger rate, the grid's edge
+        set_accuracies(runs[f"asgd-n2-lr0.01-m0.9-s{seed}.h5"], val=0.5 + jitter, test=0.5)
+        set_accuracies(runs[f"asgd-n2-lr0.03-m0.9-s{seed}.h5"], val=0.7 + jitter, test=0.5)
+    assert main([*args, "--extend", "1"]) == 0
+    # One log step past the edge (0.03 · 0.03 / 0.01), at every seed; then the choice and what is known of it.
+    grown = sorted(p.name for p in (out / "runs").glob("asgd-n2-lr0.09-*.h5"))
+    assert grown == ["asgd-n2-lr0.09-m0.9-s0.h5", "asgd-n2-lr0.09-m0.9-s1.h5"]
+    report = json.loads((out / "tune.json").read_text())
+    assert report["grown"] == ["asgd at 2 workers: lr 0.09, momentum 0.9"]
+    text = (out / "tune.md").read_text()
+    assert "- the grid grew past its edge: asgd at 2 workers: lr 0.09, momentum 0.9" in text
+    chosen = next(t for t in report["trials"] if t["chosen"])
+    # Chosen 0.09: the grid stopped growing there (--extend 1), so it is still at an edge, and said; chosen
+    # 0.03: interior.
+    assert chosen["at_edge"] == (chosen["setting"]["lr"] == 0.09)
+    if chosen["at_edge"]:
+        assert "still at the edge of the rates tried" in text
+
+
+def test_ties_are_the_settings_whose_interval_against_the_choice_straddles_zero():
+    from hpcbench.tuning.grid import step_out, ties
+
+    best = Trial("asgd", 2, Setting(0.02, 0.9), (0.70, 0.71, 0.72))
+    close = Trial("asgd", 2, Setting(0.04, 0.9), (0.705, 0.70, 0.716))
+    far = Trial("asgd", 2, Setting(0.08, 0.9), (0.60, 0.61, 0.62))
+    found = ties([best, close, far])
+    assert [t.setting.lr for t, _ in found] == [0.04]
+    assert found[0][1].low < 0 < found[0][1].high and found[0][1].mean == pytest.approx(0.003, abs=1e-9)
+    # The next rate past an edge is the grid's own ratio at that edge, with the same other settings.
+    tried = [Setting(lr, 0.9) for lr in (0.01, 0.02, 0.08)]
+    assert step_out(Setting(0.08, 0.9), tried) == Setting(0.32, 0.9)
+    assert step_out(Setting(0.01, 0.9), tried) == Setting(0.005, 0.9)
+    assert step_out(Setting(0.02, 0.9), tried) is None  # interior
+    assert step_out(Setting(5.0, 0.9), [Setting(2.0, 0.9), Setting(5.0, 0.9)]) is None  # 12.5 is past the limit
+    assert step_out(Setting(0.5, 0.0), tried + [Setting(0.5, 0.0)]) is None  # a single rate at its momentum
+
+
 def test_tune_refuses_a_bad_grid_before_running(tmp_path, capsys):
     base = ["tune", "--algo", "asgd", "--workers", "2", "--out-dir", str(tmp_path / "t"), *TINY]
     assert main([*base, "--lr", "0.1,fast"]) == 2
@@ -160,7 +206,7 @@ def test_tune_refuses_a_bad_grid_before_running(tmp_path, capsys):
 
 
 def ga_cell(algo, n, acc):
-    return Cell(algo, n, "", (acc - 0.002, acc + 0.002), (1.0, 1.0), (1.0, 1.0))
+    return Cell(algo, n, "", (acc - 0.002, acc, acc + 0.002), (1.0,) * 3, (1.0,) * 3)
 
 
 def ga_arm(ga_lead):
@@ -172,16 +218,24 @@ def ga_arm(ga_lead):
     return cells
 
 
-def test_each_arm_gets_its_verdict_and_the_study_holds_only_when_every_arm_agrees():
-    holds = judge(GAP_AWARE, ga_arm((0.01, 0.03, 0.06))).outcome
-    fails = judge(GAP_AWARE, ga_arm((-0.01, -0.03, -0.06))).outcome
-    tied = judge(GAP_AWARE, ga_arm((0.0, 0.0, 0.0))).outcome
-    assert (holds, fails, tied) == (HOLDS, FAILS, UNCLEAR)
-    assert overall([holds, holds, holds]) == HOLDS
-    assert overall([fails, fails]) == FAILS
-    assert overall([tied, tied]) == UNCLEAR
-    assert overall([holds, fails, holds]) == DEPENDS
-    assert overall([holds, tied]) == DEPENDS
+def test_the_headline_gives_each_claim_its_verdicts_by_arm_and_never_hides_one_that_holds():
+    def arm(name, leads):
+        return ArmResult(name, (), {}, tuple(judge(GAP_AWARE, ga_arm(leads))))
+
+    def outcome_of(a, key):
+        return next(cv.outcome for cv in a.claims if cv.claim.key == key)
+
+    good, bad, flat = arm("shared", (0.01, 0.03, 0.06)), arm("own lr", (-0.01, -0.03, -0.06)), \
+        arm("momentum 0", (0.0, 0.0, 0.0))
+    assert [outcome_of(a, "ga-over-sa") for a in (good, bad, flat)] == [HOLDS, FAILS, UNCLEAR]
+    # GA beats ASGD by 40 points everywhere: that claim holds in every arm, whatever GA does against SA.
+    text = headline([good, bad, flat])
+    clauses = text.split(" · ")
+    assert clauses[0] == "GA beats SA: holds in shared; does not hold in own lr; inconclusive in momentum 0"
+    assert clauses[1] == "GA beats plain ASGD: holds in every arm"
+    assert len(clauses) == len(GAP_AWARE_CLAIMS)
+    assert headline([good]).startswith("GA beats SA: holds · ")
+    assert headline([]) == "no claim could be judged"
 
 
 def test_arms_try_what_they_say():
@@ -223,7 +277,7 @@ def test_the_recipe_runs_are_the_same_in_every_study(tmp_path):
 
 
 def test_a_rate_at_the_edge_of_its_grid_is_flagged():
-    from hpcbench.reproduce.protocol import at_edge
+    from hpcbench.tuning.grid import at_edge
 
     tried = [Setting(lr, 0.9) for lr in (0.01, 0.04, 0.16)] + [Setting(0.5, 0.0)]
     assert at_edge(Setting(0.16, 0.9), tried) and at_edge(Setting(0.01, 0.9), tried)
@@ -232,15 +286,17 @@ def test_a_rate_at_the_edge_of_its_grid_is_flagged():
 
 
 def test_the_report_says_which_setting_each_cell_chose_and_flags_the_grid_edge():
-    from hpcbench.reproduce.protocol import ArmResult
     from hpcbench.reproduce.report import chosen_text
-    from hpcbench.reproduce.verdicts import Verdict
 
     same = {("sgp", 16, ""): Setting(0.08, 0.9), ("sgp", 32, ""): Setting(0.08, 0.9)}
-    edge = ArmResult(OWN_LR, (), same, Verdict(UNCLEAR), (("sgp", 16, ""),), chose=True)
+    edge = ArmResult(OWN_LR, (), same, (), (("sgp", 16, ""),), chose=True)
     assert chosen_text(edge).startswith("Chosen on validation, in every cell: lr 0.08, momentum 0.9 [edge].")
     mixed = {("sgp", 16, ""): Setting(0.02, 0.9), ("sgp", 32, ""): Setting(0.08, 0.9)}
-    text = chosen_text(ArmResult(OWN_LR, (), mixed, Verdict(UNCLEAR), (("sgp", 32, ""),), chose=True))
+    text = chosen_text(ArmResult(OWN_LR, (), mixed, (), (("sgp", 32, ""),), chose=True, grown=(("sgp", 32, ""),),
+                                 ties=("sgp n=16: lr 0.04 ties with the chosen lr 0.02",)))
     assert "sgp n=16: lr 0.02, momentum 0.9;" in text and "sgp n=32: lr 0.08, momentum 0.9 [edge]" in text
+    assert "The grid grew past its edge (log steps) for sgp n=32." in text
+    assert "[edge]: still the largest or smallest rate tried once the grid stopped growing" in text
+    assert "Ties within the seeds' interval on validation: sgp n=16: lr 0.04 ties with the chosen lr 0.02" in text
     # An arm that had one setting to run chose nothing.
-    assert chosen_text(ArmResult(SHARED, (), same, Verdict(UNCLEAR), (), chose=False)) == ""
+    assert chosen_text(ArmResult(SHARED, (), same, (), (), chose=False)) == ""

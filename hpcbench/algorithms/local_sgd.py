@@ -15,6 +15,11 @@ m ← μ·m + Δ (``nesterov``: DiLoCo, Douillard et al. 2023, e.g. outer_lr 0.7
 θ; each worker's inner momentum buffer carries across rounds. Rate and momentum default to the
 method's: 0.7 and 0.9 for nesterov, 1 and 0.5 for sgd (fairscale's SlowMo). ``outer = sgd`` with outer_lr 1 and no
 momentum is plain averaging. A compressed all-reduce (``local-sgd.compress``) averages Δ too.
+
+The inner optimizer (``local-sgd.inner``) is SGD with the run's momentum, or AdamW (DiLoCo's: Loshchilov
+and Hutter's decoupled weight decay at the run's ``weight_decay``, β 0.9 and 0.999, ε 1e-8, as
+torch.optim.AdamW), at the schedule's rate; a worker's AdamW moments and step count carry across
+rounds, as DiLoCo keeps its inner optimizer's state.
 """
 from __future__ import annotations
 
@@ -26,11 +31,13 @@ import numpy as np
 from hpcbench.algorithms import compress, decentral
 from hpcbench.algorithms.api import SYNCHRONOUS, Algorithm, Context, Layout, Program, Settings, register
 from hpcbench.algorithms.compress import CompressOptions, Compressor
-from hpcbench.algorithms.ops import Allreduce
+from hpcbench.algorithms.ops import Allreduce, Compute
 from hpcbench.errors import one_of
 from hpcbench.ranges import bounded
 
 OUTER = ("none", "sgd", "nesterov")
+INNER = ("sgd", "adamw")
+ADAMW_BETAS, ADAMW_EPS = (0.9, 0.999), 1e-8
 # Each outer optimizer's rate and momentum where not given: SlowMo's (fairscale's SlowMoDDP) and
 # DiLoCo's (OpenDiLoCo); plain averaging is an outer step at rate 1 without momentum.
 OUTER_DEFAULTS = {"none": (1.0, 0.0), "sgd": (1.0, 0.5), "nesterov": (0.7, 0.9)}
@@ -44,12 +51,43 @@ class LocalSgdOptions(CompressOptions):
     # The outer step's rate on the pseudo-gradient, and its momentum μ.
     outer_lr: float = bounded(0.0, above=0, resolves="0.7 for nesterov (DiLoCo), else 1")
     outer_momentum: float = bounded(-1.0, low=0, below=1, resolves="0.9 for nesterov, 0.5 for sgd (SlowMo)")
+    inner: str = "sgd"  # sgd (with the run's momentum) | adamw (DiLoCo's inner optimizer)
 
 
 def outer_setting(options: LocalSgdOptions) -> tuple[float, float]:
     """(rate, momentum) of the outer step: the options, or the outer optimizer's defaults."""
     lr, momentum = OUTER_DEFAULTS[options.outer]
     return (options.outer_lr or lr, momentum if options.outer_momentum < 0 else options.outer_momentum)
+
+
+class AdamW:
+    """A worker's AdamW state (first and second moments, steps taken) and its step: torch.optim.AdamW's
+    rule, θ ← θ(1 − lr·λ) − lr·m̂/(√v̂ + ε) with bias-corrected moments, in place in float32."""
+
+    def __init__(self, like: np.ndarray) -> None:
+        self.m = np.zeros_like(like, dtype=np.float32)
+        self.v = np.zeros_like(like, dtype=np.float32)
+        self.t = 0
+
+    def step(self, x: np.ndarray, grad: np.ndarray, lr: float, weight_decay: float) -> None:
+        (b1, b2), self.t = ADAMW_BETAS, self.t + 1
+        if weight_decay:
+            x *= np.float32(1.0 - lr * weight_decay)
+        self.m *= np.float32(b1)
+        self.m += np.float32(1.0 - b1) * grad
+        self.v *= np.float32(b2)
+        self.v += np.float32(1.0 - b2) * grad * grad
+        denom = np.sqrt(self.v) / np.float32(np.sqrt(1.0 - b2 ** self.t)) + np.float32(ADAMW_EPS)
+        x -= np.float32(lr / (1.0 - b1 ** self.t)) * (self.m / denom)
+
+
+def adamw_step(ctx: Context, reporter: decentral.Reporter, x: np.ndarray, adam: AdamW, samples: int,
+               factor: float) -> Program:
+    """Compute a gradient at x and take AdamW's step at the schedule's rate after ``samples`` (× ``factor``)."""
+    result = yield Compute(x)
+    lr = ctx.schedule.at(samples) * factor
+    adam.step(x, result.grad, lr, ctx.weight_decay)
+    reporter.trained(result, lr)
 
 
 def outer_step(theta: np.ndarray, delta: np.ndarray, m: np.ndarray | None, kind: str, lr: float,
@@ -82,6 +120,8 @@ class LocalSgd(Algorithm):
         compress.check(cls.name, options)
         if options.outer not in OUTER:
             raise one_of(f"{cls.name}.outer", options.outer, OUTER)
+        if options.inner not in INNER:
+            raise one_of(f"{cls.name}.inner", options.inner, INNER)
 
     def resolved_options(self) -> dict[str, Any]:
         lr, momentum = outer_setting(self.opts)
@@ -102,7 +142,8 @@ class LocalSgd(Algorithm):
         x = ctx.params.copy()
         team = decentral.Team(ctx)
         reporter = decentral.Reporter(ctx, team)
-        buf = np.zeros_like(x) if ctx.momentum else None
+        adam = AdamW(x) if opts.inner == "adamw" else None
+        buf = np.zeros_like(x) if ctx.momentum and adam is None else None
         plain = opts.outer == "none" and opts.compress == "none"
         theta = None if plain else x.copy()  # the global model of the last round
         outer_lr, outer_momentum = outer_setting(opts)
@@ -112,7 +153,10 @@ class LocalSgd(Algorithm):
         while not team.done:
             before = team.samples
             team.stepped()
-            yield from decentral.local_step(ctx, reporter, x, buf, before, team.factor)
+            if adam is None:
+                yield from decentral.local_step(ctx, reporter, x, buf, before, team.factor)
+            else:
+                yield from adamw_step(ctx, reporter, x, adam, before, team.factor)
             step += 1
             if step % opts.period == 0 or team.done:  # the team's last step always averages
                 if theta is None:

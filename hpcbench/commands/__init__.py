@@ -10,6 +10,7 @@ from hpcbench.commands import (
                                comm,
                                demo,
                                diff,
+                               findings,
                                info,
                                report,
                                reproduce,
@@ -23,4 +24,4 @@ from hpcbench.commands import (
 from hpcbench.commands import list as list_command
 
 COMMANDS: tuple[ModuleType, ...] = (run, simulate, sweep, status, comm, calibrate, report, diff, check, trace,
-                                    reproduce, tune, list_command, info, demo)
+                                    reproduce, findings, tune, list_command, info, demo)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hpcbench.commands.values import at_least, seconds
+from hpcbench.commands.values import at_least, seconds, seed_list
 
 
 def add(sub: Any) -> None:
@@ -21,6 +21,8 @@ def add(sub: Any) -> None:
                                                                     "(default 9)")
     p.add_argument("--emulated", action="store_true", help="sgp with --mode mpi: also all-reduce, sgp and osgp "
                    "across emulated nodes at 1 Gbit/s and 100 Mbit/s, beside the simulator (root)")
+    p.add_argument("--seeds", type=seed_list, default=(), help="seeds instead of the preset's, comma-separated "
+                   "(a verdict needs at least 3; e.g. 0,1,2,3,4)")
     p.add_argument("--timeout", type=seconds, default=1800.0, help="seconds allowed per run")
     p.add_argument("--jobs", type=int, default=0, help="simulated runs at a time (default: the cores here, "
                    "one for --preset toy; real runs go one at a time)")
@@ -34,5 +36,6 @@ def run(args: argparse.Namespace) -> int:
     preset = "quick" if args.quick else args.preset
     # A toy run is shorter than a process start-up: one at a time, in this process (4x faster here).
     jobs = 1 if preset == "toy" and not args.jobs else jobs_or_cores(args.jobs)
-    return reproduce(args.study, args.out_dir, preset, args.mode, args.max_ranks, args.timeout, jobs, args.emulated)
+    return reproduce(args.study, args.out_dir, preset, args.mode, args.max_ranks, args.timeout, jobs, args.emulated,
+                     args.seeds)
 

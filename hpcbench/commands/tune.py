@@ -4,9 +4,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hpcbench.commands.values import seconds
+from hpcbench.commands.values import at_least, seconds
 from hpcbench.config import RunConfig
 from hpcbench.launch.arguments import add_run_flags, configs_from_args
+from hpcbench.tuning.grid import MAX_EXTENSIONS
 
 
 def add(sub: Any) -> None:
@@ -20,6 +21,8 @@ def add(sub: Any) -> None:
     p.add_argument("--lr-decay-epochs", help="decay schedules to try, ';'-separated, each epochs or none, "
                    "e.g. 'none;10,15'")
     p.add_argument("--lr-scaling", help="synchronous rate scalings to try: none,sqrt,linear")
+    p.add_argument("--extend", type=at_least(0), default=MAX_EXTENSIONS, help="log steps the rate grid may grow "
+                   f"past an edge when the choice sits on one (default {MAX_EXTENSIONS}; 0: the grid as given)")
     p.add_argument("--seeds", default="0,1,2", help="seeds per setting, comma-separated (default 0,1,2)")
     p.add_argument("--mode", default="sim", choices=("sim", "mpi"), help="simulator (default) or real MPI runs here")
     p.add_argument("--jobs", type=int, default=0, help="simulated runs at a time (default: the cores here)")
@@ -79,5 +82,6 @@ def run(args: argparse.Namespace) -> int:
         print("tune: holding out 10% of the training set as the validation split (val_fraction=0.1)")
     grid = Grid(tuple(algos), tuple(workers), tuple(settings), tuple(seeds))
     run_args = cfg.to_argv() + table_argv("sim", sim, SimConfig(workers=sim.workers))
-    return tune(grid, run_args, base, cfg.options, sim_values, args.out_dir, args.mode, jobs, args.timeout)
+    return tune(grid, run_args, base, cfg.options, sim_values, args.out_dir, args.mode, jobs, args.timeout,
+                args.extend)
 

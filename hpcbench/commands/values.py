@@ -50,6 +50,20 @@ def at_least(least: int) -> Callable[[str], int]:
     return whole
 
 
+def seed_list(text: str) -> tuple[int, ...]:
+    """Distinct seeds, comma-separated: whole numbers a run's seed takes, at most 100 of them."""
+    from hpcbench.config import MAX_SEED
+
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or len(set(values)) != len(values) or len(values) > 100 \
+            or not all(0 <= v <= MAX_SEED for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of distinct seeds (whole numbers in [0, {MAX_SEED}], "
+                                         "comma-separated, e.g. 0,1,2)")
+    return values
+
 
 SLURM_TIME = re.compile(r"(\d+-\d{1,2}(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)", re.IGNORECASE)
 

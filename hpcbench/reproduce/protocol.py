@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hpcbench.algorithms.schedule import SCALINGS
 from hpcbench.reproduce.verdicts import OUTCOMES, Cell, ClaimVerdict
@@ -88,18 +88,17 @@ class ArmResult:
     ties: tuple[str, ...] = ()  # cells whose best settings tie within the seeds' interval, in words
 
 
-def at_edge(chosen: Setting, tried: Sequence[Setting]) -> bool:
-    """The chosen rate is the largest or smallest of several tried (with the same other settings):
-    the algorithm might do better outside the grid, and a report should say so."""
-    rates = {t.lr for t in tried if (t.momentum, t.lr_scaling) == (chosen.momentum, chosen.lr_scaling)}
-    return len(rates) > 1 and chosen.lr in (min(rates), max(rates))
-
-
 def candidates(arm: str, algo: str, recipe: Recipe, factors: Sequence[float], scales: bool,
-               epochs: float = 0.0) -> list[Setting]:
+               epochs: float = 0.0, outer_lrs: Sequence[float] = ()) -> list[Setting]:
     """The settings arm ``arm`` tries for ``algo``; ``scales``: all-reduce's rate scaling is a choice
     of this study (chosen on validation where the arm does not fix it); ``epochs``: the budget (the
-    decay arm's schedule is in fractions of it)."""
+    decay arm's schedule is in fractions of it); ``outer_lrs``: outer rates to choose among (DiLoCo's)."""
+    settings = arm_settings(arm, algo, recipe, factors, scales, epochs)
+    return [replace(st, outer_lr=o) for st in settings for o in outer_lrs] if outer_lrs else settings
+
+
+def arm_settings(arm: str, algo: str, recipe: Recipe, factors: Sequence[float], scales: bool,
+                 epochs: float) -> list[Setting]:
     lr, m = recipe.best.lr, recipe.best.momentum
     scalings: Sequence[str | None] = SCALINGS if scales and algo == "allreduce" else (None,)
     if arm == DECAY_ARM:

@@ -11,7 +11,7 @@ from tabulate import tabulate
 from hpcbench.reproduce.protocol import OWN_LR, ArmResult, Recipe, arm_text
 from hpcbench.reproduce.studies import DILOCO_PERIODS, VAL_FRACTION, Study, mpi_args
 from hpcbench.reproduce.verdicts import CLAIMS, Cell, ClaimVerdict, Verdict, crossing, diloco, gap_aware, jin, sgp
-from hpcbench.tuning.grid import MAX_EXTENSIONS, Trial, ties
+from hpcbench.tuning.grid import Trial, ties
 from hpcbench.tuning.intervals import MIN_SEEDS
 
 
@@ -143,7 +143,7 @@ def protocol(s: Study, preset: str, recipe: Recipe, mode: str) -> dict[str, Any]
                 "holds and fails where a row fails (a claim about time, which the simulator models, is then 'not "
                 "reproduced by the model'); claims are never joined into one verdict",
         "grid_edges": f"a choice at the edge of its rates grows the grid by its own log step on that side, up to "
-                      f"{MAX_EXTENSIONS} steps (rates within 1e-5..10)",
+                      f"{size.extensions} step(s) (rates within 1e-5..10)",
         "quick": preset != "full", "mode": mode,
     }
 
@@ -186,7 +186,7 @@ def chosen_text(arm: ArmResult) -> str:
                                                     + (" [edge]" if (a, n, v) in arm.edges else "")
                                                     for (a, n, v), label in settings.items()) + "."
     if arm.grown:
-        text += (f" The grid grew past its edge (log steps, at most {MAX_EXTENSIONS}) for "
+        text += (" The grid grew past its edge (log steps) for "
                  + ", ".join(f"{a} n={n}{' ' + v if v else ''}" for a, n, v in arm.grown) + ".")
     if arm.edges:
         text += (" [edge]: still the largest or smallest rate tried once the grid stopped growing (its limit), so "
@@ -209,7 +209,7 @@ def caveat(notes: dict[str, Any]) -> str:
     if notes.get("capped"):
         return (f"CAPPED at {notes['max_steps']} steps per worker (HPCBENCH_MAX_STEPS): its runs were cut short, so "
                 "this is a trial of the machinery, not a finding")
-    return {"full": "", "quick": "QUICK: fewer sizes, grid points and seeds and a shorter budget; the full study "
+    return {"full": "", "quick": "QUICK: fewer sizes and grid points and a shorter budget; the full study "
             "is the finding", "toy": "TOY size: a test of the machinery, not a finding"}[notes["preset"]]
 
 

@@ -10,7 +10,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ from hpcbench.reproduce.protocol import (
     CellKey,
     Recipe,
     arm_text,
-    at_edge,
     candidates,
     choose_recipe,
     headline,
@@ -37,7 +36,7 @@ from hpcbench.reproduce.verdicts import Cell
 from hpcbench.results.store import commit_of, result_status, step_cap_of
 from hpcbench.telemetry.progress_line import clock_text
 from hpcbench.tuning.execute import MODES, Job, run_jobs
-from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, choose, step_out, ties
+from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, at_edge, choose, step_out, ties
 from hpcbench.tuning.tune import validation_scores
 
 HERE = "this machine"  # the network of real runs
@@ -180,19 +179,19 @@ def cell_name(key: CellKey) -> str:
 
 def run_until_interior(groups: dict[Any, list[Planned]], make: Callable[[CellKey, Setting, int], Planned],
                        seeds: Sequence[int], mode: str, jobs: int, timeout: float, outcome: dict[Path, str],
-                       scores: dict[Path, float]) -> tuple[int, set[Any]]:
+                       scores: dict[Path, float], extensions: int = MAX_EXTENSIONS) -> tuple[int, set[Any]]:
     """Run every group's runs; then, while a group's choice (on validation) sits at the edge of the rates it
     tried, add the next rate past that edge (``tuning.grid.step_out``) at every seed and run those, up to
-    MAX_EXTENSIONS times. Groups (the runs that choose among themselves) grow in place.
+    ``extensions`` times. Groups (the runs that choose among themselves) grow in place.
     → (runs kept from an earlier invocation, the keys of the groups that grew)."""
     kept, grown = 0, set()
-    for extension in range(MAX_EXTENSIONS + 1):
+    for extension in range(extensions + 1):
         todo = {r.job.path: r.job for rs in groups.values() for r in rs if r.job.path not in outcome}
         kept += sum(result_status(path) == "ok" for path in todo)
         done = run_jobs(list(todo.values()), mode, jobs, timeout)
         outcome.update(done)
         scores.update(validation_scores(done))
-        if extension == MAX_EXTENSIONS:
+        if extension == extensions:
             break
         added = 0
         for key, runs in groups.items():
@@ -221,7 +220,7 @@ def prepare(out_dir: str) -> Path:
 
 
 def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", max_ranks: int = 9,
-              timeout: float = 1800.0, jobs: int = 1, emulated: bool = False) -> int:
+              timeout: float = 1800.0, jobs: int = 1, emulated: bool = False, seeds: Sequence[int] = ()) -> int:
     """Run study ``name`` under its protocol; → 0 when every run ran (whatever the verdict), 1 when some failed.
     ``emulated``: also its algorithms across emulated nodes beside the simulator (sgp, real runs)."""
     s = study(name)
@@ -229,10 +228,12 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
         raise UsageError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
     if mode not in MODES:
         raise UsageError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    if seeds:  # the preset's seeds replaced (a verdict needs three; more narrow the intervals)
+        s = replace(s, sizes={**s.sizes, preset: replace(s.sizes[preset], seeds=tuple(seeds))})
     if name == "resilience":
         if emulated:
             raise UsageError("--emulated goes with reproduce sgp --mode mpi")
-        return reproduce_resilience(s, out_dir, preset, mode, max_ranks, timeout, jobs)
+        return reproduce_resilience(s, out_dir, preset, mode, max_ranks, timeout, jobs, seeds)
     if emulated and (mode != "mpi" or not s.networks):
         raise UsageError("--emulated runs the sgp study's algorithms across emulated nodes: use it with "
                          "reproduce sgp --mode mpi")
@@ -256,7 +257,8 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     runs = prepare(out_dir)
     out = Path(out_dir)
     stand_in = Recipe(Setting(1.0, 0.0), {m: Setting(1.0, m) for m in size.recipe_momenta})
-    per_cell = sum(len(candidates(arm, a, stand_in, size.lr_factors, s.scales)) for arm in s.arms for a in s.algos)
+    per_cell = sum(len(candidates(arm, a, stand_in, size.lr_factors, s.scales, size.epochs, s.contender(a).outer_lrs))
+                   for arm in s.arms for a in s.algos)
     recipe_settings = recipe_grid(size.recipe_lrs, size.recipe_momenta)
     estimate = expected_seconds(s, preset, per_cell * len(workers) * len(variants) * len(size.seeds),
                                 len(recipe_settings) * len(size.seeds), jobs if mode == "sim" else 1, mode)
@@ -283,10 +285,12 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
         return planned(s, preset, runs, cell, setting, seed, mode, extra)
 
     groups = {(arm, (a, n, v)): [make((a, n, v), st, seed)
-                                 for st in candidates(arm, a, recipe, size.lr_factors, s.scales, size.epochs)
+                                 for st in candidates(arm, a, recipe, size.lr_factors, s.scales, size.epochs,
+                                                      s.contender(a).outer_lrs)
                                  for seed in size.seeds]
               for arm in s.arms for v in variants for n in workers for a in s.algos}
-    more, grown = run_until_interior(groups, make, size.seeds, mode, jobs, timeout, outcome, scores)
+    more, grown = run_until_interior(groups, make, size.seeds, mode, jobs, timeout, outcome, scores,
+                                     size.extensions)
     kept += more
     network = HERE if mode == "mpi" else ""
     arms = [decide_arm(arm, [r for (g, _), rs in groups.items() if g == arm for r in rs], outcome, scores, s,
@@ -303,7 +307,7 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
              "jobs": jobs if mode == "sim" else 1,
              "calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
              "skipped": [f"{n} workers ({n + 1} ranks > --max-ranks {max_ranks})" for n in skipped],
-             "failed": failed, "command": command_line(name, out_dir, preset, mode, emulated),
+             "failed": failed, "command": command_line(name, out_dir, preset, mode, emulated, seeds),
              "emulated": emulated_network.section(points) if points else []}
     plots = {a.name: report.plot(s, list(a.cells), out / f"{s.name}-{a.name.replace(' ', '-')}.png", a.name)
              for a in arms}
@@ -354,8 +358,10 @@ def capped(paths: Iterable[Path]) -> dict[str, Any]:
     return {"capped": cap > 0, "max_steps": cap}
 
 
-def command_line(name: str, out_dir: str, preset: str, mode: str, emulated: bool = False) -> str:
+def command_line(name: str, out_dir: str, preset: str, mode: str, emulated: bool = False,
+                 seeds: Sequence[int] = ()) -> str:
     flags = {"quick": " --quick", "toy": " --preset toy"}.get(preset, "")
+    flags += f" --seeds {','.join(map(str, seeds))}" if seeds else ""
     return (f"hpcbench reproduce {name}{flags}{' --mode mpi' if mode == 'mpi' else ''}"
             f"{' --emulated' if emulated else ''} --out-dir {out_dir}")
 
@@ -375,7 +381,8 @@ def stage_one(s: Study, preset: str, runs: Path, settings: list[Setting], seeds:
         groups.setdefault(st.momentum, []).extend(make((algo, one, ""), st, seed) for seed in seeds)
     outcome: dict[Path, str] = {}
     scores: dict[Path, float] = {}
-    kept, _ = run_until_interior(groups, make, seeds, mode, jobs, timeout, outcome, scores)
+    kept, _ = run_until_interior(groups, make, seeds, mode, jobs, timeout, outcome, scores,
+                                 s.sizes[preset].extensions)
     recipe_trials = trials([r for rs in groups.values() for r in rs], scores)
     recipe = choose_recipe(recipe_trials)
     print(f"recipe: {recipe.best.label()}", flush=True)
@@ -383,7 +390,7 @@ def stage_one(s: Study, preset: str, runs: Path, settings: list[Setting], seeds:
 
 
 def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ranks: int, timeout: float,
-                         jobs: int) -> int:
+                         jobs: int, seeds: Sequence[int] = ()) -> int:
     """The resilience study: the recipe on validation without failures, every cell without failures, then
     with the schedule each one's failure-free run gives it (``reproduce.resilience``)."""
     from hpcbench.reproduce import resilience
@@ -438,7 +445,7 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
     failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
     notes = {"preset": preset, "mode": mode, "elapsed_s": time.monotonic() - t0, "runs": len(outcome), "kept": kept,
              **capped(outcome), "jobs": jobs if mode == "sim" else 1, "failed": failed,
-             "command": command_line(s.name, out_dir, preset, mode),
+             "command": command_line(s.name, out_dir, preset, mode, seeds=seeds),
              "setup": s.setup if mode == "sim" else f"{MPI_SETUP} Open MPI launched with ULFM (mpirun --with-ft "
              "ulfm) keeps the survivors going; ranks beyond this machine's cores share them, so a failed worker's "
              "core goes to the others."}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from hpcbench.errors import one_of
 from hpcbench.reproduce.protocol import DECAY_ARM, MOMENTUM_ARM, OWN_LR, SCALING_ARMS, SHARED
+from hpcbench.tuning.grid import MAX_EXTENSIONS
 
 PRESETS = ("full", "quick", "toy")
 RESNET50_PARAMS = 25_557_032  # torchvision's ResNet-50: the message size of the sgp study
@@ -47,6 +48,7 @@ class Size:
     recipe_lrs: tuple[float, ...]  # the single-worker grid
     recipe_momenta: tuple[float, ...]
     lr_factors: tuple[float, ...]  # the "own lr" arm: multiples of the recipe's rate
+    extensions: int = MAX_EXTENSIONS  # log steps a grid may grow past an edge
 
     @property
     def decay_epochs(self) -> tuple[float, ...]:
@@ -65,6 +67,7 @@ class Contender:
     name: str
     algo: str
     flags: tuple[str, ...] = ()
+    outer_lrs: tuple[float, ...] = ()  # outer rates its cells choose among on validation (DiLoCo's)
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ class Study:
 RECIPE_LRS = (0.005, 0.01, 0.02, 0.05, 0.1)
 FULL = Size((8, 16, 32, 64, 128), (0, 1, 2), 20, 25_000, 5, RECIPE_LRS, (0.0, 0.9), (0.25, 1, 4, 16, 64))
 QUICK = Size((8, 128), (0, 1, 2), 8, 25_000, 2, (0.01, 0.03, 0.1), (0.0, 0.9), (0.25, 1, 4))
-TOY = Size((2, 4), (0,), 1, 1_000, 0, (0.05,), (0.0, 0.9), (0.5, 1))  # every study's toy size: for tests
+TOY = Size((2, 4), (0,), 1, 1_000, 0, (0.05,), (0.0, 0.9), (0.5, 1), extensions=1)  # every study's: for tests
 
 # One task for every study: the mlp on the teacher task, 25 evaluations of the global model over the
 # budget, each on the whole test set and the validation split (a tenth of the training set).
@@ -167,11 +170,12 @@ SGP = Study(
           "before the next forward pass, OSGP's may be one iteration late.",
 )
 
-DILOCO_PERIODS = (10, 50, 200)  # H: inner steps between outer steps
-# DiLoCo's outer optimizer as OpenDiLoCo and the paper set it: Nesterov momentum 0.9 at rate 0.7 (written
-# out, so the study says it whatever the defaults become).
-DILOCO_OUTER = ("--set", "local-sgd.outer=nesterov", "--set", "local-sgd.outer_lr=0.7",
-                "--set", "local-sgd.outer_momentum=0.9")
+DILOCO_PERIODS = (5, 15)  # H: inner steps between outer steps (each setting gets ≥ 10 outer rounds)
+DILOCO_OUTER_LRS = (0.3, 0.7, 1.0)  # the outer rate, chosen on validation in each cell (OpenDiLoCo's is 0.7)
+# DiLoCo as the paper runs it: AdamW inner steps (with its weight decay, 0.1), an outer Nesterov step with
+# momentum 0.9 (written out, so the study says it whatever the defaults become).
+DILOCO_INNER = ("--set", "local-sgd.inner=adamw", "--set", "weight_decay=0.1")
+DILOCO_OUTER = ("--set", "local-sgd.outer=nesterov", "--set", "local-sgd.outer_momentum=0.9")
 
 DILOCO = Study(
     name="diloco",
@@ -180,7 +184,7 @@ DILOCO = Study(
     claim="DiLoCo (H local steps, then an outer Nesterov step on the workers' averaged pseudo-gradient) matches "
           "synchronous all-reduce SGD's final accuracy with H times less communication, and so finishes the same "
           "budget sooner where the network is slow.",
-    algos=("allreduce", "local-sgd-h50", *(f"diloco-h{h}" for h in DILOCO_PERIODS)),
+    algos=("allreduce", f"local-sgd-h{DILOCO_PERIODS[-1]}", *(f"diloco-h{h}" for h in DILOCO_PERIODS)),
     sizes={"full": replace(FULL, workers=(8, 16, 32, 64)), "quick": replace(QUICK, workers=(8, 32)), "toy": TOY},
     common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
     target=0.7,
@@ -188,16 +192,27 @@ DILOCO = Study(
     scales=True,
     networks=(ETHERNET_1G,),
     message_params=RESNET50_PARAMS,
-    contenders=(Contender("local-sgd-h50", "local-sgd", ("--set", "local-sgd.period=50")),
-                *(Contender(f"diloco-h{h}", "local-sgd", ("--set", f"local-sgd.period={h}", *DILOCO_OUTER))
+    contenders=(Contender(f"local-sgd-h{DILOCO_PERIODS[-1]}", "local-sgd",
+                          ("--set", f"local-sgd.period={DILOCO_PERIODS[-1]}", *DILOCO_INNER)),
+                *(Contender(f"diloco-h{h}", "local-sgd", ("--set", f"local-sgd.period={h}", *DILOCO_INNER,
+                                                          *DILOCO_OUTER), DILOCO_OUTER_LRS)
                   for h in DILOCO_PERIODS)),
     setup="Numerics of the mlp on the teacher task; every message and per-parameter cost counted at ResNet-50's "
           f"{RESNET50_PARAMS:,} parameters; a batch computes in 50 ms; links of 1 GbE (50 µs, 125 MB/s), slow as "
-          "DiLoCo's setting is; a ring all-reduce. local-sgd-h50 is plain model averaging every 50 steps (the "
-          "same communication as diloco-h50, without the outer step); the inner optimizer is SGD with the "
-          "recipe's momentum (the paper's is AdamW). All-reduce's global batch is n·32: its rate scaling (none, "
-          "√n, n) is chosen on validation at each size, in every arm.",
+          f"DiLoCo's setting is; a ring all-reduce. The inner optimizer is AdamW (weight decay 0.1), as the paper's; "
+          f"the outer step Nesterov with momentum 0.9 at a rate chosen on validation in each cell from "
+          f"{', '.join(map(str, DILOCO_OUTER_LRS))}; H = {' and '.join(map(str, DILOCO_PERIODS))}, so every size "
+          f"has at least 10 outer rounds. local-sgd-h{DILOCO_PERIODS[-1]} is plain model averaging every "
+          f"{DILOCO_PERIODS[-1]} steps with the same AdamW inner steps (the same communication as "
+          f"diloco-h{DILOCO_PERIODS[-1]}, without the outer step). All-reduce is the suite's synchronous SGD with "
+          "the recipe's momentum (the paper's baseline trains with AdamW); its global batch is n·32 and its rate "
+          "scaling (none, √n, n) is chosen on validation at each size, in every arm.",
 )
+
+
+def outer_rounds(size: Size, workers: int, period: int, batch: int = 32) -> float:
+    """Outer rounds a DiLoCo run of ``size`` at ``workers`` takes: steps per worker over H."""
+    return size.epochs * size.samples * (1 - VAL_FRACTION) / (batch * workers) / period
 
 
 RESILIENCE = Study(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from statistics import mean
 from typing import Any
@@ -30,16 +30,27 @@ class Setting:
     warmup_epochs: float | None = None
     decay_epochs: tuple[float, ...] | None = None
     lr_scaling: str | None = None
+    outer_lr: float | None = None  # local-sgd's outer rate (DiLoCo's, chosen on validation in its study)
 
     def values(self) -> dict[str, Any]:
-        """The run options this setting sets, by their configuration names."""
+        """The run options this setting sets, by their names here (``outer_lr``: ``local-sgd.outer_lr``)."""
         out: dict[str, Any] = {"lr": self.lr, "momentum": self.momentum, "warmup_epochs": self.warmup_epochs,
-                               "lr_decay_epochs": self.decay_epochs, "lr_scaling": self.lr_scaling}
+                               "lr_decay_epochs": self.decay_epochs, "lr_scaling": self.lr_scaling,
+                               "outer_lr": self.outer_lr}
         return {k: v for k, v in out.items() if v is not None}
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> Setting:
+        """The setting whose ``values()`` these are (as verdict.json and tune.json hold them)."""
+        fields = {("decay_epochs" if k == "lr_decay_epochs" else k): v for k, v in values.items()}
+        if "decay_epochs" in fields:
+            fields["decay_epochs"] = tuple(fields["decay_epochs"])
+        return cls(**fields)
 
     def args(self) -> list[str]:
         """``--set`` flags for a run (given last, they win over the options they share)."""
-        return [a for k, v in self.values().items() for a in ("--set", f"{k}={toml_literal(v)}")]
+        return [a for k, v in self.values().items()
+                for a in ("--set", f"{'local-sgd.' if k == 'outer_lr' else ''}{k}={toml_literal(v)}")]
 
     def label(self) -> str:
         parts = [f"lr {self.lr:g}"]
@@ -51,6 +62,8 @@ class Setting:
             parts.append("decay at " + (",".join(f"{e:g}" for e in self.decay_epochs) or "none"))
         if self.lr_scaling is not None:
             parts.append(f"{self.lr_scaling} scaling")
+        if self.outer_lr is not None:
+            parts.append(f"outer lr {self.outer_lr:g}")
         return ", ".join(parts)
 
     def stem(self) -> str:
@@ -64,6 +77,8 @@ class Setting:
             parts.append("d" + ("_".join(f"{e:g}" for e in self.decay_epochs) or "none"))
         if self.lr_scaling is not None:
             parts.append(self.lr_scaling)
+        if self.outer_lr is not None:
+            parts.append(f"o{self.outer_lr:g}")
         return "-".join(parts)
 
 
@@ -98,6 +113,13 @@ class Trial:
 def choose(trials: Iterable[Trial]) -> Trial:
     """The trial with the best mean validation accuracy; ties go to the smaller rate."""
     return max(trials, key=lambda t: (t.score, -t.setting.lr))
+
+
+def at_edge(chosen: Setting, tried: Sequence[Setting]) -> bool:
+    """The chosen rate is the largest or smallest of several tried (with the same other settings):
+    the algorithm might do better outside the grid, and a report should say so."""
+    rates = {t.lr for t in tried if (t.momentum, t.lr_scaling) == (chosen.momentum, chosen.lr_scaling)}
+    return len(rates) > 1 and chosen.lr in (min(rates), max(rates))
 
 
 def step_out(chosen: Setting, tried: Iterable[Setting]) -> Setting | None:

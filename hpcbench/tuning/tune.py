@@ -20,7 +20,7 @@ from hpcbench.config import toml_literal
 from hpcbench.errors import UsageError
 from hpcbench.report.strict_json import dumps
 from hpcbench.tuning.execute import Job, run_jobs
-from hpcbench.tuning.grid import Setting, Trial, best_per_group
+from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, at_edge, best_per_group, step_out, ties
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,14 @@ def job_path(runs: Path, algo: str, workers: int, setting: Setting, seed: int) -
     return runs / f"{algo}-n{workers}-{setting.stem()}-s{seed}.h5"
 
 
-def grid_jobs(grid: Grid, runs: Path, run_args: Sequence[str]) -> list[Job]:
+Group = tuple[str, int]  # (algorithm, workers): the settings that choose among themselves
+
+
+def grid_jobs(settings: Mapping[Group, Sequence[Setting]], seeds: Sequence[int], runs: Path,
+              run_args: Sequence[str]) -> list[Job]:
     return [Job.of(a, n, (*run_args, "--set", f"seed={s}", *st.args()), job_path(runs, a, n, st, s),
                    f"{a}, {n} workers, {st.label()}, seed {s}")
-            for a in grid.algos for n in grid.workers for st in grid.settings for s in grid.seeds]
+            for (a, n), group in settings.items() for st in group for s in seeds]
 
 
 def validation_scores(outcome: Mapping[Path, str]) -> dict[Path, float]:
@@ -50,13 +54,27 @@ def validation_scores(outcome: Mapping[Path, str]) -> dict[Path, float]:
             for path, why in outcome.items()}
 
 
-def trials_of(grid: Grid, runs: Path, scores: Mapping[Path, float]) -> list[Trial]:
+def trials_of(settings: Mapping[Group, Sequence[Setting]], seeds: Sequence[int], runs: Path,
+              scores: Mapping[Path, float]) -> list[Trial]:
     """Each setting's trial at each (algorithm, workers); a failed seed counts as no accuracy."""
-    return [Trial(a, n, st, tuple(scores.get(job_path(runs, a, n, st, s), math.nan) for s in grid.seeds))
-            for a in grid.algos for n in grid.workers for st in grid.settings]
+    return [Trial(a, n, st, tuple(scores.get(job_path(runs, a, n, st, s), math.nan) for s in seeds))
+            for (a, n), group in settings.items() for st in group]
 
 
-def table(trials: Sequence[Trial], chosen: Mapping[tuple[str, int], Trial]) -> str:
+def grown_past_edges(settings: dict[Group, list[Setting]], trials: Sequence[Trial]) -> list[tuple[Group, Setting]]:
+    """For each group whose choice sits at the edge of its rates, the next rate past it (added to
+    ``settings`` in place): what to run before choosing again."""
+    chosen = best_per_group(trials)
+    added = []
+    for key, group in settings.items():
+        nxt = step_out(chosen[key].setting, group)
+        if nxt is not None and nxt not in group:
+            group.append(nxt)
+            added.append((key, nxt))
+    return added
+
+
+def table(trials: Sequence[Trial], chosen: Mapping[Group, Trial]) -> str:
     rows = [[t.algo, t.workers, t.setting.label(), fmt_acc(t), "chosen" if chosen[(t.algo, t.workers)] is t else ""]
             for t in trials]
     return tabulate(rows, headers=["algorithm", "workers", "setting", "validation acc % (mean ± half range)", ""],
@@ -100,6 +118,19 @@ def plot(trials: Sequence[Trial], path: Path, title: str) -> str:
     return path.name
 
 
+def choice_caveats(chosen: Trial, group: Sequence[Trial]) -> str:
+    """What a reader should know about a choice: it is still at the grid's edge (the limit stopped the
+    growth), or other settings tie with it within the seeds' interval (and by how much)."""
+    text = ""
+    if at_edge(chosen.setting, [t.setting for t in group]):
+        text += "; still at the edge of the rates tried (the grid's limit), so a rate outside may do better"
+    tied = ties(group)
+    if tied:
+        text += "; ties within the seeds' interval with " + ", ".join(
+            f"{t.setting.label()} ({iv.text()} behind)" for t, iv in tied)
+    return text
+
+
 def recipe_toml(base: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]], trial: Trial,
                 sim: Mapping[str, Any]) -> str:
     """A config file that runs ``trial``'s setting: the base run options (non-default ones), the chosen
@@ -115,7 +146,8 @@ def recipe_toml(base: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]
 
 
 def tune(grid: Grid, run_args: Sequence[str], base: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]],
-         sim: Mapping[str, Any], out_dir: str, mode: str, jobs: int, timeout: float) -> int:
+         sim: Mapping[str, Any], out_dir: str, mode: str, jobs: int, timeout: float,
+         extensions: int = MAX_EXTENSIONS) -> int:
     """Run the grid, choose per (algorithm, workers); → 0 when every run finished, 1 when some failed.
 
     ``run_args``: the options every run shares (as flags); ``base``, ``options``, ``sim``: the same as
@@ -127,13 +159,28 @@ def tune(grid: Grid, run_args: Sequence[str], base: Mapping[str, Any], options: 
         runs.mkdir(exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot make {out}: {exc.strerror}") from None
-    all_jobs = grid_jobs(grid, runs, run_args)
+    settings = {(a, n): list(grid.settings) for a in grid.algos for n in grid.workers}
+    total = len(grid_jobs(settings, grid.seeds, runs, run_args))
     print(f"tune: {len(grid.algos)} algorithm(s) x {len(grid.workers)} size(s) x {len(grid.settings)} setting(s) x "
-          f"{len(grid.seeds)} seed(s) = {len(all_jobs)} runs ({mode}, {jobs if mode == 'sim' else 1} at a time); "
+          f"{len(grid.seeds)} seed(s) = {total} runs ({mode}, {jobs if mode == 'sim' else 1} at a time); "
           f"result files in {runs}/", flush=True)
     t0 = time.monotonic()
-    outcome = run_jobs(all_jobs, mode, jobs, timeout)
-    trials = trials_of(grid, runs, validation_scores(outcome))
+    outcome: dict[Path, str] = {}
+    scores: dict[Path, float] = {}
+    grew: list[str] = []
+    for extension in range(extensions + 1):
+        todo = [j for j in grid_jobs(settings, grid.seeds, runs, run_args) if j.path not in outcome]
+        done = run_jobs(todo, mode, jobs, timeout)
+        outcome.update(done)
+        scores.update(validation_scores(done))
+        trials = trials_of(settings, grid.seeds, runs, scores)
+        added = grown_past_edges(settings, trials) if extension < extensions else []
+        if not added:
+            break
+        grew += [f"{a} at {n} workers: {st.label()}" for (a, n), st in added]
+        print("the grid grows past its edge: " + "; ".join(f"{a} at {n} workers: lr {st.lr:g}" for (a, n), st in added),
+              flush=True)
+    all_jobs = list(outcome)
     chosen = best_per_group(trials)
     failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
     text = table(trials, chosen)
@@ -145,20 +192,29 @@ def tune(grid: Grid, run_args: Sequence[str], base: Mapping[str, Any], options: 
         files[f"{a}-n{n}"] = str(path.relative_to(out))
     elapsed = time.monotonic() - t0
     chosen_lines = [f"- {a} at {n} workers: **{t.setting.label()}** (validation {fmt_acc(t)} %) -> "
-                    f"`{files[f'{a}-n{n}']}`" for (a, n), t in chosen.items()]
+                    f"`{files[f'{a}-n{n}']}`" + choice_caveats(t, [x for x in trials if (x.algo, x.workers) == (a, n)])
+                    for (a, n), t in chosen.items()]
     md = ["# hpcbench tune", "", "Chosen on the validation split (final validation accuracy, mean over seeds; "
-          "ties go to the smaller rate). The test set is not read.", "", *chosen_lines, "", text, "",
+          "ties go to the smaller rate). The test set is not read. A choice at the edge of the rates tried grows "
+          f"the grid by its own log step on that side (at most {extensions} step(s)).", "", *chosen_lines, "", text,
+          "",
           f"![tune]({plot_file})" if plot_file.endswith(".png") else f"({plot_file})", "",
           f"- runs: {len(all_jobs)} ({mode}) in {elapsed / 60:.1f} min; options every run shares: "
           f"`{' '.join(run_args)}`"]
+    if grew:
+        md.append("- the grid grew past its edge: " + "; ".join(grew))
     if failed:
         md.append("- failed: " + "; ".join(failed))
     (out / "tune.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     (out / "tune.json").write_text(dumps({
-        "mode": mode, "seeds": list(grid.seeds), "elapsed_s": elapsed, "failed": failed,
+        "mode": mode, "seeds": list(grid.seeds), "elapsed_s": elapsed, "failed": failed, "grown": grew,
         "trials": [{"algo": t.algo, "workers": t.workers, "setting": t.setting.values(),
                     "val_accuracy": list(t.val),
-                    "chosen": chosen[(t.algo, t.workers)] is t} for t in trials],
+                    "chosen": chosen[(t.algo, t.workers)] is t,
+                    "at_edge": chosen[(t.algo, t.workers)] is t and at_edge(t.setting, settings[(t.algo, t.workers)]),
+                    "ties_with_chosen": any(x is t for x, _ in
+                                            ties([y for y in trials if (y.algo, y.workers) == (t.algo, t.workers)]))}
+                   for t in trials],
     }, indent=1), encoding="utf-8")
     print("\n" + "\n".join(chosen_lines) + f"\n\n{text}\n\nreport: {out / 'tune.md'}", flush=True)
     return 1 if failed else 0
