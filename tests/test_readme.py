@@ -55,6 +55,7 @@ NOT_RUN = {
     "hpcbench reproduce gap-aware --preset toy": "test_reproduce runs gap-aware at toy size, and --mode mpi with sgp",
     "hpcbench reproduce jin": "test_reproduce runs jin at toy size",
     "hpcbench reproduce diloco": "test_reproduce runs diloco at toy size",
+    "hpcbench findings": "test_findings runs it on the committed studies (--check) and on studies of its own",
     "mpiexec -n 5 python -m mpi4py -m hpcbench run --algo local-sgd": "the demo runs DiLoCo (test_readme's first run)",
     "mpiexec -n 5 python -m mpi4py -m hpcbench run --algo allreduce": "the demo runs PowerSGD (test_readme's first "
                                                                       "run)",

@@ -1,0 +1,113 @@
+"""docs/findings.md and the README's findings lines are written from the studies' verdict.json
+(``hpcbench findings``), and a study says when the code its files were made with has changed."""
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from hpcbench.cli import main
+from hpcbench.reproduce import findings, made_with
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_findings_and_the_readme_say_what_the_committed_verdicts_say(capsys, monkeypatch):
+    """Fails when docs/findings.md or the README's findings lines differ from docs/reproduce/*/verdict.json."""
+    monkeypatch.chdir(ROOT)
+    assert main(["findings", "--check"]) == 0, capsys.readouterr().err
+
+
+def verdict(accuracy=(0.70, 0.71, 0.72), outcome="holds"):
+    return {"study": "sgp", "preset": "full", "headline": f"SGP within about a point of all-reduce: {outcome}",
+            "command": "hpcbench reproduce sgp --out-dir results/reproduce/sgp", "runs": 12, "kept": 2,
+            "elapsed_s": 600.0, "jobs": 2,
+            "made_with": {"commits": ["0123456789abcdef"], "dirty": False, "files": {}, "versions": {}},
+            "claims": [{"key": "sgp-accuracy", "short": "SGP within about a point of all-reduce",
+                        "quote": "within about one point", "source": "Assran et al.", "paper": "1.2 points",
+                        "test": "SGP minus all-reduce above -1.5 pts", "modelled": False,
+                        "arms": {"shared": {"outcome": outcome, "summary": outcome, "evidence": [
+                            {"where": "n=32", "outcome": outcome, "numbers": "sgp 71.0%, allreduce 71.2%"}]}}}],
+            "arms": [{"name": "shared", "cells": [
+                {"algo": a, "workers": 32, "variant": "10 GbE", "accuracy": list(accuracy),
+                 "time_to_target": [1.0, 1.0, 1.0], "wall": [10.0, 11.0, 12.0]} for a in ("allreduce", "sgp")]}]}
+
+
+def write_study(root, v, reading=None):
+    (root / "sgp").mkdir(parents=True, exist_ok=True)
+    text = json.dumps(v)
+    (root / "sgp" / "verdict.json").write_text(text)
+    if reading is not None:
+        (root / "sgp" / "reading.md").write_text(findings.READING.format(findings.digest(text)) + "\n" + reading)
+    return text
+
+
+def test_findings_are_written_from_the_verdicts_and_follow_them(tmp_path, capsys):
+    studies, out, readme = tmp_path / "studies", tmp_path / "findings.md", tmp_path / "README.md"
+    write_study(studies, verdict(), reading="The ratio is bounded by the ring's cost.")
+    readme.write_text(f"# x\n\n{findings.README_START}\n- stale line\n{findings.README_END}\n\nmore\n")
+    args = ["findings", "--studies", str(studies), "--out", str(out), "--readme", str(readme)]
+    assert main([*args, "--check"]) == 1  # nothing written yet: both differ
+    assert "differs from what the verdicts" in capsys.readouterr().err and not out.exists()
+    assert main(args) == 0
+    text = out.read_text()
+    assert "- **SGP (Assran et al.)**, FULL study: SGP within about a point of all-reduce: holds" in text
+    assert "`hpcbench reproduce sgp --out-dir results/reproduce/sgp`: 12 runs (10 run in 10.0 min, 2 at a time; " \
+           "2 kept from an earlier invocation). Made with commit 0123456789." in text
+    # The cells' table: mean over seeds ± half the 95% t interval (71.0 ± 2.5 for 70, 71, 72), and the time.
+    assert "| shared | 10 GbE    | 32        | 71.0 ± 2.5 (11 s) | 71.0 ± 2.5 (11 s) |" in text
+    assert "The ratio is bounded by the ring's cost." in text
+    assert readme.read_text() == (f"# x\n\n{findings.README_START}\n- **SGP (Assran et al.)**, FULL study: SGP within "
+                                  f"about a point of all-reduce: holds\n{findings.README_END}\n\nmore\n")
+    assert main([*args, "--check"]) == 0
+    # The study run again: new numbers, new outcome; the reading written for the old run is left out, said so.
+    write_study(studies, verdict(accuracy=(0.60, 0.61, 0.62), outcome="does not hold"))
+    assert main([*args, "--check"]) == 1
+    assert main(args) == 0
+    text = out.read_text()
+    assert "61.0 ± 2.5" in text and "71.0 ± 2.5" not in text and "does not hold" in readme.read_text()
+    assert "The ratio is bounded" not in text and "the study was run again" in text
+
+
+def test_a_verdict_that_is_not_one_is_one_line(tmp_path, capsys):
+    (tmp_path / "s" / "jin").mkdir(parents=True)
+    (tmp_path / "s" / "jin" / "verdict.json").write_text("{not json")
+    assert main(["findings", "--studies", str(tmp_path / "s"), "--check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hpcbench: error: ") and "jin/verdict.json: not a verdict (JSONDecodeError" in err
+    assert len(err.splitlines()) == 1
+    assert main(["findings", "--studies", str(tmp_path / "none"), "--check"]) == 2
+    assert "is not a directory of studies" in capsys.readouterr().err
+
+
+def test_a_study_says_which_code_changed_since_its_files_were_made(tmp_path, capsys):
+    record = made_with.record([("abc", False), ("abc", False), ("def", True)])
+    assert record["commits"] == ["abc", "def"] and record["dirty"] is True
+    assert set(record["versions"]) == {"simulator", "transport", "algorithms", "workload", "measurement"}
+    assert made_with.stale(record) == []
+    old = copy.deepcopy(record)
+    old["files"]["runtime/sim/engine.py"] = "0" * 12
+    old["files"]["algorithms/gone.py"] = "1" * 12
+    del old["files"]["algorithms/ps.py"]
+    assert made_with.stale(old) == ["algorithms: algorithms/gone.py (removed)", "algorithms: algorithms/ps.py (new)",
+                                    "simulator: runtime/sim/engine.py"]
+    assert made_with.stale({}) == ["no record of the code its files were made with"]
+    # The command says it per study, and exits 1 where a study should run again.
+    v = verdict()
+    v["made_with"] = old
+    write_study(tmp_path, v)
+    assert main(["findings", "--studies", str(tmp_path), "--stale"]) == 1
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("sgp: run it again: 3 file(s) changed since: ") and "runtime/sim/engine.py" in line
+    v["made_with"] = record
+    write_study(tmp_path, v)
+    assert main(["findings", "--studies", str(tmp_path), "--stale"]) == 0
+    assert capsys.readouterr().out.strip() == "sgp: up to date with the code here"
+
+
+@pytest.mark.parametrize("part, path", [("simulator", "runtime/sim/engine.py"), ("transport", "comm/mpi.py"),
+                                        ("transport", "runtime/driver.py"), ("algorithms", "algorithms/rules.py"),
+                                        ("measurement", "results/store.py"), (None, "report/html.py"),
+                                        (None, "reproduce/verdicts.py")])
+def test_the_parts_a_result_file_depends_on(part, path):
+    assert made_with.part_of(path) == part
