@@ -5,6 +5,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hpcbench.cli import main
 from hpcbench.reproduce import findings, made_with
@@ -78,6 +80,27 @@ def test_a_verdict_that_is_not_one_is_one_line(tmp_path, capsys):
     assert len(err.splitlines()) == 1
     assert main(["findings", "--studies", str(tmp_path / "none"), "--check"]) == 2
     assert "is not a directory of studies" in capsys.readouterr().err
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.recursive(st.none() | st.booleans() | st.floats(allow_nan=False) | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                        st.sampled_from(["arms", "claims", "cells", "name", "accuracy", "evidence", "headline",
+                                         "workers", "algo", "variant", "short", "family", "outcome", "wall"]),
+                        inner, max_size=4), max_leaves=12),
+       st.sampled_from(["arms", "claims", "headline", "command", "made_with"]))
+def test_whatever_a_verdict_file_holds_findings_writes_it_or_refuses_in_one_line(tmp_path, capsys, junk, key):
+    """A verdict.json edited by hand: its section is written, or the file is named in one line (exit 2);
+    never a traceback."""
+    v = verdict()
+    v[key] = junk
+    root = tmp_path / "studies"
+    write_study(root, v)
+    code = main(["findings", "--studies", str(root), "--out", str(tmp_path / "f.md"), "--readme", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code in (0, 2)
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1 and "sgp/verdict.json: not a verdict" in err
 
 
 def test_a_study_says_which_code_changed_since_its_files_were_made(tmp_path, capsys):

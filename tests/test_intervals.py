@@ -31,7 +31,7 @@ def test_the_interval_is_the_t_interval_of_the_mean(xs):
 def test_one_seed_has_no_interval_and_decides_nothing():
     iv = interval([0.7])
     assert (iv.mean, iv.n) == (0.7, 1) and math.isinf(iv.low) and math.isinf(iv.high)
-    assert iv.side(0.0) is None and iv.text() == "+70.0 pts (1 seed)"
+    assert iv.side(0.0) is None and iv.text() == "+70.0 pts"
 
 
 def test_a_paired_interval_is_narrower_when_seeds_move_both_methods_together():

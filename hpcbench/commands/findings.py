@@ -37,12 +37,25 @@ def studies(root: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise UsageError(f"{path}: not a verdict ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})") \
                 from None
-        if not isinstance(value, dict) or not isinstance(value.get("arms", []), list):
-            raise UsageError(f"{path}: not a verdict (a JSON object with its study's arms)")
+        if not isinstance(value, dict) or not readable(path.parent.name, value):
+            raise UsageError(f"{path}: not a verdict (a JSON object with its study's claims, arms and cells, as "
+                             "hpcbench reproduce writes it)")
         verdicts[path.parent.name], texts[path.parent.name] = value, text
     if not verdicts:
         raise UsageError(f"no study in {root}: no */verdict.json there")
     return verdicts, texts
+
+
+def readable(name: str, value: dict[str, Any]) -> bool:
+    """Whether a verdict can be written out: its section renders (a file edited by hand may not)."""
+    from hpcbench.reproduce import findings
+
+    try:
+        findings.study_section(name, value, None)
+        findings.summary_lines({name: value})
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return False
+    return True
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         path = root / name / "reading.md"
         reading, why = findings.reading_for(path.read_text(encoding="utf-8") if path.exists() else None, texts[name])
         readings[name] = reading if reading is not None else why or None
-    want = {Path(args.out): findings.findings_md(verdicts, readings)}
+    plots = {name: [p.name for p in sorted((root / name).glob("*.png"))] for name in verdicts}
+    want = {Path(args.out): findings.findings_md(verdicts, readings, plots)}
     readme = Path(args.readme)
     if readme.exists():
         want[readme] = findings.with_readme_block(readme.read_text(encoding="utf-8"), findings.readme_block(verdicts))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
@@ -34,7 +35,13 @@ def label(v: Mapping[str, Any]) -> str:
 
 
 def headline(v: Mapping[str, Any]) -> str:
-    return str(v.get("headline") or v.get("outcome") or "no verdict")
+    """The study's verdicts, one clause a claim (the resilience studies': one a family)."""
+    if v.get("headline"):
+        return str(v["headline"])
+    families = [c for c in v.get("claims", []) if isinstance(c, Mapping) and "family" in c]
+    if families:
+        return " · ".join(f"{c['family']}: {c['outcome']}" for c in families)
+    return str(v.get("outcome") or "no verdict")
 
 
 def minutes(v: Mapping[str, Any]) -> str:
@@ -98,18 +105,46 @@ TIME_TEXT = {"jin": "time to the target accuracy (virtual seconds; never: not wi
              "sgp": "time for the budget (virtual seconds)", "diloco": "time for the budget (virtual seconds)"}
 
 
-def study_section(name: str, v: Mapping[str, Any], reading: str | None) -> list[str]:
-    """A study's section: headline, command and time, claims by arm, each claim's evidence, the cells."""
+def resilience_table(cells: Sequence[Mapping[str, Any]]) -> str:
+    algos = list(dict.fromkeys(c["algo"] for c in cells))
+    by = {(c["workers"], c["algo"]): c for c in cells}
+    rows = []
+    for n in sorted({c["workers"] for c in cells}):
+        row: list[Any] = [n]
+        row += [f"{by[(n, a)]['goodput_kept']:.3f} ± {by[(n, a)]['goodput_kept_spread']:.3f}" if (n, a) in by else "-"
+                for a in algos]
+        row += [f"{100 * by[(n, a)]['accuracy_lost']:+.2f} ± {100 * by[(n, a)]['accuracy_lost_spread']:.2f}"
+                if (n, a) in by else "-" for a in algos]
+        rows.append(row)
+    return tabulate(rows, headers=["workers"] + [f"{a} kept" for a in algos] + [f"{a} lost" for a in algos],
+                    tablefmt="github", disable_numparse=True)
+
+
+def command(name: str, v: Mapping[str, Any]) -> str:
+    """The command that makes the study's files, its output directory the one this repository's docs use
+    (results/reproduce/NAME), whatever directory the run that made them wrote to."""
+    words = str(v.get("command", "")).split()
+    if "--out-dir" in words[:-1]:
+        words[words.index("--out-dir") + 1] = f"results/reproduce/{name}"
+    return " ".join(words)
+
+
+def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: Sequence[str] = ()) -> list[str]:
+    """A study's section: headline, command and time, claims by arm, each claim's evidence, the cells, its
+    plots (file names in its directory) and its reading."""
     lines = [f"## {NAMES.get(name, name)}, {label(v)}: {headline(v)}", ""]
-    lines += [f"`{v.get('command', '')}`: {minutes(v)}."
+    lines += [f"`{command(name, v)}`: {minutes(v)}."
               + (f" Made with commit {', '.join(c[:10] for c in v['made_with']['commits'])}"
                  + (" (with uncommitted changes)" if v["made_with"].get("dirty") else "") + "."
                  if v.get("made_with") else ""), ""]
     if v.get("claims") and isinstance(v["claims"][0], Mapping) and "arms" in v["claims"][0]:
         lines += [claims_table(v), ""]
+        shared = v["claims"][0].get("paper") if len({c.get("paper") for c in v["claims"]}) == 1 else ""
+        if shared:
+            lines += [f"The paper: {shared}.", ""]
         for c in v["claims"]:
-            lines += [f"**{c['short']}** — \"{c['quote']}\" ({c['source']}; the paper: {c['paper']}). "
-                      f"Tested: {c['test']}.", ""]
+            paper = "" if shared else f"; the paper: {c['paper']}"
+            lines += [f"**{c['short']}** — \"{c['quote']}\" ({c['source']}{paper}). Tested: {c['test']}.", ""]
             lines += [f"- {arm}: **{x['summary']}** — " + "; ".join(
                 (f"{e['where']}: " if e["where"] else "") + e["numbers"] for e in x["evidence"])
                 for arm, x in c["arms"].items()]
@@ -121,6 +156,11 @@ def study_section(name: str, v: Mapping[str, Any], reading: str | None) -> list[
     else:  # the resilience studies: a verdict per family
         lines += [f"- {c['family']} ({c['algorithm']}): **{c['outcome']}** — "
                   + "; ".join(f"{k['what']}: {k['numbers']}" for k in c.get("checks", [])) for c in v.get("claims", [])]
+        lines += ["", "Goodput kept (samples/s with failures over without, the same seed) and final accuracy lost "
+                  "(points; negative: better with the failures), mean over seeds ± half their range:", "",
+                  resilience_table(v.get("cells", [])), ""]
+    lines += [f"![{name}: {Path(plot).stem}](reproduce/{name}/{plot})" for plot in plots]
+    if plots:
         lines.append("")
     if reading is not None:
         lines += [reading.strip(), ""]
@@ -138,8 +178,10 @@ def reading_for(text: str | None, verdict_text: str) -> tuple[str | None, str]:
                   "its numbers have not been read since.)")
 
 
-def findings_md(studies: Mapping[str, Mapping[str, Any]], readings: Mapping[str, str | None]) -> str:
-    """docs/findings.md: the summary, then each study's section (readings: each study's usable reading)."""
+def findings_md(studies: Mapping[str, Mapping[str, Any]], readings: Mapping[str, str | None],
+                plots: Mapping[str, Sequence[str]] | None = None) -> str:
+    """docs/findings.md: the summary, then each study's section (readings: each study's usable reading;
+    plots: each study's plot files)."""
     lines = ["# What hpcbench finds", "",
              "Written by `hpcbench findings` from each study's `verdict.json` in [reproduce/](reproduce/) (where "
              "each study's report and plots are too); only the paragraphs under a study's tables are written by "
@@ -150,7 +192,7 @@ def findings_md(studies: Mapping[str, Mapping[str, Any]], readings: Mapping[str,
              "fewer sizes and grid points and a shorter budget than the full one: it is not the finding.", ""]
     lines += summary_lines(studies) + [""]
     for name, v in ordered(studies):
-        lines += study_section(name, v, readings.get(name))
+        lines += study_section(name, v, readings.get(name), (plots or {}).get(name, ()))
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -227,12 +227,17 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
     label = f" ({caveat(notes).split(':')[0]})" if caveat(notes) else ""
     lines = [f"# {s.title}{label}", "", f"**In short: {verdict_line(outcome, notes)}.**", "",
              claims_table(arms), "", "## The claims", ""]
-    for claim in CLAIMS[s.name]:
-        lines += [f"- **{claim.short}** — \"{claim.quote}\" ({claim.source}; the paper: {claim.paper}). Tested "
-                  f"here: {claim.test}."]
+    claims = CLAIMS[s.name]
+    shared = claims[0].paper if len({c.paper for c in claims}) == 1 else ""
+    if shared:
+        lines += [f"The paper: {shared}.", ""]
+    for claim in claims:
+        paper = "" if shared else f"; the paper: {claim.paper}"
+        lines += [f"- **{claim.short}** — \"{claim.quote}\" ({claim.source}{paper}). Tested here: {claim.test}."]
     lines.append("")
     for a in arms:
-        lines += [f"## Arm: {a.name}", "", f"{arm_text(a.name)}.", ""]
+        what = arm_text(a.name)
+        lines += [f"## Arm: {a.name}", "", f"{what[0].upper()}{what[1:]}.", ""]
         for cv in a.claims:
             lines.append(f"- {cv.claim.short}: **{cv.summary()}** — " + "; ".join(
                 f"{e.where + ': ' if e.where else ''}{e.numbers}" + (f" ({e.outcome})" if len(cv.evidence) > 1 else "")

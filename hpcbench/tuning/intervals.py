@@ -49,8 +49,8 @@ class Interval:
         def fmt(x: float) -> str:
             return f"{scale * x:+.{digits}f}"
 
-        if math.isinf(self.low) or math.isinf(self.high):
-            return f"{fmt(self.mean)}{unit} (1 seed)" if self.n == 1 else f"{fmt(self.mean)}{unit}"
+        if math.isinf(self.low) or math.isinf(self.high):  # one seed: no interval
+            return f"{fmt(self.mean)}{unit}"
         return f"{fmt(self.mean)}{unit} [{fmt(self.low)}, {fmt(self.high)}]"
 
 
