@@ -6,6 +6,7 @@ import math
 import pytest
 
 from hpcbench.cli import main
+from hpcbench.reproduce.protocol import ArmResult, across_arms, headline
 from hpcbench.reproduce.runner import reproduce
 from hpcbench.reproduce.verdicts import (
     FAILS,
@@ -17,6 +18,7 @@ from hpcbench.reproduce.verdicts import (
     diloco,
     gap_aware,
     jin,
+    momentum_helps,
     sgp,
 )
 from hpcbench.results.store import read_run, rewrite_run
@@ -73,6 +75,21 @@ def test_each_gap_aware_claim_gets_its_own_verdict_from_intervals_over_seeds():
     assert set(outcomes(single).values()) == {UNCLEAR}
     assert single[0].evidence[0].numbers.endswith("; 1 seed: a verdict needs 3")
     assert set(outcomes(gap_aware([])).values()) == {UNCLEAR}
+
+
+def test_momentum_with_ga_is_judged_across_the_two_momentum_arms():
+    def ga(n, acc):
+        return cell("ga-asgd", n, acc)
+
+    helps = momentum_helps([ga(8, 0.72), ga(128, 0.71)], [ga(8, 0.70), ga(128, 0.60)])
+    assert helps.outcome == HOLDS and "n=128: GA with momentum − without +11.0 pts" in helps.effect()
+    hurts_at_scale = momentum_helps([ga(8, 0.72), ga(128, 0.50)], [ga(8, 0.70), ga(128, 0.60)])
+    assert hurts_at_scale.outcome == FAILS and hurts_at_scale.summary() == "does not hold (holds at n=8; not at n=128)"
+    arms = [ArmResult("momentum 0", (ga(8, 0.70),), {}, ()), ArmResult("momentum 0.9", (ga(8, 0.72),), {}, ())]
+    across = across_arms("gap-aware", arms)
+    assert [(label, cv.outcome) for label, cv in across] == [("momentum 0.9 against momentum 0", HOLDS)]
+    assert headline(arms, across) == "with GA, momentum helps at every n: holds (momentum 0.9 against momentum 0)"
+    assert across_arms("gap-aware", arms[:1]) == [] and across_arms("jin", arms) == []
 
 
 def test_a_claim_with_mixed_rows_says_where_it_holds():
@@ -255,6 +272,9 @@ def test_gap_aware_at_toy_size_reports_what_its_files_say_and_each_claim_flips_w
     assert [a["name"] for a in verdict["arms"]] == arms
     assert [c["key"] for c in verdict["claims"]] == ["ga-over-sa", "ga-over-asgd", "ga-margin-grows", "dana-ga-best"]
     assert all(c["quote"] and c["source"] and c["paper"] and c["test"] for c in verdict["claims"])
+    assert [(c["key"], list(c["arms"])) for c in verdict["across"]] == \
+        [("ga-momentum-helps", ["momentum 0.9 against momentum 0"])]
+    assert "## Across arms" in text
     # One seed: every claim in every arm is inconclusive, and says why.
     assert {o for arms_ in claim_outcomes(verdict).values() for o in arms_.values()} == {UNCLEAR}
     assert "a verdict needs 3" in verdict["claims"][0]["arms"]["shared"]["evidence"][0]["numbers"]

@@ -139,10 +139,11 @@ def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: S
                  if v.get("made_with") else ""), ""]
     if v.get("claims") and isinstance(v["claims"][0], Mapping) and "arms" in v["claims"][0]:
         lines += [claims_table(v), ""]
-        shared = v["claims"][0].get("paper") if len({c.get("paper") for c in v["claims"]}) == 1 else ""
+        claims = [*v["claims"], *v.get("across", [])]  # across: claims that compare two arms
+        shared = claims[0].get("paper") if len({c.get("paper") for c in claims}) == 1 else ""
         if shared:
             lines += [f"The paper: {shared}.", ""]
-        for c in v["claims"]:
+        for c in claims:
             paper = "" if shared else f"; the paper: {c['paper']}"
             lines += [f"**{c['short']}** — \"{c['quote']}\" ({c['source']}{paper}). Tested: {c['test']}.", ""]
             lines += [f"- {arm}: **{x['summary']}** — " + "; ".join(

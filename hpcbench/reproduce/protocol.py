@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from hpcbench.algorithms.schedule import SCALINGS
-from hpcbench.reproduce.verdicts import OUTCOMES, Cell, ClaimVerdict
+from hpcbench.reproduce.verdicts import ACROSS, OUTCOMES, Cell, ClaimVerdict
 from hpcbench.tuning.grid import Setting, Trial, choose
 
 SEQUENTIAL = ("asgd", 1)  # the single-worker reference: one asynchronous worker is sequential SGD
@@ -116,7 +116,15 @@ def arm_settings(arm: str, algo: str, recipe: Recipe, factors: Sequence[float], 
     raise ValueError(f"unknown arm {arm!r}")
 
 
-def headline(arms: Sequence[ArmResult]) -> str:
+def across_arms(study: str, arms: Sequence[ArmResult]) -> list[tuple[str, ClaimVerdict]]:
+    """The study's claims that compare two arms (``verdicts.ACROSS``), each with its label (``momentum 0.9
+    against momentum 0``), judged where both arms ran."""
+    cells = {a.name: a.cells for a in arms}
+    return [(f"{x} against {y}", judge(cells[x], cells[y])) for _, x, y, judge in ACROSS.get(study, ())
+            if x in cells and y in cells]
+
+
+def headline(arms: Sequence[ArmResult], across: Sequence[tuple[str, ClaimVerdict]] = ()) -> str:
     """Each claim's verdicts by arm, one clause a claim: ``GA beats SA: holds in own lr; does not hold in
     shared, momentum 0``. Never one verdict for the study: a claim that holds somewhere is said."""
     clauses = []
@@ -129,4 +137,5 @@ def headline(arms: Sequence[ArmResult]) -> str:
             clauses.append(f"{claim.short}: {next(iter(by))}" + (" in every arm" if len(arms) > 1 else ""))
         else:
             clauses.append(f"{claim.short}: " + "; ".join(f"{o} in {', '.join(by[o])}" for o in OUTCOMES if o in by))
+    clauses += [f"{cv.claim.short}: {cv.outcome} ({label})" for label, cv in across]
     return " · ".join(clauses) or "no claim could be judged"

@@ -220,14 +220,15 @@ def verdict_line(outcome: str, notes: dict[str, Any]) -> str:
 
 
 def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, recipe_trials: Sequence[Trial],
-             notes: dict[str, Any], plots: dict[str, str]) -> str:
+             notes: dict[str, Any], plots: dict[str, str],
+             across: Sequence[tuple[str, ClaimVerdict]] = ()) -> str:
     """The answer first (claim, verdict, each arm's verdict), then each arm's plot, numbers and choices, then
     how the study was set up and run."""
     proto = protocol(s, notes["preset"], recipe, notes["mode"])
     label = f" ({caveat(notes).split(':')[0]})" if caveat(notes) else ""
     lines = [f"# {s.title}{label}", "", f"**In short: {verdict_line(outcome, notes)}.**", "",
              claims_table(arms), "", "## The claims", ""]
-    claims = CLAIMS[s.name]
+    claims = (*CLAIMS[s.name], *(cv.claim for _, cv in across))
     shared = claims[0].paper if len({c.paper for c in claims}) == 1 else ""
     if shared:
         lines += [f"The paper: {shared}.", ""]
@@ -235,6 +236,9 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
         paper = "" if shared else f"; the paper: {claim.paper}"
         lines += [f"- **{claim.short}** — \"{claim.quote}\" ({claim.source}{paper}). Tested here: {claim.test}."]
     lines.append("")
+    if across:
+        lines += ["## Across arms", ""] + [f"- {cv.claim.short} ({label}): **{cv.summary()}** — {cv.effect()}"
+                                           for label, cv in across] + [""]
     for a in arms:
         what = arm_text(a.name)
         lines += [f"## Arm: {a.name}", "", f"{what[0].upper()}{what[1:]}.", ""]

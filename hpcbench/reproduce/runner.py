@@ -25,6 +25,7 @@ from hpcbench.reproduce.protocol import (
     ArmResult,
     CellKey,
     Recipe,
+    across_arms,
     arm_text,
     candidates,
     choose_recipe,
@@ -32,7 +33,7 @@ from hpcbench.reproduce.protocol import (
     recipe_grid,
 )
 from hpcbench.reproduce.studies import PRESETS, Study, mpi_args, study
-from hpcbench.reproduce.verdicts import Cell
+from hpcbench.reproduce.verdicts import Cell, ClaimVerdict
 from hpcbench.results.store import commit_of, result_status, step_cap_of
 from hpcbench.telemetry.progress_line import clock_text
 from hpcbench.tuning.execute import MODES, Job, run_jobs
@@ -299,7 +300,8 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     if emulated:
         print("\nstage 3: across emulated nodes, real beside simulated", flush=True)
         points = emulated_network.run(s, out, preset, timeout)
-    outcome_text = headline(arms)
+    across = across_arms(s.name, arms)
+    outcome_text = headline(arms, across)
     elapsed = time.monotonic() - t0
     failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
     ran = len(outcome)
@@ -311,12 +313,13 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
              "emulated": emulated_network.section(points) if points else []}
     plots = {a.name: report.plot(s, list(a.cells), out / f"{s.name}-{a.name.replace(' ', '-')}.png", a.name)
              for a in arms}
-    text = report.markdown(s, arms, outcome_text, recipe, recipe_trials, notes, plots)
+    text = report.markdown(s, arms, outcome_text, recipe, recipe_trials, notes, plots, across)
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "verdict.json").write_text(dumps({
         "study": s.name, "title": s.title, "preset": preset, "headline": outcome_text,
         "verdict": report.verdict_line(outcome_text, notes),
         "claims": claims_record(arms),
+        "across": [{**asdict(cv.claim), "arms": {label: verdict_record(cv)}} for label, cv in across],
         "protocol": report.protocol(s, preset, recipe, mode),
         "recipe_grid": [{"setting": t.setting.values(), "val_accuracy": list(t.val), "chosen": t.setting == recipe.best}
                         for t in recipe_trials],
@@ -340,15 +343,18 @@ def claims_record(arms: Sequence[ArmResult]) -> list[dict[str, Any]]:
     """Each claim (as the study states it) with its verdict in each arm and the evidence rows behind it."""
     out = []
     for claim in [cv.claim for cv in arms[0].claims] if arms else []:
-        per_arm = {}
-        for a in arms:
-            cv = next(x for x in a.claims if x.claim.key == claim.key)
-            per_arm[a.name] = {"outcome": cv.outcome, "summary": cv.summary(), "evidence": [
-                {"where": e.where, "outcome": e.outcome, "numbers": e.numbers,
-                 **({"mean": finite(e.interval.mean), "low": finite(e.interval.low), "high": finite(e.interval.high),
-                     "seeds": e.interval.n} if e.interval else {})} for e in cv.evidence]}
+        per_arm = {a.name: verdict_record(next(x for x in a.claims if x.claim.key == claim.key)) for a in arms}
         out.append({**asdict(claim), "arms": per_arm})
     return out
+
+
+def verdict_record(cv: ClaimVerdict) -> dict[str, Any]:
+    """A claim's verdict in one arm: its outcome, summary and evidence rows (each interval's ends, null for
+    none: one seed)."""
+    return {"outcome": cv.outcome, "summary": cv.summary(), "evidence": [
+        {"where": e.where, "outcome": e.outcome, "numbers": e.numbers,
+         **({"mean": finite(e.interval.mean), "low": finite(e.interval.low), "high": finite(e.interval.high),
+             "seeds": e.interval.n} if e.interval else {})} for e in cv.evidence]}
 
 
 def capped(paths: Iterable[Path]) -> dict[str, Any]:

@@ -215,6 +215,21 @@ def gap_aware(cells: Sequence[Cell]) -> list[ClaimVerdict]:
     return out
 
 
+GA_MOMENTUM = Claim("ga-momentum-helps", "with GA, momentum helps at every n",
+                    "if GA is applied, momentum becomes beneficial in asynchronous environments, even when the "
+                    "number of workers scales up", f"{GA_SOURCE}, abstract", GA_SETTING,
+                    "GA with momentum 0.9 minus GA without momentum, each at the best single-worker rate at its "
+                    "momentum (the two momentum arms), seed by seed, above 0 at every size")
+
+
+def momentum_helps(with_momentum: Sequence[Cell], without: Sequence[Cell]) -> ClaimVerdict:
+    """GA's cells of the momentum-0.9 arm against the momentum-0 arm's, size by size."""
+    a, b = index(with_momentum), index(without)
+    sizes = sorted(n for (algo, n, v) in a if algo == "ga-asgd" and ("ga-asgd", n, v) in b)
+    return verdict(GA_MOMENTUM, [ahead(GA_MOMENTUM, f"n={n}", a[("ga-asgd", n, "")], b[("ga-asgd", n, "")],
+                                       "GA with momentum − without") for n in sizes])
+
+
 def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Least-squares slope of ys over xs."""
     mx, my = mean(xs), mean(ys)
@@ -394,6 +409,10 @@ def diloco(cells: Sequence[Cell], network: str, periods: Sequence[int], target: 
 
 CLAIMS = {"gap-aware": (GA_OVER_SA, GA_OVER_ASGD, GA_GROWS, DANA_BEST), "jin": (JIN_SMALL, JIN_LARGE),
           "sgp": (SGP_FASTER, SGP_ACCURATE, SGP_SHRINKS), "diloco": (DILOCO_MATCHES, DILOCO_BYTES, DILOCO_SOONER)}
+
+
+# Claims that compare two arms: (claim, the arm it favours, the arm it is against, its judge).
+ACROSS = {"gap-aware": ((GA_MOMENTUM, "momentum 0.9", "momentum 0", momentum_helps),)}
 
 
 # --- the resilience study's checks (reproduce.resilience) ------------------------------------------------
