@@ -8,10 +8,11 @@ import pytest
 from hpcbench.cli import main
 from hpcbench.config import RunConfig
 from hpcbench.options.sim import SimConfig
+from hpcbench.reproduce.claims import CLAIMS
 from hpcbench.reproduce.protocol import OWN_LR, SHARED, ArmResult, Recipe, candidates, choose_recipe, headline
 from hpcbench.reproduce.report import judge
 from hpcbench.reproduce.studies import GAP_AWARE
-from hpcbench.reproduce.verdicts import CLAIMS, FAILS, HOLDS, UNCLEAR, Cell
+from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR, Cell
 from hpcbench.results.store import read_run, rewrite_run
 from hpcbench.runtime.assemble import assemble
 from hpcbench.runtime.plan import validate

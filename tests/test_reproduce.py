@@ -6,21 +6,10 @@ import math
 import pytest
 
 from hpcbench.cli import main
+from hpcbench.reproduce.claims import crossing, diloco, gap_aware, jin, momentum_helps, sgp
 from hpcbench.reproduce.protocol import ArmResult, across_arms, headline
 from hpcbench.reproduce.runner import reproduce
-from hpcbench.reproduce.verdicts import (
-    FAILS,
-    HOLDS,
-    NOT_MODELLED,
-    UNCLEAR,
-    Cell,
-    crossing,
-    diloco,
-    gap_aware,
-    jin,
-    momentum_helps,
-    sgp,
-)
+from hpcbench.reproduce.verdicts import FAILS, HOLDS, NOT_MODELLED, UNCLEAR, Cell
 from hpcbench.results.store import read_run, rewrite_run
 from hpcbench.tuning.grid import Setting
 

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from hpcbench.algorithms.schedule import SCALINGS
-from hpcbench.reproduce.verdicts import ACROSS, OUTCOMES, Cell, ClaimVerdict
+from hpcbench.reproduce.claims import ACROSS
+from hpcbench.reproduce.verdicts import OUTCOMES, Cell, ClaimVerdict
 from hpcbench.tuning.grid import Setting, Trial, choose
 
 SEQUENTIAL = ("asgd", 1)  # the single-worker reference: one asynchronous worker is sequential SGD

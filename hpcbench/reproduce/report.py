@@ -8,9 +8,10 @@ from typing import Any
 
 from tabulate import tabulate
 
+from hpcbench.reproduce.claims import CLAIMS, crossing, diloco, gap_aware, jin, sgp
 from hpcbench.reproduce.protocol import OWN_LR, ArmResult, Recipe, arm_text
 from hpcbench.reproduce.studies import DILOCO_PERIODS, VAL_FRACTION, Study, mpi_args
-from hpcbench.reproduce.verdicts import CLAIMS, Cell, ClaimVerdict, Verdict, crossing, diloco, gap_aware, jin, sgp
+from hpcbench.reproduce.verdicts import Cell, ClaimVerdict, Verdict
 from hpcbench.tuning.grid import Trial, ties
 from hpcbench.tuning.intervals import MIN_SEEDS
 
