@@ -45,8 +45,14 @@ def headline(v: Mapping[str, Any]) -> str:
 
 
 def minutes(v: Mapping[str, Any]) -> str:
-    runs, kept = v.get("runs", 0), v.get("kept", 0)
-    ran = f"{runs - kept} run in {v.get('elapsed_s', 0) / 60:.1f} min, {v.get('jobs', 1)} at a time"
+    """How long the study took: every invocation that ran its runs (a resumed study took their sum)."""
+    runs, kept, jobs = v.get("runs", 0), v.get("kept", 0), v.get("jobs", 1)
+    spent = v.get("invocations")
+    if isinstance(spent, list) and spent:
+        total = sum(float(x.get("elapsed_s", 0.0)) for x in spent)
+        return (f"{runs} runs in {total / 60:.1f} min, {jobs} at a time"
+                + (f" (over {len(spent)} invocations)" if len(spent) > 1 else ""))
+    ran = f"{runs - kept} run in {v.get('elapsed_s', 0) / 60:.1f} min, {jobs} at a time"
     return f"{runs} runs ({ran}" + (f"; {kept} kept from an earlier invocation)" if kept else ")")
 
 

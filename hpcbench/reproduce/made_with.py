@@ -50,8 +50,8 @@ def versions(files: Mapping[str, str]) -> dict[str, str]:
 def record(commits: Iterable[tuple[str, bool]], root: Path | None = None) -> dict[str, Any]:
     """What verdict.json keeps: the result files' (commit, dirty) pairs, each part's version, each file's digest."""
     files = digests(root)
-    pairs = sorted(set(commits))
-    return {"commits": [c for c, _ in pairs], "dirty": any(d for _, d in pairs), "versions": versions(files),
+    pairs = set(commits)
+    return {"commits": sorted({c for c, _ in pairs}), "dirty": any(d for _, d in pairs), "versions": versions(files),
             "files": files}
 
 

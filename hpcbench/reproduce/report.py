@@ -241,8 +241,7 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
         lines += ["## Across arms", ""] + [f"- {cv.claim.short} ({label}): **{cv.summary()}** — {cv.effect()}"
                                            for label, cv in across] + [""]
     for a in arms:
-        what = arm_text(a.name)
-        lines += [f"## Arm: {a.name}", "", f"{what[0].upper()}{what[1:]}.", ""]
+        lines += [f"## Arm: {a.name}", "", f"What it runs: {arm_text(a.name)}.", ""]
         for cv in a.claims:
             lines.append(f"- {cv.claim.short}: **{cv.summary()}** — " + "; ".join(
                 f"{e.where + ': ' if e.where else ''}{e.numbers}" + (f" ({e.outcome})" if len(cv.evidence) > 1 else "")

@@ -307,6 +307,7 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     ran = len(outcome)
     notes = {"preset": preset, "mode": mode, "elapsed_s": elapsed, "runs": ran, "kept": kept, **capped(outcome),
              "jobs": jobs if mode == "sim" else 1,
+             "invocations": invocations(out / "verdict.json", s.name, preset, elapsed, ran - kept),
              "calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
              "skipped": [f"{n} workers ({n + 1} ranks > --max-ranks {max_ranks})" for n in skipped],
              "failed": failed, "command": command_line(name, out_dir, preset, mode, emulated, seeds),
@@ -333,6 +334,23 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
         "emulated": emulated_network.as_json(points)}, indent=1), encoding="utf-8")
     print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
     return 1 if failed else 0
+
+
+def invocations(previous: Path, name: str, preset: str, elapsed: float, ran: int) -> list[dict[str, Any]]:
+    """The invocations that ran the study's runs, this one last (one that only reported adds nothing): the
+    time a study took is their sum, however often it was resumed."""
+    import json
+
+    try:
+        before = json.loads(previous.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        before = {}
+    earlier: list[dict[str, Any]] = []
+    if isinstance(before, dict) and before.get("study") == name and before.get("preset") == preset:
+        earlier = before.get("invocations") or []
+        if not earlier and before.get("runs", 0) > before.get("kept", 0):
+            earlier = [{"elapsed_s": before.get("elapsed_s", 0.0), "ran": before["runs"] - before["kept"]}]
+    return [*earlier, *([{"elapsed_s": elapsed, "ran": ran}] if ran else [])]
 
 
 def finite(x: float) -> float | None:
