@@ -138,7 +138,7 @@ def command(name: str, v: Mapping[str, Any]) -> str:
 def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: Sequence[str] = ()) -> list[str]:
     """A study's section: headline, command and time, claims by arm, each claim's evidence, the cells, its
     plots (file names in its directory) and its reading."""
-    lines = [f"## {NAMES.get(name, name)}, {label(v)}: {headline(v)}", ""]
+    lines = [f"## {NAMES.get(name, name)}, {label(v)}", "", f"**In short:** {headline(v)}", ""]
     lines += [f"`{command(name, v)}`: {minutes(v)}."
               + (f" Made with commit {', '.join(c[:10] for c in v['made_with']['commits'])}"
                  + (" (with uncommitted changes)" if v["made_with"].get("dirty") else "") + "."
