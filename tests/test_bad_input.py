@@ -255,6 +255,10 @@ def test_reproduce_across_emulated_nodes_is_the_sgp_study_in_real_runs(tmp_path,
     (["report", "results", "--target", "2"], "--target: '2' is not an accuracy in (0, 1]"),
     (["report", "results", "--target", "nan"], "--target: 'nan' is not an accuracy in (0, 1]"),
     (["diff", "a", "b", "--fail-above", "nan"], "--fail-above: 'nan' is not a percentage >= 0"),
+    *[(["reproduce", "jin", "--out-dir", "x", "--seeds", seeds], f"--seeds: {seeds!r} is not a list of distinct seeds")
+      for seeds in ("0,0,1", "-1", "a,b", "", "1,,2", ",".join(map(str, range(101))))],
+    (["tune", "--algo", "asgd", "--workers", "2", "--lr", "0.1", "--out-dir", "x", "--extend", "-1"],
+     "--extend: '-1' is not a whole number >= 0"),
 ])
 def test_inputs_that_once_got_through_are_one_line(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)

@@ -372,6 +372,21 @@ def test_a_study_with_no_size_that_fits_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+def test_a_resumed_study_states_the_time_of_every_invocation_that_ran_its_runs(tmp_path):
+    from hpcbench.reproduce.runner import invocations
+
+    path = tmp_path / "verdict.json"
+    assert invocations(path, "jin", "full", 60.0, 10) == [{"elapsed_s": 60.0, "ran": 10}]
+    path.write_text(json.dumps({"study": "jin", "preset": "full", "elapsed_s": 600.0, "runs": 50, "kept": 20}))
+    assert invocations(path, "jin", "full", 60.0, 10) == [{"elapsed_s": 600.0, "ran": 30},
+                                                          {"elapsed_s": 60.0, "ran": 10}]
+    path.write_text(json.dumps({"study": "jin", "preset": "full", "invocations": [{"elapsed_s": 1.0, "ran": 2}]}))
+    assert invocations(path, "jin", "full", 9.0, 0) == [{"elapsed_s": 1.0, "ran": 2}]  # one that only reported
+    assert invocations(path, "jin", "quick", 9.0, 3) == [{"elapsed_s": 9.0, "ran": 3}]  # another preset's file
+    path.write_text("{broken")
+    assert invocations(path, "jin", "full", 9.0, 3) == [{"elapsed_s": 9.0, "ran": 3}]
+
+
 def test_an_unknown_study_is_one_line(tmp_path, capsys):
     assert main(["reproduce", "gossip", "--out-dir", str(tmp_path / "x")]) == 2
     assert capsys.readouterr().err.strip() == ("hpcbench: error: unknown study 'gossip'; valid: gap-aware, jin, sgp, "
