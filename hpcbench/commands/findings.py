@@ -72,11 +72,14 @@ def run(args: argparse.Namespace) -> int:
                                  f"run it again: {len(files)} file(s) changed since: {', '.join(files[:8])}"
                                  + (", ..." if len(files) > 8 else "")))
         return 1 if changed else 0
-    readings = {}
+    readings, unread = {}, []
     for name in verdicts:
         path = root / name / "reading.md"
         reading, why = findings.reading_for(path.read_text(encoding="utf-8") if path.exists() else None, texts[name])
         readings[name] = reading if reading is not None else why or None
+        if reading is None:
+            unread.append(f"{path}: no reading of this verdict; one that starts with "
+                          f"{findings.READING.format(findings.digest(texts[name]))} is included")
     plots = {name: [p.name for p in sorted((root / name).glob("*.png"))] for name in verdicts}
     want = {Path(args.out): findings.findings_md(verdicts, readings, plots)}
     readme = Path(args.readme)
@@ -90,4 +93,5 @@ def run(args: argparse.Namespace) -> int:
     for p in differ:
         p.write_text(want[p], encoding="utf-8")
         print(f"wrote {p}")
+    print("\n".join(unread), end="\n" if unread else "")
     return 0
