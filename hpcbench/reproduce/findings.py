@@ -160,6 +160,15 @@ def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: S
         if name in TIME:
             what += f"; in brackets the {TIME_TEXT[name]}"
         lines += [f"Each arm's cells ({what}):", "", cells_table(v, TIME.get(name)), ""]
+    elif v.get("arms") and "checks" in v["arms"][0]:  # a verdict per arm, from before claims were judged apart
+        mark = {True: "holds", False: "does not hold", None: "cannot tell"}
+        lines += ["Run before each claim got a verdict of its own (one verdict per arm, from half the range over "
+                  "its seeds): run it again for a verdict per claim with intervals.", ""]
+        lines += [f"- {a['name']}: **{a['outcome']}** — " + "; ".join(
+            f"{k['what']}: {mark[k['result']]} ({k['numbers']})" for k in a["checks"]) for a in v["arms"]]
+        lines += ["", "Each arm's cells (final test accuracy (%), mean over seeds ± half its 95% interval"
+                  + (f"; in brackets the {TIME_TEXT[name]}" if name in TIME else "") + "):", "",
+                  cells_table(v, TIME.get(name)), ""]
     else:  # the resilience studies: a verdict per family
         lines += [f"- {c['family']} ({c['algorithm']}): **{c['outcome']}** — "
                   + "; ".join(f"{k['what']}: {k['numbers']}" for k in c.get("checks", [])) for c in v.get("claims", [])]
