@@ -256,7 +256,7 @@ def test_arms_try_what_they_say():
 def test_tune_under_real_mpi_runs_each_setting_with_mpiexec(tmp_path):
     out = tmp_path / "tune"
     assert main(["tune", "--mode", "mpi", "--algo", "asgd", "--workers", "2", "--lr", "0.02,0.1", "--seeds", "0",
-                 "--out-dir", str(out), *TINY, "--set", "evals=2"]) == 0
+                 "--extend", "0", "--out-dir", str(out), *TINY, "--set", "evals=2"]) == 0
     records = [read_run(p) for p in sorted((out / "runs").glob("*.h5"))]
     assert [(r.mode, r.workers, r.attrs["config"]["lr"]) for r in records] == [("mpi", 2, 0.02), ("mpi", 2, 0.1)]
     best = max(records, key=lambda r: (r.summary["final_val_accuracy"], -r.attrs["config"]["lr"]))
