@@ -71,6 +71,12 @@ def test_findings_are_written_from_the_verdicts_and_follow_them(tmp_path, capsys
     assert "The ratio is bounded" not in text and "the study was run again" in text
 
 
+def test_a_readings_links_reach_from_findings_md_what_they_reach_from_the_reading():
+    text = "[r](report.md), [m](../../measurements.md#x), [w](https://example.org/a), [h](#top)"
+    assert findings.relinked(text, "sgp") == ("[r](reproduce/sgp/report.md), [m](measurements.md#x), "
+                                              "[w](https://example.org/a), [h](#top)")
+
+
 def test_a_verdict_that_is_not_one_is_one_line(tmp_path, capsys):
     (tmp_path / "s" / "jin").mkdir(parents=True)
     (tmp_path / "s" / "jin" / "verdict.json").write_text("{not json")

@@ -23,6 +23,8 @@ def add(sub: Any) -> None:
                    "across emulated nodes at 1 Gbit/s and 100 Mbit/s, beside the simulator (root)")
     p.add_argument("--seeds", type=seed_list, default=(), help="seeds instead of the preset's, comma-separated "
                    "(a verdict needs at least 3; e.g. 0,1,2,3,4)")
+    p.add_argument("--extend", type=at_least(0), help="log steps a rate grid may grow past an edge when a choice "
+                   "sits on one (default: the preset's, 3; toy 0)")
     p.add_argument("--timeout", type=seconds, default=1800.0, help="seconds allowed per run")
     p.add_argument("--jobs", type=int, default=0, help="simulated runs at a time (default: the cores here, "
                    "one for --preset toy; real runs go one at a time)")
@@ -37,5 +39,5 @@ def run(args: argparse.Namespace) -> int:
     # A toy run is shorter than a process start-up: one at a time, in this process (4x faster here).
     jobs = 1 if preset == "toy" and not args.jobs else jobs_or_cores(args.jobs)
     return reproduce(args.study, args.out_dir, preset, args.mode, args.max_ranks, args.timeout, jobs, args.emulated,
-                     args.seeds)
+                     args.seeds, args.extend)
 

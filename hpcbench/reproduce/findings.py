@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import posixpath
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -138,7 +140,7 @@ def command(name: str, v: Mapping[str, Any]) -> str:
 def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: Sequence[str] = ()) -> list[str]:
     """A study's section: headline, command and time, claims by arm, each claim's evidence, the cells, its
     plots (file names in its directory) and its reading."""
-    lines = [f"## {NAMES.get(name, name)}, {label(v)}", "", f"**In short:** {headline(v)}", ""]
+    lines = [f"## {NAMES.get(name, name)}", "", f"**In short** ({label(v)} study): {headline(v)}", ""]
     lines += [f"`{command(name, v)}`: {minutes(v)}."
               + (f" Made with commit {', '.join(c[:10] for c in v['made_with']['commits'])}"
                  + (" (with uncommitted changes)" if v["made_with"].get("dirty") else "") + "."
@@ -179,8 +181,20 @@ def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: S
     if plots:
         lines.append("")
     if reading is not None:
-        lines += [reading.strip(), ""]
+        lines += [relinked(reading.strip(), name), ""]
     return lines
+
+
+LINK = re.compile(r"\]\(([^)#:]*)(#[^)]*)?\)")
+
+
+def relinked(text: str, name: str) -> str:
+    """A reading's links, written from its own directory (docs/reproduce/NAME/), as findings.md (in docs/)
+    reaches the same files."""
+    def moved(m: re.Match[str]) -> str:
+        path, anchor = m.group(1), m.group(2) or ""
+        return f"]({posixpath.normpath(f'reproduce/{name}/{path}') if path else ''}{anchor})"
+    return LINK.sub(moved, text)
 
 
 def reading_for(text: str | None, verdict_text: str) -> tuple[str | None, str]:

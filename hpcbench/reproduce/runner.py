@@ -221,7 +221,8 @@ def prepare(out_dir: str) -> Path:
 
 
 def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", max_ranks: int = 9,
-              timeout: float = 1800.0, jobs: int = 1, emulated: bool = False, seeds: Sequence[int] = ()) -> int:
+              timeout: float = 1800.0, jobs: int = 1, emulated: bool = False, seeds: Sequence[int] = (),
+              extensions: int | None = None) -> int:
     """Run study ``name`` under its protocol; → 0 when every run ran (whatever the verdict), 1 when some failed.
     ``emulated``: also its algorithms across emulated nodes beside the simulator (sgp, real runs)."""
     s = study(name)
@@ -231,6 +232,8 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
         raise UsageError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
     if seeds:  # the preset's seeds replaced (a verdict needs three; more narrow the intervals)
         s = replace(s, sizes={**s.sizes, preset: replace(s.sizes[preset], seeds=tuple(seeds))})
+    if extensions is not None:  # how far a grid may grow past an edge, instead of the preset's
+        s = replace(s, sizes={**s.sizes, preset: replace(s.sizes[preset], extensions=extensions)})
     if name == "resilience":
         if emulated:
             raise UsageError("--emulated goes with reproduce sgp --mode mpi")
@@ -310,7 +313,7 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
              "invocations": invocations(out / "verdict.json", s.name, preset, elapsed, ran - kept),
              "calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
              "skipped": [f"{n} workers ({n + 1} ranks > --max-ranks {max_ranks})" for n in skipped],
-             "failed": failed, "command": command_line(name, out_dir, preset, mode, emulated, seeds),
+             "failed": failed, "command": command_line(name, out_dir, preset, mode, emulated, seeds, extensions),
              "emulated": emulated_network.section(points) if points else []}
     plots = {a.name: report.plot(s, list(a.cells), out / f"{s.name}-{a.name.replace(' ', '-')}.png", a.name)
              for a in arms}
@@ -383,9 +386,10 @@ def capped(paths: Iterable[Path]) -> dict[str, Any]:
 
 
 def command_line(name: str, out_dir: str, preset: str, mode: str, emulated: bool = False,
-                 seeds: Sequence[int] = ()) -> str:
+                 seeds: Sequence[int] = (), extensions: int | None = None) -> str:
     flags = {"quick": " --quick", "toy": " --preset toy"}.get(preset, "")
     flags += f" --seeds {','.join(map(str, seeds))}" if seeds else ""
+    flags += f" --extend {extensions}" if extensions is not None else ""
     return (f"hpcbench reproduce {name}{flags}{' --mode mpi' if mode == 'mpi' else ''}"
             f"{' --emulated' if emulated else ''} --out-dir {out_dir}")
 

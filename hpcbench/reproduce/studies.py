@@ -108,7 +108,7 @@ class Study:
 RECIPE_LRS = (0.005, 0.01, 0.02, 0.05, 0.1)
 FULL = Size((8, 16, 32, 64, 128), (0, 1, 2), 20, 25_000, 5, RECIPE_LRS, (0.0, 0.9), (0.25, 1, 4, 16, 64))
 QUICK = Size((8, 128), (0, 1, 2), 8, 25_000, 2, (0.01, 0.03, 0.1), (0.0, 0.9), (0.25, 1, 4))
-TOY = Size((2, 4), (0,), 1, 1_000, 0, (0.05,), (0.0, 0.9), (0.5, 1), extensions=1)  # every study's: for tests
+TOY = Size((2, 4), (0,), 1, 1_000, 0, (0.05,), (0.0, 0.9), (0.5, 1), extensions=0)  # every study's: for tests
 
 # One task for every study: the mlp on the teacher task, 25 evaluations of the global model over the
 # budget, each on the whole test set and the validation split (a tenth of the training set).
