@@ -194,18 +194,17 @@ def run_until_interior(groups: dict[Any, list[Planned]], make: Callable[[CellKey
         scores.update(validation_scores(done))
         if extension == extensions:
             break
-        added = 0
+        added = []
         for key, runs in groups.items():
             tried = {r.setting for r in runs}
             nxt = step_out(choose(trials(runs, scores)).setting, tried)
             if nxt is not None and nxt not in tried:
                 runs += [make(runs[0].cell, nxt, seed) for seed in seeds]
                 grown.add(key)
-                added += 1
+                added.append(f"{key}: lr {nxt.lr:g}")
         if not added:
             break
-        print(f"the grid grows past its edge for {added} choice(s): {', '.join(sorted(map(str, grown)))}",
-              flush=True)
+        print(f"the grid grows past its edge for {len(added)} choice(s): {'; '.join(sorted(added))}", flush=True)
     return kept, grown
 
 
