@@ -68,9 +68,12 @@ def run(args: argparse.Namespace) -> int:
         for name, v in findings.ordered(verdicts):
             files = made_with.stale(v.get("made_with") or {})
             changed += bool(files)
-            print(f"{name}: " + ("up to date with the code here" if not files else
-                                 f"run it again: {len(files)} file(s) changed since: {', '.join(files[:8])}"
-                                 + (", ..." if len(files) > 8 else "")))
+            if files == [made_with.NO_RECORD]:
+                print(f"{name}: run it again: its verdict has {made_with.NO_RECORD}")
+            else:
+                print(f"{name}: " + ("up to date with the code here" if not files else
+                                     f"run it again: {len(files)} file(s) changed since: {', '.join(files[:8])}"
+                                     + (", ..." if len(files) > 8 else "")))
         return 1 if changed else 0
     readings, unread = {}, []
     for name in verdicts:

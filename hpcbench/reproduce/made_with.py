@@ -55,12 +55,15 @@ def record(commits: Iterable[tuple[str, bool]], root: Path | None = None) -> dic
             "files": files}
 
 
+NO_RECORD = "no record of the code its files were made with"
+
+
 def stale(recorded: Mapping[str, Any], root: Path | None = None) -> list[str]:
     """The source files (``part: path``) that changed, appeared or went since ``recorded`` was made;
     ["no record of the code"] where there is none."""
     then = recorded.get("files") if isinstance(recorded, Mapping) else None
     if not isinstance(then, Mapping):
-        return ["no record of the code its files were made with"]
+        return [NO_RECORD]
     now = digests(root)
     changed = sorted(rel for rel in set(then) | set(now) if then.get(rel) != now.get(rel))
     return [f"{part_of(rel)}: {rel}" + ("" if rel in now else " (removed)") + ("" if rel in then else " (new)")
