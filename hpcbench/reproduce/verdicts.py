@@ -1,4 +1,5 @@
-"""Whether each study's claims hold, computed from its measured cells (pure).
+"""How a claim's verdict is computed from measured cells (pure); the papers' claims and their judges
+are ``reproduce.claims``.
 
 A study states the papers' claims (``Claim``: quoted, with the source and the paper's numbers). Each
 claim gets its own verdict in each arm: *holds*, *does not hold* (*not reproduced by the model* for a
