@@ -43,6 +43,10 @@ def headline(v: Mapping[str, Any]) -> str:
     families = [c for c in v.get("claims", []) if isinstance(c, Mapping) and "family" in c]
     if families:
         return " · ".join(f"{c['family']}: {c['outcome']}" for c in families)
+    arms = [a for a in v.get("arms", []) if isinstance(a, Mapping) and "outcome" in a]
+    if arms:  # from before each claim had a verdict of its own
+        return ("one verdict per arm, from before each claim was judged on its own (to be run again): "
+                + ", ".join(f"{a.get('name')} {a['outcome']}" for a in arms))
     return str(v.get("outcome") or "no verdict")
 
 
