@@ -37,7 +37,7 @@ from hpcbench.reproduce.verdicts import Cell, ClaimVerdict
 from hpcbench.results.store import commit_of, result_status, step_cap_of
 from hpcbench.telemetry.progress_line import clock_text
 from hpcbench.tuning.execute import MODES, Job, run_jobs
-from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, at_edge, choose, step_out, ties
+from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, at_edge, choose, past_edges, ties
 from hpcbench.tuning.tune import validation_scores
 
 HERE = "this machine"  # the network of real runs
@@ -194,14 +194,13 @@ def run_until_interior(groups: dict[Any, list[Planned]], make: Callable[[CellKey
         scores.update(validation_scores(done))
         if extension == extensions:
             break
+        nexts = past_edges({key: (choose(trials(runs, scores)).setting, {r.setting for r in runs})
+                            for key, runs in groups.items()})
         added = []
-        for key, runs in groups.items():
-            tried = {r.setting for r in runs}
-            nxt = step_out(choose(trials(runs, scores)).setting, tried)
-            if nxt is not None and nxt not in tried:
-                runs += [make(runs[0].cell, nxt, seed) for seed in seeds]
-                grown.add(key)
-                added.append(f"{key}: lr {nxt.lr:g}")
+        for key, nxt in nexts.items():
+            groups[key] += [make(groups[key][0].cell, nxt, seed) for seed in seeds]
+            grown.add(key)
+            added.append(f"{key}: lr {nxt.lr:g}")
         if not added:
             break
         print(f"the grid grows past its edge for {len(added)} choice(s): {'; '.join(sorted(added))}", flush=True)

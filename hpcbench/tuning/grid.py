@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from statistics import mean
 from typing import Any
@@ -137,6 +137,17 @@ def step_out(chosen: Setting, tried: Iterable[Setting]) -> Setting | None:
         return None
     new = float(f"{new:.6g}")
     return replace(chosen, lr=new) if LR_LIMITS[0] <= new <= LR_LIMITS[1] else None
+
+
+def past_edges(choices: Mapping[Any, tuple[Setting, Collection[Setting]]]) -> dict[Any, Setting]:
+    """For each group (key → its choice and the settings it tried) whose choice sits at an edge, the
+    untried next rate past it (``step_out``): what ``tune`` and a study run before choosing again."""
+    out = {}
+    for key, (chosen, tried) in choices.items():
+        nxt = step_out(chosen, tried)
+        if nxt is not None and nxt not in tried:
+            out[key] = nxt
+    return out
 
 
 def ties(trials: Sequence[Trial]) -> list[tuple[Trial, Interval]]:

@@ -20,7 +20,7 @@ from hpcbench.config import toml_literal
 from hpcbench.errors import UsageError
 from hpcbench.report.strict_json import dumps
 from hpcbench.tuning.execute import Job, run_jobs
-from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, at_edge, best_per_group, step_out, ties
+from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, at_edge, best_per_group, past_edges, ties
 
 
 @dataclass(frozen=True)
@@ -65,13 +65,10 @@ def grown_past_edges(settings: dict[Group, list[Setting]], trials: Sequence[Tria
     """For each group whose choice sits at the edge of its rates, the next rate past it (added to
     ``settings`` in place): what to run before choosing again."""
     chosen = best_per_group(trials)
-    added = []
-    for key, group in settings.items():
-        nxt = step_out(chosen[key].setting, group)
-        if nxt is not None and nxt not in group:
-            group.append(nxt)
-            added.append((key, nxt))
-    return added
+    added = past_edges({key: (chosen[key].setting, group) for key, group in settings.items()})
+    for key, nxt in added.items():
+        settings[key].append(nxt)
+    return list(added.items())
 
 
 def table(trials: Sequence[Trial], chosen: Mapping[Group, Trial]) -> str:
