@@ -8,6 +8,10 @@ keep a cut at the time rank 0 asks: each worker after the step during which the 
 import numpy as np
 import pytest
 
+from hpcbench.algorithms import decentral, ops
+from hpcbench.config import RunConfig
+from hpcbench.runtime import plan
+
 from arrivals import SERVERS
 from quadratic import X0, run_quadratic
 
@@ -81,3 +85,39 @@ def test_replicas_end_identical_with_weight_one_and_their_own_mass(name, options
     assert [row[1] for row in rows] == [1, 2, 3]
     assert all(row[2:4] == (STEPS * ran.batch, STEPS) for row in rows)
     assert all(row[4] == 1.0 and row[5] == pytest.approx(float(ran.last.sum()), rel=1e-6) for row in rows)
+
+
+def test_rank0_reads_no_kept_snapshot_before_each_worker_says_it_kept_what_was_asked():
+    """A request rank 0 sends while a worker is finishing crosses the worker's last report: the worker
+    keeps it only after that report, so rank 0 must wait for the worker's word that every request it
+    was sent is kept before reading the snapshots (else it reads a slot never written: samples 0).
+    Rank 0's program is driven here by hand, message by message, in the order the race takes."""
+    ctx = plan.make_context(plan.validate(RunConfig(algo="osgp", steps=4, batch_size=2)), 2, X0.astype(np.float32), 64)
+    frame = decentral.model_frame(ctx.size)
+    report = decentral.PROGRESS.pack
+    every = ctx.eval_every
+    inbox = [(1, report(samples=every, done=0)),  # the reports reach snapshot 1: rank 0 asks both workers
+             (1, report(samples=ctx.budget // 2, done=1)),  # both had already ended: the requests cross these
+             (2, report(samples=ctx.budget // 2, done=1))]
+    said_kept: set[int] = set()
+    program = decentral.coordinate(ctx, synchronous=False)
+    got = None
+    while True:
+        try:
+            op = program.send(got)
+        except StopIteration:
+            break
+        got = None
+        if type(op) is ops.Recv:
+            if not inbox:  # rank 0 waits on: the workers' word that they kept all, here after the race
+                inbox = [(r, report(samples=ctx.budget // 2, done=decentral.KEPT_ALL)) for r in (1, 2)]
+            got = inbox.pop(0)
+            said_kept |= {got[0]} if decentral.PROGRESS.integer(got[1], "done") == decentral.KEPT_ALL else set()
+        elif type(op) is ops.Read:
+            if op.window == "kept":
+                assert set(op.ranks) <= said_kept, "rank 0 read a snapshot its worker may not have kept yet"
+            got = [decentral.packed(frame, ctx, 2, X0.astype(np.float32)) if op.window != "kept"
+                   else np.zeros(op.nbytes, np.uint8) for _ in op.ranks]
+        elif type(op) is ops.Timestamp:
+            got = 0.0
+    assert said_kept == {1, 2}

@@ -8,8 +8,10 @@ worker in slot k−1 of its own "kept" window (a local copy: no traffic): by wor
 method at the step whose samples (step × batch × workers) first reach that multiple, all at the same
 step (each reports at that step, so rank 0 learns of it then); by workers of an asynchronous one
 after the step during which an 8-byte request from rank 0 arrives, so the snapshots are a cut at one
-time. When every worker is done, rank 0 reads the kept snapshots (a worker that had finished before
-a request is represented by its final model) and evaluates each: the average of the de-biased
+time. When every worker is done, and has said it kept every snapshot asked of it (a request sent
+as it finished crosses its last report; rank 0 answers that report with "no more", and the worker
+says so once it has kept what came before), rank 0 reads the kept snapshots (a worker that had
+finished before a request is represented by its final model) and evaluates each: the average of the de-biased
 models z_i at the time it noted, with the consensus distance mean ‖z_i − z̄‖ beside it. Synchronous
 methods take equal steps; asynchronous ones claim each batch from a shared budget counter on rank 0,
 so fast workers are not held to a straggler's share.
@@ -59,6 +61,9 @@ PROGRESS = Frame(samples=(np.int64, 1), done=(np.int64, 1), loss_sum=(np.float64
 # rank 0 → a worker: keep your model as snapshot k; NO_MORE: nothing more is coming, you may end
 EVALUATE = Frame(k=(np.int64, 1))
 NO_MORE = -1
+# a worker's report "done": 1 when it has trained its last batch; KEPT_ALL once it has kept every
+# snapshot rank 0 asked of it (requests sent before its last report came in cross that report)
+KEPT_ALL = 2
 
 
 def model_frame(size: int) -> Frame:
@@ -149,22 +154,28 @@ def coordinate(ctx: Context, synchronous: bool, centre: Centre | None = None) ->
     reported = [0] * (ctx.workers + 1)
     total, next_eval, team_lost = 0, ctx.eval_every, 0
     training = set(ctx.worker_ranks)
+    keeping: set[int] = set()  # done training, still keeping the snapshots asked of them
     failed: list[int] = []  # in the order rank 0 learned of them
     asked: list[Asked] = []
     meter = TrainingMeter()
-    while training:
+    while training or keeping:
         got = yield Recv("progress", timeout=WATCHED)  # reports come as often as the run's pace allows
         if type(got) is Lost:
             failed += [r for r in got.ranks if r not in failed]
             training.difference_update(got.ranks)
+            keeping.difference_update(got.ranks)
             continue
         src, raw = got
+        if PROGRESS.integer(raw, "done") == KEPT_ALL:
+            keeping.discard(src)
+            continue
         samples = PROGRESS.integer(raw, "samples")
         total += samples - reported[src]
         reported[src] = samples
         team_lost = max(team_lost, PROGRESS.integer(raw, "lost"))  # every survivor says the same
         if PROGRESS.integer(raw, "done"):
             training.discard(src)
+            keeping.add(src)
             yield Send("evaluate", src, EVALUATE.pack(k=NO_MORE))  # after every request it was sent
         yield Record(LEARNING_RATE, (src, samples, PROGRESS.real(raw, "lr")))
         meter.add(PROGRESS.real(raw, "loss_sum"), PROGRESS.integer(raw, "correct"), PROGRESS.integer(raw, "seen"))
@@ -383,6 +394,7 @@ class Reporter:
         while done:
             _, raw = yield Recv("evaluate", SERVER, timeout=WATCHED)
             if EVALUATE.integer(raw, "k") == NO_MORE:
+                yield Send("progress", SERVER, PROGRESS.pack(done=KEPT_ALL))  # rank 0 may read the snapshots now
                 return
             yield self.kept(raw, keep)
 
