@@ -127,11 +127,36 @@ def test_a_study_says_which_code_changed_since_its_files_were_made(tmp_path, cap
     write_study(tmp_path, v)
     assert main(["findings", "--studies", str(tmp_path), "--stale"]) == 1
     line = capsys.readouterr().out.strip()
-    assert line.startswith("sgp: run it again: 3 file(s) changed since: ") and "runtime/sim/engine.py" in line
+    # (of the algorithms, only SGP's own files count: gone.py was none of them)
+    assert line == ("sgp: run it again: 2 file(s) changed since: algorithms: algorithms/ps.py (new), "
+                    "simulator: runtime/sim/engine.py")
     v["made_with"] = record
     write_study(tmp_path, v)
     assert main(["findings", "--studies", str(tmp_path), "--stale"]) == 0
     assert capsys.readouterr().out.strip() == "sgp: up to date with the code here"
+
+
+def test_a_study_ages_only_with_the_algorithm_files_its_runs_are_made_of(tmp_path):
+    """Gap-Aware runs parameter servers: a change to the decentralized coordinator does not age it, a
+    change to the parameter server does; Jin (gossip, EASGD) ages with both. A record made before
+    records were scoped (every algorithm's files) is judged the same way."""
+    import shutil
+
+    import hpcbench
+    from hpcbench.reproduce.studies import STUDIES
+
+    root = tmp_path / "hpcbench"
+    shutil.copytree(Path(hpcbench.__file__).parent, root, ignore=shutil.ignore_patterns("__pycache__"))
+    ga, jin = STUDIES["gap-aware"].algorithms(), STUDIES["jin"].algorithms()
+    assert ga == ("asgd", "sa-asgd", "ga-asgd", "dana-ga") and jin == ("asgd", "allreduce", "easgd", "gossip")
+    scoped, everything = made_with.record([], ga, root), made_with.record([], None, root)
+    assert "algorithms/ps.py" in scoped["files"] and "algorithms/rules.py" in scoped["files"]
+    assert "algorithms/decentral.py" not in scoped["files"] and "algorithms/decentral.py" in everything["files"]
+    (root / "algorithms" / "decentral.py").write_text("# changed\n", encoding="utf-8")
+    assert made_with.stale(scoped, ga, root) == made_with.stale(everything, ga, root) == []
+    assert made_with.stale(everything, jin, root) == ["algorithms: algorithms/decentral.py"]
+    (root / "algorithms" / "rules.py").write_text("# changed\n", encoding="utf-8")
+    assert made_with.stale(scoped, ga, root) == ["algorithms: algorithms/rules.py"]
 
 
 @pytest.mark.parametrize("part, path", [("simulator", "runtime/sim/engine.py"), ("transport", "comm/mpi.py"),

@@ -60,13 +60,15 @@ def readable(name: str, value: dict[str, Any]) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from hpcbench.reproduce import findings, made_with
+    from hpcbench.reproduce.studies import STUDIES
 
     root = Path(args.studies)
     verdicts, texts = studies(root)
     if args.stale:
         changed = 0
         for name, v in findings.ordered(verdicts):
-            files = made_with.stale(v.get("made_with") or {})
+            study = STUDIES.get(str(v.get("study")))  # unknown: every algorithm's files count
+            files = made_with.stale(v.get("made_with") or {}, study.algorithms() if study else None)
             changed += bool(files)
             if files == [made_with.NO_RECORD]:
                 print(f"{name}: run it again: its verdict has {made_with.NO_RECORD}")

@@ -331,7 +331,7 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
                   "grown": [cell_name(k) for k in a.grown], "edges": [cell_name(k) for k in a.edges],
                   "ties": list(a.ties)} for a in arms],
         **{k: v for k, v in notes.items() if k != "emulated"},
-        "made_with": made_with.record(commit_of(p) for p in outcome if not outcome[p]),
+        "made_with": made_with.record((commit_of(p) for p in outcome if not outcome[p]), s.algorithms()),
         "emulated": emulated_network.as_json(points)}, indent=1), encoding="utf-8")
     print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
     return 1 if failed else 0

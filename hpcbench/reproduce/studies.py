@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from hpcbench.errors import one_of
-from hpcbench.reproduce.protocol import DECAY_ARM, MOMENTUM_ARM, OWN_LR, SCALING_ARMS, SHARED
+from hpcbench.reproduce.protocol import DECAY_ARM, MOMENTUM_ARM, OWN_LR, SCALING_ARMS, SEQUENTIAL, SHARED
 from hpcbench.tuning.grid import MAX_EXTENSIONS
 
 PRESETS = ("full", "quick", "toy")
@@ -90,6 +90,10 @@ class Study:
     def contender(self, name: str) -> Contender:
         """What a name in ``algos`` runs: its contender, or the algorithm of that name."""
         return next((c for c in self.contenders if c.name == name), Contender(name, name))
+
+    def algorithms(self) -> tuple[str, ...]:
+        """The registry names its runs use: the recipe's single worker's, then each contender's."""
+        return tuple(dict.fromkeys((SEQUENTIAL[0], *(self.contender(n).algo for n in self.algos))))
 
     def variants(self) -> list[tuple[str, tuple[str, ...]]]:
         """(name, run flags) of each network the study models; one unnamed variant without networks."""
