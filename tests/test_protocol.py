@@ -235,6 +235,8 @@ def test_the_headline_gives_each_claim_its_verdicts_by_arm_and_never_hides_one_t
     assert clauses[0] == "GA beats SA: holds in shared; does not hold in own lr; inconclusive in momentum 0"
     assert clauses[1] == "GA beats plain ASGD: holds in every arm"
     assert len(clauses) == len(GAP_AWARE_CLAIMS)
+    # A claim that fails everywhere says so without "every", which would read as "not in all of them".
+    assert headline([bad, bad]).startswith("GA beats SA: does not hold in any arm · ")
     assert headline([good]).startswith("GA beats SA: holds · ")
     assert headline([]) == "no claim could be judged"
 

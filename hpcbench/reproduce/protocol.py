@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from hpcbench.algorithms.schedule import SCALINGS
 from hpcbench.reproduce.claims import ACROSS
-from hpcbench.reproduce.verdicts import OUTCOMES, Cell, ClaimVerdict
+from hpcbench.reproduce.verdicts import FAILS, NOT_MODELLED, OUTCOMES, Cell, ClaimVerdict
 from hpcbench.tuning.grid import Setting, Trial, choose
 
 SEQUENTIAL = ("asgd", 1)  # the single-worker reference: one asynchronous worker is sequential SGD
@@ -135,7 +135,9 @@ def headline(arms: Sequence[ArmResult], across: Sequence[tuple[str, ClaimVerdict
             outcome = next(cv.outcome for cv in a.claims if cv.claim.key == claim.key)
             by.setdefault(outcome, []).append(a.name)
         if len(by) == 1:
-            clauses.append(f"{claim.short}: {next(iter(by))}" + (" in every arm" if len(arms) > 1 else ""))
+            [outcome] = by
+            everywhere = " in any arm" if outcome in (FAILS, NOT_MODELLED) else " in every arm"  # never "not in every"
+            clauses.append(f"{claim.short}: {outcome}" + (everywhere if len(arms) > 1 else ""))
         else:
             clauses.append(f"{claim.short}: " + "; ".join(f"{o} in {', '.join(by[o])}" for o in OUTCOMES if o in by))
     clauses += [f"{cv.claim.short}: {cv.outcome} ({label})" for label, cv in across]
