@@ -170,7 +170,7 @@ def decide_arm(name: str, runs: Sequence[Planned], outcome: Mapping[Path, str], 
                  f"{iv.text()} in favour of the chosen)" for t, iv in ties(tried)]
     claims = tuple(report.judge(s, cells, network))
     return ArmResult(name, tuple(cells), chosen, claims, tuple(edges), chose,
-                     tuple(k for a, k in grown if a == name), tuple(tied))
+                     tuple(sorted(k for a, k in grown if a == name)), tuple(tied))
 
 
 def cell_name(key: CellKey) -> str:
