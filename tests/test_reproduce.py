@@ -6,6 +6,7 @@ import math
 import pytest
 
 from hpcbench.cli import main
+from hpcbench.reproduce import findings
 from hpcbench.reproduce.claims import crossing, diloco, gap_aware, jin, momentum_helps, sgp
 from hpcbench.reproduce.protocol import ArmResult, across_arms, headline
 from hpcbench.reproduce.runner import reproduce
@@ -291,7 +292,7 @@ def test_gap_aware_at_toy_size_reports_what_its_files_say_and_each_claim_flips_w
     assert reproduce("gap-aware", str(out), "toy", seeds=(0, 1, 2), extensions=1) == 0
     assert "runs kept from an earlier invocation" in capsys.readouterr().out
     text, verdict = report_of(out)
-    assert "runs kept from an earlier invocation, which ran them; this one only reported)" in text
+    assert "runs kept from earlier invocations, which ran them (" in text and "; this one only reported)" in text
     assert {o for arms_ in claim_outcomes(verdict).values() for o in arms_.values()} == {HOLDS}
     assert verdict["command"].endswith("--preset toy --seeds 0,1,2 --extend 1 --out-dir " + str(out))
     # GA far behind SA at 4 workers without momentum: that claim fails in that arm only, the others
@@ -376,15 +377,22 @@ def test_a_resumed_study_states_the_time_of_every_invocation_that_ran_its_runs(t
     from hpcbench.reproduce.runner import invocations
 
     path = tmp_path / "verdict.json"
-    assert invocations(path, "jin", "full", 60.0, 10) == [{"elapsed_s": 60.0, "ran": 10}]
+    assert invocations(path, "jin", "full", 60.0, 10, 2) == [{"elapsed_s": 60.0, "ran": 10, "jobs": 2}]
     path.write_text(json.dumps({"study": "jin", "preset": "full", "elapsed_s": 600.0, "runs": 50, "kept": 20}))
     assert invocations(path, "jin", "full", 60.0, 10) == [{"elapsed_s": 600.0, "ran": 30},
-                                                          {"elapsed_s": 60.0, "ran": 10}]
+                                                          {"elapsed_s": 60.0, "ran": 10, "jobs": 1}]
     path.write_text(json.dumps({"study": "jin", "preset": "full", "invocations": [{"elapsed_s": 1.0, "ran": 2}]}))
     assert invocations(path, "jin", "full", 9.0, 0) == [{"elapsed_s": 1.0, "ran": 2}]  # one that only reported
-    assert invocations(path, "jin", "quick", 9.0, 3) == [{"elapsed_s": 9.0, "ran": 3}]  # another preset's file
+    assert invocations(path, "jin", "quick", 9.0, 3) == [{"elapsed_s": 9.0, "ran": 3, "jobs": 1}]  # another preset's
     path.write_text("{broken")
-    assert invocations(path, "jin", "full", 9.0, 3) == [{"elapsed_s": 9.0, "ran": 3}]
+    assert invocations(path, "jin", "full", 9.0, 3) == [{"elapsed_s": 9.0, "ran": 3, "jobs": 1}]
+    # The time is said with each invocation's runs at a time, not the last one's (which may only report).
+    spent = [{"elapsed_s": 600.0, "ran": 30, "jobs": 2}, {"elapsed_s": 60.0, "ran": 10, "jobs": 2}]
+    assert findings.minutes({"runs": 40, "kept": 40, "jobs": 1, "invocations": spent}) == \
+        "40 runs in 11.0 min, 2 at a time (over 2 invocations)"
+    assert findings.minutes({"runs": 40, "kept": 40, "jobs": 1, "invocations": [*spent, {"elapsed_s": 6.0, "ran": 1,
+                                                                                        "jobs": 1}]}) == \
+        "40 runs in 11.1 min, 1–2 at a time (over 3 invocations)"
 
 
 def test_an_unknown_study_is_one_line(tmp_path, capsys):

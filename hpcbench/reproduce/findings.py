@@ -56,7 +56,9 @@ def minutes(v: Mapping[str, Any]) -> str:
     spent = v.get("invocations")
     if isinstance(spent, list) and spent:
         total = sum(float(x.get("elapsed_s", 0.0)) for x in spent)
-        return (f"{runs} runs in {total / 60:.1f} min, {jobs} at a time"
+        each = sorted({int(x.get("jobs", jobs)) for x in spent})  # older records: the last invocation's
+        at = f"{each[0]}" if len(each) == 1 else f"{each[0]}–{each[-1]}"
+        return (f"{runs} runs in {total / 60:.1f} min, {at} at a time"
                 + (f" (over {len(spent)} invocations)" if len(spent) > 1 else ""))
     ran = f"{runs - kept} run in {v.get('elapsed_s', 0) / 60:.1f} min, {jobs} at a time"
     return f"{runs} runs ({ran}" + (f"; {kept} kept from an earlier invocation)" if kept else ")")

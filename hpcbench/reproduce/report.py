@@ -197,10 +197,15 @@ def chosen_text(arm: ArmResult) -> str:
     return text
 
 
-def how_run(runs: int, kept: int, jobs: int, elapsed_s: float) -> str:
-    """How many runs this invocation ran, and in what time; runs kept from an earlier one say so."""
+def how_run(notes: dict[str, Any]) -> str:
+    """How many runs this invocation ran, and in what time; runs kept from an earlier one say so (and,
+    where this one only reported, the time the invocations that ran them took)."""
+    from hpcbench.reproduce.findings import minutes
+
+    runs, kept, jobs, elapsed_s = notes["runs"], notes["kept"], notes["jobs"], notes["elapsed_s"]
     if kept == runs:
-        return f"all {runs} runs kept from an earlier invocation, which ran them; this one only reported"
+        took = f" ({minutes(notes)})" if notes.get("invocations") else ""
+        return f"all {runs} runs kept from earlier invocations, which ran them{took}; this one only reported"
     text = f"{runs} runs: {runs - kept} run now, {jobs} at a time, in {elapsed_s / 60:.1f} min"
     return text + (f"; {kept} kept from an earlier invocation" if kept else "")
 
@@ -272,7 +277,7 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
     run_args = s.run_args(notes["preset"])
     run_args = run_args if notes["mode"] == "sim" else mpi_args(run_args)
     lines += ["## How it was measured", "", f"- command: `{notes['command']}` ({notes['preset']} sizes, "
-              f"mode {notes['mode']}; {how_run(notes['runs'], notes['kept'], notes['jobs'], notes['elapsed_s'])})",
+              f"mode {notes['mode']}; {how_run(notes)})",
               f"- runs: {' '.join(run_args)}; per run --algo, --workers, --seed and the setting"
               + (", --network" if s.networks and notes["mode"] == "sim" else "")
               + ("; calibrated --compute" if notes["calibration"] else ""),
@@ -372,7 +377,7 @@ def resilience_markdown(s: Study, cells: Sequence[Any], verdicts: dict[str, Verd
     run_args = s.run_args(notes["preset"])
     run_args = run_args if notes["mode"] == "sim" else mpi_args(run_args)
     lines += ["## How it was measured", "", f"- command: `{notes['command']}` ({notes['preset']} sizes, "
-              f"mode {notes['mode']}; {how_run(notes['runs'], notes['kept'], notes['jobs'], notes['elapsed_s'])})",
+              f"mode {notes['mode']}; {how_run(notes)})",
               f"- runs: {' '.join(run_args)}; per run --algo, --workers, --seed, the recipe and, failing, "
               "--set fault=kill:R@S,...", f"- setup: {notes['setup']}"]
     if notes["failed"]:

@@ -306,9 +306,10 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     elapsed = time.monotonic() - t0
     failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
     ran = len(outcome)
+    at_once = jobs if mode == "sim" else 1
     notes = {"preset": preset, "mode": mode, "elapsed_s": elapsed, "runs": ran, "kept": kept, **capped(outcome),
-             "jobs": jobs if mode == "sim" else 1,
-             "invocations": invocations(out / "verdict.json", s.name, preset, elapsed, ran - kept),
+             "jobs": at_once, "invocations": invocations(out / "verdict.json", s.name, preset, elapsed, ran - kept,
+                                                         at_once),
              "calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
              "skipped": [f"{n} workers ({n + 1} ranks > --max-ranks {max_ranks})" for n in skipped],
              "failed": failed, "command": command_line(name, out_dir, preset, mode, emulated, seeds, extensions),
@@ -337,7 +338,8 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     return 1 if failed else 0
 
 
-def invocations(previous: Path, name: str, preset: str, elapsed: float, ran: int) -> list[dict[str, Any]]:
+def invocations(previous: Path, name: str, preset: str, elapsed: float, ran: int,
+                jobs: int = 1) -> list[dict[str, Any]]:
     """The invocations that ran the study's runs, this one last (one that only reported adds nothing): the
     time a study took is their sum, however often it was resumed."""
     import json
@@ -351,7 +353,7 @@ def invocations(previous: Path, name: str, preset: str, elapsed: float, ran: int
         earlier = before.get("invocations") or []
         if not earlier and before.get("runs", 0) > before.get("kept", 0):
             earlier = [{"elapsed_s": before.get("elapsed_s", 0.0), "ran": before["runs"] - before["kept"]}]
-    return [*earlier, *([{"elapsed_s": elapsed, "ran": ran}] if ran else [])]
+    return [*earlier, *([{"elapsed_s": elapsed, "ran": ran, "jobs": jobs}] if ran else [])]
 
 
 def finite(x: float) -> float | None:
