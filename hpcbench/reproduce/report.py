@@ -205,7 +205,7 @@ def how_run(notes: dict[str, Any]) -> str:
     runs, kept, jobs, elapsed_s = notes["runs"], notes["kept"], notes["jobs"], notes["elapsed_s"]
     if kept == runs:
         took = f" ({minutes(notes)})" if notes.get("invocations") else ""
-        return f"all {runs} runs kept from earlier invocations, which ran them{took}; this one only reported"
+        return f"this invocation only reported: all {runs} runs were kept from earlier ones{took}"
     text = f"{runs} runs: {runs - kept} run now, {jobs} at a time, in {elapsed_s / 60:.1f} min"
     return text + (f"; {kept} kept from an earlier invocation" if kept else "")
 
