@@ -1,8 +1,8 @@
 """``hpcbench reproduce``: verdicts computed from the data, and each study end to end at toy sizes."""
 import dataclasses
 import json
-import re
 import math
+import re
 
 import pytest
 
@@ -293,7 +293,8 @@ def test_gap_aware_at_toy_size_reports_what_its_files_say_and_each_claim_flips_w
     assert reproduce("gap-aware", str(out), "toy", seeds=(0, 1, 2), extensions=1) == 0
     assert "runs kept from an earlier invocation" in capsys.readouterr().out
     text, verdict = report_of(out)
-    assert re.search(r"this invocation only reported: all (\d+) runs were kept from earlier ones \(\d+ runs in ", text)
+    assert re.search(r"this invocation only reported: its \d+ runs were run earlier, in [\d.]+ min, 1 at a time\)",
+                     text)
     assert {o for arms_ in claim_outcomes(verdict).values() for o in arms_.values()} == {HOLDS}
     assert verdict["command"].endswith("--preset toy --seeds 0,1,2 --extend 1 --out-dir " + str(out))
     # GA far behind SA at 4 workers without momentum: that claim fails in that arm only, the others
@@ -390,10 +391,10 @@ def test_a_resumed_study_states_the_time_of_every_invocation_that_ran_its_runs(t
     # The time is said with each invocation's runs at a time, not the last one's (which may only report).
     spent = [{"elapsed_s": 600.0, "ran": 30, "jobs": 2}, {"elapsed_s": 60.0, "ran": 10, "jobs": 2}]
     assert findings.minutes({"runs": 40, "kept": 40, "jobs": 1, "invocations": spent}) == \
-        "40 runs in 11.0 min, 2 at a time (over 2 invocations)"
+        "40 runs in 11.0 min, 2 at a time, over 2 invocations"
     assert findings.minutes({"runs": 40, "kept": 40, "jobs": 1, "invocations": [*spent, {"elapsed_s": 6.0, "ran": 1,
                                                                                         "jobs": 1}]}) == \
-        "40 runs in 11.1 min, 1–2 at a time (over 3 invocations)"
+        "40 runs in 11.1 min, 1–2 at a time, over 3 invocations"
 
 
 def test_an_unknown_study_is_one_line(tmp_path, capsys):

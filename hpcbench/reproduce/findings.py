@@ -50,16 +50,24 @@ def headline(v: Mapping[str, Any]) -> str:
     return str(v.get("outcome") or "no verdict")
 
 
+def spent(v: Mapping[str, Any]) -> str | None:
+    """The time the invocations that ran a study's runs took ("65.0 min, 2 at a time, over 4 invocations":
+    a resumed study took their sum), or None where the verdict does not list them."""
+    runs = v.get("invocations")
+    if not isinstance(runs, list) or not runs:
+        return None
+    total = sum(float(x.get("elapsed_s", 0.0)) for x in runs)
+    each = sorted({int(x.get("jobs", v.get("jobs", 1))) for x in runs})  # older records: the last invocation's
+    at = f"{each[0]}" if len(each) == 1 else f"{each[0]}–{each[-1]}"
+    return f"{total / 60:.1f} min, {at} at a time" + (f", over {len(runs)} invocations" if len(runs) > 1 else "")
+
+
 def minutes(v: Mapping[str, Any]) -> str:
     """How long the study took: every invocation that ran its runs (a resumed study took their sum)."""
     runs, kept, jobs = v.get("runs", 0), v.get("kept", 0), v.get("jobs", 1)
-    spent = v.get("invocations")
-    if isinstance(spent, list) and spent:
-        total = sum(float(x.get("elapsed_s", 0.0)) for x in spent)
-        each = sorted({int(x.get("jobs", jobs)) for x in spent})  # older records: the last invocation's
-        at = f"{each[0]}" if len(each) == 1 else f"{each[0]}–{each[-1]}"
-        return (f"{runs} runs in {total / 60:.1f} min, {at} at a time"
-                + (f" (over {len(spent)} invocations)" if len(spent) > 1 else ""))
+    took = spent(v)
+    if took:
+        return f"{runs} runs in {took}"
     ran = f"{runs - kept} run in {v.get('elapsed_s', 0) / 60:.1f} min, {jobs} at a time"
     return f"{runs} runs ({ran}" + (f"; {kept} kept from an earlier invocation)" if kept else ")")
 

@@ -200,12 +200,12 @@ def chosen_text(arm: ArmResult) -> str:
 def how_run(notes: dict[str, Any]) -> str:
     """How many runs this invocation ran, and in what time; runs kept from an earlier one say so (and,
     where this one only reported, the time the invocations that ran them took)."""
-    from hpcbench.reproduce.findings import minutes
+    from hpcbench.reproduce.findings import spent
 
     runs, kept, jobs, elapsed_s = notes["runs"], notes["kept"], notes["jobs"], notes["elapsed_s"]
     if kept == runs:
-        took = f" ({minutes(notes)})" if notes.get("invocations") else ""
-        return f"this invocation only reported: all {runs} runs were kept from earlier ones{took}"
+        took = spent(notes)
+        return f"this invocation only reported: its {runs} runs were run earlier" + (f", in {took}" if took else "")
     text = f"{runs} runs: {runs - kept} run now, {jobs} at a time, in {elapsed_s / 60:.1f} min"
     return text + (f"; {kept} kept from an earlier invocation" if kept else "")
 
