@@ -121,6 +121,8 @@ def test_a_study_says_which_code_changed_since_its_files_were_made(tmp_path, cap
     assert made_with.stale(old) == ["algorithms: algorithms/gone.py (removed)", "algorithms: algorithms/ps.py (new)",
                                     "simulator: runtime/sim/engine.py"]
     assert made_with.stale({}) == ["no record of the code its files were made with"]
+    # A verdict written again by newer code over runs it kept keeps the digests those runs were made with.
+    assert made_with.stale(made_with.record([("abc", False)], before=old)) == ["simulator: runtime/sim/engine.py"]
     # The command says it per study, and exits 1 where a study should run again.
     v = verdict()
     v["made_with"] = old

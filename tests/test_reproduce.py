@@ -376,18 +376,19 @@ def test_a_study_with_no_size_that_fits_is_one_line(tmp_path, capsys):
 
 
 def test_a_resumed_study_states_the_time_of_every_invocation_that_ran_its_runs(tmp_path):
-    from hpcbench.reproduce.runner import invocations
+    from hpcbench.reproduce.runner import earlier, invocations
 
     path = tmp_path / "verdict.json"
-    assert invocations(path, "jin", "full", 60.0, 10, 2) == [{"elapsed_s": 60.0, "ran": 10, "jobs": 2}]
+    assert earlier(path, "jin", "full") == {}
+    assert invocations({}, 60.0, 10, 2) == [{"elapsed_s": 60.0, "ran": 10, "jobs": 2}]
     path.write_text(json.dumps({"study": "jin", "preset": "full", "elapsed_s": 600.0, "runs": 50, "kept": 20}))
-    assert invocations(path, "jin", "full", 60.0, 10) == [{"elapsed_s": 600.0, "ran": 30},
-                                                          {"elapsed_s": 60.0, "ran": 10, "jobs": 1}]
+    assert invocations(earlier(path, "jin", "full"), 60.0, 10) == [{"elapsed_s": 600.0, "ran": 30},
+                                                                   {"elapsed_s": 60.0, "ran": 10, "jobs": 1}]
     path.write_text(json.dumps({"study": "jin", "preset": "full", "invocations": [{"elapsed_s": 1.0, "ran": 2}]}))
-    assert invocations(path, "jin", "full", 9.0, 0) == [{"elapsed_s": 1.0, "ran": 2}]  # one that only reported
-    assert invocations(path, "jin", "quick", 9.0, 3) == [{"elapsed_s": 9.0, "ran": 3, "jobs": 1}]  # another preset's
+    assert invocations(earlier(path, "jin", "full"), 9.0, 0) == [{"elapsed_s": 1.0, "ran": 2}]  # only reported
+    assert earlier(path, "jin", "quick") == earlier(path, "sgp", "full") == {}  # another preset's, another study's
     path.write_text("{broken")
-    assert invocations(path, "jin", "full", 9.0, 3) == [{"elapsed_s": 9.0, "ran": 3, "jobs": 1}]
+    assert earlier(path, "jin", "full") == {}
     # The time is said with each invocation's runs at a time, not the last one's (which may only report).
     spent = [{"elapsed_s": 600.0, "ran": 30, "jobs": 2}, {"elapsed_s": 60.0, "ran": 10, "jobs": 2}]
     assert findings.minutes({"runs": 40, "kept": 40, "jobs": 1, "invocations": spent}) == \

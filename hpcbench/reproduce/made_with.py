@@ -79,10 +79,15 @@ def versions(files: Mapping[str, str]) -> dict[str, str]:
 
 
 def record(commits: Iterable[tuple[str, bool]], algos: Iterable[str] | None = None,
-           root: Path | None = None) -> dict[str, Any]:
+           root: Path | None = None, before: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What verdict.json keeps: the result files' (commit, dirty) pairs, each part's version, each file's
-    digest (of the algorithms, those ``algos`` are made of)."""
+    digest (of the algorithms, those ``algos`` are made of). ``before``: the record of an earlier
+    invocation whose runs this one kept: its digests stand where they differ (those runs were made
+    with that code), so a study resumed or only reported after the code changed still says so."""
     files = digests(root, algos)
+    then = before.get("files") if isinstance(before, Mapping) else None
+    if isinstance(then, Mapping):
+        files.update({rel: str(d) for rel, d in then.items() if rel in files})
     pairs = set(commits)
     return {"commits": sorted({c for c, _ in pairs}), "dirty": any(d for _, d in pairs), "versions": versions(files),
             "files": files}

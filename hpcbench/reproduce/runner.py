@@ -307,9 +307,9 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
     ran = len(outcome)
     at_once = jobs if mode == "sim" else 1
+    before = earlier(out / "verdict.json", s.name, preset) if kept else {}  # none kept: all made now
     notes = {"preset": preset, "mode": mode, "elapsed_s": elapsed, "runs": ran, "kept": kept, **capped(outcome),
-             "jobs": at_once, "invocations": invocations(out / "verdict.json", s.name, preset, elapsed, ran - kept,
-                                                         at_once),
+             "jobs": at_once, "invocations": invocations(before, elapsed, ran - kept, at_once),
              "calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
              "skipped": [f"{n} workers ({n + 1} ranks > --max-ranks {max_ranks})" for n in skipped],
              "failed": failed, "command": command_line(name, out_dir, preset, mode, emulated, seeds, extensions),
@@ -332,28 +332,31 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
                   "grown": [cell_name(k) for k in a.grown], "edges": [cell_name(k) for k in a.edges],
                   "ties": list(a.ties)} for a in arms],
         **{k: v for k, v in notes.items() if k != "emulated"},
-        "made_with": made_with.record((commit_of(p) for p in outcome if not outcome[p]), s.algorithms()),
+        "made_with": made_with.record((commit_of(p) for p in outcome if not outcome[p]), s.algorithms(),
+                                      before=before.get("made_with")),
         "emulated": emulated_network.as_json(points)}, indent=1), encoding="utf-8")
     print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
     return 1 if failed else 0
 
 
-def invocations(previous: Path, name: str, preset: str, elapsed: float, ran: int,
-                jobs: int = 1) -> list[dict[str, Any]]:
-    """The invocations that ran the study's runs, this one last (one that only reported adds nothing): the
-    time a study took is their sum, however often it was resumed."""
+def earlier(previous: Path, name: str, preset: str) -> dict[str, Any]:
+    """The verdict an earlier invocation of this study and preset wrote where this one writes, or {}."""
     import json
 
     try:
         before = json.loads(previous.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        before = {}
-    earlier: list[dict[str, Any]] = []
-    if isinstance(before, dict) and before.get("study") == name and before.get("preset") == preset:
-        earlier = before.get("invocations") or []
-        if not earlier and before.get("runs", 0) > before.get("kept", 0):
-            earlier = [{"elapsed_s": before.get("elapsed_s", 0.0), "ran": before["runs"] - before["kept"]}]
-    return [*earlier, *([{"elapsed_s": elapsed, "ran": ran, "jobs": jobs}] if ran else [])]
+        return {}
+    return before if isinstance(before, dict) and before.get("study") == name and before.get("preset") == preset else {}
+
+
+def invocations(before: dict[str, Any], elapsed: float, ran: int, jobs: int = 1) -> list[dict[str, Any]]:
+    """The invocations that ran the study's runs (``before``'s, then this one, which ran ``ran`` runs;
+    one that only reported adds nothing): the time a study took is their sum, however often it was resumed."""
+    spent: list[dict[str, Any]] = before.get("invocations") or []
+    if not spent and before.get("runs", 0) > before.get("kept", 0):
+        spent = [{"elapsed_s": before.get("elapsed_s", 0.0), "ran": before["runs"] - before["kept"]}]
+    return [*spent, *([{"elapsed_s": elapsed, "ran": ran, "jobs": jobs}] if ran else [])]
 
 
 def finite(x: float) -> float | None:
