@@ -195,6 +195,23 @@ def test_ties_are_the_settings_whose_interval_against_the_choice_straddles_zero(
     assert step_out(Setting(0.5, 0.0), tried + [Setting(0.5, 0.0)]) is None  # a single rate at its momentum
 
 
+def test_an_outer_rate_at_the_edge_of_its_grid_grows_too():
+    """DiLoCo's cells choose an outer rate among a few: one chosen at the smallest grows below it (the
+    grid's own ratio there), after the inner rate, which grows first where both sit at an edge."""
+    from hpcbench.tuning.grid import at_edge, past_edges, step_outs
+
+    tried = [Setting(lr, 0.9, outer_lr=o) for lr in (0.01, 0.04, 0.16) for o in (0.3, 0.7, 1.0)]
+    interior = Setting(0.04, 0.9, outer_lr=0.3)
+    assert at_edge(interior, tried) and step_outs(interior, tried) == [Setting(0.04, 0.9, outer_lr=0.128571)]
+    assert step_outs(Setting(0.16, 0.9, outer_lr=1.0), tried) == [Setting(0.64, 0.9, outer_lr=1.0),
+                                                                 Setting(0.16, 0.9, outer_lr=1.42857)]
+    assert not at_edge(Setting(0.04, 0.9, outer_lr=0.7), tried)
+    # The rate past the edge tried already: the outer rate's step is next.
+    grown = [*tried, Setting(0.64, 0.9, outer_lr=1.0)]
+    assert past_edges({"cell": (Setting(0.16, 0.9, outer_lr=1.0), grown)}) == {
+        "cell": Setting(0.16, 0.9, outer_lr=1.42857)}
+
+
 def test_tune_refuses_a_bad_grid_before_running(tmp_path, capsys):
     base = ["tune", "--algo", "asgd", "--workers", "2", "--out-dir", str(tmp_path / "t"), *TINY]
     assert main([*base, "--lr", "0.1,fast"]) == 2

@@ -115,37 +115,52 @@ def choose(trials: Iterable[Trial]) -> Trial:
     return max(trials, key=lambda t: (t.score, -t.setting.lr))
 
 
+STEPPED = ("lr", "outer_lr")  # what a grid grows along, on a log scale: the rate, then DiLoCo's outer rate
+
+
+def tried_along(chosen: Setting, tried: Iterable[Setting], field: str) -> list[float]:
+    """The values of ``field`` tried with ``chosen``'s other settings, sorted ([] where it has none)."""
+    here = getattr(chosen, field)
+    if here is None:
+        return []
+    return sorted({getattr(t, field) for t in tried if replace(t, **{field: here}) == chosen})
+
+
 def at_edge(chosen: Setting, tried: Sequence[Setting]) -> bool:
-    """The chosen rate is the largest or smallest of several tried (with the same other settings):
-    the algorithm might do better outside the grid, and a report should say so."""
-    rates = {t.lr for t in tried if (t.momentum, t.lr_scaling) == (chosen.momentum, chosen.lr_scaling)}
-    return len(rates) > 1 and chosen.lr in (min(rates), max(rates))
+    """The chosen rate (or outer rate) is the largest or smallest of several tried with the same other
+    settings: the algorithm might do better outside the grid, and a report should say so."""
+    return any(len(values) > 1 and getattr(chosen, field) in (values[0], values[-1])
+               for field in STEPPED for values in [tried_along(chosen, tried, field)])
+
+
+def step_outs(chosen: Setting, tried: Iterable[Setting]) -> list[Setting]:
+    """For each of ``STEPPED`` whose value in ``chosen`` sits at an edge of the grid, the setting one of
+    the grid's own log steps past it (the ratio of the two values at that edge), the rest the same;
+    none where the choice is interior, the grid has a single value, or the next would leave ``LR_LIMITS``."""
+    tried = list(tried)
+    out = []
+    for field in STEPPED:
+        values, here = tried_along(chosen, tried, field), getattr(chosen, field)
+        if len(values) < 2 or values[0] <= 0 or here not in (values[0], values[-1]):
+            continue
+        new = float(f"{(values[0] ** 2 / values[1] if here == values[0] else values[-1] ** 2 / values[-2]):.6g}")
+        if LR_LIMITS[0] <= new <= LR_LIMITS[1]:
+            out.append(replace(chosen, lr=new) if field == "lr" else replace(chosen, outer_lr=new))
+    return out
 
 
 def step_out(chosen: Setting, tried: Iterable[Setting]) -> Setting | None:
-    """The next rate past the edge of the grid that ``chosen`` sits on, one of the grid's own log steps
-    there (the ratio of the two rates at that edge), with the same other settings; None when the choice
-    is interior, the grid has a single rate, or the next rate would leave ``LR_LIMITS``."""
-    rates = sorted({t.lr for t in tried if replace(t, lr=chosen.lr) == chosen})
-    if len(rates) < 2 or rates[0] <= 0:
-        return None
-    if chosen.lr == rates[0]:
-        new = rates[0] * rates[0] / rates[1]
-    elif chosen.lr == rates[-1]:
-        new = rates[-1] * rates[-1] / rates[-2]
-    else:
-        return None
-    new = float(f"{new:.6g}")
-    return replace(chosen, lr=new) if LR_LIMITS[0] <= new <= LR_LIMITS[1] else None
+    """The first of ``step_outs`` (the rate's before the outer rate's), or None."""
+    return next(iter(step_outs(chosen, tried)), None)
 
 
 def past_edges(choices: Mapping[Any, tuple[Setting, Collection[Setting]]]) -> dict[Any, Setting]:
     """For each group (key → its choice and the settings it tried) whose choice sits at an edge, the
-    untried next rate past it (``step_out``): what ``tune`` and a study run before choosing again."""
+    first untried setting past it (``step_outs``): what ``tune`` and a study run before choosing again."""
     out = {}
     for key, (chosen, tried) in choices.items():
-        nxt = step_out(chosen, tried)
-        if nxt is not None and nxt not in tried:
+        nxt = next((s for s in step_outs(chosen, tried) if s not in tried), None)
+        if nxt is not None:
             out[key] = nxt
     return out
 
