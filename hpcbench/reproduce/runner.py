@@ -181,9 +181,9 @@ def cell_name(key: CellKey) -> str:
 def run_until_interior(groups: dict[Any, list[Planned]], make: Callable[[CellKey, Setting, int], Planned],
                        seeds: Sequence[int], mode: str, jobs: int, timeout: float, outcome: dict[Path, str],
                        scores: dict[Path, float], extensions: int = MAX_EXTENSIONS) -> tuple[int, set[Any]]:
-    """Run every group's runs; then, while a group's choice (on validation) sits at the edge of the rates (or
-    outer rates) it tried, add the next one past that edge (``tuning.grid.past_edges``) at every seed and run those, up to
-    ``extensions`` times. Groups (the runs that choose among themselves) grow in place.
+    """Run every group's runs; then, while a group's choice (on validation) sits at the edge of the rates
+    (or outer rates) it tried, add the next one past that edge (``tuning.grid.past_edges``) at every seed
+    and run those, up to ``extensions`` times. Groups (the runs that choose among themselves) grow in place.
     → (runs kept from an earlier invocation, the keys of the groups that grew)."""
     kept, grown = 0, set()
     for extension in range(extensions + 1):
