@@ -156,7 +156,8 @@ def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: S
     plots (file names in its directory) and its reading."""
     lines = [f"## {NAMES.get(name, name)}", "", f"**In short** ({label(v)} study): {headline(v)}", ""]
     lines += [f"`{command(name, v)}`: {minutes(v)}."
-              + (f" Made with commit {', '.join(c[:10] for c in v['made_with']['commits'])}"
+              + (f" Made with commit{'s' * (len(v['made_with']['commits']) > 1)} "
+                 f"{', '.join(c[:10] for c in v['made_with']['commits'])}"
                  + (" (with uncommitted changes)" if v["made_with"].get("dirty") else "") + "."
                  if v.get("made_with") else ""), ""]
     if v.get("claims") and isinstance(v["claims"][0], Mapping) and "arms" in v["claims"][0]:
