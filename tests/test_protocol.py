@@ -178,7 +178,7 @@ def test_a_choice_at_the_edge_of_the_rates_grows_the_grid_and_says_so(tmp_path):
 
 
 def test_ties_are_the_settings_whose_interval_against_the_choice_straddles_zero():
-    from hpcbench.tuning.grid import step_out, ties
+    from hpcbench.tuning.grid import step_outs, ties
 
     best = Trial("asgd", 2, Setting(0.02, 0.9), (0.70, 0.71, 0.72))
     close = Trial("asgd", 2, Setting(0.04, 0.9), (0.705, 0.70, 0.716))
@@ -188,11 +188,11 @@ def test_ties_are_the_settings_whose_interval_against_the_choice_straddles_zero(
     assert found[0][1].low < 0 < found[0][1].high and found[0][1].mean == pytest.approx(0.003, abs=1e-9)
     # The next rate past an edge is the grid's own ratio at that edge, with the same other settings.
     tried = [Setting(lr, 0.9) for lr in (0.01, 0.02, 0.08)]
-    assert step_out(Setting(0.08, 0.9), tried) == Setting(0.32, 0.9)
-    assert step_out(Setting(0.01, 0.9), tried) == Setting(0.005, 0.9)
-    assert step_out(Setting(0.02, 0.9), tried) is None  # interior
-    assert step_out(Setting(5.0, 0.9), [Setting(2.0, 0.9), Setting(5.0, 0.9)]) is None  # 12.5 is past the limit
-    assert step_out(Setting(0.5, 0.0), tried + [Setting(0.5, 0.0)]) is None  # a single rate at its momentum
+    assert step_outs(Setting(0.08, 0.9), tried) == [Setting(0.32, 0.9)]
+    assert step_outs(Setting(0.01, 0.9), tried) == [Setting(0.005, 0.9)]
+    assert step_outs(Setting(0.02, 0.9), tried) == []  # interior
+    assert step_outs(Setting(5.0, 0.9), [Setting(2.0, 0.9), Setting(5.0, 0.9)]) == []  # 12.5: past the limit
+    assert step_outs(Setting(0.5, 0.0), tried + [Setting(0.5, 0.0)]) == []  # a single rate at its momentum
 
 
 def test_an_outer_rate_at_the_edge_of_its_grid_grows_too():

@@ -56,11 +56,10 @@ def algorithm_files(algos: Iterable[str], root: Path | None = None) -> set[str]:
     return found
 
 
-def digests(root: Path | None = None, algos: Iterable[str] | None = None) -> dict[str, str]:
+def digests(root: Path | None = None, mine: set[str] | None = None) -> dict[str, str]:
     """path (in the package) -> the first 12 hex digits of its SHA-256, for every source file of PARTS
-    (of the algorithms, with ``algos``, only the files they are made of)."""
+    (of the algorithms, with ``mine``, only those files: ``algorithm_files``)."""
     base = package(root)
-    mine = None if algos is None else algorithm_files(algos, base)
     out = {}
     for path in sorted(base.rglob("*.py")):
         rel = path.relative_to(base).as_posix()
@@ -84,7 +83,7 @@ def record(commits: Iterable[tuple[str, bool]], algos: Iterable[str] | None = No
     digest (of the algorithms, those ``algos`` are made of). ``before``: the record of an earlier
     invocation whose runs this one kept: its digests stand where they differ (those runs were made
     with that code), so a study resumed or only reported after the code changed still says so."""
-    files = digests(root, algos)
+    files = digests(root, None if algos is None else algorithm_files(algos, root))
     then = before.get("files") if isinstance(before, Mapping) else None
     if isinstance(then, Mapping):
         files.update({rel: str(d) for rel, d in then.items() if rel in files})
@@ -103,9 +102,9 @@ def stale(recorded: Mapping[str, Any], algos: Iterable[str] | None = None, root:
     then = recorded.get("files") if isinstance(recorded, Mapping) else None
     if not isinstance(then, Mapping):
         return [NO_RECORD]
-    now = digests(root, algos)
-    if algos is not None:  # a record made before records were scoped holds every algorithm's files
-        mine = algorithm_files(algos, root)
+    mine = None if algos is None else algorithm_files(algos, root)
+    now = digests(root, mine)
+    if mine is not None:  # a record made before records were scoped holds every algorithm's files
         then = {rel: d for rel, d in then.items() if part_of(rel) != "algorithms" or rel in mine}
     changed = sorted(rel for rel in set(then) | set(now) if then.get(rel) != now.get(rel))
     return [f"{part_of(rel)}: {rel}" + ("" if rel in now else " (removed)") + ("" if rel in then else " (new)")

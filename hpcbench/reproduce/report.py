@@ -9,6 +9,7 @@ from typing import Any
 from tabulate import tabulate
 
 from hpcbench.reproduce.claims import CLAIMS, crossing, diloco, gap_aware, jin, sgp
+from hpcbench.reproduce.findings import spent
 from hpcbench.reproduce.protocol import OWN_LR, ArmResult, Recipe, arm_text
 from hpcbench.reproduce.studies import DILOCO_PERIODS, VAL_FRACTION, Study, mpi_args
 from hpcbench.reproduce.verdicts import Cell, ClaimVerdict, Verdict
@@ -200,8 +201,6 @@ def chosen_text(arm: ArmResult) -> str:
 def how_run(notes: dict[str, Any]) -> str:
     """How many runs this invocation ran, and in what time; runs kept from an earlier one say so (and,
     where this one only reported, the time the invocations that ran them took)."""
-    from hpcbench.reproduce.findings import spent
-
     runs, kept, jobs, elapsed_s = notes["runs"], notes["kept"], notes["jobs"], notes["elapsed_s"]
     if kept == runs:
         took = spent(notes)

@@ -149,11 +149,6 @@ def step_outs(chosen: Setting, tried: Iterable[Setting]) -> list[Setting]:
     return out
 
 
-def step_out(chosen: Setting, tried: Iterable[Setting]) -> Setting | None:
-    """The first of ``step_outs`` (the rate's before the outer rate's), or None."""
-    return next(iter(step_outs(chosen, tried)), None)
-
-
 def past_edges(choices: Mapping[Any, tuple[Setting, Collection[Setting]]]) -> dict[Any, Setting]:
     """For each group (key → its choice and the settings it tried) whose choice sits at an edge, the
     first untried setting past it (``step_outs``): what ``tune`` and a study run before choosing again."""
