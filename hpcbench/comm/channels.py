@@ -33,9 +33,14 @@ class Channel:
         return len(self.sources) - 1
 
     def _take(self, i: int) -> tuple[int, np.ndarray]:
-        data = self.bufs[i]
-        self.bufs[i], self.reqs[i] = self._receive(self.sources[i])
-        return self.sources[i], data
+        src, data = self.sources[i], self.bufs[i]
+        self.reqs[i] = MPI.REQUEST_NULL  # (done: MPI made it so) nothing more to hand over from this one
+        try:
+            self.bufs[i], self.reqs[i] = self._receive(src)
+        except MPI.Exception:  # the source failed: its next receive cannot be posted; this message stands
+            self.arrived.append((src, data))
+            raise
+        return src, data
 
     def poll_any(self) -> tuple[int, np.ndarray] | None:
         if self.arrived:
@@ -54,17 +59,20 @@ class Channel:
         return self._take(i) if self.reqs[i].Test() else None
 
     def forget(self, src: int) -> None:
-        """``src`` has failed: drop its receive, keeping a message that had come."""
+        """``src`` has failed: drop its receive, keeping a message that had come. A receive that
+        ended already (taken, or failed with its source) holds nothing: its buffer's bytes are stale."""
         if src not in self.sources:
             return
         i = self.sources.index(src)
+        req, self.reqs[i] = self.reqs[i], MPI.REQUEST_NULL
+        if req == MPI.REQUEST_NULL:  # (a test of it would say "done")
+            return
         try:
-            done = self.reqs[i].Test()
+            done = req.Test()
         except MPI.Exception:
             done = False
         if done:
             self.arrived.append((src, self.bufs[i]))
-        self.reqs[i] = MPI.REQUEST_NULL
 
     def close(self) -> None:
         for req in self.reqs:
