@@ -71,6 +71,17 @@ def test_findings_are_written_from_the_verdicts_and_follow_them(tmp_path, capsys
     assert "The ratio is bounded" not in text and "the study was run again" in text
 
 
+def test_a_resilience_study_is_written_with_its_claims_and_each_cells_interval_over_seeds(tmp_path):
+    pairs = [{"seed": k, "goodput": 1000.0, "goodput_failing": 900.0 + 10 * k, "accuracy": 0.70,
+              "accuracy_failing": 0.70 - 0.01 * k} for k in range(3)]
+    v = {**verdict(), "study": "resilience", "failures_per_run": 2,
+         "cells": [{"algo": "gossip", "workers": 8, "seeds": pairs}]}
+    text = "\n".join(findings.study_section("resilience", v, None))
+    assert "| claim" in text and "SGP within about a point" in text  # the claims, as every study's
+    # kept 0.90, 0.91, 0.92: 0.910 ± t(2)·0.01/√3 = 0.025; lost 0, 1, 2 pts: +1.00 ± 2.48
+    assert "| 8         | 0.910 ± 0.025 | +1.00 ± 2.48  |" in text, text
+
+
 def test_a_readings_links_reach_from_findings_md_what_they_reach_from_the_reading():
     text = "[r](report.md), [m](../../measurements.md#x), [w](https://example.org/a), [h](#top)"
     assert findings.relinked(text, "sgp") == ("[r](reproduce/sgp/report.md), [m](measurements.md#x), "
@@ -92,9 +103,10 @@ def test_a_verdict_that_is_not_one_is_one_line(tmp_path, capsys):
 @given(st.recursive(st.none() | st.booleans() | st.floats(allow_nan=False) | st.text(max_size=5),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
                         st.sampled_from(["arms", "claims", "cells", "name", "accuracy", "evidence", "headline",
-                                         "workers", "algo", "variant", "short", "family", "outcome", "wall"]),
+                                         "workers", "algo", "variant", "short", "family", "outcome", "wall",
+                                         "seeds", "goodput", "goodput_failing", "accuracy_failing"]),
                         inner, max_size=4), max_leaves=12),
-       st.sampled_from(["arms", "claims", "headline", "command", "made_with"]))
+       st.sampled_from(["arms", "claims", "headline", "command", "made_with", "cells", "failures_per_run"]))
 def test_whatever_a_verdict_file_holds_findings_writes_it_or_refuses_in_one_line(tmp_path, capsys, junk, key):
     """A verdict.json edited by hand: its section is written, or the file is named in one line (exit 2);
     never a traceback."""

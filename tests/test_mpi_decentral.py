@@ -97,7 +97,7 @@ def test_osgp_drives_consensus_toward_zero_from_spread_out_starts(tmp_path):
                                                            ("osgp", ()), ("asgd", ())]))
 def test_a_slowed_worker_never_leaves_the_others_waiting(tmp_path, algo, extra):
     out = tmp_path / "slow.h5"
-    ok(mpirun(5, "run", "--algo", algo, "--steps", "20", "--stragglers", "0.25:4", *extra, "--out", str(out),
+    ok(mpirun(5, "run", "--algo", algo, "--steps", "20", "--stragglers", "0.25:8", *extra, "--out", str(out),
               timeout=120))
     rec = read_run(out)
     assert rec.evals["samples"][-1] == 4 * 20 * 32  # the shared budget, exactly
@@ -107,7 +107,7 @@ def test_a_slowed_worker_never_leaves_the_others_waiting(tmp_path, algo, extra):
     medians = {r: np.median((tl["t_end"] - tl["t_start"])[compute & (tl["rank"] == r)]) for r in range(1, 5)}
     [slow] = rec.attrs["config"]["straggler_ranks"]
     others = [m for r, m in medians.items() if r != slow]
-    # The straggler really was slowed (4× its own compute; a ratio well below 4 allows for a loaded
+    # The straggler really was slowed (8× its own compute; a ratio well below 8 allows for a loaded
     # machine, where the others' computes stretch too).
     assert medians[slow] > 1.5 * np.median(others) and medians[slow] == max(medians.values())
     if samples is not None and algo != "osgp":  # the others did not wait for it: they took more steps

@@ -53,7 +53,7 @@ def readable(name: str, value: dict[str, Any]) -> bool:
     try:
         findings.study_section(name, value, None)
         findings.summary_lines({name: value})
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError):
         return False
     return True
 

@@ -128,18 +128,30 @@ TIME_TEXT = {"jin": "time to the target accuracy (virtual seconds; never: not wi
 
 
 def resilience_table(cells: Sequence[Mapping[str, Any]]) -> str:
+    """Goodput kept and accuracy lost per size, a column each per algorithm, from each seed's pair of runs."""
     algos = list(dict.fromkeys(c["algo"] for c in cells))
-    by = {(c["workers"], c["algo"]): c for c in cells}
+    by = {(c["workers"], c["algo"]): c["seeds"] for c in cells}
     rows = []
     for n in sorted({c["workers"] for c in cells}):
         row: list[Any] = [n]
-        row += [f"{by[(n, a)]['goodput_kept']:.3f} ± {by[(n, a)]['goodput_kept_spread']:.3f}" if (n, a) in by else "-"
-                for a in algos]
-        row += [f"{100 * by[(n, a)]['accuracy_lost']:+.2f} ± {100 * by[(n, a)]['accuracy_lost_spread']:.2f}"
+        row += [mean_half([p["goodput_failing"] / p["goodput"] if p["goodput"] else math.nan for p in by[(n, a)]],
+                          1.0, 3) if (n, a) in by else "-" for a in algos]
+        row += [mean_half([p["accuracy"] - p["accuracy_failing"] for p in by[(n, a)]], 100.0, 2, "+")
                 if (n, a) in by else "-" for a in algos]
         rows.append(row)
     return tabulate(rows, headers=["workers"] + [f"{a} kept" for a in algos] + [f"{a} lost" for a in algos],
                     tablefmt="github", disable_numparse=True)
+
+
+def mean_half(values: Sequence[float], scale: float, digits: int, sign: str = "") -> str:
+    """The mean over seeds ± half its 95% interval (the mean alone from one seed)."""
+    iv = interval(values)
+    text = f"{scale * iv.mean:{sign}.{digits}f}"
+    return text if math.isinf(iv.high) else f"{text} ± {scale * (iv.high - iv.mean):.{digits}f}"
+
+
+RESILIENCE_CELLS = ("Goodput kept (samples/s with failures over without, the same seed) and final accuracy lost "
+                    "(points; negative: better with the failures), mean over seeds ± half its 95% interval:")
 
 
 def command(name: str, v: Mapping[str, Any]) -> str:
@@ -176,7 +188,8 @@ def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: S
         what = "final test accuracy (%), mean over seeds ± half its 95% interval"
         if name in TIME:
             what += f"; in brackets the {TIME_TEXT[name]}"
-        lines += [f"Each arm's cells ({what}):", "", cells_table(v, TIME.get(name)), ""]
+        lines += ([RESILIENCE_CELLS, "", resilience_table(v.get("cells", [])), ""] if "failures_per_run" in v else
+                  [f"Each arm's cells ({what}):", "", cells_table(v, TIME.get(name)), ""])
     elif v.get("arms") and "checks" in v["arms"][0]:  # a verdict per arm, from before claims were judged apart
         mark = {True: "holds", False: "does not hold", None: "cannot tell"}
         lines += ["Run before each claim got a verdict of its own (one verdict per arm, from half the range over "
@@ -189,9 +202,7 @@ def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: S
     else:  # the resilience studies: a verdict per family
         lines += [f"- {c['family']} ({c['algorithm']}): **{c['outcome']}** — "
                   + "; ".join(f"{k['what']}: {k['numbers']}" for k in c.get("checks", [])) for c in v.get("claims", [])]
-        lines += ["", "Goodput kept (samples/s with failures over without, the same seed) and final accuracy lost "
-                  "(points; negative: better with the failures), mean over seeds ± half their range:", "",
-                  resilience_table(v.get("cells", [])), ""]
+        lines += ["", RESILIENCE_CELLS, "", resilience_table(v.get("cells", [])), ""]
     lines += [f"![{name}: {Path(plot).stem}](reproduce/{name}/{plot})" for plot in plots]
     if plots:
         lines.append("")

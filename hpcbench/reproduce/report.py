@@ -9,12 +9,12 @@ from typing import Any
 from tabulate import tabulate
 
 from hpcbench.reproduce.claims import CLAIMS, crossing, diloco, gap_aware, jin, sgp
-from hpcbench.reproduce.findings import spent
+from hpcbench.reproduce.findings import mean_half, spent
 from hpcbench.reproduce.protocol import OWN_LR, ArmResult, Recipe, arm_text
 from hpcbench.reproduce.studies import DILOCO_PERIODS, VAL_FRACTION, Study, mpi_args
-from hpcbench.reproduce.verdicts import Cell, ClaimVerdict, Verdict
+from hpcbench.reproduce.verdicts import Cell, ClaimVerdict
 from hpcbench.tuning.grid import Trial, ties
-from hpcbench.tuning.intervals import MIN_SEEDS
+from hpcbench.tuning.intervals import MIN_SEEDS, interval
 
 
 def judge(s: Study, cells: Sequence[Cell], network: str = "") -> list[ClaimVerdict]:
@@ -293,21 +293,21 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
 
 
 def resilience_table(cells: Sequence[Any]) -> str:
-    """One row per (size, algorithm): goodput without and with failures, what is kept, accuracy both ways."""
+    """One row per (size, algorithm): goodput without and with failures, what is kept, accuracy both ways
+    (what is kept and lost: mean over seeds ± half its 95% interval)."""
     rows = []
     for c in sorted(cells, key=lambda c: (c.workers, c.algo)):
         p = c.pairs
-        kept = f"{c.kept:.3f}" + (f" ± {c.kept_spread:.3f}" if len(p) > 1 else "")
-        lost = f"{100 * c.dropped:+.2f}" + (f" ± {100 * c.dropped_spread:.2f}" if len(p) > 1 else "")
         rows.append([c.workers, c.algo, f"{sum(x.goodput for x in p) / len(p):.0f}",
-                     f"{sum(x.goodput_failing for x in p) / len(p):.0f}", kept,
+                     f"{sum(x.goodput_failing for x in p) / len(p):.0f}", mean_half([x.kept for x in p], 1.0, 3),
                      f"{100 * sum(x.accuracy for x in p) / len(p):.1f}",
-                     f"{100 * sum(x.accuracy_failing for x in p) / len(p):.1f}", lost,
+                     f"{100 * sum(x.accuracy_failing for x in p) / len(p):.1f}",
+                     mean_half([x.dropped for x in p], 100.0, 2, sign="+"),
                      "-" if math.isnan(c.recovery_s) else f"{1e3 * c.recovery_s:.1f}",
                      f"{sum(x.lost for x in p) / len(p):g}", f"{sum(x.samples_lost for x in p) / len(p):.0f}"])
     return tabulate(rows, headers=["workers", "algorithm", "samples/s", "samples/s, failing", "goodput kept",
                                    "final acc %", "final acc %, failing", "acc lost (pts)", "recovery ms",
-                                   "workers lost", "samples lost"], tablefmt="github")
+                                   "workers lost", "samples lost"], tablefmt="github", disable_numparse=True)
 
 
 def resilience_plot(cells: Sequence[Any], path: Path) -> str:
@@ -325,9 +325,10 @@ def resilience_plot(cells: Sequence[Any], path: Path) -> str:
     for algo in sorted({c.algo for c in cells}):
         mine = sorted((c for c in cells if c.algo == algo), key=lambda c: c.workers)
         x = [c.workers for c in mine]
-        left.errorbar(x, [c.kept for c in mine], yerr=[c.kept_spread for c in mine], capsize=3, marker="o", label=algo)
-        right.errorbar(x, [100 * c.dropped for c in mine], yerr=[100 * c.dropped_spread for c in mine], capsize=3,
-                       marker="o", label=algo)
+        kept, lost = [[p.kept for p in c.pairs] for c in mine], [[100 * p.dropped for p in c.pairs] for c in mine]
+        left.errorbar(x, [c.kept for c in mine], yerr=[half(k) for k in kept], capsize=3, marker="o", label=algo)
+        right.errorbar(x, [100 * c.dropped for c in mine], yerr=[half(k) for k in lost], capsize=3, marker="o",
+                       label=algo)
     sizes = sorted({c.workers for c in cells})
     for ax, label in ((left, "goodput kept (with failures / without)"), (right, "final accuracy lost (pts)")):
         ax.set_xscale("log", base=2)
@@ -336,43 +337,57 @@ def resilience_plot(cells: Sequence[Any], path: Path) -> str:
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
-    fig.suptitle("What losing workers costs each family")
+    fig.suptitle("What losing workers costs each family (bars: 95% intervals over seeds)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path.name
 
 
-def resilience_markdown(s: Study, cells: Sequence[Any], verdicts: dict[str, Verdict], outcome: str, recipe: Recipe,
+def half(values: Sequence[float]) -> float:
+    """Half the 95% interval of the mean over seeds (0 from one seed: no bar)."""
+    iv = interval(values)
+    return 0.0 if math.isinf(iv.high) else iv.high - iv.mean
+
+
+def resilience_markdown(s: Study, cells: Sequence[Any], arm: ArmResult, outcome: str, recipe: Recipe,
                         recipe_trials: Sequence[Trial], notes: dict[str, Any], plotted: str) -> str:
-    from hpcbench.reproduce.resilience import FAILURES, FAMILIES, SHRINKING
+    from hpcbench.reproduce.resilience import ACCURACY_POINTS, FAILURES, SHRINKING
 
     proto = protocol(s, notes["preset"], recipe, notes["mode"])
     label = f" ({caveat(notes).split(':')[0]})" if caveat(notes) else ""
-    lines = [f"# {s.title}{label}", "", f"**Claim.** {s.claim}", "", f"**Verdict: {verdict_line(outcome, notes)}.**",
+    first = arm.claims[0].claim
+    lines = [f"# {s.title}{label}", "", f"**In short: {verdict_line(outcome, notes)}.**", "", claims_table([arm]), "",
+             "## The claim", "", f"\"{s.claim}\" ({first.source}). {first.paper.capitalize()}.", "",
+             f"Each family's algorithm is tested against the shrinking {SHRINKING} on two claims, a row per size:",
              ""]
-    lines += [f"- {family} ({algo}) against the shrinking {SHRINKING}: **{verdicts[family].outcome}**"
-              for algo, family in FAMILIES.items()]
+    for cv in arm.claims:
+        lines.append(f"- **{cv.claim.short}** (tested: {cv.claim.test}): **{cv.summary()}** — " + "; ".join(
+            f"{e.where + ': ' if e.where else ''}{e.numbers}" + (f" ({e.outcome})" if len(cv.evidence) > 1 else "")
+            for e in cv.evidence))
     lines += ["", f"![resilience]({plotted})" if plotted.endswith(".png") else f"({plotted})", "",
               resilience_table(cells) if cells else "(no run finished)", ""]
-    for algo, family in FAMILIES.items():
-        lines += [f"## {family}: {algo}", "", f"Verdict: **{verdicts[family].outcome}**.", ""]
-        lines += verdicts[family].lines() + [""]
     lines += ["## Protocol", "",
               f"- task: {proto['task']}; budget {proto['budget_epochs']:g} epochs; seeds "
               f"{', '.join(map(str, proto['seeds']))}", f"- schedule: {proto['schedule']}",
               f"- recipe, tuned on validation without failures: {proto['recipe']}: **{recipe.best.label()}**, shared "
-              "by every algorithm",
+              "by every algorithm" + recipe_ties(recipe_trials),
               f"- failures: every cell runs without failures, then with {FAILURES} workers (drawn from the seed) "
               "killed at equal intervals of its failure-free duration T: one per (n·T)/"
               f"{FAILURES} of node time. The fixed sample budget takes about the same node time at every size, so "
               "the node MTBF is about the same at every size and the share of workers lost falls as n grows.",
               "- goodput kept: samples per second (of the samples whose work the run kept) with failures over "
               "without, the same seed; accuracy lost: final test accuracy without failures minus with; ± half "
-              "the range over seeds",
-              "- verdict rule: per family, its algorithm keeps more goodput than all-reduce at every size, beyond "
-              "the larger spread (at least 0.01), and loses no more accuracy (within the spread, at least 0.5 "
-              "pts); the claim holds when it holds for every family", "", recipe_table(recipe_trials, recipe), ""]
+              "the 95% interval over seeds",
+              "- verdict rule: per claim and size, the 95% t interval over seeds of the paired difference (the "
+              f"algorithm against {SHRINKING}, the same seed): it holds where the whole interval is above 0 "
+              f"(goodput kept) or above −{100 * ACCURACY_POINTS:g} pts (accuracy lost, {SHRINKING}'s minus the "
+              "algorithm's), does not hold where it is wholly below, and is inconclusive where it straddles it or "
+              "rests on fewer than 3 seeds; a claim holds where every size holds. A seed whose run with failures "
+              "ended before them is left out, and the row says so."
+              + (" In the simulator goodput is its cost model's: a goodput claim it does not bear out is "
+                 "\"not reproduced by the model\"." if notes["mode"] == "sim" else ""), "",
+              recipe_table(recipe_trials, recipe), ""]
     run_args = s.run_args(notes["preset"])
     run_args = run_args if notes["mode"] == "sim" else mpi_args(run_args)
     lines += ["## How it was measured", "", f"- command: `{notes['command']}` ({notes['preset']} sizes, "

@@ -18,7 +18,7 @@ import numpy as np
 
 from hpcbench.errors import UsageError
 from hpcbench.report.strict_json import dumps
-from hpcbench.reproduce import made_with, report
+from hpcbench.reproduce import made_with, report, resilience
 from hpcbench.reproduce import network as emulated_network
 from hpcbench.reproduce.protocol import (
     SEQUENTIAL,
@@ -34,7 +34,7 @@ from hpcbench.reproduce.protocol import (
 )
 from hpcbench.reproduce.studies import PRESETS, Study, mpi_args, study
 from hpcbench.reproduce.verdicts import Cell, ClaimVerdict
-from hpcbench.results.store import commit_of, result_status, step_cap_of
+from hpcbench.results.store import commit_of, read_run, result_status, step_cap_of
 from hpcbench.telemetry.progress_line import clock_text
 from hpcbench.tuning.execute import MODES, Job, run_jobs
 from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, at_edge, choose, past_edges, ties
@@ -101,7 +101,6 @@ def calibrate_compute(out_dir: Path, s: Study, preset: str, timeout: float) -> t
     import subprocess
 
     from hpcbench.launch.local import run_ranks, why_failed
-    from hpcbench.results.store import read_run
     from hpcbench.runtime.sim.calibrate import calibrate
 
     path = out_dir / "calibration-allreduce-n2.h5"
@@ -133,7 +132,6 @@ def trials(runs: Sequence[Planned], scores: Mapping[Path, float]) -> list[Trial]
 
 def cell_of(cell: CellKey, paths: Sequence[Path], target: float, seeds: Sequence[int] = ()) -> Cell:
     """A cell over its seeds, from the result files read back (test accuracy on the whole test set)."""
-    from hpcbench.results.store import read_run
     from hpcbench.telemetry.summary import time_to_target
 
     acc, ttt, wall, gaps, moved = [], [], [], [], []
@@ -424,8 +422,6 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
                          jobs: int, seeds: Sequence[int] = ()) -> int:
     """The resilience study: the recipe on validation without failures, every cell without failures, then
     with the schedule each one's failure-free run gives it (``reproduce.resilience``)."""
-    from hpcbench.reproduce import resilience
-
     if mode == "mpi":
         from hpcbench.launch.local import fault_tolerance, mpiexec_path
 
@@ -460,8 +456,6 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
 
     print(f"\nstage 3: the same, each run losing {resilience.FAILURES} workers over its failure-free duration",
           flush=True)
-    from hpcbench.results.store import read_run
-
     failing = {}
     for k, r in calm.items():
         if outcome.get(r.job.path) == "":
@@ -470,47 +464,70 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
                                  ("--set", f"fault={fault}"))
     kept += sum(result_status(r.job.path) == "ok" for r in failing.values())
     outcome.update(run_jobs([r.job for r in failing.values()], mode, jobs, timeout))
+    if mode == "mpi":
+        failing.update(again(s, preset, runs, recipe, failing, outcome, timeout))
     found = resilience_cells(calm, failing, outcome)
-    verdicts = resilience.judge(found)
-    outcome_text = resilience.overall(verdicts)
+    arm = ArmResult(s.arms[0], (), {}, tuple(resilience.judge(found, modelled=mode == "sim")))
+    outcome_text = headline([arm])
+    elapsed = time.monotonic() - t0
     failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
-    notes = {"preset": preset, "mode": mode, "elapsed_s": time.monotonic() - t0, "runs": len(outcome), "kept": kept,
-             **capped(outcome), "jobs": jobs if mode == "sim" else 1, "failed": failed,
-             "command": command_line(s.name, out_dir, preset, mode, seeds=seeds),
+    at_once = jobs if mode == "sim" else 1
+    before = earlier(out / "verdict.json", s.name, preset) if kept else {}
+    ran = len(outcome)
+    notes = {"preset": preset, "mode": mode, "elapsed_s": elapsed, "runs": ran, "kept": kept, **capped(outcome),
+             "jobs": at_once, "invocations": invocations(before, elapsed, ran - kept, at_once),
+             "failed": failed, "command": command_line(s.name, out_dir, preset, mode, seeds=seeds),
              "setup": s.setup if mode == "sim" else f"{MPI_SETUP} Open MPI launched with ULFM (mpirun --with-ft "
              "ulfm) keeps the survivors going; ranks beyond this machine's cores share them, so a failed worker's "
              "core goes to the others."}
     plotted = report.resilience_plot(found, out / "resilience.png")
-    text = report.resilience_markdown(s, found, verdicts, outcome_text, recipe, recipe_trials, notes, plotted)
+    text = report.resilience_markdown(s, found, arm, outcome_text, recipe, recipe_trials, notes, plotted)
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "verdict.json").write_text(dumps({
-        "study": s.name, "outcome": outcome_text, "verdict": report.verdict_line(outcome_text, notes),
+        "study": s.name, "title": s.title, "preset": preset, "headline": outcome_text,
+        "verdict": report.verdict_line(outcome_text, notes), "claims": claims_record([arm]),
         "protocol": report.protocol(s, preset, recipe, mode), "failures_per_run": resilience.FAILURES,
         "recipe_grid": [{"setting": t.setting.values(), "val_accuracy": list(t.val), "chosen": t.setting == recipe.best}
                         for t in recipe_trials],
-        "claims": [{"family": family, "algorithm": algo, "outcome": verdicts[family].outcome,
-                    "checks": [asdict(c) for c in verdicts[family].checks]}
-                   for algo, family in resilience.FAMILIES.items()],
-        "cells": [{"algo": c.algo, "workers": c.workers, "goodput_kept": c.kept, "goodput_kept_spread": c.kept_spread,
-                   "accuracy_lost": c.dropped, "accuracy_lost_spread": c.dropped_spread, "recovery_s": c.recovery_s,
-                   "seeds": [asdict(p) for p in c.pairs]} for c in found],
-        **notes}, indent=1), encoding="utf-8")
+        "arms": [{"name": arm.name, "what": arm_text(arm.name)}],
+        "cells": [{"algo": c.algo, "workers": c.workers, "goodput_kept": c.kept, "accuracy_lost": c.dropped,
+                   "recovery_s": finite(c.recovery_s), "seeds": [asdict(p) for p in c.pairs]} for c in found],
+        **notes,
+        "made_with": made_with.record((commit_of(p) for p in outcome if not outcome[p]), s.algorithms(),
+                                      before=before.get("made_with"))}, indent=1), encoding="utf-8")
     print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
     return 1 if failed else 0
+
+
+def again(s: Study, preset: str, runs: Path, recipe: Recipe, failing: Mapping[tuple[str, int, int], Planned],
+          outcome: dict[Path, str], timeout: float) -> dict[tuple[str, int, int], Planned]:
+    """Real runs with failures that ended before them (this run went faster than the one its schedule was
+    timed on), run once more with the schedule over their own duration; → those runs."""
+    redo = {}
+    for k, r in failing.items():
+        if outcome.get(r.job.path) != "":
+            continue
+        summary = read_run(r.job.path).summary
+        if int(summary["workers_lost"]) < min(resilience.FAILURES, k[1] - 1):
+            fault = resilience.schedule(k[1], float(summary["wall_s"]), k[2])
+            r.job.path.unlink()
+            redo[k] = planned(s, preset, runs, (k[0], k[1], "failures"), recipe.best, k[2], "mpi",
+                              ("--set", f"fault={fault}"))
+    if redo:
+        print(f"{len(redo)} run(s) ended before their failures: run again over their own duration", flush=True)
+        outcome.update(run_jobs([r.job for r in redo.values()], "mpi", 1, timeout))
+    return redo
 
 
 def resilience_cells(calm: Mapping[tuple[str, int, int], Planned], failing: Mapping[tuple[str, int, int], Planned],
                      outcome: Mapping[Path, str]) -> list:
     """Each (algorithm, workers) over the seeds whose two runs both finished, read back."""
-    from hpcbench.reproduce.resilience import Pair, ResilienceCell
-    from hpcbench.results.store import read_run
-
-    pairs: dict[tuple[str, int], list[Pair]] = {}
+    pairs: dict[tuple[str, int], list[resilience.Pair]] = {}
     for key, run in failing.items():
         if outcome.get(run.job.path) != "":
             continue
         a, b = read_run(calm[key].job.path).summary, read_run(run.job.path).summary
-        pairs.setdefault(key[:2], []).append(Pair(
-            float(a["samples_per_s"]), float(b["samples_per_s"]), float(a["final_accuracy"]),
+        pairs.setdefault(key[:2], []).append(resilience.Pair(
+            key[2], float(a["samples_per_s"]), float(b["samples_per_s"]), float(a["final_accuracy"]),
             float(b["final_accuracy"]), float(b["recovery_s"]), int(b["workers_lost"]), int(b["samples_lost"])))
-    return [ResilienceCell(a, n, tuple(p)) for (a, n), p in sorted(pairs.items())]
+    return [resilience.ResilienceCell(a, n, tuple(p)) for (a, n), p in sorted(pairs.items())]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from statistics import mean
 
 from hpcbench.tuning.intervals import MIN_SEEDS, Interval, paired
@@ -165,30 +165,3 @@ def within(claim: Claim, where: str, a: Cell, ref: Cell, points: float, floor: f
         return Evidence(where, UNCLEAR, f"{numbers}; {ref.algo} itself ends below {100 * floor:.0f}%, so "
                         "matching it says nothing", iv)
     return row(claim, where, iv, iv.side(-points), numbers)
-
-
-# --- the resilience study's checks (reproduce.resilience) ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Check:
-    what: str
-    result: bool | None
-    numbers: str
-
-
-@dataclass(frozen=True)
-class Verdict:
-    outcome: str
-    checks: tuple[Check, ...] = field(default_factory=tuple)
-
-    def lines(self) -> list[str]:
-        mark = {True: "holds", False: "does not hold", None: "cannot tell"}
-        return [f"- {c.what}: **{mark[c.result]}** ({c.numbers})" for c in self.checks]
-
-
-def combine(checks: Sequence[Check]) -> Verdict:
-    results = [c.result for c in checks]
-    outcome = FAILS if False in results else HOLDS if results and all(r is True for r in results) else UNCLEAR
-    return Verdict(outcome, tuple(checks))
-
