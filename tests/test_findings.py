@@ -173,6 +173,27 @@ def test_a_study_ages_only_with_the_algorithm_files_its_runs_are_made_of(tmp_pat
     assert made_with.stale(scoped, ga, root) == ["algorithms: algorithms/rules.py"]
 
 
+def test_a_simulated_study_does_not_age_with_the_mpi_transport_and_a_real_run_study_does(tmp_path):
+    """The simulator does not run comm/'s channels: a change there ages the real-run study only; a change
+    to the runtime the simulator shares (its result-file record) ages both. A record made before
+    records were scoped (every transport file) is judged the same way."""
+    import shutil
+
+    import hpcbench
+
+    root = tmp_path / "hpcbench"
+    shutil.copytree(Path(hpcbench.__file__).parent, root, ignore=shutil.ignore_patterns("__pycache__"))
+    simulated, real = made_with.record([], None, root, simulated=True), made_with.record([], None, root)
+    assert "comm/channels.py" in real["files"] and "comm/channels.py" not in simulated["files"]
+    assert "runtime/record.py" in simulated["files"] and "runtime/sim/engine.py" in simulated["files"]
+    (root / "comm" / "channels.py").write_text("# changed\n", encoding="utf-8")
+    assert made_with.stale(simulated, None, root, simulated=True) == []
+    assert made_with.stale(real, None, root, simulated=True) == []  # (an unscoped record of a simulated study)
+    assert made_with.stale(real, None, root) == ["transport: comm/channels.py"]
+    (root / "runtime" / "record.py").write_text("# changed\n", encoding="utf-8")
+    assert made_with.stale(simulated, None, root, simulated=True) == ["transport: runtime/record.py"]
+
+
 @pytest.mark.parametrize("part, path", [("simulator", "runtime/sim/engine.py"), ("transport", "comm/mpi.py"),
                                         ("transport", "runtime/driver.py"), ("algorithms", "algorithms/rules.py"),
                                         ("measurement", "results/store.py"), (None, "report/html.py"),

@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         changed = 0
         for name, v in findings.ordered(verdicts):
             study = STUDIES.get(str(v.get("study")))  # unknown: every algorithm's files count
-            files = made_with.stale(v.get("made_with") or {}, study.algorithms() if study else None)
+            files = made_with.stale(v.get("made_with") or {}, study.algorithms() if study else None,
+                                    simulated=v.get("mode", "sim") == "sim")
             changed += bool(files)
             if files == [made_with.NO_RECORD]:
                 print(f"{name}: run it again: its verdict has {made_with.NO_RECORD}")

@@ -116,7 +116,8 @@ def judge(cells: Sequence[ResilienceCell], modelled: bool = True) -> list[ClaimV
         for n in sorted(n for (a, n) in by if a == algo and (SHRINKING, n) in by):
             mine, theirs = by[(algo, n)].whole(), by[(SHRINKING, n)].whole()
             seeds = sorted(set(mine) & set(theirs))
-            short = len({p.seed for p in by[(algo, n)].pairs} | {p.seed for p in by[(SHRINKING, n)].pairs}) - len(seeds)
+            ran = {p.seed for p in by[(algo, n)].pairs} & {p.seed for p in by[(SHRINKING, n)].pairs}
+            short = len(ran) - len(seeds)
             note = f"; {short} seed{'s' * (short > 1)} left out: a run ended before its failures" if short else ""
             if not seeds:
                 none = Evidence(f"n={n}", UNCLEAR, "every seed's run with failures ended before them (give the runs "

@@ -331,7 +331,7 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
                   "ties": list(a.ties)} for a in arms],
         **{k: v for k, v in notes.items() if k != "emulated"},
         "made_with": made_with.record((commit_of(p) for p in outcome if not outcome[p]), s.algorithms(),
-                                      before=before.get("made_with")),
+                                      before=before.get("made_with"), simulated=mode == "sim"),
         "emulated": emulated_network.as_json(points)}, indent=1), encoding="utf-8")
     print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
     return 1 if failed else 0
@@ -494,7 +494,8 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
                    "recovery_s": finite(c.recovery_s), "seeds": [asdict(p) for p in c.pairs]} for c in found],
         **notes,
         "made_with": made_with.record((commit_of(p) for p in outcome if not outcome[p]), s.algorithms(),
-                                      before=before.get("made_with"))}, indent=1), encoding="utf-8")
+                                      before=before.get("made_with"), simulated=mode == "sim")},
+        indent=1), encoding="utf-8")
     print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
     return 1 if failed else 0
 
