@@ -128,12 +128,13 @@ def judge(cells: Sequence[ResilienceCell], modelled: bool = True) -> list[ClaimV
             a, b = [mine[k] for k in seeds], [theirs[k] for k in seeds]
             iv = paired([p.kept for p in a], [p.kept for p in b])
             goodput.append(row(keeps, f"n={n}", iv, iv.side(0.0),
-                               f"kept {mean_of(p.kept for p in a):.3f} vs {mean_of(p.kept for p in b):.3f}: "
-                               f"{iv.text(1.0, '', 3)}{note}"))
+                               f"kept: {algo} {mean_of(p.kept for p in a):.3f}, {SHRINKING} "
+                               f"{mean_of(p.kept for p in b):.3f}, difference {iv.text(1.0, '', 3)}{note}"))
             iv = paired([p.dropped for p in b], [p.dropped for p in a])
             accuracy.append(row(accurate, f"n={n}", iv, iv.side(-ACCURACY_POINTS),
-                                f"lost {100 * mean_of(p.dropped for p in a):+.2f} vs "
-                                f"{100 * mean_of(p.dropped for p in b):+.2f} pts: {pts(iv)}{note}"))
+                                f"accuracy lost: {algo} {100 * mean_of(p.dropped for p in a):+.2f}, {SHRINKING} "
+                                f"{100 * mean_of(p.dropped for p in b):+.2f} pts, {SHRINKING} − {algo} {pts(iv)}"
+                                f"{note}"))
         missing = f"no size where {algo} and {SHRINKING} both finished"
         out += [verdict(keeps, goodput, missing), verdict(accurate, accuracy, missing)]
     return out
