@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hpcbench.config import Faults
 from hpcbench.reproduce.resilience import FAMILIES, Pair, ResilienceCell, judge, schedule
 from hpcbench.reproduce.verdicts import FAILS, HOLDS, NOT_MODELLED, UNCLEAR
 from hpcbench.results.store import read_run
@@ -81,6 +82,34 @@ def test_a_constant_lead_holds_and_a_constant_lag_does_not_whatever_the_seeds_an
                                                for s in seeds))
     assert outcomes([ar, ahead])["gossip-goodput"].outcome == HOLDS
     assert outcomes([ar, behind])["gossip-goodput"].outcome == FAILS
+
+
+def test_a_real_run_that_ended_before_its_failures_runs_again_over_its_own_duration(tmp_path, monkeypatch):
+    """Real runs only: the run with failures that lost fewer workers than its schedule kills is run once
+    more, killed at equal intervals of its own duration; one that lost them all is left as it is."""
+    from types import SimpleNamespace
+
+    from hpcbench.reproduce import runner
+    from hpcbench.reproduce.protocol import Recipe
+    from hpcbench.reproduce.studies import study
+    from hpcbench.tuning.grid import Setting
+
+    s, best = study("resilience"), Setting(0.05, 0.9)
+    recipe = Recipe(best, {0.9: best})
+    failing = {(a, 4, 0): runner.planned(s, "toy", tmp_path, (a, 4, "failures"), best, 0, "mpi",
+                                         ("--set", f"fault={schedule(4, 3.0, 0)}")) for a in ("gossip", "easgd")}
+    for r in failing.values():
+        r.job.path.write_bytes(b"a result file")
+    lost = {"gossip": 0, "easgd": 2}  # gossip's run (2.4 s: faster than the 3 s one) ended before its failures
+    monkeypatch.setattr(runner, "read_run", lambda path: SimpleNamespace(summary={
+        "workers_lost": lost[path.name.split("-")[0]], "wall_s": 2.4}))
+    ran = []
+    monkeypatch.setattr(runner, "run_jobs", lambda jobs, *a: ran.extend(jobs) or {j.path: "" for j in jobs})
+    outcome = {r.job.path: "" for r in failing.values()}
+    again = runner.again(s, "toy", tmp_path, recipe, failing, outcome, 60.0)
+    assert list(again) == [("gossip", 4, 0)] and [j.path for j in ran] == [failing[("gossip", 4, 0)].job.path]
+    assert not ran[0].path.exists() and failing[("easgd", 4, 0)].job.path.exists()  # the short run's file goes
+    assert ran[0].cfg.fault == Faults.parse(schedule(4, 2.4, 0)) != failing[("gossip", 4, 0)].job.cfg.fault
 
 
 def test_the_toy_study_reports_what_its_files_say(tmp_path):

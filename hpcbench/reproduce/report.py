@@ -198,6 +198,12 @@ def chosen_text(arm: ArmResult) -> str:
     return text
 
 
+def rows_text(cv: ClaimVerdict) -> str:
+    """A claim's evidence rows in words, each with its outcome where there are several."""
+    return "; ".join(f"{e.where + ': ' if e.where else ''}{e.numbers}" + (f" ({e.outcome})" if len(cv.evidence) > 1
+                                                                         else "") for e in cv.evidence)
+
+
 def how_run(notes: dict[str, Any]) -> str:
     """How many runs this invocation ran, and in what time; runs kept from an earlier one say so (and,
     where this one only reported, the time the invocations that ran them took)."""
@@ -246,10 +252,7 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
                                            for label, cv in across] + [""]
     for a in arms:
         lines += [f"## Arm: {a.name}", "", f"What it runs: {arm_text(a.name)}.", ""]
-        for cv in a.claims:
-            lines.append(f"- {cv.claim.short}: **{cv.summary()}** — " + "; ".join(
-                f"{e.where + ': ' if e.where else ''}{e.numbers}" + (f" ({e.outcome})" if len(cv.evidence) > 1 else "")
-                for e in cv.evidence))
+        lines += [f"- {cv.claim.short}: **{cv.summary()}** — {rows_text(cv)}" for cv in a.claims]
         if s.name == "jin":
             lines += [f"- where the curves cross: {crossing(list(a.cells))}"]
         plot_file = plots.get(a.name, "")
@@ -361,10 +364,8 @@ def resilience_markdown(s: Study, cells: Sequence[Any], arm: ArmResult, outcome:
              "## The claim", "", f"\"{s.claim}\" ({first.source}). {first.paper.capitalize()}.", "",
              f"Each family's algorithm is tested against the shrinking {SHRINKING} on two claims, a row per size:",
              ""]
-    for cv in arm.claims:
-        lines.append(f"- **{cv.claim.short}** (tested: {cv.claim.test}): **{cv.summary()}** — " + "; ".join(
-            f"{e.where + ': ' if e.where else ''}{e.numbers}" + (f" ({e.outcome})" if len(cv.evidence) > 1 else "")
-            for e in cv.evidence))
+    lines += [f"- **{cv.claim.short}** (tested: {cv.claim.test}): **{cv.summary()}** — {rows_text(cv)}"
+              for cv in arm.claims]
     lines += ["", f"![resilience]({plotted})" if plotted.endswith(".png") else f"({plotted})", "",
               resilience_table(cells) if cells else "(no run finished)", ""]
     lines += ["## Protocol", "",
