@@ -199,7 +199,7 @@ def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: S
         lines += ["", "Each arm's cells (final test accuracy (%), mean over seeds ± half its 95% interval"
                   + (f"; in brackets the {TIME_TEXT[name]}" if name in TIME else "") + "):", "",
                   cells_table(v, TIME.get(name)), ""]
-    else:  # the resilience studies: a verdict per family
+    else:  # a resilience verdict from before its claims were judged apart: a verdict per family
         lines += [f"- {c['family']} ({c['algorithm']}): **{c['outcome']}** — "
                   + "; ".join(f"{k['what']}: {k['numbers']}" for k in c.get("checks", [])) for c in v.get("claims", [])]
         lines += ["", RESILIENCE_CELLS, "", resilience_table(v.get("cells", [])), ""]
