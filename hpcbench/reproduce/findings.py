@@ -90,9 +90,7 @@ def claims_table(v: Mapping[str, Any]) -> str:
 
 def acc(values: Sequence[float]) -> str:
     """Mean final accuracy (%) ± half its 95% interval over seeds."""
-    iv = interval(values)
-    half = "" if math.isinf(iv.high) else f" ± {100 * (iv.high - iv.mean):.1f}"
-    return f"{100 * iv.mean:.1f}{half}"
+    return mean_half(values, 100.0, 1)
 
 
 def seconds(values: Sequence[float]) -> str:
@@ -147,7 +145,7 @@ def mean_half(values: Sequence[float], scale: float, digits: int, sign: str = ""
     """The mean over seeds ± half its 95% interval (the mean alone from one seed)."""
     iv = interval(values)
     text = f"{scale * iv.mean:{sign}.{digits}f}"
-    return text if math.isinf(iv.high) else f"{text} ± {scale * (iv.high - iv.mean):.{digits}f}"
+    return text if math.isinf(iv.half) else f"{text} ± {scale * iv.half:.{digits}f}"
 
 
 RESILIENCE_CELLS = ("Goodput kept (samples/s with failures over without, the same seed) and final accuracy lost "

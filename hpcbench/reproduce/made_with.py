@@ -79,6 +79,12 @@ def scope(algos: Iterable[str] | None, simulated: bool, root: Path | None = None
     return out
 
 
+def in_scope(rel: str, scoped: Mapping[str, set[str]]) -> bool:
+    """Whether ``rel`` is a file of a part (every file, for a part ``scoped`` does not name)."""
+    part = part_of(rel)
+    return part is not None and (part not in scoped or rel in scoped[part])
+
+
 def digests(root: Path | None = None, scoped: Mapping[str, set[str]] | None = None) -> dict[str, str]:
     """path (in the package) -> the first 12 hex digits of its SHA-256, for every source file of PARTS
     (of a part in ``scoped``, only its files there: ``scope``)."""
@@ -86,8 +92,7 @@ def digests(root: Path | None = None, scoped: Mapping[str, set[str]] | None = No
     out = {}
     for path in sorted(base.rglob("*.py")):
         rel = path.relative_to(base).as_posix()
-        part = part_of(rel)
-        if part is not None and (part not in scoped or rel in scoped[part]):
+        if in_scope(rel, scoped):
             out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     return out
 
@@ -130,7 +135,7 @@ def stale(recorded: Mapping[str, Any], algos: Iterable[str] | None = None, root:
     scoped = scope(algos, simulated, root)
     now = digests(root, scoped)
     # a record made before records were scoped holds every file of a part
-    then = {rel: d for rel, d in then.items() if part_of(rel) not in scoped or rel in scoped[str(part_of(rel))]}
+    then = {rel: d for rel, d in then.items() if in_scope(rel, scoped)}
     changed = sorted(rel for rel in set(then) | set(now) if then.get(rel) != now.get(rel))
     return [f"{part_of(rel)}: {rel}" + ("" if rel in now else " (removed)") + ("" if rel in then else " (new)")
             for rel in changed]

@@ -313,6 +313,12 @@ def resilience_table(cells: Sequence[Any]) -> str:
                                    "workers lost", "samples lost"], tablefmt="github", disable_numparse=True)
 
 
+def bar(values: Sequence[float]) -> float:
+    """An error bar: half the 95% interval over seeds (none from one seed)."""
+    width = interval(values).half
+    return 0.0 if math.isinf(width) else width
+
+
 def resilience_plot(cells: Sequence[Any], path: Path) -> str:
     """Goodput kept and accuracy lost against the workers, an algorithm a line; → the file, or why none."""
     try:
@@ -329,8 +335,8 @@ def resilience_plot(cells: Sequence[Any], path: Path) -> str:
         mine = sorted((c for c in cells if c.algo == algo), key=lambda c: c.workers)
         x = [c.workers for c in mine]
         kept, lost = [[p.kept for p in c.pairs] for c in mine], [[100 * p.dropped for p in c.pairs] for c in mine]
-        left.errorbar(x, [c.kept for c in mine], yerr=[half(k) for k in kept], capsize=3, marker="o", label=algo)
-        right.errorbar(x, [100 * c.dropped for c in mine], yerr=[half(k) for k in lost], capsize=3, marker="o",
+        left.errorbar(x, [c.kept for c in mine], yerr=[bar(k) for k in kept], capsize=3, marker="o", label=algo)
+        right.errorbar(x, [100 * c.dropped for c in mine], yerr=[bar(k) for k in lost], capsize=3, marker="o",
                        label=algo)
     sizes = sorted({c.workers for c in cells})
     for ax, label in ((left, "goodput kept (with failures / without)"), (right, "final accuracy lost (pts)")):
@@ -345,12 +351,6 @@ def resilience_plot(cells: Sequence[Any], path: Path) -> str:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path.name
-
-
-def half(values: Sequence[float]) -> float:
-    """Half the 95% interval of the mean over seeds (0 from one seed: no bar)."""
-    iv = interval(values)
-    return 0.0 if math.isinf(iv.high) else iv.high - iv.mean
 
 
 def resilience_markdown(s: Study, cells: Sequence[Any], arm: ArmResult, outcome: str, recipe: Recipe,

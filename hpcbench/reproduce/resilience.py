@@ -15,7 +15,7 @@ goodput; it loses no more accuracy) from the paired 95% intervals over seeds, wi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import mean
 
@@ -29,10 +29,15 @@ SHRINKING = "allreduce"  # the synchronous method the claim compares with
 FAMILIES = {"ga-asgd": "parameter server", "easgd": "asynchronous averaging", "gossip": "gossip"}
 
 
+def killed(workers: int, count: int = FAILURES) -> int:
+    """The workers a schedule kills in a run on ``workers``: ``count``, at most all but one."""
+    return min(count, workers - 1)
+
+
 def schedule(workers: int, seconds: float, seed: int, count: int = FAILURES) -> str:
-    """``--set fault=`` for a run of ``seconds`` on ``workers``: ``count`` distinct workers (at most all
-    but one), drawn from the seed, killed at equal intervals of the run."""
-    count = min(count, workers - 1)
+    """``--set fault=`` for a run of ``seconds`` on ``workers``: ``killed`` distinct workers, drawn from
+    the seed, killed at equal intervals of the run."""
+    count = killed(workers, count)
     victims = np.random.default_rng([seed, 0xFA11]).choice(np.arange(1, workers + 1), size=count, replace=False)
     return ",".join(f"kill:{int(r)}@{seconds * (j + 1) / (count + 1):.4g}" for j, r in enumerate(victims))
 
@@ -82,7 +87,7 @@ class ResilienceCell:
     def whole(self) -> dict[int, Pair]:
         """The seeds whose run with failures lost every worker its schedule kills (one that ended first
         compares nothing), by seed."""
-        return {p.seed: p for p in self.pairs if p.lost >= min(FAILURES, self.workers - 1)}
+        return {p.seed: p for p in self.pairs if p.lost >= killed(self.workers)}
 
 
 ACCURACY_POINTS = 0.005  # "no more accuracy lost": within half a point
@@ -128,18 +133,13 @@ def judge(cells: Sequence[ResilienceCell], modelled: bool = True) -> list[ClaimV
             a, b = [mine[k] for k in seeds], [theirs[k] for k in seeds]
             iv = paired([p.kept for p in a], [p.kept for p in b])
             goodput.append(row(keeps, f"n={n}", iv, iv.side(0.0),
-                               f"kept: {algo} {mean_of(p.kept for p in a):.3f}, {SHRINKING} "
-                               f"{mean_of(p.kept for p in b):.3f}, difference {iv.text(1.0, '', 3)}{note}"))
+                               f"kept: {algo} {mean(p.kept for p in a):.3f}, {SHRINKING} "
+                               f"{mean(p.kept for p in b):.3f}, difference {iv.text(1.0, '', 3)}{note}"))
             iv = paired([p.dropped for p in b], [p.dropped for p in a])
             accuracy.append(row(accurate, f"n={n}", iv, iv.side(-ACCURACY_POINTS),
-                                f"accuracy lost: {algo} {100 * mean_of(p.dropped for p in a):+.2f}, {SHRINKING} "
-                                f"{100 * mean_of(p.dropped for p in b):+.2f} pts, {SHRINKING} − {algo} {pts(iv)}"
+                                f"accuracy lost: {algo} {100 * mean(p.dropped for p in a):+.2f}, {SHRINKING} "
+                                f"{100 * mean(p.dropped for p in b):+.2f} pts, {SHRINKING} − {algo} {pts(iv)}"
                                 f"{note}"))
         missing = f"no size where {algo} and {SHRINKING} both finished"
         out += [verdict(keeps, goodput, missing), verdict(accurate, accuracy, missing)]
     return out
-
-
-def mean_of(values: Iterable[float]) -> float:
-    xs = list(values)
-    return mean(xs) if xs else math.nan

@@ -301,16 +301,11 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
         points = emulated_network.run(s, out, preset, timeout)
     across = across_arms(s.name, arms)
     outcome_text = headline(arms, across)
-    elapsed = time.monotonic() - t0
-    failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
-    ran = len(outcome)
-    at_once = jobs if mode == "sim" else 1
-    before = earlier(out / "verdict.json", s.name, preset) if kept else {}  # none kept: all made now
-    notes = {"preset": preset, "mode": mode, "elapsed_s": elapsed, "runs": ran, "kept": kept, **capped(outcome),
-             "jobs": at_once, "invocations": invocations(before, elapsed, ran - kept, at_once),
-             "calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
+    before, notes = bookkeeping(out, s.name, preset, mode, t0, outcome, kept, jobs)
+    failed = notes["failed"]
+    notes |= {"calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
              "skipped": [f"{n} workers ({n + 1} ranks > --max-ranks {max_ranks})" for n in skipped],
-             "failed": failed, "command": command_line(name, out_dir, preset, mode, emulated, seeds, extensions),
+             "command": command_line(name, out_dir, preset, mode, emulated, seeds, extensions),
              "emulated": emulated_network.section(points) if points else []}
     plots = {a.name: report.plot(s, list(a.cells), out / f"{s.name}-{a.name.replace(' ', '-')}.png", a.name)
              for a in arms}
@@ -335,6 +330,19 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
         "emulated": emulated_network.as_json(points)}, indent=1), encoding="utf-8")
     print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
     return 1 if failed else 0
+
+
+def bookkeeping(out: Path, name: str, preset: str, mode: str, t0: float, outcome: Mapping[Path, str], kept: int,
+                jobs: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What every study's verdict says of how it ran: → (the verdict an earlier invocation wrote where
+    its runs were kept, or {}; the notes: preset, mode, time, runs, runs kept and failed, the cap, the
+    runs at a time and the invocations that ran them)."""
+    elapsed, ran, at_once = time.monotonic() - t0, len(outcome), jobs if mode == "sim" else 1
+    before = earlier(out / "verdict.json", name, preset) if kept else {}  # none kept: all made now
+    return before, {"preset": preset, "mode": mode, "elapsed_s": elapsed, "runs": ran, "kept": kept,
+                    **capped(outcome), "jobs": at_once,
+                    "invocations": invocations(before, elapsed, ran - kept, at_once),
+                    "failed": sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)}
 
 
 def earlier(previous: Path, name: str, preset: str) -> dict[str, Any]:
@@ -456,12 +464,8 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
 
     print(f"\nstage 3: the same, each run losing {resilience.FAILURES} workers over its failure-free duration",
           flush=True)
-    failing = {}
-    for k, r in calm.items():
-        if outcome.get(r.job.path) == "":
-            fault = resilience.schedule(k[1], float(read_run(r.job.path).summary["wall_s"]), k[2])
-            failing[k] = planned(s, preset, runs, (k[0], k[1], "failures"), recipe.best, k[2], mode,
-                                 ("--set", f"fault={fault}"))
+    failing = {k: with_failures(s, preset, runs, recipe, k, float(read_run(r.job.path).summary["wall_s"]), mode)
+               for k, r in calm.items() if outcome.get(r.job.path) == ""}
     kept += sum(result_status(r.job.path) == "ok" for r in failing.values())
     outcome.update(run_jobs([r.job for r in failing.values()], mode, jobs, timeout))
     if mode == "mpi":
@@ -469,14 +473,9 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
     found = resilience_cells(calm, failing, outcome)
     arm = ArmResult(s.arms[0], (), {}, tuple(resilience.judge(found, modelled=mode == "sim")))
     outcome_text = headline([arm])
-    elapsed = time.monotonic() - t0
-    failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
-    at_once = jobs if mode == "sim" else 1
-    before = earlier(out / "verdict.json", s.name, preset) if kept else {}
-    ran = len(outcome)
-    notes = {"preset": preset, "mode": mode, "elapsed_s": elapsed, "runs": ran, "kept": kept, **capped(outcome),
-             "jobs": at_once, "invocations": invocations(before, elapsed, ran - kept, at_once),
-             "failed": failed, "command": command_line(s.name, out_dir, preset, mode, seeds=seeds),
+    before, notes = bookkeeping(out, s.name, preset, mode, t0, outcome, kept, jobs)
+    failed = notes["failed"]
+    notes |= {"command": command_line(s.name, out_dir, preset, mode, seeds=seeds),
              "setup": s.setup if mode == "sim" else f"{MPI_SETUP} Open MPI launched with ULFM (mpirun --with-ft "
              "ulfm) keeps the survivors going; ranks beyond this machine's cores share them, so a failed worker's "
              "core goes to the others."}
@@ -500,6 +499,14 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
     return 1 if failed else 0
 
 
+def with_failures(s: Study, preset: str, runs: Path, recipe: Recipe, key: tuple[str, int, int], seconds: float,
+                  mode: str) -> Planned:
+    """The run with failures of cell ``key`` (algorithm, workers, seed): its schedule over ``seconds``."""
+    algo, n, seed = key
+    return planned(s, preset, runs, (algo, n, "failures"), recipe.best, seed, mode,
+                   ("--set", f"fault={resilience.schedule(n, seconds, seed)}"))
+
+
 def again(s: Study, preset: str, runs: Path, recipe: Recipe, failing: Mapping[tuple[str, int, int], Planned],
           outcome: dict[Path, str], timeout: float) -> dict[tuple[str, int, int], Planned]:
     """Real runs with failures that ended before them (this run went faster than the one its schedule was
@@ -509,11 +516,9 @@ def again(s: Study, preset: str, runs: Path, recipe: Recipe, failing: Mapping[tu
         if outcome.get(r.job.path) != "":
             continue
         summary = read_run(r.job.path).summary
-        if int(summary["workers_lost"]) < min(resilience.FAILURES, k[1] - 1):
-            fault = resilience.schedule(k[1], float(summary["wall_s"]), k[2])
+        if int(summary["workers_lost"]) < resilience.killed(k[1]):
             r.job.path.unlink()
-            redo[k] = planned(s, preset, runs, (k[0], k[1], "failures"), recipe.best, k[2], "mpi",
-                              ("--set", f"fault={fault}"))
+            redo[k] = with_failures(s, preset, runs, recipe, k, float(summary["wall_s"]), "mpi")
     if redo:
         print(f"{len(redo)} run(s) ended before their failures: run again over their own duration", flush=True)
         outcome.update(run_jobs([r.job for r in redo.values()], "mpi", 1, timeout))

@@ -36,6 +36,11 @@ class Interval:
     high: float
     n: int
 
+    @property
+    def half(self) -> float:
+        """Half its width (infinite with fewer than two seeds)."""
+        return self.high - self.mean
+
     def side(self, threshold: float) -> bool | None:
         """True: the whole interval is above ``threshold``; False: below; None: it straddles it."""
         if self.low > threshold:
