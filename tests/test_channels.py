@@ -36,7 +36,10 @@ class Request:
         pass
 
     def Wait(self) -> None:
+        failed = self.state == "pending" and self.src in self.comm.failed
         self.state = "null"
+        if failed:  # Open MPI with ULFM: a receive from a failed rank ends with an error, cancelled or not
+            raise MPI.Exception(MPI.ERR_PROC_FAILED)
 
 
 class Comm:
@@ -107,3 +110,21 @@ def test_messages_before_a_failure_come_in_order_then_nothing():
     assert int(channel.poll_from(2)[1][0]) == 19
     comm.failed.add(2)
     assert received(channel, 2) == [21, 23]
+
+
+def test_a_source_forgotten_before_its_first_receive_gets_none_posted():
+    """A channel opens a source's receive when it is first polled: one already known to have failed
+    gets none (a receive posted to a failed rank would end with an error at close)."""
+    comm = Comm((2,))
+    channel = Channel(comm, 1, NBYTES, ())
+    comm.failed.add(2)
+    channel.forget(2)
+    assert received(channel, 2) == [] and channel.reqs == [MPI.REQUEST_NULL]
+    channel.close()
+
+
+def test_closing_a_channel_whose_source_failed_unnoticed_does_not_raise():
+    comm = Comm((2, 3))
+    channel = Channel(comm, 1, NBYTES, (2, 3))
+    comm.failed.add(2)  # never learned here: its receive is still posted
+    channel.close()
