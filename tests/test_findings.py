@@ -20,11 +20,15 @@ def test_the_findings_and_the_readme_say_what_the_committed_verdicts_say(capsys,
     assert main(["findings", "--check"]) == 0, capsys.readouterr().err
 
 
+# What the code here makes: a study made with it is up to date.
+CURRENT = made_with.record([("0123456789abcdef", False)], ("asgd", "allreduce", "sgp", "osgp"), simulated=True)
+
+
 def verdict(accuracy=(0.70, 0.71, 0.72), outcome="holds"):
     return {"study": "sgp", "preset": "full", "headline": f"SGP within about a point of all-reduce: {outcome}",
             "command": "hpcbench reproduce sgp --out-dir results/reproduce/sgp", "runs": 12, "kept": 2,
             "elapsed_s": 600.0, "jobs": 2,
-            "made_with": {"commits": ["0123456789abcdef"], "dirty": False, "files": {}, "versions": {}},
+            "made_with": CURRENT,
             "claims": [{"key": "sgp-accuracy", "short": "SGP within about a point of all-reduce",
                         "quote": "within about one point", "source": "Assran et al.", "paper": "1.2 points",
                         "test": "SGP minus all-reduce above -1.5 pts", "modelled": False,
@@ -69,6 +73,14 @@ def test_findings_are_written_from_the_verdicts_and_follow_them(tmp_path, capsys
     text = out.read_text()
     assert "61.0 ± 2.5" in text and "71.0 ± 2.5" not in text and "does not hold" in readme.read_text()
     assert "The ratio is bounded" not in text and "the study was run again" in text
+    # Made with code that has changed since: the findings and the README say so where its verdict is quoted.
+    old = {**verdict(), "made_with": {**CURRENT, "files": {**CURRENT["files"], "algorithms/sgp.py": "0" * 12}}}
+    write_study(studies, old)
+    assert main([*args, "--check"]) == 1 and main(args) == 0
+    stale = ("(**STALE**: 1 file of the code its runs were made with changed since: algorithms: algorithms/sgp.py; "
+             "run it again before quoting it)")
+    assert f"- **SGP (Assran et al.)**, FULL study {stale}: SGP within" in readme.read_text()
+    assert f"**In short** (FULL study {stale}): " in out.read_text()
 
 
 def test_a_resilience_study_is_written_with_its_claims_and_each_cells_interval_over_seeds(tmp_path):

@@ -12,7 +12,13 @@ stats = pytest.importorskip("scipy.stats")
 
 @pytest.mark.parametrize("df", [1, 2, 3, 5, 10, 29, 30, 31, 45, 60, 120, 1000])
 def test_the_t_quantile_is_students(df):
-    assert t_quantile(df) == pytest.approx(stats.t.ppf(0.975, df), abs=3e-3)
+    assert t_quantile(df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-6)
+
+
+@given(st.integers(1, 400), st.floats(0.01, 0.9999))
+def test_the_t_quantile_at_any_confidence_is_students(df, confidence):
+    """The corrected levels a claim of several rows uses (1 − 0.05/k) are exact too."""
+    assert t_quantile(df, confidence) == pytest.approx(stats.t.ppf((1 + confidence) / 2, df), rel=1e-6)
 
 
 values = st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=2, max_size=40)

@@ -9,10 +9,7 @@ from hpcbench.cli import main
 from hpcbench.config import RunConfig
 from hpcbench.options.sim import SimConfig
 from hpcbench.reproduce.claims import CLAIMS
-from hpcbench.reproduce.protocol import OWN_LR, SHARED, ArmResult, Recipe, candidates, choose_recipe, headline
-from hpcbench.reproduce.report import judge
-from hpcbench.reproduce.studies import GAP_AWARE
-from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR, Cell
+from hpcbench.reproduce.protocol import OWN_LR, SHARED, ArmResult, Recipe, candidates, choose_recipe
 from hpcbench.results.store import read_run, rewrite_run
 from hpcbench.runtime.assemble import assemble
 from hpcbench.runtime.plan import validate
@@ -221,41 +218,6 @@ def test_tune_refuses_a_bad_grid_before_running(tmp_path, capsys):
     assert main([*base, "--lr", "0.1", "--algo", "nope"]) == 2
     assert "unknown algorithm 'nope'" in capsys.readouterr().err
     assert not (tmp_path / "t").exists()
-
-
-def ga_cell(algo, n, acc):
-    return Cell(algo, n, "", (acc - 0.002, acc, acc + 0.002), (1.0,) * 3, (1.0,) * 3)
-
-
-def ga_arm(ga_lead):
-    """Cells where GA is ``ga_lead[i]`` ahead of SA at size i (ASGD far behind, DANA-GA ahead of all)."""
-    cells = []
-    for n, lead in zip((8, 32, 128), ga_lead):
-        cells += [ga_cell("asgd", n, 0.3), ga_cell("sa-asgd", n, 0.7), ga_cell("ga-asgd", n, 0.7 + lead),
-                  ga_cell("dana-ga", n, 0.75 + max(lead, 0))]
-    return cells
-
-
-def test_the_headline_gives_each_claim_its_verdicts_by_arm_and_never_hides_one_that_holds():
-    def arm(name, leads):
-        return ArmResult(name, (), {}, tuple(judge(GAP_AWARE, ga_arm(leads))))
-
-    def outcome_of(a, key):
-        return next(cv.outcome for cv in a.claims if cv.claim.key == key)
-
-    good, bad, flat = arm("shared", (0.01, 0.03, 0.06)), arm("own lr", (-0.01, -0.03, -0.06)), \
-        arm("momentum 0", (0.0, 0.0, 0.0))
-    assert [outcome_of(a, "ga-over-sa") for a in (good, bad, flat)] == [HOLDS, FAILS, UNCLEAR]
-    # GA beats ASGD by 40 points everywhere: that claim holds in every arm, whatever GA does against SA.
-    text = headline([good, bad, flat])
-    clauses = text.split(" · ")
-    assert clauses[0] == "GA beats SA: holds in shared; does not hold in own lr; inconclusive in momentum 0"
-    assert clauses[1] == "GA beats plain ASGD: holds in every arm"
-    assert len(clauses) == len(GAP_AWARE_CLAIMS)
-    # A claim that fails everywhere says so without "every", which would read as "not in all of them".
-    assert headline([bad, bad]).startswith("GA beats SA: does not hold in any arm · ")
-    assert headline([good]).startswith("GA beats SA: holds · ")
-    assert headline([]) == "no claim could be judged"
 
 
 def test_arms_try_what_they_say():

@@ -64,12 +64,15 @@ def run(args: argparse.Namespace) -> int:
 
     root = Path(args.studies)
     verdicts, texts = studies(root)
+    stale = {}
+    for name, v in verdicts.items():
+        study = STUDIES.get(str(v.get("study")))  # unknown: every algorithm's files count
+        stale[name] = made_with.stale(v.get("made_with") or {}, study.algorithms() if study else None,
+                                      simulated=v.get("mode", "sim") == "sim")
     if args.stale:
         changed = 0
-        for name, v in findings.ordered(verdicts):
-            study = STUDIES.get(str(v.get("study")))  # unknown: every algorithm's files count
-            files = made_with.stale(v.get("made_with") or {}, study.algorithms() if study else None,
-                                    simulated=v.get("mode", "sim") == "sim")
+        for name, _ in findings.ordered(verdicts):
+            files = stale[name]
             changed += bool(files)
             if files == [made_with.NO_RECORD]:
                 print(f"{name}: run it again: its verdict has {made_with.NO_RECORD}")
@@ -87,10 +90,11 @@ def run(args: argparse.Namespace) -> int:
             unread.append(f"{path}: no reading of this verdict; one that starts with "
                           f"{findings.READING.format(findings.digest(texts[name]))} is included")
     plots = {name: [p.name for p in sorted((root / name).glob("*.png"))] for name in verdicts}
-    want = {Path(args.out): findings.findings_md(verdicts, readings, plots)}
+    want = {Path(args.out): findings.findings_md(verdicts, readings, plots, stale)}
     readme = Path(args.readme)
     if readme.exists():
-        want[readme] = findings.with_readme_block(readme.read_text(encoding="utf-8"), findings.readme_block(verdicts))
+        want[readme] = findings.with_readme_block(readme.read_text(encoding="utf-8"),
+                                                   findings.readme_block(verdicts, stale))
     differ = [p for p, text in want.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
     if args.check:
         for p in differ:

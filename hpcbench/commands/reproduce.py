@@ -25,6 +25,8 @@ def add(sub: Any) -> None:
                    "(a verdict needs at least 3; e.g. 0,1,2,3,4)")
     p.add_argument("--extend", type=at_least(0), help="log steps a rate grid may grow past an edge when a choice "
                    "sits on one (default: the preset's, 3; toy 0)")
+    p.add_argument("--rejudge", action="store_true", help="run nothing: judge the study in --out-dir again from "
+                   "its verdict.json under the current rules, and write its report.md and verdict.json again")
     p.add_argument("--timeout", type=seconds, default=1800.0, help="seconds allowed per run")
     p.add_argument("--jobs", type=int, default=0, help="simulated runs at a time (default: the cores here, "
                    "one for --preset toy; real runs go one at a time)")
@@ -33,6 +35,12 @@ def add(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hpcbench.reproduce.runner import reproduce
+    from hpcbench.reproduce.studies import study
+
+    if args.rejudge:
+        from hpcbench.reproduce.rejudge import rejudge
+
+        return rejudge(args.out_dir, study(args.study).name)
     from hpcbench.tuning.execute import jobs_or_cores
 
     preset = "quick" if args.quick else args.preset

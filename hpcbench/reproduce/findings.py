@@ -17,6 +17,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from hpcbench.reproduce.resilience import capacity_time
 from hpcbench.tuning.intervals import interval
 
 ORDER = ("gap-aware", "jin", "sgp", "diloco", "resilience", "resilience-here")
@@ -72,10 +73,20 @@ def minutes(v: Mapping[str, Any]) -> str:
     return f"{runs} runs ({ran}" + (f"; {kept} kept from an earlier invocation)" if kept else ")")
 
 
-def summary_lines(studies: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """One line per study: its name, how it was run and its headline (the README's and findings.md's)."""
-    return [f"- **{NAMES.get(name, name)}**, {label(v)} study: {headline(v)}"
+def summary_lines(studies: Mapping[str, Mapping[str, Any]], stale: Mapping[str, Sequence[str]] | None = None
+                  ) -> list[str]:
+    """One line per study: its name, how it was run and its headline (the README's and findings.md's); a
+    study whose code has changed since its runs were made says so first."""
+    return [f"- **{NAMES.get(name, name)}**, {label(v)} study{stale_text((stale or {}).get(name))}: {headline(v)}"
             for name, v in ordered(studies)]
+
+
+def stale_text(files: Sequence[str] | None) -> str:
+    """`` (STALE: …)`` for a study whose code changed since its runs were made; "" for one up to date."""
+    if not files:
+        return ""
+    return (f" (**STALE**: {len(files)} file{'s' * (len(files) > 1)} of the code its runs were made with changed "
+            f"since: {', '.join(files[:3])}{', ...' if len(files) > 3 else ''}; run it again before quoting it)")
 
 
 def ordered(studies: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -83,9 +94,43 @@ def ordered(studies: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, Mapping
 
 
 def claims_table(v: Mapping[str, Any]) -> str:
+    """A row per claim, a column per arm; an arm whose evidence is an earlier arm's says so (``= shared``)."""
     arms = [a["name"] for a in v.get("arms", [])]
-    rows = [[c["short"]] + [c["arms"].get(a, {}).get("outcome", "-") for a in arms] for c in v.get("claims", [])]
+    rows = []
+    for c in v.get("claims", []):
+        row = [c["short"]]
+        for i, a in enumerate(arms):
+            x = c["arms"].get(a, {})
+            twin = next((b for b in arms[:i] if x and c["arms"].get(b, {}).get("evidence") == x.get("evidence")), None)
+            row.append(f"= {twin}" if twin else x.get("outcome", "-"))
+        rows.append(row)
     return tabulate(rows, headers=["claim"] + arms, tablefmt="github")
+
+
+def merged(c: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """A claim's verdicts by arm, arms with the same evidence named together (``shared = momentum 0.9``)."""
+    out: list[tuple[list[str], Mapping[str, Any]]] = []
+    for arm, x in c["arms"].items():
+        same = next((names for names, y in out if y.get("evidence") == x.get("evidence")), None)
+        if same is None:
+            out.append(([arm], x))
+        else:
+            same.append(arm)
+    return [(" = ".join(names), x) for names, x in out]
+
+
+def cited(c: Mapping[str, Any]) -> str:
+    """A claim's words: in quotation marks where the paper's, marked as a paraphrase where not."""
+    return f"\"{c['quote']}\"" if c.get("verbatim", True) else f"in paraphrase: {c['quote']}"
+
+
+def row_lines(x: Mapping[str, Any]) -> list[str]:
+    def outcome(e: Mapping[str, Any]) -> str:
+        counted = e.get("counted_as", e["outcome"])
+        return counted if counted == e["outcome"] else f"{counted} (alone, at 95%: {e['outcome']})"
+
+    return [f"  - {e['where'] + ': ' if e['where'] else ''}{e['numbers']} — {outcome(e)}"
+            + ("" if e.get("primary", True) else ", beyond the paper's setting") for e in x["evidence"] if e["where"]]
 
 
 def acc(values: Sequence[float]) -> str:
@@ -113,7 +158,8 @@ def cells_table(v: Mapping[str, Any], time_key: str | None) -> str:
                 c = by.get((variant, n, a))
                 text = "-" if c is None else acc(c["accuracy"])
                 if c is not None and time_key:
-                    text += f" ({seconds([math.inf if x is None else x for x in c[time_key]])} s)"
+                    took = seconds([math.inf if x is None else x for x in c[time_key]])
+                    text += f" ({took})" if took in ("never", "not every seed") else f" ({took} s)"
                 row.append(text)
             rows.append(row)
     return tabulate(rows, headers=["arm"] + (["network"] if variants else []) + ["workers"] + algos,
@@ -126,19 +172,31 @@ TIME_TEXT = {"jin": "time to the target accuracy (virtual seconds; never: not wi
 
 
 def resilience_table(cells: Sequence[Mapping[str, Any]]) -> str:
-    """Goodput kept and accuracy lost per size, a column each per algorithm, from each seed's pair of runs."""
+    """Per (scenario, size), a column pair per algorithm: time lost beyond the capacity the failures remove
+    (goodput kept, for verdicts of the first design) and accuracy lost, from each seed's pair of runs."""
     algos = list(dict.fromkeys(c["algo"] for c in cells))
-    by = {(c["workers"], c["algo"]): c["seeds"] for c in cells}
+    by = {(c.get("scenario", ""), c["workers"], c["algo"]): c["seeds"] for c in cells}
+    split = all("wall_failing" in p for c in cells for p in c["seeds"])
     rows = []
-    for n in sorted({c["workers"] for c in cells}):
-        row: list[Any] = [n]
-        row += [mean_half([p["goodput_failing"] / p["goodput"] if p["goodput"] else math.nan for p in by[(n, a)]],
-                          1.0, 3) if (n, a) in by else "-" for a in algos]
-        row += [mean_half([p["accuracy"] - p["accuracy_failing"] for p in by[(n, a)]], 100.0, 2, "+")
-                if (n, a) in by else "-" for a in algos]
+    for scenario, n in sorted({(c.get("scenario", ""), c["workers"]) for c in cells}):
+        row: list[Any] = ([scenario] if split else []) + [n]
+        for a in algos:
+            seeds = by.get((scenario, n, a))
+            row.append("-" if seeds is None else mean_half([overhead(p) for p in seeds], 100.0, 1, "+") if split
+                       else mean_half([p["goodput_failing"] / p["goodput"] if p["goodput"] else math.nan
+                                       for p in seeds], 1.0, 3))
+        row += [mean_half([p["accuracy"] - p["accuracy_failing"] for p in by[(scenario, n, a)]], 100.0, 2, "+")
+                if (scenario, n, a) in by else "-" for a in algos]
         rows.append(row)
-    return tabulate(rows, headers=["workers"] + [f"{a} kept" for a in algos] + [f"{a} lost" for a in algos],
+    first = [f"{a} beyond capacity (%)" for a in algos] if split else [f"{a} kept" for a in algos]
+    return tabulate(rows, headers=(["scenario"] if split else []) + ["workers"] + first + [f"{a} lost" for a in algos],
                     tablefmt="github", disable_numparse=True)
+
+
+def overhead(p: Mapping[str, Any]) -> float:
+    """A seed's time lost beyond the capacity its failures removed, as a share of its failure-free run."""
+    ideal = capacity_time(p["wall"], p["workers"], p["deaths"])
+    return (p["wall_failing"] - ideal) / p["wall"]
 
 
 def mean_half(values: Sequence[float], scale: float, digits: int, sign: str = "") -> str:
@@ -148,7 +206,8 @@ def mean_half(values: Sequence[float], scale: float, digits: int, sign: str = ""
     return text if math.isinf(iv.half) else f"{text} ± {scale * iv.half:.{digits}f}"
 
 
-RESILIENCE_CELLS = ("Goodput kept (samples/s with failures over without, the same seed) and final accuracy lost "
+RESILIENCE_CELLS = ("Time lost to the failures beyond the capacity they remove (% of the failure-free run; goodput "
+                    "kept, with failures over without, in verdicts of the first design) and final accuracy lost "
                     "(points; negative: better with the failures), mean over seeds ± half its 95% interval:")
 
 
@@ -161,10 +220,16 @@ def command(name: str, v: Mapping[str, Any]) -> str:
     return " ".join(words)
 
 
-def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: Sequence[str] = ()) -> list[str]:
+def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: Sequence[str] = (),
+                  stale: Sequence[str] | None = None) -> list[str]:
     """A study's section: headline, command and time, claims by arm, each claim's evidence, the cells, its
     plots (file names in its directory) and its reading."""
-    lines = [f"## {NAMES.get(name, name)}", "", f"**In short** ({label(v)} study): {headline(v)}", ""]
+    lines = [f"## {NAMES.get(name, name)}", "", f"**In short** ({label(v)} study{stale_text(stale)}): {headline(v)}",
+             ""]
+    if isinstance(v.get("ceiling"), (int, float)):
+        lines += [f"The sequential recipe reaches {100 * v['ceiling']:.1f}% (validation accuracy at the study's "
+                  "budget): a row whose reference ends more than 5 points below it did not train, and is not "
+                  "meaningful.", ""]
     lines += [f"`{command(name, v)}`: {minutes(v)}."
               + (f" Made with commit{'s' * (len(v['made_with']['commits']) > 1)} "
                  f"{', '.join(c[:10] for c in v['made_with']['commits'])}"
@@ -178,15 +243,18 @@ def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: S
             lines += [f"The paper: {shared}.", ""]
         for c in claims:
             paper = "" if shared else f"; the paper: {c['paper']}"
-            lines += [f"**{c['short']}** — \"{c['quote']}\" ({c['source']}{paper}). Tested: {c['test']}.", ""]
-            lines += [f"- {arm}: **{x['summary']}** — " + "; ".join(
-                (f"{e['where']}: " if e["where"] else "") + e["numbers"] for e in x["evidence"])
-                for arm, x in c["arms"].items()]
+            setting = (f" The paper's setting: {c.get('setting') or 'every size the study runs'}; margin "
+                       f"{c.get('margin', 0):g}" + (f" ({c['margin_source']})" if c.get("margin_source") else "") + "."
+                       if "margin" in c else "")
+            lines += [f"**{c['short']}** — {cited(c)} ({c['source']}{paper}). Tested: {c['test']}.{setting}", ""]
+            for arms, x in merged(c):
+                lines += [f"- {arms}: **{x['summary']}**", *row_lines(x)]
             lines.append("")
         what = "final test accuracy (%), mean over seeds ± half its 95% interval"
         if name in TIME:
             what += f"; in brackets the {TIME_TEXT[name]}"
-        lines += ([RESILIENCE_CELLS, "", resilience_table(v.get("cells", [])), ""] if "failures_per_run" in v else
+        resilient = "failures_per_run" in v or "scenarios" in v
+        lines += ([RESILIENCE_CELLS, "", resilience_table(v.get("cells", [])), ""] if resilient else
                   [f"Each arm's cells ({what}):", "", cells_table(v, TIME.get(name)), ""])
     elif v.get("arms") and "checks" in v["arms"][0]:  # a verdict per arm, from before claims were judged apart
         mark = {True: "holds", False: "does not hold", None: "cannot tell"}
@@ -233,26 +301,32 @@ def reading_for(text: str | None, verdict_text: str) -> tuple[str | None, str]:
 
 
 def findings_md(studies: Mapping[str, Mapping[str, Any]], readings: Mapping[str, str | None],
-                plots: Mapping[str, Sequence[str]] | None = None) -> str:
+                plots: Mapping[str, Sequence[str]] | None = None, stale: Mapping[str, Sequence[str]] | None = None
+                ) -> str:
     """docs/findings.md: the summary, then each study's section (readings: each study's usable reading;
-    plots: each study's plot files)."""
+    plots: each study's plot files; stale: the files changed since each study's runs were made)."""
     lines = ["# What hpcbench finds", "",
              "Written by `hpcbench findings` from each study's `verdict.json` in [reproduce/](reproduce/) (where "
              "each study's report and plots are too); only the paragraphs under a study's tables are written by "
-             "hand, for the run they name. Each claim has its own verdict in each arm: *holds* or *does not hold* "
-             "when the 95% interval over seeds of its difference clears or misses the claim's threshold, "
-             "*inconclusive* when it straddles it or rests on fewer than three seeds, *not reproduced by the "
-             "model* for a claim about time that the simulator's cost model does not bear out. A QUICK study has "
-             "fewer sizes and grid points and a shorter budget than the full one: it is not the finding.", ""]
-    lines += summary_lines(studies) + [""]
+             "hand, for the run they name. Each claim has its own verdict in each arm, made by the rows of the "
+             "paper's own setting (rows beyond it are reported beside the verdict): a row *holds* or *does not "
+             "hold* when the 95% interval over seeds of its difference clears or misses the claim's practical "
+             "margin, is *inconclusive* when it straddles it or rests on fewer than three seeds, and is *not "
+             "meaningful* where its reference did not train; a claim of k rows holds when all hold and does not "
+             "hold when one misses at 1 − 0.05/k. *Not reproduced by the model*: a claim about time that the "
+             "simulator's cost model does not bear out; *cannot be tested here*: the arm cannot test it by "
+             "construction. Arms with the same evidence are named together (`shared = momentum 0.9`) and count "
+             "once. A QUICK study has fewer sizes and grid points and a shorter budget than the full one: it is "
+             "not the finding; a STALE one was made with code that has changed since.", ""]
+    lines += summary_lines(studies, stale) + [""]
     for name, v in ordered(studies):
-        lines += study_section(name, v, readings.get(name), (plots or {}).get(name, ()))
+        lines += study_section(name, v, readings.get(name), (plots or {}).get(name, ()), (stale or {}).get(name))
     return "\n".join(lines).rstrip() + "\n"
 
 
-def readme_block(studies: Mapping[str, Mapping[str, Any]]) -> str:
+def readme_block(studies: Mapping[str, Mapping[str, Any]], stale: Mapping[str, Sequence[str]] | None = None) -> str:
     """The README's findings lines, between their markers."""
-    return "\n".join([README_START, *summary_lines(studies), README_END])
+    return "\n".join([README_START, *summary_lines(studies, stale), README_END])
 
 
 def with_readme_block(readme: str, block: str) -> str:

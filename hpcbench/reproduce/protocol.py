@@ -9,19 +9,22 @@
    momentum, where the claim is about momentum), and all-reduce's rate scaling (``scaling
    none|sqrt|linear``, where the claim pits it against methods that do not scale).
 3. Each claim of the study gets its own verdict in each arm (``reproduce.verdicts``); the headline
-   lists every claim's verdicts by arm, never one verdict for the study.
+   lists every claim's verdicts by arm, never one verdict for the study. Arms whose evidence for a
+   claim is the same (their runs are the same, or the claim reads only what they share, as the time
+   for a budget) count once, named together (``shared = momentum 0.9``).
 4. No choice at a grid's edge: where a cell's chosen rate is the largest or smallest tried, the grid
    grows by its own log step on that side until the choice is interior or ``MAX_EXTENSIONS`` steps
    were added (``tuning.grid.extend``); the report says which cells grew and which stayed at an edge.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from hpcbench.algorithms.schedule import SCALINGS
 from hpcbench.reproduce.claims import ACROSS
-from hpcbench.reproduce.verdicts import FAILS, NOT_MODELLED, OUTCOMES, Cell, ClaimVerdict
+from hpcbench.reproduce.verdicts import FAILED, HOLDS, OUTCOMES, Cell, ClaimVerdict
 from hpcbench.tuning.grid import Setting, Trial, choose
 
 SEQUENTIAL = ("asgd", 1)  # the single-worker reference: one asynchronous worker is sequential SGD
@@ -59,6 +62,13 @@ class Recipe:
 
     best: Setting
     by_momentum: dict[float, Setting]
+
+
+def ceiling(trials: Sequence[Trial], recipe: Recipe) -> float | None:
+    """The sequential recipe's accuracy at the study's budget: the chosen recipe's validation accuracy,
+    mean over seeds (None where it has none): a row whose reference ends far below it did not train."""
+    scores = [t.score for t in trials if t.setting == recipe.best and math.isfinite(t.score)]
+    return scores[0] if scores else None
 
 
 def recipe_grid(lrs: Sequence[float], momenta: Sequence[float]) -> list[Setting]:
@@ -117,28 +127,67 @@ def arm_settings(arm: str, algo: str, recipe: Recipe, factors: Sequence[float], 
     raise ValueError(f"unknown arm {arm!r}")
 
 
-def across_arms(study: str, arms: Sequence[ArmResult]) -> list[tuple[str, ClaimVerdict]]:
+def across_arms(study: str, arms: Sequence[ArmResult], ceiling: float | None = None) -> list[tuple[str, ClaimVerdict]]:
     """The study's claims that compare two arms (``verdicts.ACROSS``), each with its label (``momentum 0.9
     against momentum 0``), judged where both arms ran."""
     cells = {a.name: a.cells for a in arms}
-    return [(f"{x} against {y}", judge(cells[x], cells[y])) for _, x, y, judge in ACROSS.get(study, ())
+    return [(f"{x} against {y}", judge(cells[x], cells[y], ceiling)) for _, x, y, judge in ACROSS.get(study, ())
             if x in cells and y in cells]
 
 
+def signature(cv: ClaimVerdict) -> tuple[tuple[str, str, str], ...]:
+    """What a claim's verdict rests on: two arms with the same signature count as one."""
+    return tuple((e.where, e.outcome, e.numbers) for e in cv.evidence)
+
+
+def same_runs(arms: Sequence[ArmResult]) -> dict[str, str]:
+    """Arms whose cells are an earlier arm's to the bit (the same settings, so the same runs), → that arm's
+    name: such an arm is named once, beside the other, never counted as a replication."""
+    out: dict[str, str] = {}
+    for i, a in enumerate(arms):
+        twin = next((b.name for b in arms[:i] if b.cells == a.cells and b.name not in out), None)
+        if twin and a.cells:
+            out[a.name] = twin
+    return out
+
+
+def grouped(arms: Sequence[ArmResult], key: str) -> list[tuple[str, ClaimVerdict]]:
+    """Claim ``key``'s verdict in each arm, arms with the same evidence merged: (``shared = momentum 0.9``,
+    the verdict), in the arms' order."""
+    out: list[tuple[list[str], ClaimVerdict]] = []
+    for a in arms:
+        cv = next(x for x in a.claims if x.claim.key == key)
+        same = next((names for names, other in out if signature(other) == signature(cv)), None)
+        if same is None:
+            out.append(([a.name], cv))
+        else:
+            same.append(a.name)
+    return [(" = ".join(names), cv) for names, cv in out]
+
+
+def counts(cv: ClaimVerdict) -> str:
+    """`` (4 of 5 rows hold)`` where some of the paper's rows hold and the claim does not; else ""."""
+    rows = [e for e in cv.primary if e.where]
+    held = sum(e.outcome == HOLDS for e in rows)
+    return f" ({held} of {len(rows)} rows hold)" if cv.outcome != HOLDS and held else ""
+
+
 def headline(arms: Sequence[ArmResult], across: Sequence[tuple[str, ClaimVerdict]] = ()) -> str:
-    """Each claim's verdicts by arm, one clause a claim: ``GA beats SA: holds in own lr; does not hold in
-    shared, momentum 0``. Never one verdict for the study: a claim that holds somewhere is said."""
+    """Each claim's verdicts in the paper's setting by arm, one clause a claim: ``GA beats SA: holds in own
+    lr; does not hold in shared = momentum 0.9 (4 of 5 rows hold)``. Never one verdict for the study: a
+    claim that holds somewhere is said; arms with the same evidence count once."""
     clauses = []
     for claim in [cv.claim for cv in arms[0].claims] if arms else []:
+        groups = grouped(arms, claim.key)
         by: dict[str, list[str]] = {}
-        for a in arms:
-            outcome = next(cv.outcome for cv in a.claims if cv.claim.key == claim.key)
-            by.setdefault(outcome, []).append(a.name)
-        if len(by) == 1:
+        for label, cv in groups:
+            by.setdefault(cv.outcome, []).append(label + counts(cv))
+        if len(by) == 1 and not any(counts(cv) for _, cv in groups):
             [outcome] = by
-            everywhere = " in any arm" if outcome in (FAILS, NOT_MODELLED) else " in every arm"  # never "not in every"
-            clauses.append(f"{claim.short}: {outcome}" + (everywhere if len(arms) > 1 else ""))
+            everywhere = " in any arm" if outcome in FAILED else " in every arm"  # never "not in every"
+            clauses.append(f"{claim.short}: {outcome}" + (everywhere if len(groups) > 1 else
+                                                          f" in {groups[0][0]}" if len(arms) > 1 else ""))
         else:
             clauses.append(f"{claim.short}: " + "; ".join(f"{o} in {', '.join(by[o])}" for o in OUTCOMES if o in by))
-    clauses += [f"{cv.claim.short}: {cv.outcome} ({label})" for label, cv in across]
+    clauses += [f"{cv.claim.short}: {cv.outcome}{counts(cv)} ({label})" for label, cv in across]
     return " · ".join(clauses) or "no claim could be judged"

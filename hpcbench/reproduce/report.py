@@ -10,24 +10,25 @@ from tabulate import tabulate
 
 from hpcbench.reproduce.claims import CLAIMS, crossing, diloco, gap_aware, jin, sgp
 from hpcbench.reproduce.findings import mean_half, spent
-from hpcbench.reproduce.protocol import OWN_LR, ArmResult, Recipe, arm_text
+from hpcbench.reproduce.protocol import OWN_LR, ArmResult, Recipe, arm_text, counts, same_runs, signature
 from hpcbench.reproduce.studies import DILOCO_PERIODS, VAL_FRACTION, Study, mpi_args
-from hpcbench.reproduce.verdicts import Cell, ClaimVerdict
+from hpcbench.reproduce.verdicts import RULE, Cell, Claim, ClaimVerdict
 from hpcbench.tuning.grid import Trial, ties
-from hpcbench.tuning.intervals import MIN_SEEDS, interval
+from hpcbench.tuning.intervals import interval
 
 
-def judge(s: Study, cells: Sequence[Cell], network: str = "") -> list[ClaimVerdict]:
+def judge(s: Study, cells: Sequence[Cell], network: str = "", ceiling: float | None = None) -> list[ClaimVerdict]:
     """Each claim's verdict from one arm's cells; ``network``: the one network every run used (real runs),
-    instead of the study's modeled ones."""
+    instead of the study's modeled ones; ``ceiling``: the sequential recipe's accuracy (the validity floor's
+    reference)."""
     if s.name == "gap-aware":
-        return gap_aware(cells)
+        return gap_aware(cells, ceiling)
     if s.name == "jin":
-        return jin(cells)
+        return jin(cells, ceiling)
     if s.name == "diloco":
-        return diloco(cells, network or s.networks[0].name, DILOCO_PERIODS, s.target)
+        return diloco(cells, network or s.networks[0].name, DILOCO_PERIODS, ceiling)
     slow, fast = (n.name for n in s.networks)
-    return sgp(cells, network or slow, fast, s.target)
+    return sgp(cells, network or slow, fast, ceiling)
 
 
 def acc_text(c: Cell) -> str:
@@ -35,8 +36,10 @@ def acc_text(c: Cell) -> str:
     return f"{100 * c.acc:.1f}{spread}"
 
 
-def time_text(x: float) -> str:
-    return "never" if math.isinf(x) else f"{x:.3g}"
+def time_text(c: Cell) -> str:
+    """Median time to target, and the seeds that reached it where not all did."""
+    text = "never" if math.isinf(c.ttt) else f"{c.ttt:.3g}"
+    return text if c.reached in (0, len(c.time_to_target)) else f"{text} ({c.reached}/{len(c.time_to_target)})"
 
 
 def table(s: Study, cells: Sequence[Cell]) -> str:
@@ -49,10 +52,10 @@ def table(s: Study, cells: Sequence[Cell]) -> str:
         for v, n in keys:
             rows.append([n] + [acc_text(by[(a, n, v)]) if (a, n, v) in by else "-" for a in s.algos])
     elif s.name == "jin":
-        headers = ["workers"] + [f"{a} time to {100 * s.target:.0f}% (s)" for a in s.algos] + \
+        headers = ["workers"] + [f"{a} median time to {100 * s.target:.0f}% (s)" for a in s.algos] + \
                   [f"{a} final acc %" for a in s.algos]
         for v, n in keys:
-            rows.append([n] + [time_text(by[(a, n, v)].ttt) if (a, n, v) in by else "-" for a in s.algos] +
+            rows.append([n] + [time_text(by[(a, n, v)]) if (a, n, v) in by else "-" for a in s.algos] +
                         [acc_text(by[(a, n, v)]) if (a, n, v) in by else "-" for a in s.algos])
     elif s.name == "diloco":  # a row per contender: its time, accuracy and bytes beside all-reduce's
         headers = ["network", "workers", "algorithm", "time (s)", "final acc %", "bytes per sample",
@@ -121,13 +124,16 @@ def plot(s: Study, cells: Sequence[Cell], path: Path, arm: str = "") -> str:
     return path.name
 
 
-def protocol(s: Study, preset: str, recipe: Recipe, mode: str) -> dict[str, Any]:
-    """How every setting of the study was chosen, as data (verdict.json) and text (report.md)."""
+def protocol(s: Study, preset: str, recipe: Recipe, mode: str, fresh: bool = True) -> dict[str, Any]:
+    """How every setting of the study was chosen, as data (verdict.json) and text (report.md); ``fresh``:
+    a cell that chose on validation reports its choice on fresh seeds (False: a study run before they were,
+    judged again)."""
     size = s.sizes[preset]
     return {
         "task": f"teacher task, {size.samples:,} training samples of which {VAL_FRACTION:.0%} are held out as the "
                 "validation split; accuracy on the whole test set (10,000 samples)",
-        "budget_epochs": size.epochs, "seeds": list(size.seeds), "workers": list(size.workers),
+        "budget_epochs": size.epochs, "seeds": list(size.seeds), "test_seeds": list(size.test_seeds) if fresh else [],
+        "workers": list(size.workers),
         "schedule": f"linear warm-up over {size.warmup_epochs:g} epochs from 1/n of the rate, then x0.1 at epochs "
                     + " and ".join(f"{e:g}" for e in size.decay_epochs) + f" of {size.epochs:g}",
         "recipe": f"sequential SGD (one asgd worker) over rates {', '.join(f'{x:g}' for x in size.recipe_lrs)} "
@@ -138,16 +144,20 @@ def protocol(s: Study, preset: str, recipe: Recipe, mode: str) -> dict[str, Any]
         "best_rate_at_momentum": {f"{m:g}": st.lr for m, st in recipe.by_momentum.items()},
         "own_lr_factors": list(size.lr_factors),
         "arms": {arm: arm_text(arm) for arm in s.arms},
-        "rule": "each claim gets its own verdict in each arm, from that arm's cells: each row (a size, network or "
-                "period) is the 95% t interval over seeds of a paired difference (same seeds), holding where the "
-                "whole interval clears the claim's threshold, failing where it falls short, inconclusive where it "
-                f"straddles the threshold or rests on fewer than {MIN_SEEDS} seeds; a claim holds where every row "
-                "holds and fails where a row fails (a claim about time, which the simulator models, is then 'not "
-                "reproduced by the model'); claims are never joined into one verdict",
+        "rule": RULE,
         "grid_edges": f"a choice at the edge of its rates grows the grid by its own log step on that side, up to "
                       f"{size.extensions} step(s) (rates within 1e-5..10)",
         "quick": preset != "full", "mode": mode,
     }
+
+
+def seeds_text(proto: dict[str, Any]) -> str:
+    tuning = ", ".join(map(str, proto["seeds"]))
+    if proto.get("test_seeds"):
+        return (f"seeds {tuning} (a cell that chose its setting on validation reports that setting run again on "
+                f"fresh seeds {', '.join(map(str, proto['test_seeds']))})")
+    return (f"seeds {tuning} (a cell that chose its setting on validation reports the seeds that chose it: this "
+            "study ran before choices were tested on fresh seeds)")
 
 
 def recipe_table(trials: Sequence[Trial], recipe: Recipe) -> str:
@@ -158,11 +168,20 @@ def recipe_table(trials: Sequence[Trial], recipe: Recipe) -> str:
 
 
 def claims_table(arms: Sequence[ArmResult]) -> str:
-    """A row per claim, a column per arm: each claim's verdict in each arm."""
+    """A row per claim, a column per arm: each claim's verdict in the paper's setting in each arm (an arm
+    whose evidence is an earlier arm's says so instead of counting again)."""
     if not arms:
         return "(no arm ran)"
-    rows = [[cv.claim.short] + [next(x.outcome for x in a.claims if x.claim.key == cv.claim.key) for a in arms]
-            for cv in arms[0].claims]
+    rows = []
+    for cv in arms[0].claims:
+        row: list[str] = [cv.claim.short]
+        seen: list[tuple[str, ClaimVerdict]] = []
+        for a in arms:
+            mine = next(x for x in a.claims if x.claim.key == cv.claim.key)
+            twin = next((name for name, other in seen if signature(other) == signature(mine)), None)
+            row.append(f"= {twin}" if twin else mine.outcome + counts(mine))
+            seen.append((a.name, mine))
+        rows.append(row)
     return tabulate(rows, headers=["claim"] + [a.name for a in arms], tablefmt="github")
 
 
@@ -171,7 +190,10 @@ def recipe_ties(trials: Sequence[Trial]) -> str:
     tied = ties(trials)
     if not tied:
         return ""
-    return ("; tying with it within the seeds' interval on validation: "
+    best = max(t.score for t in trials if math.isfinite(t.score))
+    spread = best - min(t.score for t, _ in tied)
+    return (f"; a plateau: {len(tied) + 1} settings within {100 * spread:.1f} points of each other on validation, "
+            "the chosen one and, tying with it within the seeds' interval, "
             + ", ".join(f"{t.setting.label()} ({iv.text()} behind)" for t, iv in tied))
 
 
@@ -198,10 +220,27 @@ def chosen_text(arm: ArmResult) -> str:
     return text
 
 
-def rows_text(cv: ClaimVerdict) -> str:
-    """A claim's evidence rows in words, each with its outcome where there are several."""
-    return "; ".join(f"{e.where + ': ' if e.where else ''}{e.numbers}" + (f" ({e.outcome})" if len(cv.evidence) > 1
-                                                                         else "") for e in cv.evidence)
+def claim_text(claim: Claim) -> str:
+    """A claim as the reports state it: its words (or a paraphrase, said so) and source, the rows of the
+    paper's setting, the margin and where it comes from."""
+    return (f"**{claim.short}** — {claim.cited()} ({claim.source}). The paper's setting here: "
+            f"{claim.setting or 'every size the study runs'}; margin {margin_text(claim)}")
+
+
+def margin_text(claim: Claim) -> str:
+    return f"{claim.margin:g} ({claim.margin_source})" if claim.margin_source else f"{claim.margin:g}"
+
+
+def rows_lines(cv: ClaimVerdict) -> list[str]:
+    """A claim's evidence rows, a sub-bullet each: where, the numbers, the outcome (and whether the row is
+    beyond the paper's setting)."""
+    return [f"  - {e.where + ': ' if e.where else ''}{e.numbers} — {outcome_text(cv.counted_as(e), e.outcome)}"
+            + ("" if e.primary else ", beyond the paper's setting") for e in cv.evidence if e.where]
+
+
+def outcome_text(counted: str, alone: str) -> str:
+    """A row's outcome as its claim counts it, and what it would be alone where a correction changed it."""
+    return counted if counted == alone else f"{counted} (alone, at 95%: {alone})"
 
 
 def how_run(notes: dict[str, Any]) -> str:
@@ -235,7 +274,7 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
              across: Sequence[tuple[str, ClaimVerdict]] = ()) -> str:
     """The answer first (claim, verdict, each arm's verdict), then each arm's plot, numbers and choices, then
     how the study was set up and run."""
-    proto = protocol(s, notes["preset"], recipe, notes["mode"])
+    proto = protocol(s, notes["preset"], recipe, notes["mode"], notes.get("fresh_seeds", True))
     label = f" ({caveat(notes).split(':')[0]})" if caveat(notes) else ""
     lines = [f"# {s.title}{label}", "", f"**In short: {verdict_line(outcome, notes)}.**", "",
              claims_table(arms), "", "## The claims", ""]
@@ -245,14 +284,20 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
         lines += [f"The paper: {shared}.", ""]
     for claim in claims:
         paper = "" if shared else f"; the paper: {claim.paper}"
-        lines += [f"- **{claim.short}** — \"{claim.quote}\" ({claim.source}{paper}). Tested here: {claim.test}."]
+        lines += [f"- {claim_text(claim)}{paper}. Tested here: {claim.test}."]
     lines.append("")
     if across:
-        lines += ["## Across arms", ""] + [f"- {cv.claim.short} ({label}): **{cv.summary()}** — {cv.effect()}"
-                                           for label, cv in across] + [""]
+        lines += ["## Across arms", ""]
+        for label, cv in across:
+            lines += [f"- {cv.claim.short} ({label}): **{cv.summary()}**", *rows_lines(cv)]
+        lines.append("")
+    twins = same_runs(arms)
     for a in arms:
-        lines += [f"## Arm: {a.name}", "", f"What it runs: {arm_text(a.name)}.", ""]
-        lines += [f"- {cv.claim.short}: **{cv.summary()}** — {rows_text(cv)}" for cv in a.claims]
+        lines += [f"## Arm: {a.name}", "", f"What it runs: {arm_text(a.name)}."
+                  + (f" Its runs are arm {twins[a.name]}'s (the same settings): counted once." if a.name in twins
+                     else ""), ""]
+        for cv in a.claims:
+            lines += [f"- {cv.claim.short}: **{cv.summary()}**", *rows_lines(cv)]
         if s.name == "jin":
             lines += [f"- where the curves cross: {crossing(list(a.cells))}"]
         plot_file = plots.get(a.name, "")
@@ -265,8 +310,7 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
         lines += ["Accuracies: final test accuracy of the global model on the whole test set, mean over seeds "
                   "± half their range.", ""]
     lines += ["## Protocol", "",
-              f"- task: {proto['task']}; budget {proto['budget_epochs']:g} epochs; seeds "
-              f"{', '.join(map(str, proto['seeds']))}",
+              f"- task: {proto['task']}; budget {proto['budget_epochs']:g} epochs; {seeds_text(proto)}",
               f"- schedule: {proto['schedule']}",
               f"- recipe: {proto['recipe']}: **{recipe.best.label()}** (best rate at each momentum: "
               + ", ".join(f"momentum {m:g}: lr {st.lr:g}" for m, st in recipe.by_momentum.items()) + ")"
@@ -296,21 +340,33 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
 
 
 def resilience_table(cells: Sequence[Any]) -> str:
-    """One row per (size, algorithm): goodput without and with failures, what is kept, accuracy both ways
-    (what is kept and lost: mean over seeds ± half its 95% interval)."""
+    """One row per (scenario, size, algorithm): goodput without and with failures, what the failures cost
+    (capacity, lost work and the rest, as shares of the failure-free run), accuracy both ways (mean over
+    seeds ± half its 95% interval where it is the claim's)."""
     rows = []
-    for c in sorted(cells, key=lambda c: (c.workers, c.algo)):
+    split = all(math.isfinite(x.split.overhead) for c in cells for x in c.pairs)
+    for c in sorted(cells, key=lambda c: (c.scenario, c.workers, c.algo)):
         p = c.pairs
-        rows.append([c.workers, c.algo, f"{sum(x.goodput for x in p) / len(p):.0f}",
-                     f"{sum(x.goodput_failing for x in p) / len(p):.0f}", mean_half([x.kept for x in p], 1.0, 3),
-                     f"{100 * sum(x.accuracy for x in p) / len(p):.1f}",
-                     f"{100 * sum(x.accuracy_failing for x in p) / len(p):.1f}",
-                     mean_half([x.dropped for x in p], 100.0, 2, sign="+"),
-                     "-" if math.isnan(c.recovery_s) else f"{1e3 * c.recovery_s:.1f}",
-                     f"{sum(x.lost for x in p) / len(p):g}", f"{sum(x.samples_lost for x in p) / len(p):.0f}"])
-    return tabulate(rows, headers=["workers", "algorithm", "samples/s", "samples/s, failing", "goodput kept",
-                                   "final acc %", "final acc %, failing", "acc lost (pts)", "recovery ms",
-                                   "workers lost", "samples lost"], tablefmt="github", disable_numparse=True)
+
+        def avg(values: Sequence[float], scale: float = 1.0, digits: int = 1) -> str:
+            return f"{scale * sum(values) / len(values):.{digits}f}"
+
+        row = ([c.scenario] if split else []) + [c.workers, c.algo, avg([x.goodput for x in p], digits=0),
+                                                 avg([x.goodput_failing for x in p], digits=0)]
+        row += ([avg([x.split.capacity for x in p], 100.0), avg([x.split.lost_work for x in p], 100.0),
+                 mean_half([x.split.overhead for x in p], 100.0, 1, sign="+")] if split
+                else [mean_half([x.kept for x in p], 1.0, 3)])
+        row += [avg([x.accuracy for x in p], 100.0), avg([x.accuracy_failing for x in p], 100.0),
+                mean_half([x.dropped for x in p], 100.0, 2, sign="+"),
+                "-" if math.isnan(c.recovery_s) else f"{1e3 * c.recovery_s:.1f}",
+                f"{sum(x.lost for x in p) / len(p):g}", avg([x.samples_lost for x in p], digits=0)]
+        rows.append(row)
+    cost = ["capacity %", "lost work %", "beyond capacity %"] if split else ["goodput kept"]
+    return tabulate(rows, headers=(["scenario"] if split else []) + ["workers", "algorithm", "samples/s",
+                                                                     "samples/s, failing", *cost, "final acc %",
+                                                                     "final acc %, failing", "acc lost (pts)",
+                                                                     "recovery ms", "workers lost", "samples lost"],
+                    tablefmt="github", disable_numparse=True)
 
 
 def bar(values: Sequence[float]) -> float:
@@ -320,7 +376,8 @@ def bar(values: Sequence[float]) -> float:
 
 
 def resilience_plot(cells: Sequence[Any], path: Path) -> str:
-    """Goodput kept and accuracy lost against the workers, an algorithm a line; → the file, or why none."""
+    """Time lost beyond capacity (goodput kept, first design) and accuracy lost against the workers, a column
+    per failure scenario, an algorithm a line; → the file, or why none."""
     try:
         import matplotlib
     except ImportError:
@@ -330,22 +387,30 @@ def resilience_plot(cells: Sequence[Any], path: Path) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for algo in sorted({c.algo for c in cells}):
-        mine = sorted((c for c in cells if c.algo == algo), key=lambda c: c.workers)
-        x = [c.workers for c in mine]
-        kept, lost = [[p.kept for p in c.pairs] for c in mine], [[100 * p.dropped for p in c.pairs] for c in mine]
-        left.errorbar(x, [c.kept for c in mine], yerr=[bar(k) for k in kept], capsize=3, marker="o", label=algo)
-        right.errorbar(x, [100 * c.dropped for c in mine], yerr=[bar(k) for k in lost], capsize=3, marker="o",
-                       label=algo)
-    sizes = sorted({c.workers for c in cells})
-    for ax, label in ((left, "goodput kept (with failures / without)"), (right, "final accuracy lost (pts)")):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sizes, [str(n) for n in sizes])
-        ax.set_xlabel("workers")
-        ax.set_ylabel(label)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small")
+    scenarios = sorted({c.scenario for c in cells})
+    split = all(math.isfinite(p.split.overhead) for c in cells for p in c.pairs)
+    fig, axes = plt.subplots(2, len(scenarios), figsize=(5 * len(scenarios) + 1, 8), squeeze=False)
+    for col, scenario in enumerate(scenarios):
+        top, bottom = axes[0][col], axes[1][col]
+        for algo in sorted({c.algo for c in cells}):
+            mine = sorted((c for c in cells if c.algo == algo and c.scenario == scenario), key=lambda c: c.workers)
+            x = [c.workers for c in mine]
+            cost = [[100 * p.split.overhead if split else p.kept for p in c.pairs] for c in mine]
+            lost = [[100 * p.dropped for p in c.pairs] for c in mine]
+            top.errorbar(x, [sum(k) / len(k) for k in cost], yerr=[bar(k) for k in cost], capsize=3, marker="o",
+                         label=algo)
+            bottom.errorbar(x, [100 * c.dropped for c in mine], yerr=[bar(k) for k in lost], capsize=3, marker="o",
+                            label=algo)
+        top.set_title(scenario or "two failures per run")
+        sizes = sorted({c.workers for c in cells})
+        for ax, label in ((top, "time lost beyond capacity (% of the run)" if split else
+                           "goodput kept (with failures / without)"), (bottom, "final accuracy lost (pts)")):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(sizes, [str(n) for n in sizes])
+            ax.set_xlabel("workers")
+            ax.set_ylabel(label)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize="small")
     fig.suptitle("What losing workers costs each family (bars: 95% intervals over seeds)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -355,38 +420,46 @@ def resilience_plot(cells: Sequence[Any], path: Path) -> str:
 
 def resilience_markdown(s: Study, cells: Sequence[Any], arm: ArmResult, outcome: str, recipe: Recipe,
                         recipe_trials: Sequence[Trial], notes: dict[str, Any], plotted: str) -> str:
-    from hpcbench.reproduce.resilience import ACCURACY_POINTS, FAILURES, SHRINKING
+    from hpcbench.reproduce.resilience import EXPECTED, SCENARIO_TEXT, SHRINKING
 
-    proto = protocol(s, notes["preset"], recipe, notes["mode"])
+    proto = protocol(s, notes["preset"], recipe, notes["mode"], notes.get("fresh_seeds", True))
     label = f" ({caveat(notes).split(':')[0]})" if caveat(notes) else ""
     first = arm.claims[0].claim
+    scenarios = sorted({c.scenario for c in cells})
+    split = all(math.isfinite(p.split.overhead) for c in cells for p in c.pairs)
     lines = [f"# {s.title}{label}", "", f"**In short: {verdict_line(outcome, notes)}.**", "", claims_table([arm]), "",
-             "## The claim", "", f"\"{s.claim}\" ({first.source}). {first.paper.capitalize()}.", "",
-             f"Each family's algorithm is tested against the shrinking {SHRINKING} on two claims, a row per size:",
-             ""]
-    lines += [f"- **{cv.claim.short}** (tested: {cv.claim.test}): **{cv.summary()}** — {rows_text(cv)}"
-              for cv in arm.claims]
+             "## The claim", "", f"In paraphrase: {s.claim} ({first.source}). {first.paper.capitalize()}.", "",
+             f"Each family's algorithm is tested against the shrinking {SHRINKING} on two claims, a row per "
+             + ("failure scenario and size:" if scenarios != [""] else "size:"), ""]
+    for cv in arm.claims:
+        lines += [f"- **{cv.claim.short}** (tested: {cv.claim.test}; margin {margin_text(cv.claim)}): "
+                  f"**{cv.summary()}**", *rows_lines(cv)]
     lines += ["", f"![resilience]({plotted})" if plotted.endswith(".png") else f"({plotted})", "",
               resilience_table(cells) if cells else "(no run finished)", ""]
+    mtbf = notes.get("node_mtbf_s")
+    failures = [f"  - {sc or 'fixed'}: {SCENARIO_TEXT[sc]}" for sc in scenarios]
     lines += ["## Protocol", "",
               f"- task: {proto['task']}; budget {proto['budget_epochs']:g} epochs; seeds "
               f"{', '.join(map(str, proto['seeds']))}", f"- schedule: {proto['schedule']}",
               f"- recipe, tuned on validation without failures: {proto['recipe']}: **{recipe.best.label()}**, shared "
               "by every algorithm" + recipe_ties(recipe_trials),
-              f"- failures: every cell runs without failures, then with {FAILURES} workers (drawn from the seed) "
-              "killed at equal intervals of its failure-free duration T: one per (n·T)/"
-              f"{FAILURES} of node time. The fixed sample budget takes about the same node time at every size, so "
-              "the node MTBF is about the same at every size and the share of workers lost falls as n grows.",
-              "- goodput kept: samples per second (of the samples whose work the run kept) with failures over "
-              "without, the same seed; accuracy lost: final test accuracy without failures minus with; ± half "
-              "the 95% interval over seeds",
-              "- verdict rule: per claim and size, the 95% t interval over seeds of the paired difference (the "
-              f"algorithm against {SHRINKING}, the same seed): it holds where the whole interval is above 0 "
-              f"(goodput kept) or above −{100 * ACCURACY_POINTS:g} pts (accuracy lost, {SHRINKING}'s minus the "
-              "algorithm's), does not hold where it is wholly below, and is inconclusive where it straddles it or "
-              "rests on fewer than 3 seeds; a claim holds where every size holds. A seed whose run with failures "
+              "- failures: every cell runs without failures (its duration T), then once per scenario, its schedule "
+              "drawn from the seed over T; no schedule kills the last worker"
+              + (f"; node MTBF {mtbf:.4g} s (virtual in the simulator), at which {SHRINKING} at the smallest size "
+                 f"expects {EXPECTED:g} failures" if mtbf else "") + ":", *failures,
+              ("- what failures cost, as shares of T: capacity (the run's duration had the survivors gone on at full "
+               "speed from each death, and nothing else been lost: the same for every family under the same "
+               "schedule), lost work (samples trained and discarded, at the failure-free rate) and everything "
+               "beyond capacity (lost work, recovery, waiting): the part where a collective and an asynchronous "
+               "method differ, and the one the claim is tested on" if split else
+               "- goodput kept: samples per second (of the samples whose work the run kept) with failures over "
+               "without, the same seed. Every family loses the same workers at the same moments, so the capacity "
+               "they lose is the same: what can differ is the work lost and the time spent recovering"),
+              "- accuracy lost: final test accuracy without failures minus with, where both failure-free runs "
+              "trained; ± half the 95% interval over seeds",
+              f"- verdict rule: {RULE}. Every row is of the claim's setting. A seed whose run with failures "
               "ended before them is left out, and the row says so."
-              + (" In the simulator goodput is its cost model's: a goodput claim it does not bear out is "
+              + (" In the simulator time is its cost model's: a time claim it does not bear out is "
                  "\"not reproduced by the model\"." if notes["mode"] == "sim" else ""), "",
               recipe_table(recipe_trials, recipe), ""]
     run_args = s.run_args(notes["preset"])

@@ -28,6 +28,7 @@ from hpcbench.reproduce.protocol import (
     across_arms,
     arm_text,
     candidates,
+    ceiling,
     choose_recipe,
     headline,
     recipe_grid,
@@ -41,6 +42,7 @@ from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, at_edge, choose
 from hpcbench.tuning.tune import validation_scores
 
 HERE = "this machine"  # the network of real runs
+SHRINKING_TEXT = "all-reduce"
 MPI_SETUP = "Real runs under mpiexec on this machine: its own compute and network, the mlp's own message size."
 # Seconds of this machine (one core) per simulated gradient of the teacher mlp, and per run started:
 # the basis of the stated running time (measured with the batched simulator; one worker is not batched).
@@ -147,17 +149,19 @@ def cell_of(cell: CellKey, paths: Sequence[Path], target: float, seeds: Sequence
 
 
 def decide_arm(name: str, runs: Sequence[Planned], outcome: Mapping[Path, str], scores: Mapping[Path, float],
-               s: Study, network: str, grown: Iterable[tuple[str, CellKey]] = ()) -> ArmResult:
+               s: Study, network: str, grown: Iterable[tuple[str, CellKey]] = (), top: float | None = None,
+               fresh: Mapping[CellKey, Sequence[Planned]] | None = None) -> ArmResult:
     """Each cell's setting chosen on validation among the arm's candidates; its cell from that setting's
-    seeds (cells whose chosen setting has a failed seed are left out). ``grown``: the (arm, cell) keys
-    whose grid grew past an edge."""
+    runs on fresh seeds where it chose (``fresh``: by cell), else from its own (cells whose runs have a
+    failed seed are left out). ``grown``: the (arm, cell) keys whose grid grew past an edge; ``top``: the
+    sequential recipe's accuracy (the rows' validity floor)."""
     cells, chosen, edges, tied, chose = [], {}, [], [], False
     for key in dict.fromkeys(r.cell for r in runs):
         mine = [r for r in runs if r.cell == key]
         chose = chose or len({r.setting for r in mine}) > 1
         tried = trials(mine, scores)
         best = choose(tried).setting
-        mine_best = sorted((r for r in mine if r.setting == best), key=lambda r: r.seed)
+        mine_best = sorted((fresh or {}).get(key) or (r for r in mine if r.setting == best), key=lambda r: r.seed)
         paths = [r.job.path for r in mine_best]
         if all(outcome.get(p) == "" for p in paths):
             chosen[key] = best
@@ -166,9 +170,21 @@ def decide_arm(name: str, runs: Sequence[Planned], outcome: Mapping[Path, str], 
                 edges.append(key)
         tied += [f"{cell_name(key)}: {t.setting.label()} ties with the chosen {best.label()} (validation "
                  f"{iv.text()} in favour of the chosen)" for t, iv in ties(tried)]
-    claims = tuple(report.judge(s, cells, network))
+    claims = tuple(report.judge(s, cells, network, top))
     return ArmResult(name, tuple(cells), chosen, claims, tuple(edges), chose,
                      tuple(sorted(k for a, k in grown if a == name)), tuple(tied))
+
+
+def test_runs(groups: Mapping[Any, list[Planned]], make: Callable[[CellKey, Setting, int], Planned],
+              scores: Mapping[Path, float], seeds: Sequence[int]) -> dict[Any, list[Planned]]:
+    """For each group that chose among several settings on validation, its choice on fresh ``seeds``: the
+    seeds that chose a setting never report its test numbers (they would carry the choice's luck)."""
+    out = {}
+    for key, runs in groups.items():
+        if len({r.setting for r in runs}) > 1:
+            best = choose(trials(runs, scores)).setting
+            out[key] = [make(runs[0].cell, best, seed) for seed in seeds]
+    return out
 
 
 def cell_name(key: CellKey) -> str:
@@ -293,14 +309,20 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
                                      size.extensions)
     kept += more
     network = HERE if mode == "mpi" else ""
+    top = ceiling(recipe_trials, recipe)
+    fresh = test_runs(groups, make, scores, size.test_seeds)
+    if fresh:
+        print(f"\nstage 3: the {len(fresh)} cell(s) that chose on validation, their choice on fresh seeds "
+              f"{', '.join(map(str, size.test_seeds))}", flush=True)
+        todo = [r.job for rs in fresh.values() for r in rs]
+        kept += sum(result_status(j.path) == "ok" for j in todo)
+        outcome.update(run_jobs(todo, mode, jobs, timeout))
     arms = [decide_arm(arm, [r for (g, _), rs in groups.items() if g == arm for r in rs], outcome, scores, s,
-                       network, grown) for arm in s.arms]
+                       network, grown, top, {k: rs for (g, k), rs in fresh.items() if g == arm}) for arm in s.arms]
     points = []
     if emulated:
-        print("\nstage 3: across emulated nodes, real beside simulated", flush=True)
+        print("\nstage 4: across emulated nodes, real beside simulated", flush=True)
         points = emulated_network.run(s, out, preset, timeout)
-    across = across_arms(s.name, arms)
-    outcome_text = headline(arms, across)
     before, notes = bookkeeping(out, s.name, preset, mode, t0, outcome, kept, jobs)
     failed = notes["failed"]
     notes |= {"calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
@@ -309,6 +331,21 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
              "emulated": emulated_network.section(points) if points else []}
     plots = {a.name: report.plot(s, list(a.cells), out / f"{s.name}-{a.name.replace(' ', '-')}.png", a.name)
              for a in arms}
+    made = made_with.record((commit_of(p) for p in outcome if not outcome[p]), s.algorithms(),
+                            before=before.get("made_with"), simulated=mode == "sim")
+    text = publish(out, s, arms, recipe, recipe_trials, notes, plots, made, emulated_network.as_json(points))
+    print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
+    return 1 if failed else 0
+
+
+def publish(out: Path, s: Study, arms: Sequence[ArmResult], recipe: Recipe, recipe_trials: Sequence[Trial],
+            notes: dict[str, Any], plots: dict[str, str], made: dict[str, Any], emulated: Any,
+            extra: Mapping[str, Any] | None = None) -> str:
+    """Judge across arms, and write the study's report.md and verdict.json (a study run now, or one judged
+    again from its verdict.json); → the report's text."""
+    preset, mode = notes["preset"], notes["mode"]
+    across = across_arms(s.name, arms, ceiling(recipe_trials, recipe))
+    outcome_text = headline(arms, across)
     text = report.markdown(s, arms, outcome_text, recipe, recipe_trials, notes, plots, across)
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "verdict.json").write_text(dumps({
@@ -316,20 +353,22 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
         "verdict": report.verdict_line(outcome_text, notes),
         "claims": claims_record(arms),
         "across": [{**asdict(cv.claim), "arms": {label: verdict_record(cv)}} for label, cv in across],
-        "protocol": report.protocol(s, preset, recipe, mode),
-        "recipe_grid": [{"setting": t.setting.values(), "val_accuracy": list(t.val), "chosen": t.setting == recipe.best}
-                        for t in recipe_trials],
+        "protocol": report.protocol(s, preset, recipe, mode, notes.get("fresh_seeds", True)),
+        "ceiling": ceiling(recipe_trials, recipe),
+        "recipe_grid": recipe_record(recipe_trials, recipe),
         "arms": [{"name": a.name, "what": arm_text(a.name),
                   "cells": [{**asdict(c), "setting": a.chosen[(c.algo, c.workers, c.variant)].values()}
                             for c in a.cells],
                   "grown": [cell_name(k) for k in a.grown], "edges": [cell_name(k) for k in a.edges],
                   "ties": list(a.ties)} for a in arms],
-        **{k: v for k, v in notes.items() if k != "emulated"},
-        "made_with": made_with.record((commit_of(p) for p in outcome if not outcome[p]), s.algorithms(),
-                                      before=before.get("made_with"), simulated=mode == "sim"),
-        "emulated": emulated_network.as_json(points)}, indent=1), encoding="utf-8")
-    print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
-    return 1 if failed else 0
+        **{k: v for k, v in notes.items() if k != "emulated"}, **(extra or {}),
+        "made_with": made, "emulated": emulated}, indent=1), encoding="utf-8")
+    return text
+
+
+def recipe_record(trials: Sequence[Trial], recipe: Recipe) -> list[dict[str, Any]]:
+    return [{"setting": t.setting.values(), "val_accuracy": list(t.val), "chosen": t.setting == recipe.best}
+            for t in trials]
 
 
 def bookkeeping(out: Path, name: str, preset: str, mode: str, t0: float, outcome: Mapping[Path, str], kept: int,
@@ -382,7 +421,8 @@ def verdict_record(cv: ClaimVerdict) -> dict[str, Any]:
     """A claim's verdict in one arm: its outcome, summary and evidence rows (each interval's ends, null for
     none: one seed)."""
     return {"outcome": cv.outcome, "summary": cv.summary(), "evidence": [
-        {"where": e.where, "outcome": e.outcome, "numbers": e.numbers,
+        {"where": e.where, "outcome": e.outcome, "counted_as": cv.counted_as(e), "numbers": e.numbers,
+         "primary": e.primary,
          **({"mean": finite(e.interval.mean), "low": finite(e.interval.low), "high": finite(e.interval.high),
              "seeds": e.interval.n} if e.interval else {})} for e in cv.evidence]}
 
@@ -446,11 +486,13 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
     out = Path(out_dir)
     recipe_settings = recipe_grid(size.recipe_lrs, size.recipe_momenta)
     cells = len(workers) * len(s.algos) * len(size.seeds)
-    estimate = expected_seconds(s, preset, 2 * cells, len(recipe_settings) * len(size.seeds),
+    scenarios = resilience.SCENARIOS
+    estimate = expected_seconds(s, preset, (1 + len(scenarios)) * cells, len(recipe_settings) * len(size.seeds),
                                 jobs if mode == "sim" else 1, mode)
     print(f"{s.title}\n{preset} study ({mode}): the recipe grid ({len(recipe_settings) * len(size.seeds)} runs), then "
-          f"{cells} runs without failures and {cells} with; expected running time about {clock_text(estimate)}. "
-          f"Result files: {runs}/", flush=True)
+          f"{cells} runs without failures and at most {cells} with failures in each of {len(scenarios)} scenarios "
+          f"({', '.join(scenarios)}); expected running time about {clock_text(estimate)}. Result files: {runs}/",
+          flush=True)
     t0 = time.monotonic()
     print("\nstage 1: the single-worker recipe, chosen on the validation split (no failures)", flush=True)
     kept, outcome, _, recipe_trials, recipe = stage_one(s, preset, runs, recipe_settings, size.seeds, mode, jobs,
@@ -462,78 +504,108 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
     kept += sum(result_status(r.job.path) == "ok" for r in calm.values())
     outcome.update(run_jobs([r.job for r in calm.values()], mode, jobs, timeout))
 
-    print(f"\nstage 3: the same, each run losing {resilience.FAILURES} workers over its failure-free duration",
-          flush=True)
-    failing = {k: with_failures(s, preset, runs, recipe, k, float(read_run(r.job.path).summary["wall_s"]), mode)
-               for k, r in calm.items() if outcome.get(r.job.path) == ""}
-    kept += sum(result_status(r.job.path) == "ok" for r in failing.values())
-    outcome.update(run_jobs([r.job for r in failing.values()], mode, jobs, timeout))
+    walls = {k: float(read_run(r.job.path).summary["wall_s"]) for k, r in calm.items() if outcome.get(r.job.path) == ""}
+    smallest = [w for (a, n, _), w in walls.items() if a == resilience.SHRINKING and n == workers[0]]
+    mtbf = resilience.node_mtbf(workers[0], sum(smallest) / len(smallest)) if smallest else math.inf
+    print(f"\nstage 3: the same, with failures: {', '.join(scenarios)} (node MTBF {mtbf:.4g} s: {SHRINKING_TEXT} at "
+          f"{workers[0]} workers expects {resilience.EXPECTED:g} failures)", flush=True)
+    failing = {(*k, sc): with_failures(s, preset, runs, recipe, (*k, sc), w, mode, mtbf)
+               for k, w in walls.items() for sc in scenarios}
+    todo = [r.job for r in failing.values() if r is not None]
+    kept += sum(result_status(j.path) == "ok" for j in todo)
+    outcome.update(run_jobs(todo, mode, jobs, timeout))
     if mode == "mpi":
-        failing.update(again(s, preset, runs, recipe, failing, outcome, timeout))
+        failing.update(again(s, preset, runs, recipe, failing, outcome, timeout, mtbf))
     found = resilience_cells(calm, failing, outcome)
-    arm = ArmResult(s.arms[0], (), {}, tuple(resilience.judge(found, modelled=mode == "sim")))
-    outcome_text = headline([arm])
     before, notes = bookkeeping(out, s.name, preset, mode, t0, outcome, kept, jobs)
     failed = notes["failed"]
-    notes |= {"command": command_line(s.name, out_dir, preset, mode, seeds=seeds),
+    notes |= {"command": command_line(s.name, out_dir, preset, mode, seeds=seeds), "node_mtbf_s": finite(mtbf),
              "setup": s.setup if mode == "sim" else f"{MPI_SETUP} Open MPI launched with ULFM (mpirun --with-ft "
              "ulfm) keeps the survivors going; ranks beyond this machine's cores share them, so a failed worker's "
              "core goes to the others."}
     plotted = report.resilience_plot(found, out / "resilience.png")
+    made = made_with.record((commit_of(p) for p in outcome if not outcome[p]), s.algorithms(),
+                            before=before.get("made_with"), simulated=mode == "sim")
+    text = publish_resilience(out, s, found, recipe, recipe_trials, notes, plotted, made)
+    print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
+    return 1 if failed else 0
+
+
+def publish_resilience(out: Path, s: Study, found: Sequence[resilience.ResilienceCell], recipe: Recipe,
+                       recipe_trials: Sequence[Trial], notes: dict[str, Any], plotted: str, made: dict[str, Any],
+                       extra: Mapping[str, Any] | None = None) -> str:
+    """Judge the resilience study's cells, and write its report.md and verdict.json; → the report's text."""
+    preset, mode = notes["preset"], notes["mode"]
+    arm = ArmResult(s.arms[0], (), {}, tuple(resilience.judge(found, mode == "sim", ceiling(recipe_trials, recipe))))
+    outcome_text = headline([arm])
     text = report.resilience_markdown(s, found, arm, outcome_text, recipe, recipe_trials, notes, plotted)
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "verdict.json").write_text(dumps({
         "study": s.name, "title": s.title, "preset": preset, "headline": outcome_text,
         "verdict": report.verdict_line(outcome_text, notes), "claims": claims_record([arm]),
-        "protocol": report.protocol(s, preset, recipe, mode), "failures_per_run": resilience.FAILURES,
-        "recipe_grid": [{"setting": t.setting.values(), "val_accuracy": list(t.val), "chosen": t.setting == recipe.best}
-                        for t in recipe_trials],
+        "protocol": report.protocol(s, preset, recipe, mode, notes.get("fresh_seeds", True)),
+        "scenarios": sorted({c.scenario for c in found}), "ceiling": ceiling(recipe_trials, recipe),
+        "recipe_grid": recipe_record(recipe_trials, recipe),
         "arms": [{"name": arm.name, "what": arm_text(arm.name)}],
-        "cells": [{"algo": c.algo, "workers": c.workers, "goodput_kept": c.kept, "accuracy_lost": c.dropped,
-                   "recovery_s": finite(c.recovery_s), "seeds": [asdict(p) for p in c.pairs]} for c in found],
-        **notes,
-        "made_with": made_with.record((commit_of(p) for p in outcome if not outcome[p]), s.algorithms(),
-                                      before=before.get("made_with"), simulated=mode == "sim")},
-        indent=1), encoding="utf-8")
-    print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
-    return 1 if failed else 0
+        "cells": [{"algo": c.algo, "workers": c.workers, "scenario": c.scenario, "goodput_kept": c.kept,
+                   "accuracy_lost": c.dropped, "recovery_s": finite(c.recovery_s),
+                   "seeds": [asdict(p) for p in c.pairs]} for c in found],
+        **notes, **(extra or {}), "made_with": made}, indent=1), encoding="utf-8")
+    return text
 
 
-def with_failures(s: Study, preset: str, runs: Path, recipe: Recipe, key: tuple[str, int, int], seconds: float,
-                  mode: str) -> Planned:
-    """The run with failures of cell ``key`` (algorithm, workers, seed): its schedule over ``seconds``."""
-    algo, n, seed = key
-    return planned(s, preset, runs, (algo, n, "failures"), recipe.best, seed, mode,
-                   ("--set", f"fault={resilience.schedule(n, seconds, seed)}"))
+def with_failures(s: Study, preset: str, runs: Path, recipe: Recipe, key: FailingKey, seconds: float, mode: str,
+                  mtbf: float) -> Planned | None:
+    """The run with failures of cell ``key`` (algorithm, workers, seed, scenario): its schedule over ``seconds``
+    (None where the scenario draws no failure within them: the failure-free run is that run)."""
+    algo, n, seed, scenario = key
+    spec = resilience.schedule(scenario, n, seconds, seed, mtbf)
+    if not spec:
+        return None
+    return planned(s, preset, runs, (algo, n, f"failures-{scenario}"), recipe.best, seed, mode,
+                   ("--set", f"fault={spec}"))
 
 
-def again(s: Study, preset: str, runs: Path, recipe: Recipe, failing: Mapping[tuple[str, int, int], Planned],
-          outcome: dict[Path, str], timeout: float) -> dict[tuple[str, int, int], Planned]:
+FailingKey = tuple[str, int, int, str]  # (algorithm, workers, seed, scenario)
+
+
+def again(s: Study, preset: str, runs: Path, recipe: Recipe, failing: Mapping[FailingKey, Planned | None],
+          outcome: dict[Path, str], timeout: float, mtbf: float) -> dict[FailingKey, Planned | None]:
     """Real runs with failures that ended before them (this run went faster than the one its schedule was
     timed on), run once more with the schedule over their own duration; → those runs."""
     redo = {}
     for k, r in failing.items():
-        if outcome.get(r.job.path) != "":
+        if r is None or outcome.get(r.job.path) != "":
             continue
         summary = read_run(r.job.path).summary
-        if int(summary["workers_lost"]) < resilience.killed(k[1]):
+        if int(summary["workers_lost"]) < resilience.scheduled(str(r.job.cfg.fault)):
             r.job.path.unlink()
-            redo[k] = with_failures(s, preset, runs, recipe, k, float(summary["wall_s"]), "mpi")
+            redo[k] = with_failures(s, preset, runs, recipe, k, float(summary["wall_s"]), "mpi", mtbf)
     if redo:
         print(f"{len(redo)} run(s) ended before their failures: run again over their own duration", flush=True)
-        outcome.update(run_jobs([r.job for r in redo.values()], "mpi", 1, timeout))
+        outcome.update(run_jobs([r.job for r in redo.values() if r is not None], "mpi", 1, timeout))
     return redo
 
 
-def resilience_cells(calm: Mapping[tuple[str, int, int], Planned], failing: Mapping[tuple[str, int, int], Planned],
-                     outcome: Mapping[Path, str]) -> list:
-    """Each (algorithm, workers) over the seeds whose two runs both finished, read back."""
-    pairs: dict[tuple[str, int], list[resilience.Pair]] = {}
-    for key, run in failing.items():
-        if outcome.get(run.job.path) != "":
+def resilience_cells(calm: Mapping[tuple[str, int, int], Planned],
+                     failing: Mapping[FailingKey, Planned | None],
+                     outcome: Mapping[Path, str]) -> list[resilience.ResilienceCell]:
+    """Each (algorithm, workers, scenario) over the seeds whose runs both finished, read back (a scenario
+    that drew no failure pairs the failure-free run with itself)."""
+    pairs: dict[tuple[str, int, str], list[resilience.Pair]] = {}
+    for (algo, n, seed, scenario), run in failing.items():
+        first = calm[(algo, n, seed)].job.path
+        second = first if run is None else run.job.path
+        if outcome.get(first) != "" or outcome.get(second) != "":
             continue
-        a, b = read_run(calm[key].job.path).summary, read_run(run.job.path).summary
-        pairs.setdefault(key[:2], []).append(resilience.Pair(
-            key[2], float(a["samples_per_s"]), float(b["samples_per_s"]), float(a["final_accuracy"]),
-            float(b["final_accuracy"]), float(b["recovery_s"]), int(b["workers_lost"]), int(b["samples_lost"])))
-    return [resilience.ResilienceCell(a, n, tuple(p)) for (a, n), p in sorted(pairs.items())]
+        a, rec = read_run(first).summary, read_run(second)
+        b = rec.summary
+        deaths = () if run is None else tuple(sorted(float(t) for t in rec.tables["failures"]["t_death"]
+                                                     if math.isfinite(t)))
+        spec = "" if run is None else str(run.job.cfg.fault)
+        pairs.setdefault((algo, n, scenario), []).append(resilience.Pair(
+            seed, float(a["samples_per_s"]), float(b["samples_per_s"]), float(a["final_accuracy"]),
+            float(b["final_accuracy"]), float(b["recovery_s"]) if run is not None else math.nan,
+            int(b["workers_lost"]) if run is not None else 0, int(b["samples_lost"]) if run is not None else 0,
+            float(a["wall_s"]), float(b["wall_s"]), deaths, resilience.scheduled(spec), n))
+    return [resilience.ResilienceCell(a, n, tuple(p), sc) for (a, n, sc), p in sorted(pairs.items())]

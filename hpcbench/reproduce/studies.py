@@ -51,10 +51,17 @@ class Size:
     extensions: int = MAX_EXTENSIONS  # log steps a grid may grow past an edge
 
     @property
+    def test_seeds(self) -> tuple[int, ...]:
+        """Fresh seeds for a cell that chose its setting on validation: its numbers come from the chosen
+        setting run again on these, never from the seeds that chose it."""
+        return tuple(FRESH + s for s in self.seeds)
+
+    @property
     def decay_epochs(self) -> tuple[float, ...]:
         return tuple(round(f * self.epochs, 6) for f in DECAY_FRACTIONS)
 
 
+FRESH = 1000  # a cell's test seeds: its tuning seeds plus this (disjoint from any preset's tuning seeds)
 DECAY_FRACTIONS = (0.5, 0.75)  # ×0.1 step decays at these fractions of the budget (the papers' schedule)
 VAL_FRACTION = 0.1
 
@@ -233,9 +240,9 @@ RESILIENCE = Study(
     common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
     target=0.7,
     arms=(SHARED,),
-    setup="Simulated workers that fail as ULFM lets the others go on (each run loses 2 workers at equal intervals "
-          "of its failure-free duration; the survivors learn of a failure 15 ms later); worker compute "
-          "gamma-distributed with shape 100, 10 Gb/s links.",
+    setup="Simulated workers that fail as ULFM lets the others go on (each run's failures drawn from a scenario: a "
+          "node MTBF, one early failure, a quarter of the workers at once; the survivors learn of a failure 15 ms "
+          "later); worker compute gamma-distributed with shape 100, 10 Gb/s links.",
 )
 
 

@@ -11,20 +11,48 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import mean, stdev
 
 MIN_SEEDS = 3
 CONFIDENCE = 0.95
-# Student's t quantile at 0.975 for 1..30 degrees of freedom (two-sided 95%).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
-def t_quantile(df: int) -> float:
-    """The two-sided 95% quantile of Student's t with ``df`` degrees of freedom (df ≥ 1)."""
+def t_within(x: float, df: int) -> float:
+    """P(|T| < x) for Student's t with ``df`` degrees of freedom (a whole number ≥ 1): the closed form for
+    whole degrees of freedom (Abramowitz and Stegun 26.7.3–4), a finite sum in cos²θ with θ = atan(x/√df)."""
+    theta = math.atan(x / math.sqrt(df))
+    c2, term, total = math.cos(theta) ** 2, 1.0, 1.0
+    if df % 2:  # odd: 2/π (θ + sinθ cosθ (1 + 2/3 c² + 2·4/(3·5) c⁴ + …)), df − 1 terms after θ's
+        if df == 1:
+            return 2 * theta / math.pi
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            total += term
+        return 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
+    for k in range(1, df // 2):  # even: sinθ (1 + 1/2 c² + 1·3/(2·4) c⁴ + …)
+        term *= c2 * (2 * k - 1) / (2 * k)
+        total += term
+    return math.sin(theta) * total
+
+
+@lru_cache(maxsize=1024)
+def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
+    """The two-sided ``confidence`` quantile of Student's t with ``df`` degrees of freedom (df ≥ 1): the x
+    with P(|T| < x) = confidence, by bisection on the closed form."""
     if df < 1:
         raise ValueError("a t quantile needs at least one degree of freedom")
-    return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.4 / df  # within 0.003 of the exact value beyond 30
+    if not 0 < confidence < 1:
+        raise ValueError(f"a confidence is inside (0, 1), not {confidence}")
+    low, high = 0.0, 1.0
+    while t_within(high, df) < confidence:
+        high *= 2
+    for _ in range(200):
+        mid = (low + high) / 2
+        if mid in (low, high):
+            break
+        low, high = (mid, high) if t_within(mid, df) < confidence else (low, mid)
+    return high
 
 
 @dataclass(frozen=True)
@@ -59,20 +87,20 @@ class Interval:
         return f"{fmt(self.mean)}{unit} [{fmt(self.low)}, {fmt(self.high)}]"
 
 
-def interval(values: Sequence[float]) -> Interval:
-    """The mean of ``values`` (finite numbers, one per seed) with its t interval."""
+def interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """The mean of ``values`` (finite numbers, one per seed) with its t interval at ``confidence``."""
     xs = [float(v) for v in values]
     if not xs:
         raise ValueError("an interval needs at least one value")
     m = mean(xs)
     if len(xs) < 2:
         return Interval(m, -math.inf, math.inf, len(xs))
-    half = t_quantile(len(xs) - 1) * stdev(xs) / math.sqrt(len(xs))
+    half = t_quantile(len(xs) - 1, confidence) * stdev(xs) / math.sqrt(len(xs))
     return Interval(m, m - half, m + half, len(xs))
 
 
-def paired(a: Sequence[float], b: Sequence[float]) -> Interval:
+def paired(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
     """The interval of a − b, seed by seed (both in the same seed order)."""
     if len(a) != len(b):
         raise ValueError(f"paired seeds: {len(a)} values against {len(b)}")
-    return interval([x - y for x, y in zip(a, b)])
+    return interval([x - y for x, y in zip(a, b)], confidence)

@@ -1,0 +1,115 @@
+"""``hpcbench reproduce STUDY --rejudge --out-dir DIR``: a study judged again from its verdict.json.
+
+A verdict.json holds every cell's per-seed numbers, the setting each cell chose, the recipe grid and how
+the study was run: enough to apply today's judging rules to the runs a study already made, without its
+result files and without running anything. report.md and verdict.json are written again; the plots (of
+the same cells) and ``made_with`` (the code the runs were made with) are kept, and the verdict records
+the headline it replaced.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from hpcbench.errors import UsageError
+from hpcbench.reproduce import report, resilience
+from hpcbench.reproduce.protocol import ArmResult, CellKey, Recipe, candidates, ceiling, choose_recipe
+from hpcbench.reproduce.studies import Study, study
+from hpcbench.reproduce.verdicts import Cell
+from hpcbench.tuning.grid import Setting, Trial
+
+NOTES = ("preset", "mode", "elapsed_s", "runs", "kept", "capped", "max_steps", "jobs", "invocations", "failed",
+         "calibration", "setup", "skipped", "command", "node_mtbf_s")
+CELL_FIELDS = ("algo", "workers", "variant", "accuracy", "time_to_target", "wall", "eval_gap", "bytes_per_sample",
+               "seeds")
+
+
+def number(x: Any) -> float:
+    """A number as verdict.json writes it (null: infinite, a run that never reached the target)."""
+    return math.inf if x is None else float(x)
+
+
+def cell_of(c: dict[str, Any]) -> Cell:
+    return Cell(str(c["algo"]), int(c["workers"]), str(c["variant"]), tuple(map(float, c["accuracy"])),
+                tuple(map(number, c["time_to_target"])), tuple(map(float, c["wall"])), float(c["eval_gap"]),
+                tuple(map(number, c.get("bytes_per_sample", ()))), tuple(map(int, c.get("seeds", ()))))
+
+
+def key_of(name: str) -> CellKey:
+    """``ga-asgd n=16 10 GbE`` (runner.cell_name) → (ga-asgd, 16, 10 GbE)."""
+    algo, _, rest = name.partition(" n=")
+    workers, _, variant = rest.partition(" ")
+    return algo, int(workers), variant
+
+
+def recipe_of(v: dict[str, Any]) -> tuple[list[Trial], Recipe]:
+    trials = [Trial("asgd", 1, Setting.of(t["setting"]), tuple(map(number, t["val_accuracy"])))
+              for t in v["recipe_grid"]]
+    recipe = choose_recipe(trials)
+    chosen = [Setting.of(t["setting"]) for t in v["recipe_grid"] if t.get("chosen")]
+    if chosen and chosen[0] != recipe.best:
+        raise UsageError(f"its recipe grid chooses {recipe.best.label()} where the study chose {chosen[0].label()}: "
+                         "the verdict was not written by this protocol")
+    return trials, recipe
+
+
+def arm_of(s: Study, a: dict[str, Any], recipe: Recipe, network: str, top: float | None) -> ArmResult:
+    cells = tuple(cell_of(c) for c in a["cells"])
+    size = s.sizes["full"]
+    chose = any(len(candidates(a["name"], x, recipe, size.lr_factors, s.scales, size.epochs,
+                               s.contender(x).outer_lrs)) > 1 for x in s.algos)
+    chosen = {(c.algo, c.workers, c.variant): Setting.of(raw["setting"]) for c, raw in zip(cells, a["cells"])}
+    return ArmResult(a["name"], cells, chosen, tuple(report.judge(s, list(cells), network, top)),
+                     tuple(map(key_of, a.get("edges", []))), chose, tuple(map(key_of, a.get("grown", []))),
+                     tuple(a.get("ties", [])))
+
+
+def pair(p: dict[str, Any]) -> resilience.Pair:
+    """A seed's pair of runs as verdict.json holds it (a verdict of the first design has the first eight)."""
+    return resilience.Pair(int(p["seed"]), float(p["goodput"]), float(p["goodput_failing"]), float(p["accuracy"]),
+                           float(p["accuracy_failing"]), number(p["recovery_s"]), int(p["lost"]),
+                           int(p["samples_lost"]), number(p.get("wall")), number(p.get("wall_failing")),
+                           tuple(map(float, p.get("deaths", ()))), int(p.get("scheduled", 2)),
+                           int(p.get("workers", 0)))
+
+
+def rejudge(out_dir: str, name: str) -> int:
+    """Judge the study in ``out_dir`` again from its verdict.json (module docstring); → 0."""
+    from hpcbench.reproduce.runner import HERE, publish, publish_resilience
+
+    out = Path(out_dir)
+    path = out / "verdict.json"
+    try:
+        v = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: no verdict to judge again ({type(exc).__name__}: {exc})") from None
+    if not isinstance(v, dict) or v.get("study") != name or "recipe_grid" not in v:
+        raise UsageError(f"{path}: not a verdict of study {name!r} as hpcbench reproduce writes it")
+    s = study(name)
+    seeds = tuple(v.get("protocol", {}).get("seeds", ())) or s.sizes[v["preset"]].seeds
+    s = replace(s, sizes={**s.sizes, v["preset"]: replace(s.sizes[v["preset"]], seeds=seeds)})
+    trials, recipe = recipe_of(v)
+    notes = {k: v[k] for k in NOTES if k in v} | {"emulated": [],
+                                                  "fresh_seeds": bool(v.get("protocol", {}).get("test_seeds"))}
+    extra = {"rejudged": {"replaced_headline": v.get("rejudged", {}).get("replaced_headline", v.get("headline")),
+                          "why": "judged again from this file's cells under the current rules (hpcbench reproduce "
+                                 f"{name} --rejudge); no run was made"}}
+    if name == "resilience":
+        cells = [resilience.ResilienceCell(c["algo"], int(c["workers"]), tuple(pair(p) for p in c["seeds"]),
+                                           str(c.get("scenario", ""))) for c in v["cells"]]
+        plotted = "resilience.png" if (out / "resilience.png").exists() else "no plot"
+        text = publish_resilience(out, s, cells, recipe, trials, notes, plotted, v.get("made_with", {}), extra)
+    else:
+        network = HERE if v["mode"] == "mpi" else ""
+        top = ceiling(trials, recipe)
+        arms = [arm_of(s, a, recipe, network, top) for a in v["arms"]]
+        plots = {a.name: f"{s.name}-{a.name.replace(' ', '-')}.png" for a in arms}
+        plots = {k: p if (out / p).exists() else "no plot" for k, p in plots.items()}
+        text = publish(out, s, arms, recipe, trials, notes, plots, v.get("made_with", {}), v.get("emulated", []),
+                       extra)
+    print(f"{text}\nreport: {out / 'report.md'} (judged again from {path})", flush=True)
+    return 0
+
