@@ -2,6 +2,7 @@
 (``hpcbench findings``), and a study says when the code its files were made with has changed."""
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -212,3 +213,24 @@ def test_a_simulated_study_does_not_age_with_the_mpi_transport_and_a_real_run_st
                                         (None, "reproduce/verdicts.py")])
 def test_the_parts_a_result_file_depends_on(part, path):
     assert made_with.part_of(path) == part
+
+
+NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def numbers(text):
+    """The numbers a text states, without their signs and units (1,234 and 1234 alike)."""
+    return {m.replace(",", "") for m in NUMBER.findall(text)}
+
+
+@pytest.mark.parametrize("study", sorted(p.parent.name for p in (ROOT / "docs" / "reproduce").glob("*/reading.md")))
+def test_every_number_in_a_reading_is_one_its_verdict_states(study):
+    """A reading is the only prose written by hand about a study: each number in it must be one its
+    verdict.json states (the same digits), so a reading cannot carry a number the files do not hold."""
+    root = ROOT / "docs" / "reproduce" / study
+    verdict = (root / "verdict.json").read_text(encoding="utf-8")
+    reading, why = findings.reading_for((root / "reading.md").read_text(encoding="utf-8"), verdict)
+    if reading is None:
+        pytest.skip(f"{study}: its reading is of an earlier verdict and is left out of the findings ({why})")
+    missing = sorted(numbers(reading) - numbers(verdict), key=lambda x: (len(x), x))
+    assert not missing, f"{study}/reading.md states numbers its verdict.json does not: {', '.join(missing)}"

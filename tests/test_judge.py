@@ -369,3 +369,20 @@ def test_judging_again_refuses_what_is_not_a_verdict_in_one_line(tmp_path, capsy
     assert main(["reproduce", "jin", "--rejudge", "--out-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "no verdict to judge again" in err[0] and "not a verdict of study 'jin'" in err[1]
+
+
+def test_a_verdict_edited_by_hand_is_refused_in_one_line_when_judged_again(tmp_path, capsys):
+    import json
+    import shutil
+    from pathlib import Path
+
+    from hpcbench.cli import main
+
+    out = tmp_path / "sgp"
+    shutil.copytree(Path(__file__).parent.parent / "docs" / "reproduce" / "sgp", out)
+    v = json.loads((out / "verdict.json").read_text())
+    del v["arms"][0]["cells"][0]["accuracy"]
+    (out / "verdict.json").write_text(json.dumps(v))
+    assert main(["reproduce", "sgp", "--rejudge", "--out-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not a verdict of study 'sgp'" in err and "no 'accuracy'" in err

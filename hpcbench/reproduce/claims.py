@@ -258,8 +258,10 @@ def sgp(cells: Sequence[Cell], slow: str, fast: str, ceiling: float | None = Non
         if ("allreduce", n, fast) in c and ("sgp", n, fast) in c:
             quick = ratios(c[("allreduce", n, fast)], c[("sgp", n, fast)])
             test = Bounds.exact([x - y for x, y in zip(ratios(ar, sg), quick)], SGP_SHRINKS.margin)
+            shown = test.shown()
+            by = f"shrinks by {shown.text(1.0, 'x', 3) if shown else 'no interval'}"
             shrinks.append(decide(SGP_SHRINKS, f"n={n}", test, f"{ratio_text(interval(quick))} over {fast} against "
-                                  f"{text} over {slow}", n, timing=True))
+                                  f"{text} over {slow}: {by}", n, timing=True, effect=by))
     missing = f"no size where all-reduce and SGP finished over {slow}"
     return [verdict(SGP_FASTER, faster, missing), verdict(SGP_ACCURATE, accurate, missing),
             verdict(SGP_SHRINKS, shrinks, f"no runs over {fast}" if sizes else missing)]

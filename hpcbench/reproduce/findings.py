@@ -176,7 +176,8 @@ def resilience_table(cells: Sequence[Mapping[str, Any]]) -> str:
     (goodput kept, for verdicts of the first design) and accuracy lost, from each seed's pair of runs."""
     algos = list(dict.fromkeys(c["algo"] for c in cells))
     by = {(c.get("scenario", ""), c["workers"], c["algo"]): c["seeds"] for c in cells}
-    split = all("wall_failing" in p for c in cells for p in c["seeds"])
+    split = all(isinstance(p.get("wall"), (int, float)) and isinstance(p.get("wall_failing"), (int, float))
+                and p.get("workers") for c in cells for p in c["seeds"])
     rows = []
     for scenario, n in sorted({(c.get("scenario", ""), c["workers"]) for c in cells}):
         row: list[Any] = ([scenario] if split else []) + [n]
@@ -243,8 +244,9 @@ def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: S
             lines += [f"The paper: {shared}.", ""]
         for c in claims:
             paper = "" if shared else f"; the paper: {c['paper']}"
-            setting = (f" The paper's setting: {c.get('setting') or 'every size the study runs'}; margin "
-                       f"{c.get('margin', 0):g}" + (f" ({c['margin_source']})" if c.get("margin_source") else "") + "."
+            margin = (c.get("margin_source", "") if not c.get("margin") else
+                      f"{c['margin']:g}" + (f" ({c['margin_source']})" if c.get("margin_source") else ""))
+            setting = (f" The paper's setting: {c.get('setting') or 'every size the study runs'}; margin {margin}."
                        if "margin" in c else "")
             lines += [f"**{c['short']}** — {cited(c)} ({c['source']}{paper}). Tested: {c['test']}.{setting}", ""]
             for arms, x in merged(c):

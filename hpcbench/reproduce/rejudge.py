@@ -77,10 +77,19 @@ def pair(p: dict[str, Any]) -> resilience.Pair:
 
 
 def rejudge(out_dir: str, name: str) -> int:
-    """Judge the study in ``out_dir`` again from its verdict.json (module docstring); → 0."""
+    """Judge the study in ``out_dir`` again from its verdict.json (module docstring); → 0. A file that is not
+    one (edited by hand, cut short) is one line naming what it lacks."""
+    try:
+        return judged_again(Path(out_dir), name)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        what = f"no {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        raise UsageError(f"{Path(out_dir) / 'verdict.json'}: not a verdict of study {name!r} as hpcbench reproduce "
+                         f"writes it ({what})") from None
+
+
+def judged_again(out: Path, name: str) -> int:
     from hpcbench.reproduce.runner import HERE, publish, publish_resilience
 
-    out = Path(out_dir)
     path = out / "verdict.json"
     try:
         v = json.loads(path.read_text(encoding="utf-8"))

@@ -228,6 +228,9 @@ def claim_text(claim: Claim) -> str:
 
 
 def margin_text(claim: Claim) -> str:
+    """The margin and its source (a margin set per row, as one evaluation interval, by its source alone)."""
+    if not claim.margin and claim.margin_source:
+        return claim.margin_source
     return f"{claim.margin:g} ({claim.margin_source})" if claim.margin_source else f"{claim.margin:g}"
 
 
