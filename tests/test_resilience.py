@@ -162,7 +162,7 @@ def test_a_real_run_that_ended_before_its_failures_runs_again_over_its_own_durat
     more, killed at equal intervals of its own duration; one that lost them all is left as it is."""
     from types import SimpleNamespace
 
-    from hpcbench.reproduce import runner
+    from hpcbench.reproduce import resilience_run as runner
     from hpcbench.reproduce.protocol import Recipe
     from hpcbench.reproduce.studies import study
     from hpcbench.tuning.grid import Setting
@@ -221,6 +221,12 @@ def test_the_toy_study_reports_what_its_files_say(tmp_path):
         ideal = capacity_time(calm["wall_s"], c["workers"], deaths)  # beyond capacity, from the files
         assert Pair(**{**seed, "deaths": tuple(seed["deaths"])}).split.overhead == \
             pytest.approx((failing.summary["wall_s"] - ideal) / calm["wall_s"])
+    # Judged again from its verdict.json alone: the same verdict.
+    code, _, err = cli("reproduce", "resilience", "--rejudge", "--out-dir", str(out))
+    again = json.loads((out / "verdict.json").read_text())
+    assert code == 0, err
+    assert (again["headline"], again["claims"], again["cells"]) == \
+        (verdict["headline"], verdict["claims"], verdict["cells"])
 
 
 @requires_mpi

@@ -46,6 +46,15 @@ def run(args: argparse.Namespace) -> int:
     preset = "quick" if args.quick else args.preset
     # A toy run is shorter than a process start-up: one at a time, in this process (4x faster here).
     jobs = 1 if preset == "toy" and not args.jobs else jobs_or_cores(args.jobs)
+    if study(args.study).name == "resilience":
+        from hpcbench.errors import UsageError
+        from hpcbench.reproduce.resilience_run import reproduce_resilience
+        from hpcbench.reproduce.runner import sized
+
+        if args.emulated:
+            raise UsageError("--emulated goes with reproduce sgp --mode mpi")
+        return reproduce_resilience(sized("resilience", preset, args.mode, args.seeds, args.extend), args.out_dir,
+                                    preset, args.mode, args.max_ranks, args.timeout, jobs, args.seeds)
     return reproduce(args.study, args.out_dir, preset, args.mode, args.max_ranks, args.timeout, jobs, args.emulated,
                      args.seeds, args.extend)
 

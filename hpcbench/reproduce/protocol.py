@@ -182,11 +182,13 @@ def headline(arms: Sequence[ArmResult], across: Sequence[tuple[str, ClaimVerdict
         by: dict[str, list[str]] = {}
         for label, cv in groups:
             by.setdefault(cv.outcome, []).append(label + counts(cv))
-        if len(by) == 1 and not any(counts(cv) for _, cv in groups):
+        if len(arms) == 1:
+            [(_, cv)] = groups
+            clauses.append(f"{claim.short}: {cv.outcome}{counts(cv)}")
+        elif len(by) == 1 and not any(counts(cv) for _, cv in groups):
             [outcome] = by
             everywhere = " in any arm" if outcome in FAILED else " in every arm"  # never "not in every"
-            clauses.append(f"{claim.short}: {outcome}" + (everywhere if len(groups) > 1 else
-                                                          f" in {groups[0][0]}" if len(arms) > 1 else ""))
+            clauses.append(f"{claim.short}: {outcome}" + (everywhere if len(groups) > 1 else f" in {groups[0][0]}"))
         else:
             clauses.append(f"{claim.short}: " + "; ".join(f"{o} in {', '.join(by[o])}" for o in OUTCOMES if o in by))
     clauses += [f"{cv.claim.short}: {cv.outcome}{counts(cv)} ({label})" for label, cv in across]

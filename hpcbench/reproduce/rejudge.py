@@ -88,7 +88,8 @@ def rejudge(out_dir: str, name: str) -> int:
 
 
 def judged_again(out: Path, name: str) -> int:
-    from hpcbench.reproduce.runner import HERE, publish, publish_resilience
+    from hpcbench.reproduce.resilience_run import publish_resilience
+    from hpcbench.reproduce.runner import HERE, publish
 
     path = out / "verdict.json"
     try:

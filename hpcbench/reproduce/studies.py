@@ -231,8 +231,8 @@ RESILIENCE = Study(
     title="What losing workers costs: asynchronous and decentralised methods against a shrinking all-reduce",
     source="the papers of the asynchronous methods (Dean et al. 2012; Zhang et al. 2015; Jin et al. 2016) and torchft",
     claim="Asynchronous and decentralised methods lose less to failing workers than synchronous all-reduce SGD, "
-          "which must detect the failure, agree and shrink at a collective: they keep more of their goodput "
-          "(samples per second over the whole run) and lose no more final accuracy.",
+          "which must detect the failure, agree and shrink at a collective: beyond the capacity the failures "
+          "remove (the same for every method), they lose less time, and they lose no more final accuracy.",
     algos=("allreduce", "ga-asgd", "easgd", "gossip"),
     # toy: a budget that lasts a few hundred ms in real runs here, so a failure lands before the end
     sizes={"full": FULL, "quick": replace(QUICK, workers=(8, 32, 128)),
