@@ -21,7 +21,9 @@ from hpcbench.reproduce.verdicts import (
     Evidence,
     ahead,
     decide,
+    differences,
     index,
+    paired,
     sizes_with,
     sooner,
     trained,
@@ -98,8 +100,8 @@ def grows(ga: dict[int, Cell], sa: dict[int, Cell], ceiling: float | None) -> li
     if len(sizes) < 2:
         return []
     x = [math.log2(n) for n in sizes]
-    seeds = min(len(k.accuracy) for n in sizes for k in (ga[n], sa[n]))
-    per_seed = [slope(x, [ga[n].accuracy[i] - sa[n].accuracy[i] for n in sizes]) for i in range(seeds)]
+    leads = [differences(ga[n], sa[n]) for n in sizes]
+    per_seed = [slope(x, [lead[i] for lead in leads]) for i in range(min(map(len, leads)))]
     test = Bounds.exact(per_seed, GA_GROWS.margin)
     shown = test.shown()
     text = shown.text(100.0, " pts per doubling", 2) if shown else "no interval"
@@ -143,14 +145,14 @@ JIN_SMALL = Claim("async-first-small", f"elastic averaging and gossip first up t
                   f"{JIN_SOURCE}, abstract and conclusions", JIN_SETTING,
                   "all-reduce's time to target minus each asynchronous method's, seed by seed (a run that never "
                   "reaches the target censored at its end), above the margin at every size up to "
-                  f"{SMALL}", modelled=True, verbatim=False, margin_source=EVAL_MARGIN, primary=(8, 16, 32),
+                  f"{SMALL}", verbatim=False, margin_source=EVAL_MARGIN, primary=(8, 16, 32),
                   setting=f"8, 16 and {SMALL} workers: the paper's small scale")
 JIN_LARGE = Claim("allreduce-first-large", f"all-reduce first from {LARGE} workers",
                   "synchronous all-reduce SGD scales better, toward about 100 nodes",
                   f"{JIN_SOURCE}, abstract and conclusions", JIN_SETTING,
                   "each asynchronous method's time to target minus all-reduce's, seed by seed (a run that never "
                   f"reaches the target censored at its end), above the margin at every size from {LARGE}",
-                  modelled=True, verbatim=False, margin_source=EVAL_MARGIN, primary=(64, 128),
+                  verbatim=False, margin_source=EVAL_MARGIN, primary=(64, 128),
                   setting=f"{LARGE} and 128 workers: toward the paper's about 100 nodes")
 
 
@@ -181,8 +183,7 @@ def first(claim: Claim, n: int, ar: Cell, asy: Cell, expect_async: bool, ceiling
     shown, known = test.shown(), test.known()
     lead = "no bound on the lead" if shown is None else \
         f"lead {'' if known == 'exact' else known + ' '}{shown.text(1.0, ' s', 3)}"
-    return decide(claim, where, test, f"{numbers}; {lead} (a tie within {tie:.3g} s)", n,
-                  timing=not test.censored, effect=lead)
+    return decide(claim, where, test, f"{numbers}; {lead} (a tie within {tie:.3g} s)", n, effect=lead)
 
 
 def jin(cells: Sequence[Cell], ceiling: float | None = None) -> list[ClaimVerdict]:
@@ -237,8 +238,10 @@ SGP_SHRINKS = Claim("sgp-gap-shrinks", "the gap shrinks over a fast interconnect
                     setting="32 nodes")
 
 
-def ratios(a: Cell, b: Cell) -> list[float]:
-    return [x / y for x, y in zip(a.wall, b.wall)]
+def ratios(a: Cell, b: Cell, field: str = "wall") -> list[float]:
+    """a over b of ``field``, seed by seed (matched by seed number)."""
+    x, y = paired(a, b, field)
+    return [u / v for u, v in zip(x, y)]
 
 
 def sgp(cells: Sequence[Cell], slow: str, fast: str, ceiling: float | None = None) -> list[ClaimVerdict]:
@@ -257,7 +260,8 @@ def sgp(cells: Sequence[Cell], slow: str, fast: str, ceiling: float | None = Non
         accurate.append(within(SGP_ACCURATE, where, n, sg, ar, ceiling))
         if ("allreduce", n, fast) in c and ("sgp", n, fast) in c:
             quick = ratios(c[("allreduce", n, fast)], c[("sgp", n, fast)])
-            test = Bounds.exact([x - y for x, y in zip(ratios(ar, sg), quick)], SGP_SHRINKS.margin)
+            slow_by, fast_by = by_seed(ar, sg), by_seed(c[("allreduce", n, fast)], c[("sgp", n, fast)])
+            test = Bounds.exact([slow_by[k] - fast_by[k] for k in slow_by if k in fast_by], SGP_SHRINKS.margin)
             shown = test.shown()
             by = f"shrinks by {shown.text(1.0, 'x', 3) if shown else 'no interval'}"
             shrinks.append(decide(SGP_SHRINKS, f"n={n}", test, f"{ratio_text(interval(quick))} over {fast} against "
@@ -265,6 +269,13 @@ def sgp(cells: Sequence[Cell], slow: str, fast: str, ceiling: float | None = Non
     missing = f"no size where all-reduce and SGP finished over {slow}"
     return [verdict(SGP_FASTER, faster, missing), verdict(SGP_ACCURATE, accurate, missing),
             verdict(SGP_SHRINKS, shrinks, f"no runs over {fast}" if sizes else missing)]
+
+
+def by_seed(a: Cell, b: Cell) -> dict[int, float]:
+    """a's time over b's by seed number (by position where the cells carry none)."""
+    seeds = [int(k) for k in paired(a, b, "seeds")[0]] if a.seeds and b.seeds else range(min(len(a.wall),
+                                                                                                  len(b.wall)))
+    return dict(zip(seeds, ratios(a, b)))
 
 
 def ratio_text(iv: Interval | None) -> str:
@@ -315,8 +326,7 @@ def diloco(cells: Sequence[Cell], network: str, periods: Sequence[int], ceiling:
             where = f"H={h}, n={n}"
             matches.append(within(DILOCO_MATCHES, where, n, d, a, ceiling))
             if a.bytes_per_sample and d.bytes_per_sample and not math.isnan(a.moved + d.moved):
-                test = Bounds.exact([x / y for x, y in zip(a.bytes_per_sample, d.bytes_per_sample)],
-                                    COMMUNICATION_SHARE * h)
+                test = Bounds.exact(ratios(a, d, "bytes_per_sample"), COMMUNICATION_SHARE * h)
                 less.append(decide(DILOCO_BYTES, where, test, ratio_text(test.shown()), n, timing=True))
             test = Bounds.exact(ratios(a, d), SOONER_RATIO)
             text = ratio_text(test.shown())

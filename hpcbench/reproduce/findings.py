@@ -17,7 +17,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from hpcbench.reproduce.resilience import capacity_time
+from hpcbench.reproduce.resilience import Pair
 from hpcbench.tuning.intervals import interval
 
 ORDER = ("gap-aware", "jin", "sgp", "diloco", "resilience", "resilience-here")
@@ -195,9 +195,9 @@ def resilience_table(cells: Sequence[Mapping[str, Any]]) -> str:
 
 
 def overhead(p: Mapping[str, Any]) -> float:
-    """A seed's time lost beyond the capacity its failures removed, as a share of its failure-free run."""
-    ideal = capacity_time(p["wall"], p["workers"], p["deaths"])
-    return (p["wall_failing"] - ideal) / p["wall"]
+    """A seed's time lost beyond the capacity its failures removed, as a share of its failure-free run
+    (``resilience.Split``)."""
+    return Pair(**{**p, "deaths": tuple(p["deaths"])}).split.overhead
 
 
 def mean_half(values: Sequence[float], scale: float, digits: int, sign: str = "") -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from hpcbench.algorithms.schedule import SCALINGS
 from hpcbench.reproduce.claims import ACROSS
@@ -135,9 +136,10 @@ def across_arms(study: str, arms: Sequence[ArmResult], ceiling: float | None = N
             if x in cells and y in cells]
 
 
-def signature(cv: ClaimVerdict) -> tuple[tuple[str, str, str], ...]:
-    """What a claim's verdict rests on: two arms with the same signature count as one."""
-    return tuple((e.where, e.outcome, e.numbers) for e in cv.evidence)
+def signature(cv: ClaimVerdict) -> tuple[Any, ...]:
+    """What a claim's verdict rests on, to the bit (each row's per-seed values, not their rounded text): two
+    arms with the same signature count as one."""
+    return tuple((e.where, e.outcome, e.numbers, e.test and (e.test.low, e.test.high)) for e in cv.evidence)
 
 
 def same_runs(arms: Sequence[ArmResult]) -> dict[str, str]:
@@ -166,10 +168,11 @@ def grouped(arms: Sequence[ArmResult], key: str) -> list[tuple[str, ClaimVerdict
 
 
 def counts(cv: ClaimVerdict) -> str:
-    """`` (4 of 5 rows hold)`` where some of the paper's rows hold and the claim does not; else ""."""
+    """`` (4 of 5 rows hold)`` where some of the paper's rows hold and others do not (a claim that holds
+    where its reference trained says so too); else ""."""
     rows = [e for e in cv.primary if e.where]
     held = sum(e.outcome == HOLDS for e in rows)
-    return f" ({held} of {len(rows)} rows hold)" if cv.outcome != HOLDS and held else ""
+    return f" ({held} of {len(rows)} rows hold)" if 0 < held < len(rows) else ""
 
 
 def headline(arms: Sequence[ArmResult], across: Sequence[tuple[str, ClaimVerdict]] = ()) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,10 +33,19 @@ def number(x: Any) -> float:
     return math.inf if x is None else float(x)
 
 
-def cell_of(c: dict[str, Any]) -> Cell:
-    return Cell(str(c["algo"]), int(c["workers"]), str(c["variant"]), tuple(map(float, c["accuracy"])),
+def cell_of(c: dict[str, Any], algos: Sequence[str]) -> Cell:
+    """A cell as verdict.json holds it; one whose per-seed tuples disagree in length, or of an algorithm the
+    study does not run, is refused (a hand-edited file must not be judged as if it were whole)."""
+    cell = Cell(str(c["algo"]), int(c["workers"]), str(c["variant"]), tuple(map(float, c["accuracy"])),
                 tuple(map(number, c["time_to_target"])), tuple(map(float, c["wall"])), float(c["eval_gap"]),
                 tuple(map(number, c.get("bytes_per_sample", ()))), tuple(map(int, c.get("seeds", ()))))
+    lengths = {len(x) for x in (cell.accuracy, cell.time_to_target, cell.wall, cell.bytes_per_sample, cell.seeds)
+               if x}
+    if cell.algo not in algos:
+        raise ValueError(f"a cell of {cell.algo!r}, which the study does not run (it runs {', '.join(algos)})")
+    if len(lengths) != 1 or not cell.accuracy:
+        raise ValueError(f"cell {cell.algo} n={cell.workers}: its per-seed values disagree in length or are empty")
+    return cell
 
 
 def key_of(name: str) -> CellKey:
@@ -56,19 +66,24 @@ def recipe_of(v: dict[str, Any]) -> tuple[list[Trial], Recipe]:
     return trials, recipe
 
 
-def arm_of(s: Study, a: dict[str, Any], recipe: Recipe, network: str, top: float | None) -> ArmResult:
-    cells = tuple(cell_of(c) for c in a["cells"])
-    size = s.sizes["full"]
+def arm_of(s: Study, preset: str, a: dict[str, Any], recipe: Recipe) -> ArmResult:
+    """An arm as verdict.json holds it, its claims not yet judged."""
+    cells = tuple(cell_of(c, s.algos) for c in a["cells"])
+    if len({(c.algo, c.workers, c.variant) for c in cells}) != len(cells):
+        raise ValueError(f"arm {a['name']!r} holds a cell twice")
+    size = s.sizes[preset]
     chose = any(len(candidates(a["name"], x, recipe, size.lr_factors, s.scales, size.epochs,
                                s.contender(x).outer_lrs)) > 1 for x in s.algos)
     chosen = {(c.algo, c.workers, c.variant): Setting.of(raw["setting"]) for c, raw in zip(cells, a["cells"])}
-    return ArmResult(a["name"], cells, chosen, tuple(report.judge(s, list(cells), network, top)),
-                     tuple(map(key_of, a.get("edges", []))), chose, tuple(map(key_of, a.get("grown", []))),
-                     tuple(a.get("ties", [])))
+    return ArmResult(str(a["name"]), cells, chosen, (), tuple(map(key_of, a.get("edges", []))), chose,
+                     tuple(map(key_of, a.get("grown", []))), tuple(a.get("ties", [])))
 
 
 def pair(p: dict[str, Any]) -> resilience.Pair:
-    """A seed's pair of runs as verdict.json holds it (a verdict of the first design has the first eight)."""
+    """A seed's pair of runs as verdict.json holds it (a verdict of the first design has the first eight; one
+    of the second that lost workers says when they died)."""
+    if "wall" in p and int(p["lost"]) and not p.get("deaths"):
+        raise ValueError(f"seed {p['seed']}: workers lost without their times of death")
     return resilience.Pair(int(p["seed"]), float(p["goodput"]), float(p["goodput_failing"]), float(p["accuracy"]),
                            float(p["accuracy_failing"]), number(p["recovery_s"]), int(p["lost"]),
                            int(p["samples_lost"]), number(p.get("wall")), number(p.get("wall_failing")),
@@ -78,19 +93,12 @@ def pair(p: dict[str, Any]) -> resilience.Pair:
 
 def rejudge(out_dir: str, name: str) -> int:
     """Judge the study in ``out_dir`` again from its verdict.json (module docstring); → 0. A file that is not
-    one (edited by hand, cut short) is one line naming what it lacks."""
-    try:
-        return judged_again(Path(out_dir), name)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        what = f"no {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-        raise UsageError(f"{Path(out_dir) / 'verdict.json'}: not a verdict of study {name!r} as hpcbench reproduce "
-                         f"writes it ({what})") from None
-
-
-def judged_again(out: Path, name: str) -> int:
+    one (edited by hand, cut short) is one line naming what it lacks; judging and writing are outside that
+    net, so a fault of the judge is not mistaken for the file's."""
     from hpcbench.reproduce.resilience_run import publish_resilience
     from hpcbench.reproduce.runner import HERE, publish
 
+    out = Path(out_dir)
     path = out / "verdict.json"
     try:
         v = json.loads(path.read_text(encoding="utf-8"))
@@ -98,28 +106,35 @@ def judged_again(out: Path, name: str) -> int:
         raise UsageError(f"{path}: no verdict to judge again ({type(exc).__name__}: {exc})") from None
     if not isinstance(v, dict) or v.get("study") != name or "recipe_grid" not in v:
         raise UsageError(f"{path}: not a verdict of study {name!r} as hpcbench reproduce writes it")
-    s = study(name)
-    seeds = tuple(v.get("protocol", {}).get("seeds", ())) or s.sizes[v["preset"]].seeds
-    s = replace(s, sizes={**s.sizes, v["preset"]: replace(s.sizes[v["preset"]], seeds=seeds)})
-    trials, recipe = recipe_of(v)
-    notes = {k: v[k] for k in NOTES if k in v} | {"emulated": [],
-                                                  "fresh_seeds": bool(v.get("protocol", {}).get("test_seeds"))}
+    try:
+        s, preset = study(name), str(v["preset"])
+        seeds = tuple(v.get("protocol", {}).get("seeds", ())) or s.sizes[preset].seeds
+        s = replace(s, sizes={**s.sizes, preset: replace(s.sizes[preset], seeds=seeds)})
+        trials, recipe = recipe_of(v)
+        notes = {k: v[k] for k in NOTES if k in v} | {"emulated": [],
+                                                      "fresh_seeds": bool(v.get("protocol", {}).get("test_seeds"))}
+        if name == "resilience":
+            cells = [resilience.ResilienceCell(str(c["algo"]), int(c["workers"]), tuple(pair(p) for p in c["seeds"]),
+                                               str(c.get("scenario", ""))) for c in v["cells"]]
+        else:
+            arms = [arm_of(s, preset, a, recipe) for a in v["arms"]]
+            network = HERE if v["mode"] == "mpi" else ""
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        what = f"no {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        raise UsageError(f"{path}: not a verdict of study {name!r} as hpcbench reproduce writes it ({what})") \
+            from None
     extra = {"rejudged": {"replaced_headline": v.get("rejudged", {}).get("replaced_headline", v.get("headline")),
                           "why": "judged again from this file's cells under the current rules (hpcbench reproduce "
                                  f"{name} --rejudge); no run was made"}}
     if name == "resilience":
-        cells = [resilience.ResilienceCell(c["algo"], int(c["workers"]), tuple(pair(p) for p in c["seeds"]),
-                                           str(c.get("scenario", ""))) for c in v["cells"]]
         plotted = "resilience.png" if (out / "resilience.png").exists() else "no plot"
         text = publish_resilience(out, s, cells, recipe, trials, notes, plotted, v.get("made_with", {}), extra)
     else:
-        network = HERE if v["mode"] == "mpi" else ""
         top = ceiling(trials, recipe)
-        arms = [arm_of(s, a, recipe, network, top) for a in v["arms"]]
+        arms = [replace(a, claims=tuple(report.judge(s, list(a.cells), network, top))) for a in arms]
         plots = {a.name: f"{s.name}-{a.name.replace(' ', '-')}.png" for a in arms}
         plots = {k: p if (out / p).exists() else "no plot" for k, p in plots.items()}
         text = publish(out, s, arms, recipe, trials, notes, plots, v.get("made_with", {}), v.get("emulated", []),
                        extra)
-    print(f"{text}\nreport: {out / 'report.md'} (judged again from {path})", flush=True)
+    print(f"{text}\nreport: {path.parent / 'report.md'} (judged again from {path})", flush=True)
     return 0
-

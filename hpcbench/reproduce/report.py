@@ -153,8 +153,8 @@ def protocol(s: Study, preset: str, recipe: Recipe, mode: str, fresh: bool = Tru
 def seeds_text(proto: dict[str, Any]) -> str:
     tuning = ", ".join(map(str, proto["seeds"]))
     if proto.get("test_seeds"):
-        return (f"seeds {tuning} (a cell that chose its setting on validation reports that setting run again on "
-                f"fresh seeds {', '.join(map(str, proto['test_seeds']))})")
+        return (f"seeds {tuning} (an arm where some cell chose its setting on validation reports every cell's "
+                f"setting run again on fresh seeds {', '.join(map(str, proto['test_seeds']))})")
     return (f"seeds {tuning} (a cell that chose its setting on validation reports the seeds that chose it: this "
             "study ran before choices were tested on fresh seeds)")
 

@@ -128,10 +128,13 @@ class Pair:
 
 @dataclass(frozen=True)
 class Split:
-    """What failures cost a run, as shares of its failure-free duration: ``capacity`` (the survivors at full
-    speed from each death), ``lost_work`` (samples trained and discarded, at the failure-free rate) and
-    ``overhead`` (everything beyond capacity: lost work, recovery, waiting); NaN where a verdict predates
-    the fields."""
+    """What failures cost a run, as shares of its failure-free duration T: ``capacity`` (the survivors at
+    full speed from each death), ``lost_work`` (samples trained and discarded, at the failure-free rate)
+    and ``overhead``: everything beyond capacity (recovery, waiting, lost work whether redone or not). A
+    run that did not redo the samples it lost kept fewer than the budget, so its time is scaled to the
+    budget at its own rate with failures (goodput without over with, times T) before the capacity's time
+    is taken off: a method that drops work cannot look cheaper for it. NaN where a verdict predates the
+    fields."""
 
     capacity: float
     lost_work: float
@@ -142,8 +145,9 @@ class Split:
         if not (p.workers and math.isfinite(p.wall) and math.isfinite(p.wall_failing) and p.wall > 0):
             return cls(math.nan, math.nan, math.nan)
         ideal = capacity_time(p.wall, p.workers, p.deaths)
+        budget_time = p.wall / p.kept  # the budget's samples at the failing run's goodput
         return cls(ideal / p.wall - 1, p.samples_lost / (p.goodput * p.wall) if p.goodput > 0 else math.nan,
-                   (p.wall_failing - ideal) / p.wall)
+                   (budget_time - ideal) / p.wall)
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,8 @@ class ResilienceCell:
         """The seeds whose run with failures lost every worker its schedule kills (one that ended first
         compares nothing), by seed."""
         return {p.seed: p for p in self.pairs if p.lost >= min(p.scheduled, self.workers - 1)}
+        # (a seed whose MTBF draw has no failure within its run is kept: under the node MTBF, a run that meets
+        # no failure is one of its outcomes, and it costs nothing)
 
 
 ACCURACY_POINTS = 0.005  # "no more accuracy lost": within half a point

@@ -177,13 +177,14 @@ def decide_arm(name: str, runs: Sequence[Planned], outcome: Mapping[Path, str], 
 def test_runs(groups: Mapping[Any, list[Planned]], make: Callable[[CellKey, Setting, int], Planned],
               scores: Mapping[Path, float], seeds: Sequence[int]) -> dict[Any, list[Planned]]:
     """For each group that chose among several settings on validation, its choice on fresh ``seeds``: the
-    seeds that chose a setting never report its test numbers (they would carry the choice's luck)."""
-    out = {}
-    for key, runs in groups.items():
-        if len({r.setting for r in runs}) > 1:
-            best = choose(trials(runs, scores)).setting
-            out[key] = [make(runs[0].cell, best, seed) for seed in seeds]
-    return out
+    seeds that chose a setting never report its test numbers (they would carry the choice's luck). The other
+    groups of an arm where some group chose run on the same fresh seeds, so that the arm's comparisons pair
+    runs of the same seed (groups: (arm, cell) → runs)."""
+    chosen = {key: choose(trials(runs, scores)).setting for key, runs in groups.items()
+              if len({r.setting for r in runs}) > 1}
+    arms = {arm for arm, _ in chosen}
+    return {(arm, cell): [make(runs[0].cell, chosen.get((arm, cell), runs[0].setting), seed) for seed in seeds]
+            for (arm, cell), runs in groups.items() if arm in arms}
 
 
 def cell_name(key: CellKey) -> str:
@@ -316,8 +317,8 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     top = ceiling(recipe_trials, recipe)
     fresh = test_runs(groups, make, scores, size.test_seeds)
     if fresh:
-        print(f"\nstage 3: the {len(fresh)} cell(s) that chose on validation, their choice on fresh seeds "
-              f"{', '.join(map(str, size.test_seeds))}", flush=True)
+        print(f"\nstage 3: the {len(fresh)} cell(s) of the arms that chose on validation, their setting on fresh "
+              f"seeds {', '.join(map(str, size.test_seeds))}", flush=True)
         todo = [r.job for rs in fresh.values() for r in rs]
         kept += sum(result_status(j.path) == "ok" for j in todo)
         outcome.update(run_jobs(todo, mode, jobs, timeout))

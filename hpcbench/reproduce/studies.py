@@ -52,8 +52,8 @@ class Size:
 
     @property
     def test_seeds(self) -> tuple[int, ...]:
-        """Fresh seeds for a cell that chose its setting on validation: its numbers come from the chosen
-        setting run again on these, never from the seeds that chose it."""
+        """Fresh seeds for the cells of an arm where some cell chose its setting on validation: their numbers
+        come from their setting run again on these, never from the seeds that chose it."""
         return tuple(FRESH + s for s in self.seeds)
 
     @property

@@ -234,9 +234,11 @@ class ClaimVerdict:
             return f"{self.outcome} ({self.why})" if self.why else self.outcome
         rows = [e for e in self.primary if e.where]
         text = self.outcome
-        if any(e.outcome != HOLDS for e in rows) and (len(rows) > 1 or rows[0].outcome != self.outcome):
+        if not rows and self.why:
+            text += f" ({self.why})"
+        elif any(e.outcome != HOLDS for e in rows) and (len(rows) > 1 or rows[0].outcome != self.outcome):
             held = sum(e.outcome == HOLDS for e in rows)
-            others = [f"{e.where}: {e.strict(len(counted(rows)))}" + (f", {e.effect}" if e.effect else "")
+            others = [f"{e.where}: {self.counted_as(e)}" + (f", {e.effect}" if e.effect else "")
                       for e in rows if e.outcome != HOLDS]
             more = f"; {len(others) - SHOWN} more below" if len(others) > SHOWN else ""
             text += f" ({held} of {len(rows)} rows of the paper's setting hold; " + "; ".join(others[:SHOWN]) + \
@@ -288,8 +290,8 @@ def verdict(claim: Claim, evidence: Sequence[Evidence], missing: str = "") -> Cl
                             missing or "no cells to compare")
     primary = [e for e in evidence if e.primary]
     if not primary:
-        return ClaimVerdict(claim, UNCLEAR, tuple(evidence), "no row in the paper's setting " +
-                            (f"({claim.setting})" if claim.setting else ""))
+        return ClaimVerdict(claim, UNCLEAR, tuple(evidence), "no row in the paper's setting" +
+                            (f" ({claim.setting})" if claim.setting else ""))
     deciding = counted(primary)
     if not deciding:
         outcome = NOT_MEANINGFUL if any(e.outcome == NOT_MEANINGFUL for e in primary) else UNTESTABLE
@@ -303,6 +305,24 @@ def verdict(claim: Claim, evidence: Sequence[Evidence], missing: str = "") -> Cl
     if failed:
         return ClaimVerdict(claim, FAILS if FAILS in failed else NOT_MODELLED, tuple(evidence))
     return ClaimVerdict(claim, UNCLEAR, tuple(evidence))
+
+
+def paired(a: Cell, b: Cell, field: str = "accuracy") -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The values of ``field`` of the seeds both cells ran, matched by seed number (a cell without seed
+    numbers, as hand-made cells in older files: by position)."""
+    x, y = getattr(a, field), getattr(b, field)
+    if not (a.seeds and b.seeds):
+        n = min(len(x), len(y))
+        return tuple(x[:n]), tuple(y[:n])
+    at = {s: i for i, s in enumerate(b.seeds)}
+    both = [(i, at[s]) for i, s in enumerate(a.seeds) if s in at]
+    return tuple(x[i] for i, _ in both), tuple(y[j] for _, j in both)
+
+
+def differences(a: Cell, b: Cell, field: str = "accuracy") -> list[float]:
+    """a − b of ``field``, seed by seed (``paired``)."""
+    x, y = paired(a, b, field)
+    return [u - v for u, v in zip(x, y)]
 
 
 Cells = dict[tuple[str, int, str], Cell]
@@ -338,14 +358,14 @@ def ahead(claim: Claim, where: str, workers: int, a: Cell, b: Cell, what: str,
     gate = trained(claim, where, workers, max((a, b), key=lambda c: c.acc), ceiling)
     if gate:
         return gate
-    test = Bounds.exact([x - y for x, y in zip(a.accuracy, b.accuracy)], claim.margin)
+    test = Bounds.exact(differences(a, b), claim.margin)
     return decide(claim, where, test, f"{what} {pts(test.shown())}", workers, effect=pts(test.shown()))
 
 
 def within(claim: Claim, where: str, workers: int, a: Cell, ref: Cell, ceiling: float | None) -> Evidence:
     """``a``'s accuracy at most the claim's margin below ``ref``'s (ahead counts): a − ref above −margin.
     Only where ``ref`` itself trained (two methods that both failed to train match trivially)."""
-    test = Bounds.exact([x - y for x, y in zip(a.accuracy, ref.accuracy)], -claim.margin)
+    test = Bounds.exact(differences(a, ref), -claim.margin)
     numbers = f"{a.algo} {100 * a.acc:.1f}%, {ref.algo} {100 * ref.acc:.1f}%: {pts(test.shown())}"
     return trained(claim, where, workers, ref, ceiling) or decide(claim, where, test, numbers, workers,
                                                                   effect=pts(test.shown()))
@@ -356,7 +376,8 @@ def sooner(ref: Cell, alt: Cell, threshold: float) -> Bounds:
     bounds: a run that never reached the target is censored at its end (it would have reached it later
     than that, or never), so its side of the difference is open."""
     low, high = [], []
-    for r, r_end, a, a_end in zip(ref.time_to_target, ref.wall, alt.time_to_target, alt.wall):
+    (r_times, a_times), (r_ends, a_ends) = paired(ref, alt, "time_to_target"), paired(ref, alt, "wall")
+    for r, r_end, a, a_end in zip(r_times, r_ends, a_times, a_ends):
         r_low, r_high = (r, r) if math.isfinite(r) else (r_end, math.inf)
         a_low, a_high = (a, a) if math.isfinite(a) else (a_end, math.inf)
         low.append(r_low - a_high)
