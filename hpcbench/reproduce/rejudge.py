@@ -82,7 +82,7 @@ def arm_of(s: Study, preset: str, a: dict[str, Any], recipe: Recipe) -> ArmResul
 def pair(p: dict[str, Any]) -> resilience.Pair:
     """A seed's pair of runs as verdict.json holds it (a verdict of the first design has the first eight; one
     of the second that lost workers says when they died)."""
-    if "wall" in p and int(p["lost"]) and not p.get("deaths"):
+    if p.get("wall") is not None and int(p["lost"]) and not p.get("deaths"):
         raise ValueError(f"seed {p['seed']}: workers lost without their times of death")
     return resilience.Pair(int(p["seed"]), float(p["goodput"]), float(p["goodput_failing"]), float(p["accuracy"]),
                            float(p["accuracy_failing"]), number(p["recovery_s"]), int(p["lost"]),
