@@ -230,9 +230,11 @@ def test_the_toy_study_reports_what_its_files_say(tmp_path):
         assert c["accuracy_lost"] == pytest.approx(calm["final_accuracy"] - failing.summary["final_accuracy"])
         deaths = failing.tables["failures"]["t_death"]
         assert np.all(deaths < calm["wall_s"]) and seed["deaths"] == pytest.approx(sorted(deaths))
-        ideal = capacity_time(calm["wall_s"], c["workers"], deaths)  # beyond capacity, from the files
+        # beyond capacity, from the files: the budget's samples at the failing run's goodput, less capacity's time
+        ideal = capacity_time(calm["wall_s"], c["workers"], deaths)
+        budget = calm["wall_s"] * calm["samples_per_s"] / failing.summary["samples_per_s"]
         assert Pair(**{**seed, "deaths": tuple(seed["deaths"])}).split.overhead == \
-            pytest.approx((failing.summary["wall_s"] - ideal) / calm["wall_s"])
+            pytest.approx((budget - ideal) / calm["wall_s"])
     # Judged again from its verdict.json alone: the same verdict.
     code, _, err = cli("reproduce", "resilience", "--rejudge", "--out-dir", str(out))
     again = json.loads((out / "verdict.json").read_text())
