@@ -341,8 +341,12 @@ def test_momentum_with_ga_is_judged_across_the_two_momentum_arms():
 
 
 def test_quotes_are_in_quotation_marks_only_where_they_are_the_papers_words():
-    assert GA_OVER_SA.cited().startswith("\"GA outperforms")
-    assert DANA_BEST.cited().startswith("in paraphrase: ") and "\"" not in DANA_BEST.cited()
+    from dataclasses import asdict
+
+    from hpcbench.reproduce.findings import cited
+
+    assert cited(asdict(GA_OVER_SA)).startswith("\"GA outperforms")
+    assert cited(asdict(DANA_BEST)).startswith("in paraphrase: ") and "\"" not in cited(asdict(DANA_BEST))
 
 
 @pytest.mark.parametrize("values,side", [((0.01, 0.011, 0.012), True), ((-0.01, -0.011, -0.012), False),

@@ -259,13 +259,13 @@ def sgp(cells: Sequence[Cell], slow: str, fast: str, ceiling: float | None = Non
                              f"{text}", n, timing=True, effect=text))
         accurate.append(within(SGP_ACCURATE, where, n, sg, ar, ceiling))
         if ("allreduce", n, fast) in c and ("sgp", n, fast) in c:
-            quick = ratios(c[("allreduce", n, fast)], c[("sgp", n, fast)])
             slow_by, fast_by = by_seed(ar, sg), by_seed(c[("allreduce", n, fast)], c[("sgp", n, fast)])
             test = Bounds.exact([slow_by[k] - fast_by[k] for k in slow_by if k in fast_by], SGP_SHRINKS.margin)
             shown = test.shown()
             by = f"shrinks by {shown.text(1.0, 'x', 3) if shown else 'no interval'}"
-            shrinks.append(decide(SGP_SHRINKS, f"n={n}", test, f"{ratio_text(interval(quick))} over {fast} against "
-                                  f"{text} over {slow}: {by}", n, timing=True, effect=by))
+            quick = ratio_text(interval(list(fast_by.values())))
+            shrinks.append(decide(SGP_SHRINKS, f"n={n}", test, f"{quick} over {fast} against {text} over {slow}: {by}",
+                                  n, timing=True, effect=by))
     missing = f"no size where all-reduce and SGP finished over {slow}"
     return [verdict(SGP_FASTER, faster, missing), verdict(SGP_ACCURATE, accurate, missing),
             verdict(SGP_SHRINKS, shrinks, f"no runs over {fast}" if sizes else missing)]

@@ -98,17 +98,15 @@ def claims_table(v: Mapping[str, Any]) -> str:
     arms = [a["name"] for a in v.get("arms", [])]
     rows = []
     for c in v.get("claims", []):
-        row = [c["short"]]
-        for i, a in enumerate(arms):
-            x = c["arms"].get(a, {})
-            twin = next((b for b in arms[:i] if x and c["arms"].get(b, {}).get("evidence") == x.get("evidence")), None)
-            row.append(f"= {twin}" if twin else x.get("outcome", "-"))
-        rows.append(row)
+        cell: dict[str, str] = {}
+        for names, x in merged(c):
+            cell |= {names[0]: x.get("outcome", "-"), **{name: f"= {names[0]}" for name in names[1:]}}
+        rows.append([c["short"]] + [cell.get(a, "-") for a in arms])
     return tabulate(rows, headers=["claim"] + arms, tablefmt="github")
 
 
-def merged(c: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """A claim's verdicts by arm, arms with the same evidence named together (``shared = momentum 0.9``)."""
+def merged(c: Mapping[str, Any]) -> list[tuple[list[str], Mapping[str, Any]]]:
+    """A claim's verdicts by arm, arms with the same evidence together: (their names, the verdict)."""
     out: list[tuple[list[str], Mapping[str, Any]]] = []
     for arm, x in c["arms"].items():
         same = next((names for names, y in out if y.get("evidence") == x.get("evidence")), None)
@@ -116,7 +114,7 @@ def merged(c: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
             out.append(([arm], x))
         else:
             same.append(arm)
-    return [(" = ".join(names), x) for names, x in out]
+    return out
 
 
 def cited(c: Mapping[str, Any]) -> str:
@@ -124,7 +122,17 @@ def cited(c: Mapping[str, Any]) -> str:
     return f"\"{c['quote']}\"" if c.get("verbatim", True) else f"in paraphrase: {c['quote']}"
 
 
+def margin_text(c: Mapping[str, Any]) -> str:
+    """A claim's margin and its source (a margin set per row, as one evaluation interval, by its source alone)."""
+    if not c.get("margin") and c.get("margin_source"):
+        return str(c["margin_source"])
+    return f"{c.get('margin', 0):g}" + (f" ({c['margin_source']})" if c.get("margin_source") else "")
+
+
 def row_lines(x: Mapping[str, Any]) -> list[str]:
+    """A verdict's evidence rows, a sub-bullet each: where, the numbers, what the row counts as (and what it
+    would be alone where the correction for several rows changed it), and whether it is beyond the paper's
+    setting."""
     def outcome(e: Mapping[str, Any]) -> str:
         counted = e.get("counted_as", e["outcome"])
         return counted if counted == e["outcome"] else f"{counted} (alone, at 95%: {e['outcome']})"
@@ -244,13 +252,11 @@ def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: S
             lines += [f"The paper: {shared}.", ""]
         for c in claims:
             paper = "" if shared else f"; the paper: {c['paper']}"
-            margin = (c.get("margin_source", "") if not c.get("margin") else
-                      f"{c['margin']:g}" + (f" ({c['margin_source']})" if c.get("margin_source") else ""))
-            setting = (f" The paper's setting: {c.get('setting') or 'every size the study runs'}; margin {margin}."
-                       if "margin" in c else "")
+            setting = (f" The paper's setting: {c.get('setting') or 'every size the study runs'}; margin "
+                       f"{margin_text(c)}." if "margin" in c else "")
             lines += [f"**{c['short']}** — {cited(c)} ({c['source']}{paper}). Tested: {c['test']}.{setting}", ""]
-            for arms, x in merged(c):
-                lines += [f"- {arms}: **{x['summary']}**", *row_lines(x)]
+            for names, x in merged(c):
+                lines += [f"- {' = '.join(names)}: **{x['summary']}**", *row_lines(x)]
             lines.append("")
         what = "final test accuracy (%), mean over seeds ± half its 95% interval"
         if name in TIME:

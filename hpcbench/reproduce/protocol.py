@@ -153,9 +153,9 @@ def same_runs(arms: Sequence[ArmResult]) -> dict[str, str]:
     return out
 
 
-def grouped(arms: Sequence[ArmResult], key: str) -> list[tuple[str, ClaimVerdict]]:
-    """Claim ``key``'s verdict in each arm, arms with the same evidence merged: (``shared = momentum 0.9``,
-    the verdict), in the arms' order."""
+def grouped(arms: Sequence[ArmResult], key: str) -> list[tuple[list[str], ClaimVerdict]]:
+    """Claim ``key``'s verdict in each arm, arms with the same evidence merged: (their names, the verdict),
+    in the arms' order."""
     out: list[tuple[list[str], ClaimVerdict]] = []
     for a in arms:
         cv = next(x for x in a.claims if x.claim.key == key)
@@ -164,7 +164,7 @@ def grouped(arms: Sequence[ArmResult], key: str) -> list[tuple[str, ClaimVerdict
             out.append(([a.name], cv))
         else:
             same.append(a.name)
-    return [(" = ".join(names), cv) for names, cv in out]
+    return out
 
 
 def counts(cv: ClaimVerdict) -> str:
@@ -183,15 +183,16 @@ def headline(arms: Sequence[ArmResult], across: Sequence[tuple[str, ClaimVerdict
     for claim in [cv.claim for cv in arms[0].claims] if arms else []:
         groups = grouped(arms, claim.key)
         by: dict[str, list[str]] = {}
-        for label, cv in groups:
-            by.setdefault(cv.outcome, []).append(label + counts(cv))
+        for names, cv in groups:
+            by.setdefault(cv.outcome, []).append(" = ".join(names) + counts(cv))
         if len(arms) == 1:
             [(_, cv)] = groups
             clauses.append(f"{claim.short}: {cv.outcome}{counts(cv)}")
         elif len(by) == 1 and not any(counts(cv) for _, cv in groups):
             [outcome] = by
             everywhere = " in any arm" if outcome in FAILED else " in every arm"  # never "not in every"
-            clauses.append(f"{claim.short}: {outcome}" + (everywhere if len(groups) > 1 else f" in {groups[0][0]}"))
+            clauses.append(f"{claim.short}: {outcome}"
+                           + (everywhere if len(groups) > 1 else f" in {' = '.join(groups[0][0])}"))
         else:
             clauses.append(f"{claim.short}: " + "; ".join(f"{o} in {', '.join(by[o])}" for o in OUTCOMES if o in by))
     clauses += [f"{cv.claim.short}: {cv.outcome}{counts(cv)} ({label})" for label, cv in across]

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
+from hpcbench.reproduce import findings
 from hpcbench.reproduce.claims import CLAIMS, crossing, diloco, gap_aware, jin, sgp
 from hpcbench.reproduce.findings import spent
-from hpcbench.reproduce.protocol import OWN_LR, ArmResult, Recipe, arm_text, counts, same_runs, signature
+from hpcbench.reproduce.protocol import OWN_LR, ArmResult, Recipe, arm_text, counts, grouped, same_runs
 from hpcbench.reproduce.studies import DILOCO_PERIODS, VAL_FRACTION, Study, mpi_args
 from hpcbench.reproduce.verdicts import RULE, Cell, Claim, ClaimVerdict
 from hpcbench.tuning.grid import Trial, ties
@@ -172,15 +174,11 @@ def claims_table(arms: Sequence[ArmResult]) -> str:
     if not arms:
         return "(no arm ran)"
     rows = []
-    for cv in arms[0].claims:
-        row: list[str] = [cv.claim.short]
-        seen: list[tuple[str, ClaimVerdict]] = []
-        for a in arms:
-            mine = next(x for x in a.claims if x.claim.key == cv.claim.key)
-            twin = next((name for name, other in seen if signature(other) == signature(mine)), None)
-            row.append(f"= {twin}" if twin else mine.outcome + counts(mine))
-            seen.append((a.name, mine))
-        rows.append(row)
+    for claim in (cv.claim for cv in arms[0].claims):
+        cell: dict[str, str] = {}
+        for names, cv in grouped(arms, claim.key):
+            cell |= {names[0]: cv.outcome + counts(cv), **{name: f"= {names[0]}" for name in names[1:]}}
+        rows.append([claim.short] + [cell[a.name] for a in arms])
     return tabulate(rows, headers=["claim"] + [a.name for a in arms], tablefmt="github")
 
 
@@ -221,28 +219,20 @@ def chosen_text(arm: ArmResult) -> str:
 
 def claim_text(claim: Claim) -> str:
     """A claim as the reports state it: its words (or a paraphrase, said so) and source, the rows of the
-    paper's setting, the margin and where it comes from."""
-    return (f"**{claim.short}** — {claim.cited()} ({claim.source}). The paper's setting here: "
-            f"{claim.setting or 'every size the study runs'}; margin {margin_text(claim)}")
+    paper's setting, the margin and where it comes from (as findings.md states it)."""
+    c = asdict(claim)
+    return (f"**{claim.short}** — {findings.cited(c)} ({claim.source}). The paper's setting here: "
+            f"{claim.setting or 'every size the study runs'}; margin {findings.margin_text(c)}")
 
 
-def margin_text(claim: Claim) -> str:
-    """The margin and its source (a margin set per row, as one evaluation interval, by its source alone)."""
-    if not claim.margin and claim.margin_source:
-        return claim.margin_source
-    return f"{claim.margin:g} ({claim.margin_source})" if claim.margin_source else f"{claim.margin:g}"
-
-
-def rows_lines(cv: ClaimVerdict) -> list[str]:
-    """A claim's evidence rows, a sub-bullet each: where, the numbers, the outcome (and whether the row is
-    beyond the paper's setting)."""
-    return [f"  - {e.where + ': ' if e.where else ''}{e.numbers} — {outcome_text(cv.counted_as(e), e.outcome)}"
-            + ("" if e.primary else ", beyond the paper's setting") for e in cv.evidence if e.where]
-
-
-def outcome_text(counted: str, alone: str) -> str:
-    """A row's outcome as its claim counts it, and what it would be alone where a correction changed it."""
-    return counted if counted == alone else f"{counted} (alone, at 95%: {alone})"
+def measured(s: Study, notes: dict[str, Any], per_run: str) -> list[str]:
+    """The head of a report's "How it was measured": the command and how it ran, the options every run
+    shared and ``per_run`` (what each run set), the setup."""
+    run_args = s.run_args(notes["preset"])
+    run_args = run_args if notes["mode"] == "sim" else mpi_args(run_args)
+    return ["## How it was measured", "", f"- command: `{notes['command']}` ({notes['preset']} sizes, "
+            f"mode {notes['mode']}; {how_run(notes)})", f"- runs: {' '.join(run_args)}; per run {per_run}",
+            f"- setup: {notes['setup']}"]
 
 
 def how_run(notes: dict[str, Any]) -> str:
@@ -291,7 +281,7 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
     if across:
         lines += ["## Across arms", ""]
         for label, cv in across:
-            lines += [f"- {cv.claim.short} ({label}): **{cv.summary()}**", *rows_lines(cv)]
+            lines += [f"- {cv.claim.short} ({label}): **{cv.summary()}**", *findings.row_lines(cv.record())]
         lines.append("")
     twins = same_runs(arms)
     for a in arms:
@@ -299,7 +289,7 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
                   + (f" Its runs are arm {twins[a.name]}'s (the same settings): counted once." if a.name in twins
                      else ""), ""]
         for cv in a.claims:
-            lines += [f"- {cv.claim.short}: **{cv.summary()}**", *rows_lines(cv)]
+            lines += [f"- {cv.claim.short}: **{cv.summary()}**", *findings.row_lines(cv.record())]
         if s.name == "jin":
             lines += [f"- where the curves cross: {crossing(list(a.cells))}"]
         plot_file = plots.get(a.name, "")
@@ -322,14 +312,9 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
                 if any(a.name == OWN_LR for a in arms) else []),
               f"- verdict rule: {proto['rule']}", f"- grids: {proto['grid_edges']}", "",
               recipe_table(recipe_trials, recipe), ""]
-    run_args = s.run_args(notes["preset"])
-    run_args = run_args if notes["mode"] == "sim" else mpi_args(run_args)
-    lines += ["## How it was measured", "", f"- command: `{notes['command']}` ({notes['preset']} sizes, "
-              f"mode {notes['mode']}; {how_run(notes)})",
-              f"- runs: {' '.join(run_args)}; per run --algo, --workers, --seed and the setting"
-              + (", --network" if s.networks and notes["mode"] == "sim" else "")
-              + ("; calibrated --compute" if notes["calibration"] else ""),
-              f"- setup: {notes['setup']}"]
+    lines += measured(s, notes, "--algo, --workers, --seed and the setting"
+                      + (", --network" if s.networks and notes["mode"] == "sim" else "")
+                      + ("; calibrated --compute" if notes["calibration"] else ""))
     if s.message_params and notes["mode"] == "sim":
         lines.append(f"- --set sim.message_params={s.message_params}")
     if notes["calibration"]:

@@ -150,6 +150,12 @@ class Split:
                    (budget_time - ideal) / p.wall)
 
 
+def split_known(cells: Sequence[ResilienceCell]) -> bool:
+    """Whether every seed's pair says what its failures cost beyond capacity (a verdict of the first design
+    does not: it is judged on goodput kept)."""
+    return all(math.isfinite(p.split.overhead) for c in cells for p in c.pairs)
+
+
 @dataclass(frozen=True)
 class ResilienceCell:
     algo: str
@@ -229,7 +235,7 @@ def judge(cells: Sequence[ResilienceCell], modelled: bool = True, ceiling: float
     ``ceiling``: the sequential recipe's accuracy (an accuracy row whose failure-free runs did not train
     is not meaningful)."""
     by = {(c.algo, c.scenario, c.workers): c for c in cells}
-    split = all(math.isfinite(p.split.overhead) for c in cells for p in c.pairs)
+    split = split_known(cells)
     out = []
     for algo in FAMILIES:
         losses, accurate = claims_of(algo, modelled, split)

@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
+from hpcbench.reproduce import findings
 from hpcbench.reproduce.findings import mean_half
 from hpcbench.reproduce.protocol import ArmResult, Recipe
-from hpcbench.reproduce.report import (
-    caveat,
-    claims_table,
-    how_run,
-    margin_text,
-    protocol,
-    recipe_table,
-    recipe_ties,
-    rows_lines,
-    verdict_line,
-)
-from hpcbench.reproduce.studies import Study, mpi_args
+from hpcbench.reproduce.report import caveat, claims_table, measured, protocol, recipe_table, recipe_ties, verdict_line
+from hpcbench.reproduce.resilience import split_known
+from hpcbench.reproduce.studies import Study
 from hpcbench.reproduce.verdicts import RULE
 from hpcbench.tuning.grid import Trial
 from hpcbench.tuning.intervals import interval
@@ -33,7 +26,7 @@ def table(cells: Sequence[Any]) -> str:
     (capacity, lost work and the rest, as shares of the failure-free run), accuracy both ways (mean over
     seeds ± half its 95% interval where it is the claim's)."""
     rows = []
-    split = all(math.isfinite(x.split.overhead) for c in cells for x in c.pairs)
+    split = split_known(cells)
     for c in sorted(cells, key=lambda c: (c.scenario, c.workers, c.algo)):
         p = c.pairs
 
@@ -77,7 +70,7 @@ def plot(cells: Sequence[Any], path: Path) -> str:
     import matplotlib.pyplot as plt
 
     scenarios = sorted({c.scenario for c in cells})
-    split = all(math.isfinite(p.split.overhead) for c in cells for p in c.pairs)
+    split = split_known(cells)
     fig, axes = plt.subplots(2, len(scenarios), figsize=(5 * len(scenarios) + 1, 8), squeeze=False)
     for col, scenario in enumerate(scenarios):
         top, bottom = axes[0][col], axes[1][col]
@@ -115,14 +108,15 @@ def markdown(s: Study, cells: Sequence[Any], arm: ArmResult, outcome: str, recip
     label = f" ({caveat(notes).split(':')[0]})" if caveat(notes) else ""
     first = arm.claims[0].claim
     scenarios = sorted({c.scenario for c in cells})
-    split = all(math.isfinite(p.split.overhead) for c in cells for p in c.pairs)
+    split = split_known(cells)
     lines = [f"# {s.title}{label}", "", f"**In short: {verdict_line(outcome, notes)}.**", "", claims_table([arm]), "",
              "## The claim", "", f"In paraphrase: {s.claim} ({first.source}). {first.paper.capitalize()}.", "",
              f"Each family's algorithm is tested against the shrinking {SHRINKING} on two claims, a row per "
              + ("failure scenario and size:" if scenarios != [""] else "size:"), ""]
     for cv in arm.claims:
-        lines += [f"- **{cv.claim.short}** (tested: {cv.claim.test}; margin {margin_text(cv.claim)}): "
-                  f"**{cv.summary()}**", *rows_lines(cv)]
+        margin = findings.margin_text(asdict(cv.claim))
+        lines += [f"- **{cv.claim.short}** (tested: {cv.claim.test}; margin {margin}): **{cv.summary()}**",
+                  *findings.row_lines(cv.record())]
     lines += ["", f"![resilience]({plotted})" if plotted.endswith(".png") else f"({plotted})", "",
               table(cells) if cells else "(no run finished)", ""]
     mtbf = notes.get("node_mtbf_s")
@@ -151,12 +145,7 @@ def markdown(s: Study, cells: Sequence[Any], arm: ArmResult, outcome: str, recip
               + (" In the simulator time is its cost model's: a time claim it does not bear out is "
                  "\"not reproduced by the model\"." if notes["mode"] == "sim" else ""), "",
               recipe_table(recipe_trials, recipe), ""]
-    run_args = s.run_args(notes["preset"])
-    run_args = run_args if notes["mode"] == "sim" else mpi_args(run_args)
-    lines += ["## How it was measured", "", f"- command: `{notes['command']}` ({notes['preset']} sizes, "
-              f"mode {notes['mode']}; {how_run(notes)})",
-              f"- runs: {' '.join(run_args)}; per run --algo, --workers, --seed, the recipe and, failing, "
-              "--set fault=kill:R@S,...", f"- setup: {notes['setup']}"]
+    lines += measured(s, notes, "--algo, --workers, --seed, the recipe and, failing, --set fault=kill:R@S,...")
     if notes["failed"]:
         lines.append("- failed: " + "; ".join(notes["failed"]))
     lines += ["- result files: runs/ (one HDF5 file per run; `hpcbench report runs/` tabulates them)", ""]

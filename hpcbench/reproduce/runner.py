@@ -34,7 +34,7 @@ from hpcbench.reproduce.protocol import (
     recipe_grid,
 )
 from hpcbench.reproduce.studies import PRESETS, Study, mpi_args, study
-from hpcbench.reproduce.verdicts import Cell, ClaimVerdict
+from hpcbench.reproduce.verdicts import Cell
 from hpcbench.results.store import commit_of, read_run, result_status, step_cap_of
 from hpcbench.telemetry.progress_line import clock_text
 from hpcbench.tuning.execute import MODES, Job, run_jobs
@@ -357,7 +357,7 @@ def publish(out: Path, s: Study, arms: Sequence[ArmResult], recipe: Recipe, reci
         "study": s.name, "title": s.title, "preset": preset, "headline": outcome_text,
         "verdict": report.verdict_line(outcome_text, notes),
         "claims": claims_record(arms),
-        "across": [{**asdict(cv.claim), "arms": {label: verdict_record(cv)}} for label, cv in across],
+        "across": [{**asdict(cv.claim), "arms": {label: cv.record()}} for label, cv in across],
         "protocol": report.protocol(s, preset, recipe, mode, notes.get("fresh_seeds", True)),
         "ceiling": ceiling(recipe_trials, recipe),
         "recipe_grid": recipe_record(recipe_trials, recipe),
@@ -417,19 +417,9 @@ def claims_record(arms: Sequence[ArmResult]) -> list[dict[str, Any]]:
     """Each claim (as the study states it) with its verdict in each arm and the evidence rows behind it."""
     out = []
     for claim in [cv.claim for cv in arms[0].claims] if arms else []:
-        per_arm = {a.name: verdict_record(next(x for x in a.claims if x.claim.key == claim.key)) for a in arms}
+        per_arm = {a.name: next(x for x in a.claims if x.claim.key == claim.key).record() for a in arms}
         out.append({**asdict(claim), "arms": per_arm})
     return out
-
-
-def verdict_record(cv: ClaimVerdict) -> dict[str, Any]:
-    """A claim's verdict in one arm: its outcome, summary and evidence rows (each interval's ends, null for
-    none: one seed)."""
-    return {"outcome": cv.outcome, "summary": cv.summary(), "evidence": [
-        {"where": e.where, "outcome": e.outcome, "counted_as": cv.counted_as(e), "numbers": e.numbers,
-         "primary": e.primary,
-         **({"mean": finite(e.interval.mean), "low": finite(e.interval.low), "high": finite(e.interval.high),
-             "seeds": e.interval.n} if e.interval else {})} for e in cv.evidence]}
 
 
 def capped(paths: Iterable[Path]) -> dict[str, Any]:

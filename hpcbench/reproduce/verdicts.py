@@ -4,7 +4,7 @@ are ``reproduce.claims``.
 A study states the papers' claims (``Claim``: quoted verbatim with where, or marked as a paraphrase;
 the paper's own setting; a practical margin with its source). Each claim gets its own verdict in each
 arm: *holds*, *does not hold* (*not reproduced by the model* where the simulator's cost model is the
-cause: both sides finished and only their times differ), *inconclusive*, *not meaningful* (the
+cause: the time or bytes for the same budget), *inconclusive*, *not meaningful* (the
 reference itself did not train: nothing to compare) or *cannot be tested here* (the arm cannot test
 it by construction).
 
@@ -26,6 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import mean
+from typing import Any
 
 from hpcbench.tuning.intervals import CONFIDENCE, MIN_SEEDS, Interval, interval
 
@@ -123,10 +124,6 @@ class Claim:
     primary: tuple[int, ...] = ()
     setting: str = ""
 
-    def cited(self) -> str:
-        """The quote as the reports print it: in quotation marks only where it is the paper's words."""
-        return f"\"{self.quote}\"" if self.verbatim else f"in paraphrase: {self.quote}"
-
     def in_setting(self, workers: int) -> bool:
         return not self.primary or workers in self.primary
 
@@ -194,7 +191,6 @@ class Evidence:
     interval: Interval | None = None
     primary: bool = True
     test: Bounds | None = field(default=None, compare=False)
-    failure: str = FAILS  # what a failing test makes of it: FAILS, or NOT_MODELLED where timing is the cause
     effect: str = ""  # the difference in a few words (the summary's)
 
     def strict(self, rows: int) -> str:
@@ -222,6 +218,18 @@ class ClaimVerdict:
     def counted_as(self, e: Evidence) -> str:
         """What row ``e`` counts as in this verdict: a primary row's failure at the corrected level."""
         return e.strict(len(counted(self.primary))) if e.primary else e.outcome
+
+    def record(self) -> dict[str, Any]:
+        """This verdict as verdict.json holds it: its outcome, summary and evidence rows (each interval's ends,
+        null for none: one seed), each row with what it counts as."""
+        def finite(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+
+        return {"outcome": self.outcome, "summary": self.summary(), "evidence": [
+            {"where": e.where, "outcome": e.outcome, "counted_as": self.counted_as(e), "numbers": e.numbers,
+             "primary": e.primary,
+             **({"mean": finite(e.interval.mean), "low": finite(e.interval.low), "high": finite(e.interval.high),
+                 "seeds": e.interval.n} if e.interval else {})} for e in self.evidence]}
 
     def effect(self) -> str:
         """The effect in words: each row's numbers."""
@@ -260,20 +268,20 @@ def counted(rows: Sequence[Evidence]) -> list[Evidence]:
 def decide(claim: Claim, where: str, test: Bounds | None, numbers: str, workers: int = 0,
            timing: bool = False, effect: str = "") -> Evidence:
     """A row from its test: held, failed or inconclusive at 95%, inconclusive on fewer than MIN_SEEDS
-    seeds whichever way it would go. ``timing``: the difference is only the runs' times (both sides
-    finished), so a failure of a claim about time is the cost model's. ``workers``: the row's size (the
-    claim's primary sizes say whether it is in the paper's setting)."""
+    seeds whichever way it would go. ``timing``: the difference is only what the cost model decides (the
+    time or bytes for the same budget), so a failure of a claim about time is the model's. ``workers``: the
+    row's size (the claim's primary sizes say whether it is in the paper's setting)."""
     primary = claim.in_setting(workers) if workers else True
     failure = NOT_MODELLED if claim.modelled and timing else FAILS
     if test is None:
-        return Evidence(where, UNCLEAR, numbers, None, primary, None, failure, effect)
+        return Evidence(where, UNCLEAR, numbers, None, primary, None, effect)
     shown = test.shown()
     if test.seeds < MIN_SEEDS:
         return Evidence(where, UNCLEAR, f"{numbers}; {test.seeds} seed{'s' * (test.seeds != 1)}: a verdict needs "
-                        f"{MIN_SEEDS}", shown, primary, test, failure, effect)
+                        f"{MIN_SEEDS}", shown, primary, test, effect)
     side = test.side()
     outcome = HOLDS if side is True else failure if side is False else UNCLEAR
-    return Evidence(where, outcome, numbers, shown, primary, test, failure, effect)
+    return Evidence(where, outcome, numbers, shown, primary, test, effect)
 
 
 def void(where: str, outcome: str, numbers: str, claim: Claim, workers: int = 0) -> Evidence:
