@@ -45,7 +45,7 @@ RULE = ("each claim gets its own verdict in each arm. A row (a size, network or 
         "not meaningful. The rows of the paper's setting make the verdict: it holds where all of them hold (no "
         "correction needed: all must), does not hold where one falls short at 1 − 0.05/k for k rows (Bonferroni), "
         "else inconclusive; rows beyond the paper's setting are reported beside it. A failure whose cause is the "
-        "simulator's cost model (both sides finished; only their times differ) is 'not reproduced by the model'")
+        "simulator's cost model (the time or bytes for the same budget) is 'not reproduced by the model'")
 # A row counts only where its reference trained: within this much of the sequential recipe's accuracy
 # at the same budget (its validation accuracy, mean over seeds).
 VALID_GAP = 0.05
