@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from hpcbench.algorithms.schedule import SCALINGS
-from hpcbench.errors import UsageError, one_of
+from hpcbench.errors import UsageError
 from hpcbench.options import TABLES, build_options, option_tables
-from hpcbench.ranges import bounded, check_ranges
+from hpcbench.ranges import bounded, check_ranges, choice
 from hpcbench.registry import rule
+from hpcbench.workload.datasets import DATASETS, file_datasets
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -173,7 +174,8 @@ class Experiment:
     weight_decay: float = bounded(0.0, low=0, high=1e4)
     # linear warm-up from 1/n of the rate, the same for every algorithm
     warmup_epochs: float = bounded(5.0, low=0, unit="epochs")
-    lr_scaling: str = "none"  # synchronous methods only: none | linear | sqrt in the number of workers
+    # synchronous methods only: none | linear | sqrt in the number of workers
+    lr_scaling: str = choice("none", SCALINGS)
     lr_decay_epochs: tuple[float, ...] = bounded((), low=0, unit="epochs")  # in increasing order
     lr_decay_factor: float = bounded(0.1, above=0, high=1)
     seed: int = bounded(0, low=0, high=MAX_SEED)  # torch's and numpy's seeds are at most 2^63 - 1
@@ -265,7 +267,6 @@ def table_argv(table: str, options: Any, defaults: Any) -> list[str]:
             for a in ("--set", f"{table}.{f.name}={set_literal(getattr(options, f.name))}")]
 
 
-FILE_DATASETS = ("cifar10",)  # the datasets read from --data-dir
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name != "options")
 GROUPS = (Experiment, Operations, FaultInjection)  # each run key in exactly one (a test holds it)
 
@@ -399,8 +400,6 @@ def validate_numbers(cfg: RunConfig) -> None:
         raise UsageError("give either steps or epochs, not both")
     if list(cfg.lr_decay_epochs) != sorted(cfg.lr_decay_epochs):
         raise UsageError(f"lr_decay_epochs must be in increasing order, got {[float(e) for e in cfg.lr_decay_epochs]}")
-    if cfg.data_dir and cfg.dataset not in FILE_DATASETS:
-        raise UsageError(f"--data-dir goes with a dataset read from files ({', '.join(FILE_DATASETS)}); "
+    if cfg.data_dir and not DATASETS.get(cfg.dataset).reads_files:
+        raise UsageError(f"--data-dir goes with a dataset read from files ({', '.join(file_datasets())}); "
                          f"{cfg.dataset} needs none")
-    if cfg.lr_scaling not in SCALINGS:
-        raise one_of("lr_scaling", cfg.lr_scaling, SCALINGS)

@@ -14,8 +14,8 @@ from hpcbench import __version__
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.config import GROUPS, toml_literal
 from hpcbench.options import TABLES, option_tables
-from hpcbench.ranges import range_of
-from hpcbench.workload.datasets import DATASET_HELP
+from hpcbench.ranges import choices_of, range_of
+from hpcbench.workload.datasets import DATASETS
 from hpcbench.workload.models import MODELS
 
 
@@ -42,8 +42,13 @@ def shown(f: dataclasses.Field) -> str:
 
 
 def valid(f: dataclasses.Field) -> str:
-    """A numeric field's declared range, in words (``>= 1 local steps``)."""
-    limits = range_of(f)
+    """What a field takes, in words: a number's declared range (``>= 1 local steps``), a text's choices
+    (``none | fp16 | bf16``), a switch's ``true | false``."""
+    limits, choices = range_of(f), choices_of(f)
+    if choices is not None:
+        return " | ".join(choices)
+    if f.type in (bool, "bool"):
+        return "true | false"
     return limits.text() if limits is not None else ""
 
 
@@ -67,7 +72,8 @@ def listing() -> str:
         "Models",
         tabulate(sorted((name, model.text) for name, model in MODELS.items()), headers=["name", "what it is"]),
         "Datasets",
-        tabulate(sorted(DATASET_HELP.items()), headers=["name", "what it is"]),
+        tabulate(sorted((name, spec.text, spec.source()) for name, spec in DATASETS.items()),
+                 headers=["name", "what it is", "read from"]),
         *(part for group in GROUPS for part in (
             f"Run options, {GROUP_TITLES[group.__name__]} (flags, --set KEY=VALUE, or top-level keys in --config)",
             tabulate(rows("", group, skip=("options",)), headers=["key", "default", "valid"]))),

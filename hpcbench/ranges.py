@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcbench.errors import UsageError
+from hpcbench.errors import UsageError, one_of
 
 
 @dataclass(frozen=True)
@@ -61,16 +62,32 @@ def bounded(default: Any, low: float | None = None, high: float | None = None, *
     return field(default=default, metadata=meta)
 
 
+def choice(default: str, choices: Sequence[str] | Callable[[], Sequence[str]]) -> Any:
+    """A text dataclass field that takes one of ``choices`` (a callable: a registry's names, read when
+    checked, so what registers later counts)."""
+    return field(default=default, metadata={"choices": choices})
+
+
+def choices_of(f: dataclasses.Field) -> tuple[str, ...] | None:
+    """A text field's valid values (``choice``), or None when it declares none."""
+    found = f.metadata.get("choices")
+    if found is None:
+        return None
+    return tuple(found() if callable(found) else found)
+
+
 def range_of(f: dataclasses.Field) -> Range | None:
     return f.metadata.get("range")
 
 
 def check_ranges(obj: Any, owner: str) -> None:
-    """Every numeric field of the dataclass ``obj`` within its declared range, or one line naming the
-    option, its range and the value given (``owner``: the table's prefix, ``ga-asgd.``)."""
+    """Every numeric field of the dataclass ``obj`` within its declared range and every text field one
+    of its choices, or one line naming the option, what it takes and the value given (``owner``: the
+    table's prefix, ``ga-asgd.``)."""
     for f in dataclasses.fields(obj):
-        limits = range_of(f)
-        value = getattr(obj, f.name)
+        limits, value, valid = range_of(f), getattr(obj, f.name), choices_of(f)
+        if valid is not None and value not in valid:
+            raise one_of(f"{owner}{f.name}", value, valid)
         if limits is None or value is None or (value == f.default and "resolves" in f.metadata):
             continue
         for item in value if isinstance(value, tuple) else (value,):

@@ -18,7 +18,7 @@ from hpcbench.config import RunConfig
 from hpcbench.options.sim import SimConfig
 from hpcbench.runtime import plan
 from hpcbench.runtime.logs import RunLogs
-from hpcbench.runtime.sim.engine import Engine
+from hpcbench.runtime.sim.engine import Engine, Parts
 from hpcbench.workload.compute import ComputeModel
 
 X0 = np.array([1.0, -2.0, 0.5], dtype=np.float32)
@@ -67,8 +67,8 @@ def run_quadratic(name: str, workers: int, steps: int, options: dict | None = No
             if progress is not None:
                 progress.append((samples, loss, accuracy))
 
-    Engine(algo, layout, sim, ComputeModel(sim, 0, slow or {}), gradient, logs, x0.size, Shown(),
-           deaths=deaths).run()
+    Engine(Parts(algo=algo, layout=layout, cfg=sim, compute=ComputeModel(sim, 0, slow or {}), gradient=gradient,
+                 logs=logs, real_size=x0.size, progress=Shown(), deaths=deaths)).run()
     # (t, worker, samples, updates…)
     per_worker = {int(row[1]): int(row[3]) for row in logs.tables.get("final_models", [])}
     return Ran(logs, per_worker, cfg.batch_size)

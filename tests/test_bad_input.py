@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from hpcbench.launch.local import own_lines
+from hpcbench.workload.datasets import file_datasets
 
 from conftest import mpirun, requires_mpi
 
@@ -143,6 +144,7 @@ def chattr(flag, path):
     return subprocess.run(["chattr", flag, str(path)], capture_output=True).returncode == 0
 
 
+@pytest.mark.root  # chattr +i
 def test_an_out_directory_that_cannot_be_written_is_refused_before_training(tmp_path):
     locked = tmp_path / "locked"
     locked.mkdir()
@@ -174,12 +176,14 @@ def small_disk(tmp_path):
         subprocess.run(["umount", str(where)], capture_output=True)
 
 
+@pytest.mark.root  # mounts a tmpfs
 def test_a_read_only_filesystem_is_refused_before_training(small_disk):
     ro = small_disk("ro", "ro,size=200k")
     proc = mpirun(3, "run", "--algo", "asgd", "--steps", "1", "--out", str(ro / "r.h5"), timeout=90)
     refused(proc, None, "Read-only file system")
 
 
+@pytest.mark.root  # mounts a tmpfs
 def test_too_little_free_disk_is_refused_with_the_estimate(small_disk):
     tiny = small_disk("tiny", "size=200k")
     proc = mpirun(3, "run", "--algo", "asgd", "--model", "cnn", "--steps", "2000", "--out", str(tiny / "r.h5"),
@@ -231,7 +235,8 @@ def test_reproduce_across_emulated_nodes_is_the_sgp_study_in_real_runs(tmp_path,
                                                                          "[-5.0, 3.0]"),
     (["simulate", "--algo", "asgd", "--set", "lr_decay_epochs=[60, 30]"], "in increasing order, got [60.0, 30.0]"),
     (["simulate", "--algo", "asgd", "--set", "fault=stop:1@2"], "a simulation kills workers during training"),
-    (["simulate", "--algo", "asgd", "--data-dir", "/tmp"], "--data-dir goes with a dataset read from files (cifar10)"),
+    (["simulate", "--algo", "asgd", "--data-dir", "/tmp"],
+     f"--data-dir goes with a dataset read from files ({', '.join(file_datasets())}); digits needs none"),
     (["simulate", "--algo", "asgd", "--set", "ga-asgd.beta=0.5"], "ga-asgd.* options go with --algo ga-asgd"),
     (["run", "--algo", "asgd", "--dry-run", "--workers", "2", "--set", "sim.noise=0.1"],
      "sim.noise: simulate's options (its virtual cluster); a real run takes none"),

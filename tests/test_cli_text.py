@@ -73,7 +73,32 @@ def test_list_shows_every_numeric_options_range_as_refusals_name_it():
     assert valid["ga-asgd.history"] == "between 0 and 8192 versions" and valid["momentum"] == "in [0, 1)"
     assert valid["sim.bandwidth"] == ">= 1 bytes/s" and valid["sim.compute_mean_s"] == "in (0, 1,000,000] seconds"
     assert valid["teacher.samples"] == "between 1 and 10,000,000 samples"
-    assert valid["gossip.variant"] == valid["nesterov"] == valid["out"] == ""  # not numbers
+    assert valid["out"] == ""  # any path
+
+
+def test_list_shows_every_text_options_choices_and_every_switch():
+    """Each option that takes one of several words shows them all, as the refusal of another word names them."""
+    import dataclasses
+
+    from hpcbench.algorithms.compressors import COMPRESSORS
+    from hpcbench.options import option_tables
+    from hpcbench.ranges import choices_of
+
+    _, out, _ = cli("list")
+    valid = {name: text for name, (_, text) in option_table(out).items()}
+    assert valid["allreduce.compress"] == valid["local-sgd.compress"] == " | ".join(COMPRESSORS.names())
+    assert valid["gossip.variant"] == "pull | push" and valid["lr_scaling"] == "none | linear | sqrt"
+    assert valid["nesterov"] == valid["allreduce.error_feedback"] == "true | false"
+    for name, table in option_tables().items():
+        for f in dataclasses.fields(table.options):
+            choices = choices_of(f)
+            if choices is None:
+                continue
+            assert valid[f"{name}.{f.name}"] == " | ".join(choices)
+            if table.algorithm:
+                code, _, err = cli("run", "--dry-run", "--workers", "2", "--algo", name,
+                                   "--set", f"{name}.{f.name}=nonsense")
+                assert code == 2 and f"unknown {name}.{f.name} 'nonsense'; valid: {', '.join(choices)}" in err
 
 
 def test_list_names_each_family_as_the_readme_does():
@@ -113,6 +138,7 @@ def test_every_text_that_counts_or_lists_the_algorithms_agrees_with_the_registry
     assert demo is not None and int(demo.group(1)) == 2 * (len(names) + len(DEMO_VARIANTS))
 
 
+@pytest.mark.slow  # hpcbench in a process of its own
 @pytest.mark.parametrize("args", [["list"], ["run", "--dry-run", "--algo", "asgd", "--workers", "2"]])
 def test_output_into_a_closed_pipe_ends_quietly(args):
     # The reader is gone before hpcbench writes (as with `| head -1` on a long output).

@@ -36,7 +36,7 @@ def test_sizes_go_from_b_to_e_by_f_as_nccl_tests_does():
     (lambda: sweep_sizes(7, 64, 2), "multiple of 4"),
     (lambda: sweep_sizes(64, 8, 2), "-e 8 is below -b 64"),
     (lambda: sweep_sizes(8, 8 << 30, 2), "at most 4G"),
-    (lambda: parse_ops("allreduce,alltoall"), "unknown operation 'alltoall'; valid: allreduce, sendrecv"),
+    (lambda: parse_ops("allreduce,alltoall"), "unknown operation 'alltoall'; valid: allreduce, allgather, sendrecv"),
 ])
 def test_impossible_sweeps_are_one_line(call, message):
     with pytest.raises(UsageError, match=message):
@@ -45,6 +45,7 @@ def test_impossible_sweeps_are_one_line(call, message):
 
 def test_bus_bandwidth_factor_is_nccl_tests():
     assert bus_factor("allreduce", 4) == pytest.approx(1.5) and bus_factor("allreduce", 2) == 1.0
+    assert bus_factor("allgather", 4) == 3.0  # a part's size each rank gives: it receives three of them
     assert bus_factor("sendrecv", 8) == 1.0 and bus_factor("get", 8) == 1.0
 
 
@@ -79,7 +80,7 @@ def test_a_real_sweep_is_written_read_back_and_taken_by_simulate_and_calibrate(t
     data = read_comm(out)
     sizes = [8, 64, 512, 4096, 32768, 262144]
     ops = [(r.op, r.bytes) for r in data.rows]
-    for op in ("allreduce", "sendrecv", "get", "put", "accumulate"):
+    for op in ("allreduce", "allgather", "sendrecv", "get", "put", "accumulate"):
         assert [n for o, n in ops if o == op] == sizes, op
     assert [n for o, n in ops if o == "fetch_add"] == [8]
     assert data.seconds.shape == (len(data.rows), 8) and np.isfinite(data.seconds).all()
@@ -87,9 +88,9 @@ def test_a_real_sweep_is_written_read_back_and_taken_by_simulate_and_calibrate(t
     for r, seconds in zip(data.rows, data.seconds):
         assert r.time_s == pytest.approx(seconds.mean()) and r.min_s == pytest.approx(seconds.min())
         assert r.algbw == pytest.approx(r.bytes / r.time_s)
-        assert r.busbw == pytest.approx(r.algbw * (4 / 3 if r.op == "allreduce" else 1))
-        assert r.link == ("all" if r.op == "allreduce" else "intra-node")
-        assert r.peer == (-1 if r.op == "allreduce" else 1)
+        assert r.busbw == pytest.approx(r.algbw * {"allreduce": 4 / 3, "allgather": 2}.get(r.op, 1))
+        collective = r.op in ("allreduce", "allgather")
+        assert r.link == ("all" if collective else "intra-node") and r.peer == (-1 if collective else 1)
     (fit,) = data.fits
     assert fit.link == "intra-node" and fit.op == "sendrecv" and fit.sizes == len(sizes)
     assert fit.alpha_s >= 0 and fit.bandwidth > 0 and fit.noise >= 0

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from hpcbench.algorithms.compress import POWERSGD_SEED, CompressOptions, Compressor, compressible, orthogonalize
-from hpcbench.algorithms.ops import Allreduce, Workers
+from hpcbench.algorithms.compressors import COMPRESSORS, CompressOptions, make
+from hpcbench.algorithms.compressors.powersgd import POWERSGD_SEED, compressible, orthogonalize
+from hpcbench.algorithms.ops import Allgather, Allreduce, Workers
 from hpcbench.bfloat16 import add_bf16, from_bf16, to_bf16
 
 
@@ -33,13 +34,14 @@ def test_a_bf16_sum_is_the_rounded_float_sum():
 
 def means(kind: str, vectors: list[list[np.ndarray]], bounds=(0,), shapes=None, sent=None,
           **options) -> list[np.ndarray]:
-    """Every worker's Compressor averaging vectors[step][worker], its all-reduces answered by summing
-    the workers' parts in their own type; → each step's results (checked identical on every worker).
-    ``sent``: a list to receive, per step, each all-reduce's (dtype, size, bf16) of worker 1."""
+    """Every worker's compressor averaging vectors[step][worker], its all-reduces answered by summing
+    the workers' parts in their own type and its all-gathers by concatenating them; → each step's
+    results (checked identical on every worker). ``sent``: a list to receive, per step, each
+    collective's (dtype, size, bf16) of worker 1."""
     n, size = len(vectors[0]), vectors[0][0].size
     shapes = shapes or [(size,)]
-    compressors = [Compressor(CompressOptions(compress=kind, **options), size, list(bounds) + [size], shapes)
-                   for _ in range(n)]
+    compressors = [make(CompressOptions(compress=kind, **options), rank, size, list(bounds) + [size], shapes)
+                   for rank in range(1, n + 1)]
     members = tuple(range(1, n + 1))
 
     def advance(program, value):
@@ -57,12 +59,15 @@ def means(kind: str, vectors: list[list[np.ndarray]], bounds=(0,), shapes=None, 
         if sent is not None:
             sent.append([])
         while True:
-            assert all(isinstance(op, Allreduce) for op in ops)
+            assert all(type(op) is type(ops[0]) and type(op) in (Allreduce, Allgather) for op in ops)
             if sent is not None:
-                sent[-1].append((ops[0].data.dtype, ops[0].data.size, ops[0].bf16))
-            total = ops[0].data.copy()
-            for op in ops[1:]:
-                total = add_bf16(total, op.data) if op.bf16 else total + op.data
+                sent[-1].append((ops[0].data.dtype, ops[0].data.size, getattr(ops[0], "bf16", False)))
+            if isinstance(ops[0], Allgather):
+                total = np.concatenate([op.data for op in ops])
+            else:
+                total = ops[0].data.copy()
+                for op in ops[1:]:
+                    total = add_bf16(total, op.data) if op.bf16 else total + op.data
             ops = []
             for i, p in enumerate(programs):
                 try:
@@ -187,23 +192,47 @@ def test_a_matrix_is_compressed_where_its_factors_take_less_than_half_of_it(shap
     assert compressible(shape, rank) is compressed
 
 
-def test_powersgd_sends_r_times_rows_plus_columns_per_matrix():
-    sizes = []
-    compressor = Compressor(CompressOptions(compress="powersgd", powersgd_rank=2, powersgd_start=0), SIZE,
-                            list(LAYERS["bounds"]) + [SIZE], LAYERS["shapes"])
-    program = compressor.mean(np.ones(SIZE, np.float32))
+def sent_by(compressor, vector, workers=1):
+    """The collectives one call of ``compressor.mean`` makes, answered as if every worker gave the same
+    vector: [(op type, bytes, bf16)], at the array's size or, where given, the declared ``wire``."""
+    members = tuple(range(1, workers + 1))
+    sent, program = [], compressor.mean(vector)
     op = next(program)
     try:
         while True:
             if isinstance(op, Workers):
-                op = program.send((1,))
+                op = program.send(members)
                 continue
-            sizes.append(op.data.size)
-            op = program.send(op.data)
+            nbytes = op.wire if op.wire >= 0 else op.data.nbytes
+            sent.append((type(op), nbytes, getattr(op, "bf16", False)))
+            answer = np.concatenate([op.data] * workers) if isinstance(op, Allgather) else op.data * workers
+            op = program.send(answer)
     except StopIteration:
         pass
+    return sent
+
+
+@pytest.mark.parametrize("kind", COMPRESSORS.names())
+def test_every_compression_sends_what_it_declares_and_a_stand_in_sends_the_same(kind):
+    """What the simulator without numerics counts (the declared messages, sent from a stand-in vector a
+    few floats long) is what the compression sends from the real vector, call after call."""
+    options = CompressOptions(compress=kind, powersgd_rank=2, powersgd_start=1, topk_ratio=0.05)
+    bounds = list(LAYERS["bounds"]) + [SIZE]
+    real = make(options, 1, SIZE, bounds, LAYERS["shapes"])
+    stand_in = make(options, 1, 64, bounds, LAYERS["shapes"])
+    rng = np.random.default_rng(6)
+    for call in range(3):
+        sent = sent_by(real, rng.standard_normal(SIZE).astype(np.float32), 3)
+        declared = [(m.op, m.nbytes, m.bf16) for m in real.messages(3)]  # of the call just made
+        assert sent == declared, (kind, call)
+        assert sent_by(stand_in, np.zeros(64, np.float32), 3) == declared, (kind, call)
+
+
+def test_powersgd_sends_r_times_rows_plus_columns_per_matrix():
+    compressor = make(CompressOptions(compress="powersgd", powersgd_rank=2, powersgd_start=0), 1, SIZE,
+                      list(LAYERS["bounds"]) + [SIZE], LAYERS["shapes"])
     # (8, 3) and (6, 5) gain nothing at rank 2 and go with the vectors: 12 + 24 + 10 + 30 = 76; P 16·2, Q 12·2
-    assert sizes == [76, 32, 24]
+    assert [n // 4 for _, n, _ in sent_by(compressor, np.ones(SIZE, np.float32))] == [76, 32, 24]
 
 
 def sim_and_mpi(tmp_path, name: str, args: list[str]):
@@ -222,20 +251,22 @@ def sim_and_mpi(tmp_path, name: str, args: list[str]):
     return read_run(tmp_path / f"{name}-sim.h5"), read_run(tmp_path / f"{name}-mpi.h5")
 
 
+# Every compression in the all-reduce (from its 4th call where it waits), and DiLoCo's outer step through PowerSGD.
 COMPRESSED_RUNS = {
-    "none": ["--algo", "allreduce", "--set", "allreduce.overlap=false"],
-    "fp16": ["--algo", "allreduce", "--set", "allreduce.compress=fp16"],
-    "bf16": ["--algo", "allreduce", "--set", "allreduce.compress=bf16"],
-    "powersgd": ["--algo", "allreduce", "--set", "allreduce.compress=powersgd", "--set", "allreduce.powersgd_start=3"],
+    **{kind: ["--algo", "allreduce", "--set", "allreduce.overlap=false", "--set", f"allreduce.compress={kind}",
+              "--set", "allreduce.powersgd_start=3", "--set", "allreduce.topk_ratio=0.1"]
+       for kind in COMPRESSORS.names()},
     "diloco": ["--algo", "local-sgd", "--set", "local-sgd.period=3", "--set", "local-sgd.outer=nesterov",
                "--set", "local-sgd.outer_lr=0.7", "--set", "local-sgd.outer_momentum=0.9",
                "--set", "local-sgd.compress=powersgd", "--set", "local-sgd.powersgd_start=1"],
 }
 
 
+@pytest.mark.mpi
 def test_compressed_runs_under_mpi_end_where_the_simulator_does_and_move_fewer_bytes(tmp_path):
     """Two workers: a sum of two is the same in any order, so the real bf16 reduction (an MPI user
-    operation), fp16's (MPI's own) and PowerSGD's three all-reduces give the simulator's models."""
+    operation), fp16's (MPI's own), PowerSGD's three all-reduces and top-k's all-gather give the
+    simulator's models."""
     import pytest as _pytest
 
     from conftest import (
@@ -250,8 +281,8 @@ def test_compressed_runs_under_mpi_end_where_the_simulator_does_and_move_fewer_b
         assert real.attrs["status"] == "ok" and sim.attrs["status"] == "ok"
         np.testing.assert_allclose(real.final_params, sim.final_params, rtol=1e-4, atol=1e-5, err_msg=name)
         assert real.summary["bytes_per_sample"] == _pytest.approx(sim.summary["bytes_per_sample"], rel=1e-9), name
-        code = list(real.ops).index("Allreduce")
-        moved[name] = (int(real.timeline["nbytes"][real.timeline["op"] == code].sum()),
+        codes = [list(real.ops).index(op) for op in ("Allreduce", "Allgather")]
+        moved[name] = (int(real.timeline["nbytes"][np.isin(real.timeline["op"], codes)].sum()),
                        real.summary["bytes_per_sample"])
     samples = 12 * 2 * 16
     (plain, plain_per), (half, half_per) = moved["none"], moved["fp16"]
@@ -259,31 +290,38 @@ def test_compressed_runs_under_mpi_end_where_the_simulator_does_and_move_fewer_b
     assert plain_per - half_per == _pytest.approx((plain - half) / samples)  # and the summary says so
     # PowerSGD from the 4th step: the 128×64, 128×128 and 10×128 weights as r·(rows + columns) numbers
     assert moved["powersgd"][0] < 0.5 * plain
+    assert moved["topk"][0] < 0.25 * plain  # a tenth of the elements, each with its index
 
 
-@pytest.mark.parametrize("flags", [["--numerics", "off"], ["--set", "sim.message_params=1000000"]])
-def test_the_simulator_refuses_powersgd_where_it_could_not_size_its_messages(tmp_path, flags):
+def test_the_simulator_refuses_a_compression_with_message_params(tmp_path):
     from conftest import cli
-    code, _, err = cli("simulate", "--algo", "allreduce", "--workers", "2", "--steps", "3", *flags,
-                       "--set", "allreduce.compress=powersgd", "--out", str(tmp_path / "x.h5"))
-    assert code == 2 and err.strip() == ("hpcbench: error: allreduce's PowerSGD messages follow the model's own "
-                                         "matrices: simulate it with numerics on and without message_params")
+    code, _, err = cli("simulate", "--algo", "allreduce", "--workers", "2", "--steps", "3",
+                       "--set", "sim.message_params=1000000", "--set", "allreduce.compress=powersgd",
+                       "--out", str(tmp_path / "x.h5"))
+    assert code == 2 and err.strip() == ("hpcbench: error: sim.message_params counts whole-model messages at another "
+                                         "size, and allreduce.compress = powersgd sends messages of the model's own "
+                                         "making: leave out one or the other")
     assert not (tmp_path / "x.h5").exists()
 
 
-def test_fp16_with_numerics_off_counts_half_the_real_models_bytes(tmp_path):
-    """The stand-in vector is 64 floats; its float16 copy counts as the real model's size in 2-byte numbers."""
+@pytest.mark.parametrize("kind", COMPRESSORS.names())
+def test_with_numerics_off_every_compression_moves_the_bytes_it_moves_with_numerics_on(tmp_path, kind):
+    """The stand-in vector is 64 floats; the timeline counts each collective at what the real model sends."""
     from hpcbench.results.store import read_run
 
     from conftest import cli
     moved = {}
-    for kind in ("none", "fp16"):
-        code, _, err = cli("simulate", "--algo", "allreduce", "--workers", "2", "--steps", "3", "--numerics", "off",
+    for numerics in ("on", "off"):
+        code, _, err = cli("simulate", "--algo", "allreduce", "--workers", "3", "--steps", "4", "--numerics", numerics,
                            "--set", "allreduce.overlap=false", "--set", f"allreduce.compress={kind}",
-                           "--out", str(tmp_path / f"{kind}.h5"))
+                           "--set", "allreduce.powersgd_start=2", "--out", str(tmp_path / f"{numerics}.h5"))
         assert code == 0, err
-        rec = read_run(tmp_path / f"{kind}.h5")
-        code_ = list(rec.ops).index("Allreduce")
-        moved[kind] = set(rec.timeline["nbytes"][rec.timeline["op"] == code_].tolist())
+        rec = read_run(tmp_path / f"{numerics}.h5")
+        tl = rec.timeline
+        rows = np.isin(tl["op"], [list(rec.ops).index(op) for op in ("Allreduce", "Allgather")]) & (tl["rank"] > 0)
+        moved[numerics] = sorted(zip(tl["rank"][rows].tolist(), tl["nbytes"][rows].tolist()))
+        assert moved[numerics], kind
+    assert moved["off"] == moved["on"]
     params = rec.attrs["config"]["parameters"]
-    assert moved == {"none": {4 * params}, "fp16": {2 * params}}
+    if kind == "none":
+        assert {n for _, n in moved["off"]} == {4 * params}

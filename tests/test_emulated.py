@@ -19,7 +19,7 @@ from hpcbench.runtime.mpi.placement import gpu_index
 
 from conftest import requires_mpi
 
-pytestmark = [requires_mpi, pytest.mark.timeout(600)]
+pytestmark = [requires_mpi, pytest.mark.root, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = ROOT / "jobs" / "local" / "emulated-cluster.sh"
 NODES = ("enode1", "enode2", "enode3")

@@ -17,7 +17,7 @@ from hpcbench.errors import UsageError
 from hpcbench.launch.emulated import bring_up, owner, take_down
 from hpcbench.launch.local import EMULATED_STATE, emulated_nodes
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]
 
 
 @pytest.fixture

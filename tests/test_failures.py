@@ -343,6 +343,7 @@ def test_a_stop_or_kill_fault_waits_until_no_lock_is_held(monkeypatch, kind):
     assert sent == [signal.SIGSTOP if kind == "stop" else signal.SIGKILL]
 
 
+@pytest.mark.slow  # starts a process, to have the id of one gone
 def test_only_the_sessions_of_launchers_no_longer_running_are_reclaimed(tmp_path):
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -357,6 +358,7 @@ def test_only_the_sessions_of_launchers_no_longer_running_are_reclaimed(tmp_path
 NEXT_PID = Path("/proc/sys/kernel/ns_last_pid")
 
 
+@pytest.mark.root
 @requires_mpi
 @pytest.mark.skipif(not os.access(NEXT_PID, os.W_OK), reason="choosing the next process id needs root")
 def test_a_launcher_given_the_pid_of_one_killed_before_it_still_starts(tmp_path):

@@ -112,6 +112,7 @@ def test_a_verdict_that_is_not_one_is_one_line(tmp_path, capsys):
     assert "is not a directory of studies" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # 60 verdict files: 4 s
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.recursive(st.none() | st.booleans() | st.floats(allow_nan=False) | st.text(max_size=5),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(

@@ -108,6 +108,7 @@ def quietly(argv: list[str]) -> tuple[int, str]:
     return code, err.getvalue()
 
 
+@pytest.mark.slow  # 60 files, each through every reader: 12 s
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(mutation=mutations())
 def test_every_reader_reports_or_refuses_in_one_line_whatever_a_file_holds(mutation):

@@ -132,6 +132,7 @@ def laid_out(page_file: Path, tmp_path: Path, width: int) -> dict:
     return json.loads(html.unescape(found.group(1)))
 
 
+@pytest.mark.slow  # Chromium
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium here (Debian: apt-get install chromium)")
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("width", [1280, 800])
@@ -145,6 +146,7 @@ def test_in_headless_chromium_the_page_never_scrolls_sideways_and_its_plots_keep
     assert probe["images"] and all(shown >= 0.85 * min(natural, 800) for natural, shown in probe["images"]), probe
 
 
+@pytest.mark.slow  # Chromium
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium here (Debian: apt-get install chromium)")
 @pytest.mark.timeout(180)
 def test_headless_chromium_renders_the_page(page_file, tmp_path):

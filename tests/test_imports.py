@@ -138,8 +138,34 @@ def layering(graph: dict[str, set[str]]) -> list[str]:
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Sets of modules that import each other, directly or through others (Tarjan's components)."""
-    edges = module_edges(graph)
+    """Sets of modules that import each other, directly or through others."""
+    return components(module_edges(graph))
+
+
+def part_node(module: str) -> str:
+    """A module's node in the package-level graph: its top-level subpackage, its modules taken together
+    (``hpcbench.runtime.mpi.driver`` → ``hpcbench.runtime``), or the top-level module itself
+    (``hpcbench.config``; ``hpcbench``, the package's own ``__init__``)."""
+    return ".".join(module.split(".")[:2])
+
+
+def part_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Part → the other parts its modules import (``part_node``)."""
+    edges: dict[str, set[str]] = {}
+    for module, names in module_edges(graph).items():
+        here = part_node(module)
+        edges.setdefault(here, set()).update(part_node(n) for n in names if part_node(n) != here)
+    return edges
+
+
+def part_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Sets of parts (subpackages, top-level modules) that import each other, directly or through others:
+    a cycle the module-level check misses when it goes through different modules of one part."""
+    return components(part_edges(graph))
+
+
+def components(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's), each sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -181,6 +207,14 @@ def test_every_module_has_a_layer_and_no_import_goes_up_or_round():
     assert unlayered(graph) == []
     assert layering(graph) == []
     assert cycles(graph) == []
+
+
+def test_no_parts_of_the_package_import_each_other_in_a_cycle():
+    graph = package_graph()
+    edges = part_edges(graph)
+    assert {"hpcbench", "hpcbench.algorithms", "hpcbench.comm", "hpcbench.config", "hpcbench.runtime"} <= set(edges)
+    assert "hpcbench.runtime.mpi" not in edges and "hpcbench.algorithms" not in edges["hpcbench.comm"]
+    assert part_cycles(graph) == []
 
 
 def unlayered(graph: dict[str, set[str]]) -> list[str]:
@@ -237,6 +271,34 @@ def test_a_cycle_is_found_but_a_package_importing_its_own_modules_is_not_one():
     assert cycles(graph) == [["hpcbench.cli", "hpcbench.tuning.execute"]]
 
 
+def test_a_cycle_through_different_modules_of_each_part_is_found_at_the_package_level():
+    """algorithms → results → comm → algorithms, as when comm/ took ``Lost`` from algorithms/ops.py: no
+    module imports itself through the others, yet the parts do; modules of one part importing each
+    other, or a top-level module importing another, are no cycle."""
+    def graph_of(sources: dict[str, str]) -> dict[str, set[str]]:
+        return {module: imports_of(source, module) for module, source in sources.items()}
+
+    graph = graph_of({
+        "hpcbench.algorithms": "",
+        "hpcbench.algorithms.ops": "",
+        "hpcbench.algorithms.ps": "from hpcbench.results.schema import Table\nfrom .ops import Recv",
+        "hpcbench.results": "",
+        "hpcbench.results.schema": "",
+        "hpcbench.results.commfile": "from hpcbench.comm.linkfit import LinkFit",
+        "hpcbench.comm": "",
+        "hpcbench.comm.linkfit": "",
+        "hpcbench.comm.transport": "from hpcbench.algorithms.ops import Lost",
+        "hpcbench.config": "from hpcbench import errors",
+        "hpcbench.errors": "",
+    })
+    assert cycles(graph) == []
+    assert part_edges(graph)["hpcbench.config"] == {"hpcbench.errors"}
+    assert part_cycles(graph) == [["hpcbench.algorithms", "hpcbench.comm", "hpcbench.results"]]
+    graph["hpcbench.comm.transport"] = imports_of("from hpcbench.lost import Lost", "hpcbench.comm.transport")
+    graph["hpcbench.lost"] = set()
+    assert part_cycles(graph) == []
+
+
 @pytest.mark.parametrize("module, source, rule", [
     ("hpcbench.algorithms.ps", "import torch", "algorithms stay pure"),
     ("hpcbench.algorithms.ps", "def f():\n    import time\n", "algorithms stay pure"),
@@ -271,6 +333,7 @@ def test_relative_imports_resolve_from_packages_and_modules():
                                                        "hpcbench.runtime.sim.session")
 
 
+@pytest.mark.slow  # a fresh Python
 def test_the_cli_starts_without_torch_mpi4py_or_h5py():
     code = ("import sys, hpcbench.cli\n"
             "print(sorted(m for m in ('torch', 'mpi4py', 'h5py') if m in sys.modules))")
@@ -280,6 +343,7 @@ def test_the_cli_starts_without_torch_mpi4py_or_h5py():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow  # a fresh Python
 def test_a_timing_only_simulation_of_a_network_never_imports_torch(tmp_path):
     code = ("import sys\nfrom hpcbench.cli import main\n"
             f"code = main(['simulate', '--algo', 'asgd', '--model', 'cnn', '--workers', '3', '--steps', '2', "
@@ -289,6 +353,19 @@ def test_a_timing_only_simulation_of_a_network_never_imports_torch(tmp_path):
                          cwd=PACKAGE.parent)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "0 False"
+
+
+@pytest.mark.slow  # a fresh Python
+def test_list_and_a_timing_only_simulation_of_every_network_never_import_torch(tmp_path):
+    code = ("import sys\nfrom hpcbench.cli import main\nfrom hpcbench.workload.networks import NETWORKS\n"
+            "codes = [main(['list'])] + [main(['simulate', '--algo', 'allreduce', '--model', name, '--workers', '2', "
+            f"'--steps', '1', '--numerics', 'off', '--out', {str(tmp_path)!r} + f'/{{name}}.h5']) "
+            "for name in NETWORKS.names()]\n"
+            "print(codes, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=PACKAGE.parent)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1].endswith("] False") and "[0, 0, 0" in out.stdout.splitlines()[-1]
 
 
 def test_the_package_says_it_is_typed():

@@ -58,6 +58,10 @@ def test_the_models_copies_on_every_rank_of_a_machine_are_checked_against_its_me
     (["--algo", "local-sgd", "--set", "local-sgd.outer_lr=0.5"], "local-sgd.outer_lr does nothing with "
                                                                  "local-sgd.outer = none"),
     (["--algo", "asgd", "--set", "nesterov=true"], "nesterov = true does nothing with momentum 0"),
+    (["--algo", "allreduce", "--set", "allreduce.compress=fp16", "--set", "allreduce.error_feedback=false"],
+     "allreduce.error_feedback does nothing with allreduce.compress = fp16"),
+    (["--algo", "local-sgd", "--set", "local-sgd.compress=powersgd", "--set", "local-sgd.topk_ratio=0.1"],
+     "local-sgd.topk_ratio does nothing with local-sgd.compress = powersgd"),
 ])
 def test_a_setting_that_does_nothing_for_the_algorithm_is_one_warning_and_the_run_goes_on(capsys, flags, words):
     assert main([*DRY, *flags]) == 0
@@ -67,9 +71,12 @@ def test_a_setting_that_does_nothing_for_the_algorithm_is_one_warning_and_the_ru
 def test_settings_that_act_give_no_warning(capsys):
     assert main([*DRY, "--algo", "allreduce", "--set", "lr_scaling=linear", "--set", "allreduce.compress=powersgd",
                  "--set", "allreduce.powersgd_rank=4", "--momentum", "0.9", "--set", "nesterov=true"]) == 0
+    assert main([*DRY, "--algo", "allreduce", "--set", "allreduce.compress=topk", "--set", "allreduce.topk_ratio=0.1",
+                 "--set", "allreduce.error_feedback=false"]) == 0
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.slow  # hpcbench in a process of its own
 @pytest.mark.parametrize("name, flags", [("dc-asgd", ["--set", "dc-asgd.lam=1e4"]), ("ga-asgd", ["--lr", "1e4"]),
                                          ("dana", ["--lr", "1e4"])])
 def test_a_model_that_diverges_is_said_once_in_the_run_line_not_in_numpys_warnings(tmp_path, name, flags):

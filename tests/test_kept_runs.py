@@ -23,6 +23,7 @@ def status(rec, value):
     return rec
 
 
+@pytest.mark.slow  # rm -rf while the run writes
 def test_a_result_directory_removed_while_the_run_writes_is_made_again_and_the_record_kept(tmp_path, capsys):
     out = tmp_path / "results" / "run.h5"
     result = ResultFile(RunConfig(out=str(out)), 1, "mpi")
@@ -33,6 +34,7 @@ def test_a_result_directory_removed_while_the_run_writes_is_made_again_and_the_r
     assert "was removed while this run wrote into it; it is made again" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # rm -rf while the run writes
 def test_a_result_whose_directory_cannot_be_made_again_goes_to_the_temporary_directory(tmp_path, capsys):
     out = tmp_path / "results" / "run.h5"
     result = ResultFile(RunConfig(out=str(out)), 1, "mpi")
@@ -88,6 +90,7 @@ def test_a_studys_status_counts_the_promoted_result_as_ok(tmp_path, capsys):
     assert [p.result for p in point_states(tmp_path)] == ["ok"] and not partial.exists()
 
 
+@pytest.mark.slow  # a Python that holds the name
 @pytest.mark.timeout(60)
 def test_resume_waits_for_the_run_a_killed_sweep_left_going_and_keeps_its_ok_file(tmp_path, capsys):
     out = tmp_path / "asgd-w2.h5"

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from hpcbench.algorithms import ALGORITHMS
+from hpcbench.algorithms.compressors import COMPRESSORS
 from hpcbench.algorithms.decentral import EVALUATE, NO_MORE, model_frame
 from hpcbench.algorithms.ops import Allreduce, Compute, Gradient, Op, Poll, Publish, Recv, Send
 from hpcbench.bfloat16 import add_bf16
@@ -220,7 +221,7 @@ def test_an_outer_optimizer_without_rate_or_momentum_takes_its_papers(outer, lr,
 
 @pytest.mark.parametrize("options, line", [
     ({"outer": "adam"}, "unknown local-sgd.outer 'adam'; valid: none, sgd, nesterov"),
-    ({"compress": "int8"}, "unknown local-sgd.compress 'int8'; valid: none, fp16, bf16, powersgd"),
+    ({"compress": "int8"}, f"unknown local-sgd.compress 'int8'; valid: {', '.join(COMPRESSORS.names())}"),
     ({"outer_momentum": 1.0}, "local-sgd.outer_momentum must be in [0, 1) (-1: 0.9 for nesterov, 0.5 for sgd "
                               "(SlowMo)), got 1.0"),
     ({"outer_lr": -0.5}, "local-sgd.outer_lr must be > 0 (0: 0.7 for nesterov (DiLoCo), else 1), got -0.5"),

@@ -16,6 +16,7 @@ import pytest
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.algorithms.ops import (
     ALL_OPS,
+    COLLECTIVES,
     TIMED_OPS,
     Accumulate,
     Drain,
@@ -27,6 +28,7 @@ from hpcbench.algorithms.ops import (
     Recv,
     handler_name,
 )
+from hpcbench.comm.collectives import COMBINE
 from hpcbench.comm.loopback import Loopback
 from hpcbench.config import RunConfig
 from hpcbench.errors import RuntimeFailure
@@ -36,7 +38,8 @@ from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.mpi.driver import MpiDriver
 from hpcbench.runtime.mpi.session import open_layout
 from hpcbench.runtime.plan import make_context, validate
-from hpcbench.runtime.sim.engine import Engine
+from hpcbench.runtime.sim.costs import COLLECTIVE_COSTS
+from hpcbench.runtime.sim.engine import Engine, Parts
 from hpcbench.runtime.sim.session import simulated_record
 from hpcbench.telemetry.timeline import OP_CODE, OPS, Timeline
 from hpcbench.workload.compute import ComputeModel
@@ -72,8 +75,11 @@ def run_threads(cfg: RunConfig, workers: int, timeout: float = 60.0):
 def test_every_operation_has_a_handler_in_both_drivers_and_a_timeline_code():
     assert set(get_args(Op)) == set(ALL_OPS)
     for op in ALL_OPS:
-        assert callable(getattr(MpiDriver, handler_name(op), None)), op
-        assert callable(getattr(Engine, handler_name(op), None)), op
+        handler = "collective" if op in COLLECTIVES else handler_name(op)
+        assert callable(getattr(MpiDriver, handler, None)), op
+        assert callable(getattr(Engine, handler, None)), op
+    for op in COLLECTIVES:  # carried out by name: each combines its parts and has a cost
+        assert op.__name__ in COMBINE and op.__name__ in COLLECTIVE_COSTS, op
     assert [name for name in OPS[1:]] == [op.__name__ for op in TIMED_OPS]
     assert handler_name(Recv) == "recv" and handler_name(type("FetchAdd", (), {})) == "fetch_add"
 
@@ -230,8 +236,9 @@ def simulate_with(name: str, change) -> RuntimeFailure:
     algo = algo_cls(make_context(validate(cfg), 2, np.zeros(3, np.float32), train_size=10**6))
     layout = change(algo.layout())
     sim = SimConfig(workers=2)
-    engine = Engine(algo, layout, sim, ComputeModel(sim, 0, {}), lambda r, p: Gradient(p, 0.0, 1, 0),
-                    RunLogs(layout.tables, layout.columns), 3)
+    engine = Engine(Parts(algo=algo, layout=layout, cfg=sim, compute=ComputeModel(sim, 0, {}),
+                          gradient=lambda r, p: Gradient(p, 0.0, 1, 0), logs=RunLogs(layout.tables, layout.columns),
+                          real_size=3))
     with pytest.raises(RuntimeFailure) as refused:
         engine.run()
     return refused.value

@@ -4,6 +4,8 @@ import time
 import pytest
 
 from hpcbench.launch.local import own_lines
+from hpcbench.workload.datasets import DATASETS
+from hpcbench.workload.models import MODELS
 
 from conftest import mpirun, requires_mpi
 
@@ -21,8 +23,9 @@ def assert_clean_failure(proc, out_path, message):
 
 @pytest.mark.parametrize("ranks, args, message", [
     (3, ["--algo", "nope"], "unknown algorithm 'nope'; valid: allreduce, asgd"),
-    (3, ["--algo", "asgd", "--model", "vgg"], "unknown model 'vgg'; valid: mlp, cnn, resnet20"),
-    (3, ["--algo", "asgd", "--dataset", "imagenet"], "unknown dataset 'imagenet'; valid: synthetic, digits, cifar10"),
+    (3, ["--algo", "asgd", "--model", "vgg"], f"unknown model 'vgg'; valid: {', '.join(MODELS.names())}"),
+    (3, ["--algo", "asgd", "--dataset", "imagenet"],
+     f"unknown dataset 'imagenet'; valid: {', '.join(DATASETS.names())}"),
     (3, ["--algo", "asgd", "--dataset", "cifar10", "--data-dir", "/nonexistent/cifar"],
      "cifar10 data dir '/nonexistent/cifar' lacks data_batch_1"),
     (1, ["--algo", "asgd"], "asgd needs at least 1 worker(s) besides rank 0: launch 2 or more ranks (got 1)"),

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a fresh Python each time
+
 # Each step makes and frees three 400 kB buffers, as a parameter server's worker does (its read of the
 # parameters, its gradient, the message): glibc trims the heap's top once they are freed together.
 STEPS = """

@@ -71,7 +71,7 @@ def test_a_run_records_validation_beside_test_accuracy(tmp_path):
     assert main(["simulate", "--algo", "asgd", "--workers", "2", *TINY, "--set", "val_fraction=0.25",
                  "--set", "evals=3", "--out", str(out)]) == 0
     rec = read_run(out)
-    data = load_dataset("teacher", val_fraction=0.25, teacher_options=validate(
+    data = load_dataset("teacher", val_fraction=0.25, options=validate(
         RunConfig(algo="asgd", dataset="teacher", options={"teacher": {"samples": 1200,
                                                                        "test_samples": 400}})).tables["teacher"])
     assert rec.attrs["config"]["val_size"] == 300 and rec.attrs["config"]["train_size"] == 900

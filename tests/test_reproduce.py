@@ -14,6 +14,7 @@ from hpcbench.tuning.grid import Setting
 from conftest import requires_mpi
 
 
+@pytest.mark.slow  # a study at toy size: about a minute
 def test_diloco_at_toy_size_runs_each_period_with_adamw_inside_and_its_outer_rate_chosen(tmp_path):
     out = tmp_path / "diloco"
     assert reproduce("diloco", str(out), "toy") == 0
@@ -106,6 +107,7 @@ def copy_seeds(runs, seeds, accuracy_of):
                 edit_accuracy(target, accuracy_of(algo, n, seed))
 
 
+@pytest.mark.slow  # a study at toy size: about 2 minutes
 @pytest.mark.timeout(240)
 def test_gap_aware_at_toy_size_reports_what_its_files_say_and_each_claim_flips_with_them(tmp_path, capsys):
     out = tmp_path / "ga"
@@ -213,6 +215,7 @@ def test_jin_at_toy_size_calibrates_from_a_real_run_and_reports(tmp_path):
     assert f"{1e3 * mean:.3g} ms per batch" in text
 
 
+@pytest.mark.slow  # a study at toy size: about a minute
 @pytest.mark.timeout(240)
 def test_sgp_at_toy_size_runs_both_networks_at_the_modeled_message_size(tmp_path):
     out = tmp_path / "sgp"
@@ -244,7 +247,7 @@ def test_a_study_with_no_size_that_fits_is_one_line(tmp_path, capsys):
 
 
 def test_a_resumed_study_states_the_time_of_every_invocation_that_ran_its_runs(tmp_path):
-    from hpcbench.reproduce.runner import earlier, invocations
+    from hpcbench.reproduce.verdict_file import earlier, invocations
 
     path = tmp_path / "verdict.json"
     assert earlier(path, "jin", "full") == {}

@@ -199,6 +199,7 @@ def test_a_real_run_that_ended_before_its_failures_runs_again_over_its_own_durat
         failing[("gossip", 4, 0, "burst")].job.cfg.fault
 
 
+@pytest.mark.slow  # a study at toy size: about a minute
 def test_the_toy_study_reports_what_its_files_say(tmp_path):
     out = tmp_path / "res"
     code, text, err = cli("reproduce", "resilience", "--preset", "toy", "--out-dir", str(out))

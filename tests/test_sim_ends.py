@@ -155,6 +155,7 @@ def contents(path) -> dict:
     return {"summary": dict(rec.summary), **{f"timeline.{k}": np.asarray(v) for k, v in rec.timeline.items()}}
 
 
+@pytest.mark.slow  # 40 simulations, each twice: 6 s
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(algo=st.sampled_from(ALGOS), workers=st.integers(1, 6), steps=st.integers(1, 12),
        mean=st.floats(-4, 2).map(lambda e: 10 ** e), shape=st.sampled_from([0.5, 1, 100]),

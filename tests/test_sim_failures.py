@@ -105,6 +105,7 @@ def simulated(tmp_path, name, workers, faults, steps=12, *extra):
     return read_run(out)
 
 
+@pytest.mark.slow  # 40 simulations with deaths: 3 s and more
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=st.sampled_from(ALGORITHMS.names()), workers=st.integers(3, 6), data=st.data())
 def test_any_kill_schedule_ends_ok_and_accounts_for_every_failure(tmp_path, name, workers, data):

@@ -16,7 +16,8 @@ import pytest
 
 from hpcbench.results.store import read_run
 
-pytestmark = pytest.mark.timeout(600)
+# root: a Slurm of their own; mpi: the jobs start MPI ranks (srun, or mpirun under ULFM).
+pytestmark = [pytest.mark.root, pytest.mark.mpi, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parent.parent
 
 

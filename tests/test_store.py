@@ -57,6 +57,7 @@ def test_reading_something_else_is_a_clear_error(tmp_path):
         read_run(junk)
 
 
+@pytest.mark.root  # mounts a tmpfs
 def test_a_rewrite_that_finds_the_disk_full_keeps_the_last_file_and_says_why(tmp_path):
     import subprocess
 
@@ -80,6 +81,7 @@ def test_a_rewrite_that_finds_the_disk_full_keeps_the_last_file_and_says_why(tmp
         subprocess.run(["umount", str(disk)], capture_output=True)
 
 
+@pytest.mark.slow  # a Python killed mid-write
 def test_a_writer_killed_mid_write_leaves_no_file_behind(tmp_path):
     # SIGKILL (what mpiexec sends the other ranks when one dies) runs no cleanup: the file being
     # written must have no name until it is complete.

@@ -82,6 +82,7 @@ def test_cpu_job_has_no_gpu_line_and_defaults_to_pmi2():
     assert "srun --mpi=pmi2 python -m mpi4py -m hpcbench run --algo sgp" in script
 
 
+@pytest.mark.slow  # a shell runs the submission script
 def test_report_job_and_submission_chain_with_afterany(tmp_path):
     report = report_job("hpcbench-report", "/s", Resources(partition="p"), "/s/logs/report-%j.out")
     assert "#SBATCH --nodes=1" in report and "#SBATCH --partition=p" in report
@@ -167,6 +168,7 @@ def test_a_study_reports_and_shows_its_points_without_an_ok_result(tmp_path, mon
     assert lines["asgd-n1"][1:3] == ["ok", "11"] and lines["sgp-n1"][1:3] == ["partial", "14"]
     assert lines["sgp-n1"][-1] == "2" and lines["(report)"][2] == "13"  # submissions of that point
 
+@pytest.mark.slow  # stand-ins for sacct and scontrol
 def test_status_asks_a_controller_that_cannot_be_reached_once(tmp_path, monkeypatch):
     from hpcbench.slurm.status import job_states
 

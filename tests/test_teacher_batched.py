@@ -26,7 +26,7 @@ def simulate(*args: str) -> str:
 
 
 def test_teacher_labels_are_the_teachers_but_for_the_stated_noise():
-    d = load_dataset("teacher", teacher_options=teacher.TeacherOptions(samples=20_000, test_samples=20_000, noise=0.2))
+    d = load_dataset("teacher", options=teacher.TeacherOptions(samples=20_000, test_samples=20_000, noise=0.2))
     assert d.x_train.shape == (20_000, 1, 8, 8) and d.x_test.shape == (20_000, 1, 8, 8)
     # An independent reading of the rule: a 64-16-10 tanh network with the documented weights, in float64.
     w1, w2 = teacher.teacher_weights()
@@ -46,8 +46,8 @@ def test_teacher_data_do_not_depend_on_the_run_seed_and_its_size_is_an_option(tm
     ra, rb = read_run(a), read_run(b)
     assert ra.attrs["config"]["train_size"] == 2000
     assert ra.attrs["config"]["teacher"] == {"samples": 2000, "test_samples": 500, "noise": 0.05}
-    x1 = load_dataset("teacher", teacher_options=teacher.TeacherOptions(samples=2000, test_samples=500))
-    x2 = load_dataset("teacher", teacher_options=teacher.TeacherOptions(samples=2000, test_samples=500))
+    x1 = load_dataset("teacher", options=teacher.TeacherOptions(samples=2000, test_samples=500))
+    x2 = load_dataset("teacher", options=teacher.TeacherOptions(samples=2000, test_samples=500))
     np.testing.assert_array_equal(x1.x_train, x2.x_train)
     np.testing.assert_array_equal(x1.y_test, x2.y_test)
     assert rb.attrs["config"]["seed"] == 2
@@ -97,7 +97,7 @@ def test_batched_gradients_equal_the_trainers_one_by_one():
     from hpcbench.workload.batched import BatchedGradients
     from hpcbench.workload.trainer import Trainer
 
-    data = load_dataset("teacher", teacher_options=teacher.TeacherOptions(samples=500, test_samples=10))
+    data = load_dataset("teacher", options=teacher.TeacherOptions(samples=500, test_samples=10))
     for model in ("mlp", "cnn"):
         t = Trainer(model, data, seed=0)
         rng = np.random.default_rng(1)
@@ -109,6 +109,7 @@ def test_batched_gradients_equal_the_trainers_one_by_one():
             assert abs(loss - l1) < 1e-5 and correct == c1
 
 
+@pytest.mark.slow  # 3 s
 def test_a_model_with_batchnorm_is_simulated_one_worker_at_a_time():
     cfg = make_config({"algo": "asgd", "dataset": "synthetic", "model": "resnet20", "batch_size": 8, "steps": 1,
                        "evals": 1, "eval_samples": 8}, {})

@@ -129,6 +129,7 @@ def test_a_study_json_that_is_not_a_record_is_one_line_for_status_and_resubmit(t
         assert "study.json" in one_error(capsys)
 
 
+@pytest.mark.slow  # a stand-in for sbatch
 def test_resubmit_of_a_sound_study_submits_each_point_and_names_the_setup_lines_it_runs(tmp_path, capsys,
                                                                                       monkeypatch):
     out, manifest = written_study(tmp_path, capsys)
@@ -143,6 +144,7 @@ def test_resubmit_of_a_sound_study_submits_each_point_and_names_the_setup_lines_
 
 # Any text at all, as a field value: either refused in one line, or the script has exactly the lines it
 # has for a plain value (nothing a value holds starts a line of its own).
+@pytest.mark.slow  # bash -n on each script
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(value=st.text(min_size=1, max_size=12), field=st.sampled_from(["partition", "account", "mem", "constraint",
                                                                       "sbatch_args", "setup", "run_arg", "log"]))

@@ -1,20 +1,25 @@
 """Datasets, shards, models and the flat-parameter trainer."""
 import os
 import pickle
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from hpcbench.errors import UsageError
-from hpcbench.workload.datasets import CIFAR_FILES, load_dataset
+from hpcbench.results.store import read_run
+from hpcbench.workload.datasets import CIFAR_FILES, DATASETS, load_dataset
 from hpcbench.workload.models import MODELS
-from hpcbench.workload.networks import BUILDERS, build_model
+from hpcbench.workload.networks import NETWORKS, build_model
 from hpcbench.workload.payload import Payload, PayloadOptions
 from hpcbench.workload.shapes import Sized
 from hpcbench.workload.sharding import BatchStream, shard_indices
 from hpcbench.workload.trainer import Trainer
+
+from conftest import cli
 
 
 def write_tiny_cifar(root, per_batch=20):
@@ -102,32 +107,35 @@ def test_batch_stream_counts_exactly_and_reshuffles_each_pass():
     assert all(np.array_equal(b, again.next()) for b in batches)
 
 
-NETWORKS = [name for name, model in MODELS.items() if model.trains]  # payload: messages only, no network
+TRAINED = [name for name, model in MODELS.items() if model.trains]  # payload: messages only, no network
+INPUTS = ((1, 8, 8), (1, 28, 28), (3, 32, 32))  # digits and teacher; fashion-mnist; synthetic and cifar10
 
 
-def test_every_listed_model_that_trains_has_a_network_and_no_network_is_unlisted():
-    assert set(BUILDERS) == set(NETWORKS) and NETWORKS and "payload" not in NETWORKS
+def test_every_network_is_a_model_that_trains_and_every_model_that_trains_has_one():
+    assert NETWORKS.names() == [name for name, model in MODELS.items() if model.network is not None]
+    assert all(MODELS.get(name).network is NETWORKS.get(name) for name in NETWORKS.names()) and NETWORKS.names()
 
 
-@pytest.mark.parametrize("name", NETWORKS)
+@pytest.mark.parametrize("name", TRAINED)
 def test_models_build_for_every_input_shape(name):
-    for shape in ((1, 8, 8), (3, 32, 32)):
+    for shape in INPUTS:
         model = build_model(name, shape, 10, seed=0)
         assert model(torch.zeros(2, *shape)).shape == (2, 10)
 
 
-@pytest.mark.parametrize("name", NETWORKS)
+@pytest.mark.parametrize("name", TRAINED)
 def test_a_sized_network_has_the_built_networks_shapes_in_its_order(name):
     """What a timing-only simulation charges on the wire (its size) and buckets by (its bounds)."""
-    for dataset in ("digits", "synthetic"):
-        data = load_dataset(dataset)
-        for classes in (data.classes, 7):
-            data = replace(data, classes=classes)
-            built = [tuple(p.shape) for p in build_model(name, data.input_shape, classes, seed=0).parameters()]
-            sized = Sized(name, data)
+    shapes = NETWORKS.get(name).shapes
+    digits = load_dataset("digits")
+    for shape in INPUTS:
+        for classes in (10, 7):
+            data = replace(digits, x_train=np.zeros((1, *shape), np.float32), classes=classes)
+            built = [tuple(p.shape) for p in build_model(name, shape, classes, seed=0).parameters()]
+            sized = Sized(shapes, data)
             assert list(sized.shapes) == built
             assert sized.size == sum(int(np.prod(s)) for s in built)
-    assert Sized(name, load_dataset("digits")).bounds == Trainer(name, load_dataset("digits"), seed=0).bounds
+    assert Sized(shapes, digits).bounds == Trainer(name, digits, seed=0).bounds
 
 
 def test_same_seed_same_initial_parameters():
@@ -227,3 +235,35 @@ def test_models_built_at_once_by_threads_get_their_own_seeds_parameters():
     for t in threads:
         t.join(60)
     assert all(torch.equal(p, expected[seed]) for seed in (0, 1) for p in built[seed])
+
+
+def test_the_small_cnn_takes_a_step_on_cifar_files_and_a_simulation_runs_it(tmp_path):
+    """cnn-small, made for Fashion-MNIST's 1x28x28, runs on CIFAR-10's 3x32x32 read from --data-dir."""
+    root = write_tiny_cifar(tmp_path / "c")
+    trainer = Trainer("cnn-small", load_dataset("cifar10", str(root)), seed=0)
+    x, y = trainer.batch(np.arange(16))
+    params, losses = trainer.initial.copy(), []
+    for _ in range(10):  # steps on the same batch: its loss falls
+        grad, loss, _ = trainer.gradient(params, x, y)
+        assert np.isfinite(grad).all() and np.abs(grad).sum() > 0
+        params -= np.float32(0.05) * grad
+        losses.append(loss)
+    assert trainer.size == 34_538 and losses[-1] < losses[0]
+    out = tmp_path / "sim.h5"
+    code, _, err = cli("simulate", "--algo", "allreduce", "--workers", "2", "--model", "cnn-small", "--dataset",
+                       "cifar10", "--data-dir", str(root), "--steps", "2", "--batch-size", "8", "--out", str(out))
+    assert code == 0, err
+    run = read_run(out)
+    assert run.attrs["status"] == "ok" and np.isfinite(run.summary["final_loss"])
+
+
+def test_the_readme_and_list_name_every_model_and_dataset_as_the_registries_do():
+    """The README's options table (``--model a|b``, ``--dataset a|b``, in registration order) and ``hpcbench
+    list``'s tables follow the registries: a model or dataset registered makes stale text fail here."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    _, listed, _ = cli("list")
+    for flag, registry, title in (("model", MODELS, "Models"), ("dataset", DATASETS, "Datasets")):
+        row = re.search(rf"^\| `--{flag} ([a-z0-9\\|-]+)` \|", readme, re.M)
+        assert row is not None and row.group(1).split("\\|") == registry.names(), (flag, row)
+        table = listed.split(f"\n\n{title}\n\n", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+        assert sorted(line.split()[0] for line in table) == sorted(registry.names())

@@ -2,7 +2,7 @@
 
 By default in buckets of ``allreduce.bucket_mb`` overlapped with the backward pass, as PyTorch DDP
 does; ``allreduce.overlap=false`` all-reduces the flat gradient once the backward pass is done, and
-so does a compressed all-reduce (``allreduce.compress``: fp16, bf16 or PowerSGD, as DDP's hooks).
+so does a compressed all-reduce (``allreduce.compress``: one of ``algorithms/compressors/``).
 """
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcbench.algorithms import compress, decentral
-from hpcbench.algorithms.api import SYNCHRONOUS, Algorithm, Context, Layout, Program, Settings, register
+from hpcbench.algorithms import decentral
+from hpcbench.algorithms.api import SYNCHRONOUS, Context, Program, register
+from hpcbench.algorithms.averaging import Averaging
 from hpcbench.algorithms.buckets import plan_buckets
-from hpcbench.algorithms.compress import CompressOptions, Compressor
+from hpcbench.algorithms.compressors import CompressOptions
 from hpcbench.algorithms.ops import Compute
 from hpcbench.ranges import bounded
 
@@ -25,11 +26,10 @@ class AllreduceOptions(CompressOptions):
 
 
 @register
-class AllReduceSgd(Algorithm):
+class AllReduceSgd(Averaging):
     name = "allreduce"
     summary = "synchronous SGD: all-reduce the gradient over the workers in buckets during backward, identical replicas"
     family = SYNCHRONOUS
-    asynchronous = False
     Options = AllreduceOptions
 
     def __init__(self, ctx: Context) -> None:
@@ -39,28 +39,13 @@ class AllReduceSgd(Algorithm):
         overlapped = opts.overlap and opts.compress == "none"  # a compressed all-reduce runs after backward
         self.buckets = plan_buckets(ctx.model_bounds, opts.bucket_mb * 2**20) if overlapped else ()
 
-    @classmethod
-    def check(cls, cfg: Settings, options: AllreduceOptions, workers: int) -> None:
-        super().check(cfg, options, workers)
-        compress.check(cls.name, options)
-
-    @property
-    def shaped_messages(self) -> bool:
-        return self.opts.compress == "powersgd"
-
-    def layout(self) -> Layout:
-        return decentral.layout(self.ctx, until_budget=False)
-
-    def server(self) -> Program:
-        return decentral.coordinate(self.ctx, not self.asynchronous)
-
     def worker(self, rank: int) -> Program:
         ctx = self.ctx
         theta = ctx.params.copy()
         team = decentral.Team(ctx)
         reporter = decentral.Reporter(ctx, team)
         buf = np.zeros_like(theta) if ctx.momentum else None
-        compressor = Compressor(self.opts, ctx.size, ctx.model_bounds, ctx.model_shapes)
+        compressor = self.compressor(rank)
         step = 0
         while not team.done:
             before = team.samples

@@ -171,12 +171,6 @@ class Algorithm:
         """The options whose placeholder default this run resolved, with the values it used."""
         return {}
 
-    @property
-    def shaped_messages(self) -> bool:
-        """Whether message sizes follow the model's parameter shapes, not only its size (PowerSGD's):
-        the simulator cannot then count a stand-in vector as the real model."""
-        return False
-
 
 ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")
 

@@ -181,16 +181,8 @@ def coordinate(ctx: Context, synchronous: bool, centre: Centre | None = None) ->
         meter.add(PROGRESS.real(raw, "loss_sum"), PROGRESS.integer(raw, "correct"), PROGRESS.integer(raw, "seen"))
         yield meter.progress(total)
         if total >= next_eval and training:
-            t = yield Timestamp()
-            k = min(total // ctx.eval_every, snapshots(ctx))
-            whom = tuple(r for r in ctx.worker_ranks if r not in failed) if synchronous else tuple(sorted(training))
-            for rank in () if synchronous else whom:
-                yield Send("evaluate", rank, EVALUATE.pack(k=k - 1))
-            own = None
-            if centre is not None and not on_worker:
-                [raw] = yield Read("centre", (SERVER,), observe=True)  # rank 0's own window: nothing crosses a link
-                own = centre[0].view(raw, "x").copy()
-            asked.append(Asked(t, k - 1, whom, own))
+            asked.append((yield from note_snapshot(ctx, total, synchronous, training, failed,
+                                                   None if on_worker else centre)))
             next_eval = (total // ctx.eval_every + 1) * ctx.eval_every
     ranks, finals = yield from read_survivors("model", tuple(r for r in ctx.worker_ranks if r not in failed), failed)
     final_centre = None
@@ -219,6 +211,23 @@ def coordinate(ctx: Context, synchronous: bool, centre: Centre | None = None) ->
     lost = team_lost if synchronous else max(0, unclaimed)
     for i, rank in enumerate(failed):
         yield Record(FAILURES, (rank, reported[rank], lost // len(failed) + (i < lost % len(failed))))
+
+
+def note_snapshot(ctx: Context, total: int, synchronous: bool, training: set[int], failed: list[int],
+                  own_centre: Centre | None) -> Sub[Asked]:
+    """Rank 0 notes a snapshot at ``total`` samples: the workers that keep it (every survivor when they
+    step ``synchronous``ly and keep each one unasked; else the training ones, asked to), and with
+    ``own_centre`` (EASGD's centre on rank 0) a copy of its "x"."""
+    t = yield Timestamp()
+    k = min(total // ctx.eval_every, snapshots(ctx))
+    whom = tuple(r for r in ctx.worker_ranks if r not in failed) if synchronous else tuple(sorted(training))
+    for rank in () if synchronous else whom:
+        yield Send("evaluate", rank, EVALUATE.pack(k=k - 1))
+    own = None
+    if own_centre is not None:
+        [raw] = yield Read("centre", (SERVER,), observe=True)  # rank 0's own window: nothing crosses a link
+        own = own_centre[0].view(raw, "x").copy()
+    return Asked(t, k - 1, whom, own)
 
 
 def read_survivors(window: str, ranks: tuple[int, ...], failed: list[int], nbytes: int = -1,

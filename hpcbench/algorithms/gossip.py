@@ -24,7 +24,6 @@ from hpcbench.algorithms.api import (
     Context,
     Layout,
     Program,
-    Settings,
     Sub,
     WindowSpec,
     register,
@@ -32,15 +31,14 @@ from hpcbench.algorithms.api import (
 from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.ops import Accumulate, Barrier, Drain, Failures, Lost, Read
 from hpcbench.algorithms.topology import random_live_peer
-from hpcbench.errors import one_of
-from hpcbench.ranges import bounded
+from hpcbench.ranges import bounded, choice
 
 VARIANTS = ("pull", "push")
 
 
 @dataclass(frozen=True)
 class GossipOptions:
-    variant: str = "pull"  # pull: average with a peer's model; push: push-sum into a peer's mailbox
+    variant: str = choice("pull", VARIANTS)  # pull: average with a peer's model; push: push-sum into a peer's mailbox
     init_spread: float = bounded(0.0, low=0)  # std of a per-worker perturbation of the start (to study consensus)
 
 
@@ -57,12 +55,6 @@ class Gossip(Algorithm):
         super().__init__(ctx)
         self.frame = decentral.model_frame(ctx.size)
         self.mailbox = Frame(w=(np.float64, 1), x=(np.float64, ctx.size))  # Σ w_j and Σ w_j·z_j
-
-    @classmethod
-    def check(cls, cfg: Settings, options: GossipOptions, workers: int) -> None:
-        super().check(cfg, options, workers)
-        if options.variant not in VARIANTS:
-            raise one_of("gossip.variant", options.variant, VARIANTS)
 
     def layout(self) -> Layout:
         if self.opts.variant == "pull":

@@ -28,12 +28,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hpcbench.algorithms import compress, decentral
-from hpcbench.algorithms.api import SYNCHRONOUS, Algorithm, Context, Layout, Program, Settings, register
-from hpcbench.algorithms.compress import CompressOptions, Compressor
+from hpcbench.algorithms import decentral
+from hpcbench.algorithms.api import SYNCHRONOUS, Context, Program, register
+from hpcbench.algorithms.averaging import Averaging
+from hpcbench.algorithms.compressors import CompressOptions
 from hpcbench.algorithms.ops import Allreduce, Compute
-from hpcbench.errors import one_of
-from hpcbench.ranges import bounded
+from hpcbench.ranges import bounded, choice
 
 OUTER = ("none", "sgd", "nesterov")
 INNER = ("sgd", "adamw")
@@ -47,11 +47,11 @@ OUTER_DEFAULTS = {"none": (1.0, 0.0), "sgd": (1.0, 0.5), "nesterov": (0.7, 0.9)}
 class LocalSgdOptions(CompressOptions):
     # local steps between model averages (1: every step, as allreduce)
     period: int = bounded(4, low=1, unit="local steps")
-    outer: str = "none"  # none (average the models) | sgd (heavy-ball, SlowMo) | nesterov (DiLoCo)
+    outer: str = choice("none", OUTER)  # none (average the models) | sgd (heavy-ball, SlowMo) | nesterov (DiLoCo)
     # The outer step's rate on the pseudo-gradient, and its momentum μ.
     outer_lr: float = bounded(0.0, above=0, resolves="0.7 for nesterov (DiLoCo), else 1")
     outer_momentum: float = bounded(-1.0, low=0, below=1, resolves="0.9 for nesterov, 0.5 for sgd (SlowMo)")
-    inner: str = "sgd"  # sgd (with the run's momentum) | adamw (DiLoCo's inner optimizer)
+    inner: str = choice("sgd", INNER)  # sgd (with the run's momentum) | adamw (DiLoCo's inner optimizer)
 
 
 def outer_setting(options: LocalSgdOptions) -> tuple[float, float]:
@@ -103,39 +103,19 @@ def outer_step(theta: np.ndarray, delta: np.ndarray, m: np.ndarray | None, kind:
 
 
 @register
-class LocalSgd(Algorithm):
+class LocalSgd(Averaging):
     name = "local-sgd"
     summary = "periodic model averaging: period local SGD steps, then all-reduce the models (outer: DiLoCo, SlowMo)"
     family = SYNCHRONOUS
-    asynchronous = False
     Options: ClassVar[type] = LocalSgdOptions
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.frame = decentral.model_frame(ctx.size)
 
-    @classmethod
-    def check(cls, cfg: Settings, options: LocalSgdOptions, workers: int) -> None:
-        super().check(cfg, options, workers)
-        compress.check(cls.name, options)
-        if options.outer not in OUTER:
-            raise one_of(f"{cls.name}.outer", options.outer, OUTER)
-        if options.inner not in INNER:
-            raise one_of(f"{cls.name}.inner", options.inner, INNER)
-
     def resolved_options(self) -> dict[str, Any]:
         lr, momentum = outer_setting(self.opts)
         return {"outer_lr": lr, "outer_momentum": momentum}
-
-    @property
-    def shaped_messages(self) -> bool:
-        return self.opts.compress == "powersgd"
-
-    def layout(self) -> Layout:
-        return decentral.layout(self.ctx, until_budget=False)
-
-    def server(self) -> Program:
-        return decentral.coordinate(self.ctx, not self.asynchronous)
 
     def worker(self, rank: int) -> Program:
         ctx, opts = self.ctx, self.opts
@@ -148,7 +128,7 @@ class LocalSgd(Algorithm):
         theta = None if plain else x.copy()  # the global model of the last round
         outer_lr, outer_momentum = outer_setting(opts)
         m = np.zeros_like(x) if opts.outer != "none" and outer_momentum else None
-        compressor = Compressor(opts, ctx.size, ctx.model_bounds, ctx.model_shapes)
+        compressor = self.compressor(rank)
         step = 0
         while not team.done:
             before = team.samples

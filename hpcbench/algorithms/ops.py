@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+
+from hpcbench.lost import Lost as Lost  # not an operation: what one hands back when ranks failed
 
 SERVER = 0  # rank 0: parameter server or coordinator
 ANY = -1  # any sender, in arrival order
@@ -137,6 +138,18 @@ class Allreduce(NamedTuple):
 
     data: np.ndarray
     bf16: bool = False  # ``data`` holds bfloat16 bit patterns (uint16), summed as bfloat16
+    # Each worker's bytes as the simulator counts them, where they are not ``data``'s: a compression's
+    # declared message, sent as a stand-in (the simulator without numerics); -1: ``data.nbytes``.
+    wire: int = -1
+
+
+class Allgather(NamedTuple):
+    """Workers: every worker's ``data`` (one size and type on all), concatenated in worker order →
+    array of workers × its size. When workers fail during it, the survivors gather again among
+    themselves, as for ``Allreduce``: ``Workers`` then says whose parts it holds, in that order."""
+
+    data: np.ndarray
+    wire: int = -1  # as ``Allreduce.wire``
 
 
 class Barrier(NamedTuple):
@@ -166,17 +179,6 @@ class Poll(NamedTuple):
     src: int = ANY
 
 
-@dataclass(frozen=True)
-class Lost:
-    """Not an operation: what a ``Recv``, ``Read`` or ``Accumulate`` hands back instead of its result
-    when ranks it needed have failed (a run whose MPI lets the others go on, or a simulated
-    failure). A ``Recv`` from any rank gets one as soon as workers have failed that this program was
-    not yet told of, and from a failed rank on every try; messages a rank sent before it failed are
-    handed over first."""
-
-    ranks: tuple[int, ...]
-
-
 class Failures(NamedTuple):
     """The worker ranks this rank knows to have failed, as MPI told it (it may learn of a failure a
     few milliseconds after another rank does). → frozenset."""
@@ -203,11 +205,14 @@ class Record(NamedTuple):
 
 
 Op = (Compute | Publish | Read | Accumulate | Drain | Send | Recv | Allreduce | Barrier | Evaluate | FetchAdd
-      | Progress | Record | Timestamp | Poll | Failures | Workers)
+      | Allgather | Progress | Record | Timestamp | Poll | Failures | Workers)
 # Operations that take time, in the order of their timeline codes (result files store the codes:
 # append new operations at the end, never reorder).
 TIMED_OPS: tuple[type, ...] = (Compute, Publish, Read, Accumulate, Drain, Send, Recv, Allreduce, Barrier, Evaluate,
-                               FetchAdd)
+                               FetchAdd, Allgather)
+# The workers' collectives with data: each driver carries them out by name (comm/collectives.py says how
+# the parts combine, comm/mpi.py how MPI starts each, runtime/sim/costs.py what each costs).
+COLLECTIVES: tuple[type, ...] = (Allreduce, Allgather)
 # Bookkeeping a driver does between operations, at no cost: no timeline row.
 UNTIMED_OPS: tuple[type, ...] = (Progress, Record, Timestamp, Poll, Failures, Workers)
 ALL_OPS = TIMED_OPS + UNTIMED_OPS

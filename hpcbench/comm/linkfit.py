@@ -3,7 +3,8 @@ know from nccl-tests, and the α–β fit of a link class that ``simulate --netw
 
 Sizes: ``-b MIN -e MAX -f FACTOR`` as nccl-tests has them (8, 16 … up to MAX; K, M and G are powers of
 1024). algbw = bytes / time; busbw = algbw × the operation's bus factor (an all-reduce moves 2(n−1)/n
-of its vector through each rank's link: nccl-tests' factor; one rank to one other: 1), so busbw of a
+of its vector through each rank's link: nccl-tests' factor; an all-gather of parts of that size brings
+n−1 of them to each rank; one rank to one other: 1), so busbw of a
 good all-reduce and a point-to-point transfer can be compared with the link's rate. The fit: time =
 α + bytes / bandwidth by least squares over the medians per size (the tail is noise, fitted apart as
 the coefficient of variation of each transfer's time above α at the largest sizes, the simulator's
@@ -20,7 +21,8 @@ import numpy as np
 
 from hpcbench.errors import UsageError
 
-OPS = ("allreduce", "sendrecv", "get", "put", "accumulate", "fetch_add")
+OPS = ("allreduce", "allgather", "sendrecv", "get", "put", "accumulate", "fetch_add")
+COLLECTIVES = ("allreduce", "allgather")  # every rank takes part (no peer)
 ONE_SIDED = ("get", "put", "accumulate", "fetch_add")
 FIT_OPS = ("sendrecv", "get", "put")  # transfers of one message from one rank to one other
 ATOMIC_BYTES = 8  # fetch_add moves one 64-bit integer whatever the sizes
@@ -67,8 +69,12 @@ def parse_ops(text: str) -> tuple[str, ...]:
 
 
 def bus_factor(op: str, ranks: int) -> float:
-    """nccl-tests' factor from algorithm bandwidth to bus bandwidth."""
-    return 2 * (ranks - 1) / ranks if op == "allreduce" and ranks > 1 else 1.0
+    """The factor from algorithm bandwidth to bus bandwidth: nccl-tests' 2(n−1)/n for an all-reduce; for
+    an all-gather, whose size is each rank's part (as OSU's osu_allgather has it), the n − 1 parts each
+    rank receives."""
+    if ranks <= 1:
+        return 1.0
+    return {"allreduce": 2 * (ranks - 1) / ranks, "allgather": float(ranks - 1)}.get(op, 1.0)
 
 
 def bandwidths(op: str, nbytes: int, seconds: float, ranks: int) -> tuple[float, float]:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from hpcbench.bfloat16 import summed
+from hpcbench.comm.collectives import COMBINE
 from hpcbench.comm.transport import Cluster, message_bytes
 from hpcbench.errors import PeerFailure, WaitTimeout, stopped_answering, undeclared_add, undeclared_size
 
@@ -266,18 +266,18 @@ class LoopbackEndpoint:
         except WaitTimeout:
             return None
 
-    def allreduce(self, data: np.ndarray, timeout: float, bf16: bool = False) -> np.ndarray:
-        hub = self.hub
-        assert hub.reduce_barrier is not None and self.rank > 0, "all-reduce is among the workers"
+    def collective(self, name: str, data: np.ndarray, timeout: float, bf16: bool = False) -> np.ndarray:
+        hub, what = self.hub, f"the workers' {name}"
+        assert hub.reduce_barrier is not None and self.rank > 0, f"{name} is among the workers"
         with hub.lock:
             hub.reduce_parts[self.rank] = data.copy()
-        self._barrier(hub.reduce_barrier, timeout, "the workers' all-reduce")
-        if self.rank == 1:  # one worker sums, in rank order, as a deterministic reduction would
-            hub.reduce_sum = summed([hub.reduce_parts[r] for r in sorted(hub.reduce_parts)], bf16)
-        self._barrier(hub.reduce_barrier, timeout, "the workers' all-reduce")
+        self._barrier(hub.reduce_barrier, timeout, what)
+        if self.rank == 1:  # one worker combines, in rank order, as a deterministic reduction would
+            hub.reduce_sum = COMBINE[name]([hub.reduce_parts[r] for r in sorted(hub.reduce_parts)], bf16)
+        self._barrier(hub.reduce_barrier, timeout, what)
         assert hub.reduce_sum is not None
         out = hub.reduce_sum.copy()
-        self._barrier(hub.reduce_barrier, timeout, "the workers' all-reduce")
+        self._barrier(hub.reduce_barrier, timeout, what)
         return out
 
     def start_allreduce(self, data: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -288,7 +288,7 @@ class LoopbackEndpoint:
 
     def finish_allreduces(self, started: list[tuple[np.ndarray, np.ndarray]], timeout: float) -> None:
         for data, out in started:
-            out[:] = self.allreduce(data, timeout)
+            out[:] = self.collective("Allreduce", data, timeout)
 
     def worker_barrier(self, timeout: float) -> None:
         assert self.hub.reduce_barrier is not None and self.rank > 0, "the barrier is among the workers"

@@ -1,7 +1,8 @@
 """``hpcbench comm``'s measurements under MPI: every operation the algorithms use, at each message size,
 each iteration timed (collective: every rank calls ``sweep``; rank 0 gets the rows).
 
-all-reduce: every rank, float32 sum, the slowest rank's time per iteration (as nccl-tests reports).
+all-reduce: every rank, float32 sum, the slowest rank's time per iteration (as nccl-tests reports);
+all-gather alike, each rank giving a part of the size (as OSU's osu_allgather counts it).
 sendrecv: a ping-pong between rank 0 and a peer, half the round trip (OSU's latency test). get, put,
 accumulate (float32 sum), fetch_add (one int64): rank 0 on a peer's window under one passive-target
 lock, each operation completed by a flush (OSU's one-sided tests in flush mode); the other ranks wait
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcbench.comm.linkfit import ATOMIC_BYTES, ONE_SIDED, link_of
+from hpcbench.comm.linkfit import ATOMIC_BYTES, COLLECTIVES, ONE_SIDED, link_of
 from hpcbench.comm.mpilib import MPI  # Open MPI's settings first, as for a run
 
 
@@ -48,11 +49,17 @@ def peers(hosts: Sequence[str]) -> list[int]:
     return [r for r in (same, other) if r is not None]
 
 
-def allreduce(world: MPI.Intracomm, nbytes: int, iters: int, warmup: int) -> list[float]:
+def collective(world: MPI.Intracomm, op: str, nbytes: int, iters: int, warmup: int) -> list[float]:
+    """An all-reduce of ``nbytes`` of float32, or an all-gather of parts of ``nbytes``, on every rank."""
     send = np.ones(nbytes // 4, dtype=np.float32)
-    recv = np.empty_like(send)
+    if op == "allreduce":
+        recv = np.empty_like(send)
+        action: Callable[[], None] = lambda: world.Allreduce(send, recv, MPI.SUM)  # noqa: E731
+    else:
+        gathered = np.empty(send.size * world.size, dtype=np.float32)
+        action = lambda: world.Allgather(send, gathered)  # noqa: E731
     world.Barrier()
-    mine = np.array(timed(lambda: world.Allreduce(send, recv, MPI.SUM), iters, warmup))
+    mine = np.array(timed(action, iters, warmup))
     slowest = np.empty_like(mine)
     world.Allreduce(mine, slowest, MPI.MAX)
     return slowest.tolist()
@@ -116,11 +123,11 @@ def sweep(ops: Sequence[str], sizes: Sequence[int], iters: int, warmup: int) -> 
         if any(op in ONE_SIDED for op in ops) else None
     try:
         for op in ops:
-            for peer in ([-1] if op == "allreduce" else targets):
+            for peer in ([-1] if op in COLLECTIVES else targets):
                 link = "all" if peer < 0 else link_of(hosts[0], hosts[peer])
                 for nbytes in ([ATOMIC_BYTES] if op == "fetch_add" else sizes):
-                    if op == "allreduce":
-                        seconds = allreduce(world, nbytes, iters, warmup)
+                    if op in COLLECTIVES:
+                        seconds = collective(world, op, nbytes, iters, warmup)
                     elif op == "sendrecv":
                         seconds = sendrecv(world, peer, nbytes, iters, warmup)
                     else:

@@ -16,7 +16,6 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
-from hpcbench.algorithms.ops import Lost
 from hpcbench.bfloat16 import add_bf16
 from hpcbench.comm import openmpi, ulfm
 from hpcbench.comm.channels import Channel
@@ -37,6 +36,7 @@ from hpcbench.comm.process import keep_freed_memory, tighten_timer_slack
 from hpcbench.comm.transport import Shrunk, message_bytes
 from hpcbench.comm.windows import CounterWindow, VersionedWindow, Window
 from hpcbench.errors import undeclared_add, undeclared_size
+from hpcbench.lost import Lost
 
 __all__ = ["MpiComm", "leave_together", "wait_for"]
 T = TypeVar("T")
@@ -44,6 +44,24 @@ T = TypeVar("T")
 # is taken to be theirs (a reader killed while it copied): the owner takes the slot all the same.
 STALE_READERS_S = 2.0
 
+
+
+def start_allreduce(comm: MPI.Comm, data: np.ndarray, bf16: bool) -> tuple[np.ndarray, MPI.Request]:
+    out = np.empty_like(data)
+    return out, comm.Iallreduce(data, out, op=bf16_sum() if bf16 else MPI.SUM)
+
+
+def start_allgather(comm: MPI.Comm, data: np.ndarray, bf16: bool) -> tuple[np.ndarray, MPI.Request]:
+    out = np.empty(data.size * comm.Get_size(), data.dtype)
+    return out, comm.Iallgather(data, out)
+
+
+# Each of comm.collectives' operations as MPI starts it on the workers' communicator: → (the buffer that
+# will hold its result, the request).
+STARTS: dict[str, Callable[[MPI.Comm, np.ndarray, bool], tuple[np.ndarray, MPI.Request]]] = {
+    "Allreduce": start_allreduce,
+    "Allgather": start_allgather,
+}
 
 class MpiComm(Gathering):
     """COMM_WORLD (rank 0 = server/coordinator) and the workers-only communicator.
@@ -260,13 +278,13 @@ class MpiComm(Gathering):
         return any(w.local.size and (isinstance(w, Window) or not one_host) for w in self.windows.values())
 
     # --- collectives --------------------------------------------------------------------------
-    def allreduce(self, data: np.ndarray, timeout: float, bf16: bool = False) -> np.ndarray:
-        out = np.empty_like(data)
-        self.finish_allreduces([self.start_allreduce(data, out, bf16)], timeout)
+    def collective(self, name: str, data: np.ndarray, timeout: float, bf16: bool = False) -> np.ndarray:
+        out, request = STARTS[name](self.workers, data, bf16)
+        self._collective([request], timeout, f"the workers' {name}")
         return out
 
-    def start_allreduce(self, data: np.ndarray, out: np.ndarray, bf16: bool = False) -> MPI.Request:
-        return self.workers.Iallreduce(data, out, op=bf16_sum() if bf16 else MPI.SUM)
+    def start_allreduce(self, data: np.ndarray, out: np.ndarray) -> MPI.Request:
+        return self.workers.Iallreduce(data, out, op=MPI.SUM)
 
     def advance(self, started: list[MPI.Request]) -> None:
         if self.failures is None:

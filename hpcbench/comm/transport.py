@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from hpcbench.algorithms.ops import Lost
+from hpcbench.lost import Lost
 
 
 def message_bytes(data: np.ndarray, given: bool) -> np.ndarray:
@@ -69,9 +69,11 @@ class Transport(Protocol):
     def failed(self) -> frozenset[int]:
         """The ranks this rank knows to have failed (a run outlives them only where MPI lets it)."""
 
-    def allreduce(self, data: np.ndarray, timeout: float, bf16: bool = False) -> np.ndarray:
-        """Workers only: element-wise sum of ``data`` over the workers, in its own type (``bf16``: uint16
-        bfloat16 bit patterns, summed as bfloat16); ``Shrunk`` when workers failed during it."""
+    def collective(self, name: str, data: np.ndarray, timeout: float, bf16: bool = False) -> np.ndarray:
+        """Workers only: the collective ``name`` (a key of ``comm.collectives.COMBINE``: ``Allreduce``, the
+        element-wise sum in ``data``'s own type, ``bf16``: uint16 bfloat16 bit patterns summed as
+        bfloat16; ``Allgather``, every worker's ``data`` in worker order) over the workers; ``Shrunk``
+        when workers failed during it."""
 
     def start_allreduce(self, data: np.ndarray, out: np.ndarray) -> Any:
         """Workers only, nonblocking: ``out`` becomes the element-wise sum of ``data`` over the workers

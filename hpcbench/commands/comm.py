@@ -13,9 +13,10 @@ def add(sub: Any) -> None:
     p.add_argument("-b", "--minbytes", default="8", help="smallest message, bytes (K, M, G: powers of 1024; default 8)")
     p.add_argument("-e", "--maxbytes", default="16M", help="largest message (default 16M)")
     p.add_argument("-f", "--stepfactor", type=at_least(2), default=2, help="factor between sizes (default 2)")
-    p.add_argument("--ops", default="allreduce,sendrecv,get,put,accumulate,fetch_add",
-                   help="operations, comma-separated (default: all of allreduce, sendrecv, get, put, accumulate, "
-                        "fetch_add)")
+    from hpcbench.comm.linkfit import OPS
+
+    p.add_argument("--ops", default=",".join(OPS),
+                   help=f"operations, comma-separated (default: all of {', '.join(OPS)})")
     p.add_argument("--iters", type=at_least(1), default=20, help="timed iterations per size (default 20)")
     p.add_argument("--warmup", type=at_least(0), default=5, help="untimed iterations first (default 5)")
     p.add_argument("--out", help="the HDF5 file (default results/comm-TIME.h5)")

@@ -2,15 +2,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hpcbench.commands.shared import refuse_sim_options, warned
-from hpcbench.errors import UsageError
+from hpcbench.commands.shared import warned
 from hpcbench.launch.arguments import add_run_options, configs_from_args
 from hpcbench.launch.local import env_rank, env_size
-
-if TYPE_CHECKING:
-    from hpcbench.runtime.plan import Plan
 
 
 def add(sub: Any) -> None:
@@ -23,37 +19,20 @@ def add(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcbench.runtime import plan
-
-    cfg, sim = configs_from_args(args)
-    refuse_sim_options(cfg, sim)
-    if args.dry_run:
-        return dry_run(warned(plan.validate(cfg)), args.workers)
-    if args.workers is not None:
-        raise UsageError("--workers goes with --dry-run; a run's workers are its world size minus 1")
-    validated = warned(plan.validate(cfg))  # bad input first: it is wrong however the run is started
-    if env_size() is None:  # started as one plain process, by no MPI launcher
-        raise UsageError("hpcbench run trains as MPI ranks (rank 0 and the workers) started by a launcher: "
-                         f"mpiexec -n 3 hpcbench run --algo {cfg.algo} ... (hpcbench simulate needs no MPI)")
-    from hpcbench.runtime.mpi.session import run_mpi
-
-    return run_mpi(validated)
-
-
-def dry_run(validated: Plan, workers: int | None) -> int:
-    """Print the resolved configuration on rank 0 and exit, without starting MPI."""
-    from hpcbench.runtime.output import dry_run_text
-
-    size = env_size()
-    if workers is None:
-        if size is None:
-            raise UsageError("--dry-run outside mpiexec needs --workers N (the world size is N + 1)")
-        workers = size - 1
-    from hpcbench.runtime.plan import check_world
+    from hpcbench.runtime.plan import prepare
     from hpcbench.runtime.threads import cpu_count
 
-    check_world(validated.cfg, workers + 1, cpu_count())
-    if env_rank() == 0:
-        print(dry_run_text(validated, workers))
-    return 0
+    cfg, sim = configs_from_args(args)
+    rank, size = env_rank(), env_size()
+    # Bad input first: it is wrong however the run is started.
+    plan = warned(prepare(cfg, "dry-run" if args.dry_run else "run", sim, args.workers, size, cpu_count()), rank)
+    if args.dry_run:  # the resolved configuration, printed on rank 0, without starting MPI
+        from hpcbench.runtime.output import dry_run_text
 
+        assert plan.workers is not None
+        if rank == 0:
+            print(dry_run_text(plan, plan.workers))
+        return 0
+    from hpcbench.runtime.mpi.session import run_mpi
+
+    return run_mpi(plan)

@@ -6,6 +6,7 @@ from typing import Any
 
 from hpcbench.commands.shared import warned
 from hpcbench.launch.arguments import add_run_options, add_sim_flags, configs_from_args
+from hpcbench.launch.local import env_rank
 
 
 def add(sub: Any) -> None:
@@ -16,9 +17,9 @@ def add(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcbench.runtime import plan
+    from hpcbench.runtime.plan import prepare
     from hpcbench.runtime.sim.session import simulate
 
     cfg, sim = configs_from_args(args)
-    return simulate(warned(plan.validate(cfg)), sim)
+    return simulate(warned(prepare(cfg, "simulate", sim), env_rank()))
 

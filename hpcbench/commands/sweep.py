@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hpcbench.commands.shared import print_report, refuse_sim_options
+from hpcbench.commands.shared import print_report
 from hpcbench.commands.values import at_least, seconds, slurm_time
 from hpcbench.errors import UsageError
 from hpcbench.launch.arguments import add_run_flags, configs_from_args
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from hpcbench.launch.local import emulated_nodes
     from hpcbench.launch.local_study import parse_ranks, run_local
     from hpcbench.results.paths import check_study_dir
-    from hpcbench.runtime import plan
+    from hpcbench.runtime.plan import prepare
     from hpcbench.slurm import sweep
 
     if args.resubmit_failed:
@@ -69,11 +69,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("sweep needs --algos and --out-dir (or --resubmit-failed STUDY_DIR)")
     algos = sweep.parse_algos(args.algos)
     cfg, sim = configs_from_args(args)
-    refuse_sim_options(cfg, sim)
-    # Each algorithm's run options, its own table and no other's (the job script names the algorithm).
-    base_args = {a: dataclasses.replace(cfg.for_algo(a), algo="").to_argv() for a in algos}
-    for a in algos:  # refuse a bad study before writing or submitting anything
-        plan.validate(cfg.for_algo(a))
+    # Each algorithm's run options, its own table and no other's, checked before anything is written or
+    # submitted (the job script names the algorithm).
+    plans = [prepare(cfg.for_algo(a), sim=sim) for a in algos]
+    base_args = {p.cfg.algo: dataclasses.replace(p.cfg, algo="").to_argv() for p in plans}
     if args.emulated and not args.local:
         raise UsageError("--emulated runs a local sweep across the emulated nodes: give --local too")
     if args.submit and args.local:

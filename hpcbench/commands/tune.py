@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     from hpcbench.config import RUN_KEYS, table_argv
     from hpcbench.options.sim import SimConfig
-    from hpcbench.runtime import plan
+    from hpcbench.runtime.plan import prepare
     from hpcbench.slurm.sweep import parse_algos
     from hpcbench.tuning.execute import jobs_or_cores
     from hpcbench.tuning.grid import expand, parse_decays, parse_floats, parse_ints
@@ -66,13 +66,15 @@ def run(args: argparse.Namespace) -> int:
     held_out = cfg.val_fraction == 0  # tune chooses on the validation split: hold one out unless given
     if held_out:
         cfg = cfg.with_updates(val_fraction=0.1)
-    for a in algos:  # refuse a bad grid before running anything
+    for a in algos:  # refuse a bad grid before running anything: each of its runs' plans
         for st in settings:
-            plan.validate(cfg.for_algo(a).with_updates(**{k: tuple(v) if isinstance(v, list) else v
-                                                      for k, v in st.values().items()}))
+            one = cfg.for_algo(a).with_updates(**{k: tuple(v) if isinstance(v, list) else v
+                                                  for k, v in st.values().items()})
             if args.mode == "sim":
                 for n in workers:
-                    dataclasses.replace(sim, workers=n).validate()
+                    prepare(one, "simulate", dataclasses.replace(sim, workers=n))
+            else:
+                prepare(one)
     defaults = RunConfig().to_dict()
     base = {k: v for k, v in cfg.to_dict().items()
             if k in RUN_KEYS and k not in ("algo", "seed", "out", "overwrite") and v != defaults[k]}

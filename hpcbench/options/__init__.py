@@ -21,8 +21,8 @@ from hpcbench.errors import UsageError, one_of
 from hpcbench.options.sim import SimConfig
 from hpcbench.ranges import check_ranges
 from hpcbench.registry import Registry
+from hpcbench.workload.datasets import DATASETS
 from hpcbench.workload.payload import PayloadOptions
-from hpcbench.workload.teacher import TeacherOptions
 
 COMMANDS = ("simulate",)  # a table a command reads itself, never part of a run's configuration
 
@@ -154,5 +154,7 @@ def build_options(cls: type, values: Mapping[str, Any], owner: str) -> Any:
 
 
 register(OptionTable("payload", PayloadOptions, "model=payload", shares=("compute_shape", "compute_mean_s")))
-register(OptionTable("teacher", TeacherOptions, "dataset=teacher"))
+for _name, _spec in DATASETS.items():  # a dataset's own table is named as the dataset (teacher)
+    if _spec.options is not None:
+        register(OptionTable(_name, _spec.options, f"dataset={_name}"))
 register(OptionTable("sim", SimConfig, "simulate"))

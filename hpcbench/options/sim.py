@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hpcbench.errors import UsageError, one_of
-from hpcbench.ranges import bounded, check_ranges
+from hpcbench.errors import UsageError
+from hpcbench.ranges import bounded, check_ranges, choice
 
 PROGRESS_MODES = ("async", "polling")
 MAX_WORKERS = 4096
@@ -65,11 +65,11 @@ class SimConfig:
     # How one-sided operations progress: "async" (without the target, as RDMA hardware or an
     # async-progress thread do) or "polling" (only while the target is inside MPI: a read of a
     # rank that is computing or applying waits for it, as with MPICH's default progress).
-    progress: str = "async"
+    progress: str = choice("async", PROGRESS_MODES)
     # The all-reduce's algorithm: "rabenseifner" (MPICH's for messages over 2 KB: reduce-scatter then
     # all-gather by recursive halving and doubling, with one more send of the whole vector before and
     # after when the worker count is not a power of two) or "ring" (Open MPI's and NCCL's for large ones).
-    allreduce: str = "rabenseifner"
+    allreduce: str = choice("rabenseifner", ALLREDUCE_ALGORITHMS)
     # A worker that fails (--set fault=kill:RANK@SECONDS,...): how long until the others learn of it
     # (ULFM's notification, measured 10-16 ms on one node); the survivors of a collective then agree
     # and regroup in the time of three barriers.
@@ -79,10 +79,6 @@ class SimConfig:
 
     def validate(self) -> None:
         check_ranges(self, "sim.")
-        if self.allreduce not in ALLREDUCE_ALGORITHMS:
-            raise one_of("sim.allreduce", self.allreduce, ALLREDUCE_ALGORITHMS)
-        if self.progress not in PROGRESS_MODES:
-            raise one_of("sim.progress", self.progress, PROGRESS_MODES)
 
 
 def parse_keyvals(text: str, what: str, valid: tuple[str, ...]) -> dict[str, float]:

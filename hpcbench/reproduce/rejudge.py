@@ -49,7 +49,7 @@ def cell_of(c: dict[str, Any], algos: Sequence[str]) -> Cell:
 
 
 def key_of(name: str) -> CellKey:
-    """``ga-asgd n=16 10 GbE`` (runner.cell_name) → (ga-asgd, 16, 10 GbE)."""
+    """``ga-asgd n=16 10 GbE`` (verdict_file.cell_name) → (ga-asgd, 16, 10 GbE)."""
     algo, _, rest = name.partition(" n=")
     workers, _, variant = rest.partition(" ")
     return algo, int(workers), variant
@@ -96,7 +96,8 @@ def rejudge(out_dir: str, name: str) -> int:
     one (edited by hand, cut short) is one line naming what it lacks; judging and writing are outside that
     net, so a fault of the judge is not mistaken for the file's."""
     from hpcbench.reproduce.resilience_run import publish_resilience
-    from hpcbench.reproduce.runner import HERE, publish
+    from hpcbench.reproduce.runner import HERE
+    from hpcbench.reproduce.verdict_file import publish
 
     out = Path(out_dir)
     path = out / "verdict.json"

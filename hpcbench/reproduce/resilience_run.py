@@ -19,21 +19,9 @@ from hpcbench.report.strict_json import dumps
 from hpcbench.reproduce import made_with, resilience
 from hpcbench.reproduce import resilience_report as report
 from hpcbench.reproduce.protocol import ArmResult, Recipe, arm_text, ceiling, headline, recipe_grid
-from hpcbench.reproduce.runner import (
-    MPI_SETUP,
-    Planned,
-    bookkeeping,
-    claims_record,
-    command_line,
-    expected_seconds,
-    finite,
-    fits,
-    planned,
-    prepare,
-    recipe_record,
-    stage_one,
-)
+from hpcbench.reproduce.runner import MPI_SETUP, Planned, expected_seconds, fits, planned, prepare, stage_one
 from hpcbench.reproduce.studies import Study
+from hpcbench.reproduce.verdict_file import bookkeeping, claims_record, command_line, finite, recipe_record
 from hpcbench.results.store import commit_of, read_run, result_status
 from hpcbench.telemetry.progress_line import clock_text
 from hpcbench.tuning.execute import run_jobs

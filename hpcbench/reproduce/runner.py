@@ -10,14 +10,13 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hpcbench.errors import UsageError
-from hpcbench.report.strict_json import dumps
 from hpcbench.reproduce import made_with, report
 from hpcbench.reproduce import network as emulated_network
 from hpcbench.reproduce.protocol import (
@@ -25,17 +24,15 @@ from hpcbench.reproduce.protocol import (
     ArmResult,
     CellKey,
     Recipe,
-    across_arms,
-    arm_text,
     candidates,
     ceiling,
     choose_recipe,
-    headline,
     recipe_grid,
 )
 from hpcbench.reproduce.studies import PRESETS, Study, mpi_args, study
+from hpcbench.reproduce.verdict_file import bookkeeping, cell_name, command_line, publish
 from hpcbench.reproduce.verdicts import Cell
-from hpcbench.results.store import commit_of, read_run, result_status, step_cap_of
+from hpcbench.results.store import commit_of, read_run, result_status
 from hpcbench.telemetry.progress_line import clock_text
 from hpcbench.tuning.execute import MODES, Job, run_jobs
 from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, at_edge, choose, past_edges, ties
@@ -187,11 +184,6 @@ def test_runs(groups: Mapping[Any, list[Planned]], make: Callable[[CellKey, Sett
             for (arm, cell), runs in groups.items() if arm in arms}
 
 
-def cell_name(key: CellKey) -> str:
-    a, n, v = key
-    return f"{a} n={n}" + (f" {v}" if v else "")
-
-
 def run_until_interior(groups: dict[Any, list[Planned]], make: Callable[[CellKey, Setting, int], Planned],
                        seeds: Sequence[int], mode: str, jobs: int, timeout: float, outcome: dict[Path, str],
                        scores: dict[Path, float], extensions: int = MAX_EXTENSIONS) -> tuple[int, set[Any]]:
@@ -246,6 +238,23 @@ def sized(name: str, preset: str, mode: str, seeds: Sequence[int] = (), extensio
     return s
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """How a study's runs are made and run: the study and its preset, where their files go, the mode,
+    the runs at a time and each one's timeout, and the flags every run adds (a calibrated compute model)."""
+
+    s: Study
+    preset: str
+    mode: str
+    runs: Path
+    jobs: int
+    timeout: float
+    extra: tuple[str, ...] = ()
+
+    def make(self, cell: CellKey, setting: Setting, seed: int) -> Planned:
+        return planned(self.s, self.preset, self.runs, cell, setting, seed, self.mode, self.extra)
+
+
 def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", max_ranks: int = 9,
               timeout: float = 1800.0, jobs: int = 1, emulated: bool = False, seeds: Sequence[int] = (),
               extensions: int | None = None) -> int:
@@ -255,6 +264,44 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
         raise UsageError("reproduce resilience runs through reproduce.resilience_run (hpcbench reproduce "
                          "resilience)")
     s = sized(name, preset, mode, seeds, extensions)
+    refuse_emulated(s, mode, emulated)
+    workers, skipped = sizes_that_fit(s, preset, mode, max_ranks)
+    variants = [v for v, _ in s.variants()] if mode == "sim" else [HERE if s.networks else ""]
+    sweep = Sweep(s, preset, mode, prepare(out_dir), jobs, timeout)
+    out, size = Path(out_dir), s.sizes[preset]
+    recipe_settings = recipe_grid(size.recipe_lrs, size.recipe_momenta)
+    announce(sweep, workers, variants, recipe_settings)
+    t0 = time.monotonic()
+    calibration = ""
+    if name == "jin" and mode == "sim":
+        extra, calibration = calibrate_compute(out, s, preset, timeout)
+        sweep = replace(sweep, extra=tuple(extra))
+        print(f"calibration: {calibration}", flush=True)
+
+    print("\nstage 1: the single-worker recipe, chosen on the validation split", flush=True)
+    kept, outcome, scores, recipe_trials, recipe = stage_one(s, preset, sweep.runs, recipe_settings, size.seeds, mode,
+                                                             jobs, timeout)
+    arms, more = stage_arms(sweep, recipe, ceiling(recipe_trials, recipe), workers, variants, outcome, scores)
+    points = []
+    if emulated:
+        print("\nstage 4: across emulated nodes, real beside simulated", flush=True)
+        points = emulated_network.run(s, out, preset, timeout)
+    before, notes = bookkeeping(out, s.name, preset, mode, t0, outcome, kept + more, jobs)
+    notes |= {"calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
+              "skipped": [f"{n} workers ({n + 1} ranks > --max-ranks {max_ranks})" for n in skipped],
+              "command": command_line(name, out_dir, preset, mode, emulated, seeds, extensions),
+              "emulated": emulated_network.section(points) if points else []}
+    plots = {a.name: report.plot(s, list(a.cells), out / f"{s.name}-{a.name.replace(' ', '-')}.png", a.name)
+             for a in arms}
+    made = made_with.record((commit_of(p) for p in outcome if not outcome[p]), s.algorithms(),
+                            before=before.get("made_with"), simulated=mode == "sim")
+    text = publish(out, s, arms, recipe, recipe_trials, notes, plots, made, emulated_network.as_json(points))
+    print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
+    return 1 if notes["failed"] else 0
+
+
+def refuse_emulated(s: Study, mode: str, emulated: bool) -> None:
+    """--emulated only for a study of networks under real runs, as root, with the emulated cluster free."""
     if emulated and (mode != "mpi" or not s.networks):
         raise UsageError("--emulated runs the sgp study's algorithms across emulated nodes: use it with "
                          "reproduce sgp --mode mpi")
@@ -268,19 +315,27 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
             raise UsageError(f"--emulated reshapes the emulated cluster for each rate, and the one up now is "
                              f"owner {owner()!r}'s: it is left as it is; take it down first "
                              f"(jobs/local/emulated-cluster.sh down --owner {owner()})")
+
+
+def sizes_that_fit(s: Study, preset: str, mode: str, max_ranks: int) -> tuple[list[int], list[int]]:
+    """The study's worker counts that fit in ``max_ranks`` (all of them in the simulator), and those that
+    do not; none fitting is one line."""
     size = s.sizes[preset]
     workers = [n for n in size.workers if fits(n, mode, max_ranks)]
     skipped = [n for n in size.workers if not fits(n, mode, max_ranks)]
     if not workers:
-        raise UsageError(f"no size of study {name!r} ({preset}) fits in --max-ranks {max_ranks}: the smallest "
+        raise UsageError(f"no size of study {s.name!r} ({preset}) fits in --max-ranks {max_ranks}: the smallest "
                          f"needs {min(skipped) + 1} ranks; raise --max-ranks or use the simulator (--mode sim)")
-    variants = [v for v, _ in s.variants()] if mode == "sim" else [HERE if s.networks else ""]
-    runs = prepare(out_dir)
-    out = Path(out_dir)
+    return workers, skipped
+
+
+def announce(sweep: Sweep, workers: Sequence[int], variants: Sequence[str], recipe_settings: Sequence[Setting]) -> None:
+    """The study's title, its stages, how many runs at most and the running time expected."""
+    s, preset, mode, jobs = sweep.s, sweep.preset, sweep.mode, sweep.jobs
+    size = s.sizes[preset]
     stand_in = Recipe(Setting(1.0, 0.0), {m: Setting(1.0, m) for m in size.recipe_momenta})
     per_cell = sum(len(candidates(arm, a, stand_in, size.lr_factors, s.scales, size.epochs, s.contender(a).outer_lrs))
                    for arm in s.arms for a in s.algos)
-    recipe_settings = recipe_grid(size.recipe_lrs, size.recipe_momenta)
     estimate = expected_seconds(s, preset, per_cell * len(workers) * len(variants) * len(size.seeds),
                                 len(recipe_settings) * len(size.seeds), jobs if mode == "sim" else 1, mode)
     print(f"{s.title}\n{preset} study ({mode}): the recipe grid ({len(recipe_settings) * len(size.seeds)} runs), "
@@ -288,154 +343,34 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
           f"{per_cell * len(workers) * len(variants) * len(size.seeds)} "
           f"runs, fewer where arms share runs); expected running time about {clock_text(estimate)} "
           f"({jobs if mode == 'sim' else 1} run(s) at a time; measured on a 2-core machine, "
-          f"{3 if mode == 'mpi' else 1}x for real runs). Result files: {runs}/", flush=True)
-    t0 = time.monotonic()
-    extra: list[str] = []
-    calibration = ""
-    if name == "jin" and mode == "sim":
-        extra, calibration = calibrate_compute(out, s, preset, timeout)
-        print(f"calibration: {calibration}", flush=True)
+          f"{3 if mode == 'mpi' else 1}x for real runs). Result files: {sweep.runs}/", flush=True)
 
-    print("\nstage 1: the single-worker recipe, chosen on the validation split", flush=True)
-    kept, outcome, scores, recipe_trials, recipe = stage_one(s, preset, runs, recipe_settings, size.seeds, mode,
-                                                             jobs, timeout)
 
+def stage_arms(sweep: Sweep, recipe: Recipe, top: float | None, workers: Sequence[int], variants: Sequence[str],
+               outcome: dict[Path, str], scores: dict[Path, float]) -> tuple[list[ArmResult], int]:
+    """Stage 2, every arm's cells from the recipe, grown past their grids' edges; stage 3, the choices made on
+    validation run again on fresh seeds; then each arm decided (``top``: the recipe's accuracy). → (the arms,
+    how many of their runs were kept from an earlier invocation)."""
+    s, size = sweep.s, sweep.s.sizes[sweep.preset]
     print(f"\nstage 2: arms {', '.join(s.arms)}", flush=True)
-
-    def make(cell: CellKey, setting: Setting, seed: int) -> Planned:
-        return planned(s, preset, runs, cell, setting, seed, mode, extra)
-
-    groups = {(arm, (a, n, v)): [make((a, n, v), st, seed)
+    groups = {(arm, (a, n, v)): [sweep.make((a, n, v), st, seed)
                                  for st in candidates(arm, a, recipe, size.lr_factors, s.scales, size.epochs,
                                                       s.contender(a).outer_lrs)
                                  for seed in size.seeds]
               for arm in s.arms for v in variants for n in workers for a in s.algos}
-    more, grown = run_until_interior(groups, make, size.seeds, mode, jobs, timeout, outcome, scores,
-                                     size.extensions)
-    kept += more
-    network = HERE if mode == "mpi" else ""
-    top = ceiling(recipe_trials, recipe)
-    fresh = test_runs(groups, make, scores, size.test_seeds)
+    kept, grown = run_until_interior(groups, sweep.make, size.seeds, sweep.mode, sweep.jobs, sweep.timeout, outcome,
+                                     scores, size.extensions)
+    fresh = test_runs(groups, sweep.make, scores, size.test_seeds)
     if fresh:
         print(f"\nstage 3: the {len(fresh)} cell(s) of the arms that chose on validation, their setting on fresh "
               f"seeds {', '.join(map(str, size.test_seeds))}", flush=True)
         todo = [r.job for rs in fresh.values() for r in rs]
         kept += sum(result_status(j.path) == "ok" for j in todo)
-        outcome.update(run_jobs(todo, mode, jobs, timeout))
+        outcome.update(run_jobs(todo, sweep.mode, sweep.jobs, sweep.timeout))
+    network = HERE if sweep.mode == "mpi" else ""
     arms = [decide_arm(arm, [r for (g, _), rs in groups.items() if g == arm for r in rs], outcome, scores, s,
                        network, grown, top, {k: rs for (g, k), rs in fresh.items() if g == arm}) for arm in s.arms]
-    points = []
-    if emulated:
-        print("\nstage 4: across emulated nodes, real beside simulated", flush=True)
-        points = emulated_network.run(s, out, preset, timeout)
-    before, notes = bookkeeping(out, s.name, preset, mode, t0, outcome, kept, jobs)
-    failed = notes["failed"]
-    notes |= {"calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
-             "skipped": [f"{n} workers ({n + 1} ranks > --max-ranks {max_ranks})" for n in skipped],
-             "command": command_line(name, out_dir, preset, mode, emulated, seeds, extensions),
-             "emulated": emulated_network.section(points) if points else []}
-    plots = {a.name: report.plot(s, list(a.cells), out / f"{s.name}-{a.name.replace(' ', '-')}.png", a.name)
-             for a in arms}
-    made = made_with.record((commit_of(p) for p in outcome if not outcome[p]), s.algorithms(),
-                            before=before.get("made_with"), simulated=mode == "sim")
-    text = publish(out, s, arms, recipe, recipe_trials, notes, plots, made, emulated_network.as_json(points))
-    print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
-    return 1 if failed else 0
-
-
-def publish(out: Path, s: Study, arms: Sequence[ArmResult], recipe: Recipe, recipe_trials: Sequence[Trial],
-            notes: dict[str, Any], plots: dict[str, str], made: dict[str, Any], emulated: Any,
-            extra: Mapping[str, Any] | None = None) -> str:
-    """Judge across arms, and write the study's report.md and verdict.json (a study run now, or one judged
-    again from its verdict.json); → the report's text."""
-    preset, mode = notes["preset"], notes["mode"]
-    across = across_arms(s.name, arms, ceiling(recipe_trials, recipe))
-    outcome_text = headline(arms, across)
-    text = report.markdown(s, arms, outcome_text, recipe, recipe_trials, notes, plots, across)
-    (out / "report.md").write_text(text, encoding="utf-8")
-    (out / "verdict.json").write_text(dumps({
-        "study": s.name, "title": s.title, "preset": preset, "headline": outcome_text,
-        "verdict": report.verdict_line(outcome_text, notes),
-        "claims": claims_record(arms),
-        "across": [{**asdict(cv.claim), "arms": {label: cv.record()}} for label, cv in across],
-        "protocol": report.protocol(s, preset, recipe, mode, notes.get("fresh_seeds", True)),
-        "ceiling": ceiling(recipe_trials, recipe),
-        "recipe_grid": recipe_record(recipe_trials, recipe),
-        "arms": [{"name": a.name, "what": arm_text(a.name),
-                  "cells": [{**asdict(c), "setting": a.chosen[(c.algo, c.workers, c.variant)].values()}
-                            for c in a.cells],
-                  "grown": [cell_name(k) for k in a.grown], "edges": [cell_name(k) for k in a.edges],
-                  "ties": list(a.ties)} for a in arms],
-        **{k: v for k, v in notes.items() if k != "emulated"}, **(extra or {}),
-        "made_with": made, "emulated": emulated}, indent=1), encoding="utf-8")
-    return text
-
-
-def recipe_record(trials: Sequence[Trial], recipe: Recipe) -> list[dict[str, Any]]:
-    return [{"setting": t.setting.values(), "val_accuracy": list(t.val), "chosen": t.setting == recipe.best}
-            for t in trials]
-
-
-def bookkeeping(out: Path, name: str, preset: str, mode: str, t0: float, outcome: Mapping[Path, str], kept: int,
-                jobs: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """What every study's verdict says of how it ran: → (the verdict an earlier invocation wrote where
-    its runs were kept, or {}; the notes: preset, mode, time, runs, runs kept and failed, the cap, the
-    runs at a time and the invocations that ran them)."""
-    elapsed, ran, at_once = time.monotonic() - t0, len(outcome), jobs if mode == "sim" else 1
-    before = earlier(out / "verdict.json", name, preset) if kept else {}  # none kept: all made now
-    return before, {"preset": preset, "mode": mode, "elapsed_s": elapsed, "runs": ran, "kept": kept,
-                    **capped(outcome), "jobs": at_once,
-                    "invocations": invocations(before, elapsed, ran - kept, at_once),
-                    "failed": sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)}
-
-
-def earlier(previous: Path, name: str, preset: str) -> dict[str, Any]:
-    """The verdict an earlier invocation of this study and preset wrote where this one writes, or {}."""
-    import json
-
-    try:
-        before = json.loads(previous.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return before if isinstance(before, dict) and before.get("study") == name and before.get("preset") == preset else {}
-
-
-def invocations(before: dict[str, Any], elapsed: float, ran: int, jobs: int = 1) -> list[dict[str, Any]]:
-    """The invocations that ran the study's runs (``before``'s, then this one, which ran ``ran`` runs;
-    one that only reported adds nothing): the time a study took is their sum, however often it was resumed."""
-    spent: list[dict[str, Any]] = before.get("invocations") or []
-    if not spent and before.get("runs", 0) > before.get("kept", 0):
-        spent = [{"elapsed_s": before.get("elapsed_s", 0.0), "ran": before["runs"] - before["kept"]}]
-    return [*spent, *([{"elapsed_s": elapsed, "ran": ran, "jobs": jobs}] if ran else [])]
-
-
-def finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
-def claims_record(arms: Sequence[ArmResult]) -> list[dict[str, Any]]:
-    """Each claim (as the study states it) with its verdict in each arm and the evidence rows behind it."""
-    out = []
-    for claim in [cv.claim for cv in arms[0].claims] if arms else []:
-        per_arm = {a.name: next(x for x in a.claims if x.claim.key == claim.key).record() for a in arms}
-        out.append({**asdict(claim), "arms": per_arm})
-    return out
-
-
-def capped(paths: Iterable[Path]) -> dict[str, Any]:
-    """Whether max_steps (HPCBENCH_MAX_STEPS) cut the study's runs short, as their files say (verdict.json
-    says so, and the largest cap)."""
-    cap = max((step_cap_of(p) for p in paths), default=0)
-    return {"capped": cap > 0, "max_steps": cap}
-
-
-def command_line(name: str, out_dir: str, preset: str, mode: str, emulated: bool = False,
-                 seeds: Sequence[int] = (), extensions: int | None = None) -> str:
-    flags = {"quick": " --quick", "toy": " --preset toy"}.get(preset, "")
-    flags += f" --seeds {','.join(map(str, seeds))}" if seeds else ""
-    flags += f" --extend {extensions}" if extensions is not None else ""
-    return (f"hpcbench reproduce {name}{flags}{' --mode mpi' if mode == 'mpi' else ''}"
-            f"{' --emulated' if emulated else ''} --out-dir {out_dir}")
+    return arms, kept
 
 
 def stage_one(s: Study, preset: str, runs: Path, settings: list[Setting], seeds: tuple[int, ...], mode: str,

@@ -118,7 +118,7 @@ def family_of(tables: Mapping[str, object]) -> str:
     return next((family for family, (needs, _) in FAMILY_SUMMARIES.items() if all(t in tables for t in needs)), "")
 
 
-# What a reader may rely on (``results/store.py`` checks every file it reads against these): each
+# What a reader may rely on (``results/validation.py`` checks every file read against these): each
 # root attribute's type, the modes, and the least value of the numbers readers do arithmetic with.
 ATTR_TYPES = {"schema_version": int, "hpcbench_version": str, "mode": str, "algorithm": str, "world_size": int,
               "workers": int, "model": str, "dataset": str, "seed": int, "status": str, "error": str,

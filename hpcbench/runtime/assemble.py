@@ -73,9 +73,10 @@ def assemble(plan: Plan, workers: int, device: str = "cpu", stand_in: int = 0, s
     holds its copies of the model (refused, with the number, when they would not fit in its memory).
     """
     cfg = plan.cfg
-    plan.algo.check(cfg, plan.options, workers)
+    if workers != plan.workers:  # (the plan checked the workers it knew of)
+        plan.algo.check(cfg, plan.options, workers)
     model = MODELS.get(cfg.model)
-    data = load_dataset(cfg.dataset, cfg.data_dir, plan.tables.get("teacher"), cfg.val_fraction)
+    data = load_dataset(cfg.dataset, cfg.data_dir, plan.tables.get(cfg.dataset), cfg.val_fraction)  # its own table
     if workers > len(data.y_train):
         raise UsageError(f"{workers} workers but only {len(data.y_train)} training samples in {cfg.dataset}")
     smallest = len(data.y_train) // workers

@@ -1,18 +1,23 @@
-"""From a config to a validated plan, and from a plan to what an algorithm sees: budget, schedule, context."""
+"""From a command's configuration to a validated plan, in one pass (``prepare``), and from a plan to what an
+algorithm sees: budget, schedule, context."""
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from hpcbench.algorithms import ALGORITHMS, Algorithm, Context
+from hpcbench.algorithms.compressors import acts_only_with
 from hpcbench.algorithms.schedule import Schedule, lr_scale
-from hpcbench.config import RunConfig, Stragglers, validate_numbers
+from hpcbench.config import Faults, RunConfig, Stragglers, validate_numbers
 from hpcbench.errors import UsageError
-from hpcbench.options import resolve
+from hpcbench.options import TABLES, resolve
+from hpcbench.options.sim import SimConfig
 from hpcbench.results.paths import check_target
 from hpcbench.workload.datasets import DATASETS
 from hpcbench.workload.models import MODELS
@@ -23,22 +28,94 @@ DEFAULT_TIME_LIMIT_S = 7 * 24 * 3600.0  # the longest a run may take outside Slu
 
 
 @dataclass(frozen=True)
+class TimeLimit:
+    """The longest a run may take, and where that limit comes from (``source``): ``seconds``, or what is
+    left, when it starts, until ``end`` (a Slurm job's end, in seconds since the epoch)."""
+
+    seconds: float
+    source: str
+    end: float | None = None
+
+    def at(self, now: float) -> tuple[float, str]:
+        """(seconds, source) for a run that starts at ``now``."""
+        return (self.seconds if self.end is None else max(0.0, self.end - now)), self.source
+
+
+@dataclass(frozen=True)
 class Plan:
-    """A validated configuration: the algorithm chosen, and every option table the run gives or uses
-    (its algorithm's, its model's, its dataset's), built once."""
+    """A command's validated configuration, made once by ``prepare`` and only read after: the algorithm
+    chosen, every option table the run gives or uses (its algorithm's, its model's, its dataset's), the
+    warnings its settings give, its time limit, and, where they are known before MPI starts, its workers
+    and (``simulate``) its virtual cluster."""
 
     cfg: RunConfig
     algo: type[Algorithm]
     tables: Mapping[str, Any]
+    warnings: tuple[str, ...] = ()  # settings that do nothing here, one line each (the run goes on)
+    limit: TimeLimit = TimeLimit(DEFAULT_TIME_LIMIT_S, "the default time_limit_s of 7 days")
+    workers: int | None = None  # checked against the algorithm (and, for run --dry-run, the world and cores)
+    sim: SimConfig | None = None  # simulate's virtual cluster, checked with the run
 
     @property
     def options(self) -> Any:
         """The algorithm's options."""
         return self.tables[self.algo.name]
 
+    def check_world(self, world_size: int, cores: int) -> None:
+        """What the run checks once it knows its world and this machine (``run`` and its ``--dry-run`` both):
+        every fault names a rank of the world, and the torch threads asked for fit in the cores."""
+        beyond = [f for f in self.cfg.fault.items if f.rank >= world_size]
+        if beyond:
+            raise UsageError(f"fault {beyond[0]}: there is no rank {beyond[0].rank} (ranks 0..{world_size - 1})")
+        if self.cfg.threads > cores:
+            raise UsageError(f"threads = {self.cfg.threads} is more than the {cores} cores a rank here may use")
+
+    def check_duration(self, steps: int, step_s: float, now: float) -> None:
+        """Refuse a budget that cannot end in the time limit of a run that starts at ``now`` (below)."""
+        check_duration(steps, step_s, self.limit.at(now))
+
+
+# What a plan is made for: a configuration alone (a study's runs, tests), ``run`` under a launcher, ``run
+# --dry-run``, or ``simulate``.
+Mode = Literal["", "run", "dry-run", "simulate"]
+
+
+def prepare(cfg: RunConfig, mode: Mode = "", sim: SimConfig | None = None, workers: int | None = None,
+            size: int | None = None, cores: int = 0, environ: Mapping[str, str] = os.environ) -> Plan:
+    """The one validation pass: every check of ``cfg`` that needs no MPI and no data, for ``mode``.
+
+    ``sim``: simulate's virtual cluster, or the ``sim.*`` options a real run refuses; ``workers``: run
+    ``--dry-run``'s ``--workers``; ``size``: the world size a launcher told (None: started by none);
+    ``cores``: this machine's, which a dry run's torch threads must fit in."""
+    if sim is not None and mode != "simulate":
+        refuse_sim_options(cfg, sim)
+    plan = configured(cfg)
+    warnings = idle_settings(plan)
+    if mode == "run" and not cfg.warmup_steps and cfg.time_limit_s:
+        warnings.append(f"warmup_steps = 0, so nothing measured how long a step takes: no estimate of the run "
+                        f"against time_limit_s = {cfg.time_limit_s:g} s before it starts (the limit still ends the "
+                        "run when it passes)")
+    plan = dataclasses.replace(plan, warnings=tuple(warnings), limit=limit_of(cfg, environ))
+    if mode in ("run", "dry-run"):
+        workers = run_workers(cfg, mode == "dry-run", workers, size)
+        if workers is not None:
+            plan.check_world(workers + 1, cores)
+    elif mode == "simulate":
+        sim = sim if sim is not None else SimConfig()
+        check_sim(plan, sim)
+        workers = sim.workers
+    if workers is not None:
+        plan.algo.check(cfg, plan.options, workers)
+    return dataclasses.replace(plan, workers=workers, sim=sim if mode == "simulate" else None)
+
 
 def validate(cfg: RunConfig) -> Plan:
-    """Every check that needs no MPI and no data: names, option tables, numbers, the output path."""
+    """The plan of a configuration alone (a study's runs, tests): ``prepare`` without a command."""
+    return prepare(cfg)
+
+
+def configured(cfg: RunConfig) -> Plan:
+    """The checks of the configuration itself: names, option tables, numbers, the output path."""
     if not cfg.algo:
         raise UsageError(f"choose an algorithm with --algo; valid: {', '.join(ALGORITHMS.names())}")
     algo = ALGORITHMS.get(cfg.algo)
@@ -51,9 +128,62 @@ def validate(cfg: RunConfig) -> Plan:
     return Plan(cfg, algo, tables)
 
 
-# An algorithm's options that only act when another of its options is not at this value.
-ACTS_ONLY_WITHOUT = {("compress", "none"): ("powersgd_rank", "powersgd_start", "error_feedback"),
-                     ("outer", "none"): ("outer_lr", "outer_momentum")}
+def run_workers(cfg: RunConfig, dry_run: bool, workers: int | None, size: int | None) -> int | None:
+    """``run``'s workers where they are known before MPI starts: ``--dry-run``'s (its ``--workers``, else
+    the launcher's world size less rank 0); a real run's come with MPI."""
+    if dry_run:
+        if workers is None:
+            if size is None:
+                raise UsageError("--dry-run outside mpiexec needs --workers N (the world size is N + 1)")
+            workers = size - 1
+        return workers
+    if workers is not None:
+        raise UsageError("--workers goes with --dry-run; a run's workers are its world size minus 1")
+    if size is None:  # started as one plain process, by no MPI launcher
+        raise UsageError("hpcbench run trains as MPI ranks (rank 0 and the workers) started by a launcher: "
+                         f"mpiexec -n 3 hpcbench run --algo {cfg.algo} ... (hpcbench simulate needs no MPI)")
+    return None
+
+
+def refuse_sim_options(cfg: RunConfig, sim: SimConfig) -> None:
+    """Real runs take no ``sim.*`` options: they run on the machines, not on a virtual cluster. Fields a
+    table of the run shares with the simulator are its own (``--model payload``'s compute model), and
+    run's ``--workers`` is ``--dry-run``'s world, not the simulator's."""
+    own = {"workers", *(k for _, table in TABLES.items() if table.applies(cfg) for k in table.shares)}
+    given = [f.name for f in dataclasses.fields(sim)
+             if f.name not in own and getattr(sim, f.name) != getattr(SimConfig(), f.name)]
+    if given:
+        raise UsageError(f"{', '.join(f'sim.{k}' for k in given)}: simulate's options (its virtual cluster); "
+                         "a real run takes none: remove them, or use simulate")
+
+
+def check_sim(plan: Plan, sim: SimConfig) -> None:
+    """A simulation's own checks: its virtual cluster's ranges, its messages' size, the workers it kills."""
+    sim.validate()
+    compress = getattr(plan.options, "compress", "none")
+    if compress != "none" and sim.message_params:
+        raise UsageError(f"sim.message_params counts whole-model messages at another size, and {plan.cfg.algo}"
+                         f".compress = {compress} sends messages of the model's own making: leave out one or the other")
+    simulated_deaths(plan.cfg.fault, sim.workers)
+
+
+def simulated_deaths(faults: Faults, workers: int) -> dict[int, float]:
+    """The workers a simulation kills, and when: ``kill`` faults on workers only (one line otherwise)."""
+    for fault in faults.items:
+        if fault.kind != "kill" or fault.phase:
+            raise UsageError(f"fault {fault}: a simulation kills workers during training (kill:RANK@SECONDS); it has "
+                             "no processes to stop, signal or break: model slow workers with --stragglers or --pauses")
+        if fault.rank == 0:
+            raise UsageError(f"fault {fault}: rank 0 holds the model, and its failure ends a run; a simulation kills "
+                             "workers (ranks 1..workers)")
+        if fault.rank > workers:
+            raise UsageError(f"fault {fault}: there is no rank {fault.rank} (workers are ranks 1..{workers})")
+    return faults.kills()
+
+
+# An algorithm's options that only act when another of its options is not at this value (the
+# compressions' options say for themselves which compressions they act with).
+ACTS_ONLY_WITHOUT = {("outer", "none"): ("outer_lr", "outer_momentum")}
 
 
 def idle_settings(plan: Plan) -> list[str]:
@@ -72,17 +202,11 @@ def idle_settings(plan: Plan) -> list[str]:
         unused = [k for k in needs if k in given]
         if unused and getattr(options, key, None) == idle:
             said.append(f"{algo.name}.{unused[0]} does nothing with {algo.name}.{key} = {idle}")
+    if hasattr(options, "compress"):
+        inert = [k for k, kinds in acts_only_with().items() if k in given and options.compress not in kinds]
+        if inert:
+            said.append(f"{algo.name}.{inert[0]} does nothing with {algo.name}.compress = {options.compress}")
     return said
-
-
-def check_world(cfg: RunConfig, world_size: int, cores: int) -> None:
-    """What the run checks once it knows its world and this machine (``run`` and its ``--dry-run`` both):
-    every fault names a rank of the world, and the torch threads asked for fit in the cores."""
-    beyond = [f for f in cfg.fault.items if f.rank >= world_size]
-    if beyond:
-        raise UsageError(f"fault {beyond[0]}: there is no rank {beyond[0].rank} (ranks 0..{world_size - 1})")
-    if cfg.threads > cores:
-        raise UsageError(f"threads = {cfg.threads} is more than the {cores} cores a rank here may use")
 
 
 def steps_per_worker(cfg: RunConfig, workers: int, train_size: int) -> int:
@@ -141,14 +265,19 @@ def straggler_ranks(stragglers: Stragglers, workers: int, seed: int) -> tuple[in
     return tuple(sorted(int(i) + 1 for i in chosen))
 
 
-def time_limit(cfg: RunConfig, environ: Mapping[str, str], now: float) -> tuple[float, str]:
-    """The longest this run may take, in seconds, and where that limit comes from."""
+def limit_of(cfg: RunConfig, environ: Mapping[str, str]) -> TimeLimit:
+    """The longest this run may take, and where that limit comes from."""
     if cfg.time_limit_s:
-        return cfg.time_limit_s, "time_limit_s"
+        return TimeLimit(cfg.time_limit_s, "time_limit_s")
     end = environ.get("SLURM_JOB_END_TIME", "")
     if end.isdigit():
-        return max(0.0, int(end) - now), f"the Slurm job's end (job {environ.get('SLURM_JOB_ID', '?')})"
-    return DEFAULT_TIME_LIMIT_S, "the default time_limit_s of 7 days"
+        return TimeLimit(0.0, f"the Slurm job's end (job {environ.get('SLURM_JOB_ID', '?')})", float(int(end)))
+    return TimeLimit(DEFAULT_TIME_LIMIT_S, "the default time_limit_s of 7 days")
+
+
+def time_limit(cfg: RunConfig, environ: Mapping[str, str], now: float) -> tuple[float, str]:
+    """The longest this run may take if it starts at ``now``, in seconds, and where that limit comes from."""
+    return limit_of(cfg, environ).at(now)
 
 
 def check_duration(steps: int, step_s: float, limit: tuple[float, str]) -> None:

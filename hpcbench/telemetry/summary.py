@@ -5,6 +5,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from hpcbench.algorithms.ops import COLLECTIVES
 from hpcbench.results.schema import DISTRIBUTED, FAILURES, LATE, UPDATES, added_columns, distribution_keys
 from hpcbench.telemetry.timeline import OP_CODE, PHASE_CODE
 
@@ -93,9 +94,9 @@ def percentiles(values: np.ndarray) -> tuple[float, float, float]:
 
 
 # Operations whose bytes cross between ranks, each counted once: a message where it is received, a
-# one-sided read or add where it is started, an all-reduce as each worker's vector. (A send's bytes
+# one-sided read or add where it is started, a collective as each worker's part. (A send's bytes
 # are its receiver's; a publish writes the rank's own window; an evaluation is local.)
-WIRE_OPS = ("Allreduce", "Read", "Recv", "Accumulate", "FetchAdd")
+WIRE_OPS = ("Read", "Recv", "Accumulate", "FetchAdd") + tuple(op.__name__ for op in COLLECTIVES)
 
 
 def wire_bytes(tl: Mapping[str, np.ndarray]) -> int:

@@ -157,13 +157,13 @@ def inline(job: Job, countdown: Countdown) -> str:
     import io
 
     from hpcbench.errors import UsageError
-    from hpcbench.runtime.plan import validate
+    from hpcbench.runtime.plan import prepare
     from hpcbench.runtime.sim.session import simulate
 
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
-            simulate(validate(job.cfg.with_updates(threads=1)), job.sim)
+            simulate(prepare(job.cfg.with_updates(threads=1), "simulate", job.sim))
         why = ""
     except UsageError as exc:
         why = str(exc)

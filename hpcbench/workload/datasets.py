@@ -1,8 +1,9 @@
-"""Datasets held in memory: synthetic and teacher (from code), digits (shipped by scikit-learn),
-cifar10 (local files).
+"""Datasets held in memory, each registered once (``register_dataset``): synthetic and teacher (from
+code), digits (shipped by scikit-learn), cifar10 and fashion-mnist (local files).
 
 Nothing is downloaded: digits is read from scikit-learn's installed package data, CIFAR-10 from a
-directory the user gives in the standard python pickle format.
+directory the user gives in the standard python pickle format, Fashion-MNIST from Debian's package
+``dataset-fashion-mnist`` or a directory of the upstream IDX files.
 """
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from hpcbench.errors import UsageError
 from hpcbench.registry import Registry
 from hpcbench.workload import teacher
+from hpcbench.workload.idx import read_images, read_labels
 
 
 @dataclass(frozen=True)
@@ -51,23 +54,51 @@ class Dataset:
 
 @dataclass(frozen=True)
 class Source:
-    """Where a dataset comes from: ``--data-dir`` (cifar10), ``teacher.*`` options (teacher)."""
+    """Where a dataset comes from: ``--data-dir`` (those read from files), and the dataset's own option
+    table (``teacher.*``; None: its defaults)."""
 
     data_dir: str = ""
-    teacher: teacher.TeacherOptions = teacher.TeacherOptions()
+    options: Any = None
 
 
 Loader = Callable[[Source], Dataset]
-DATASETS: Registry[Loader] = Registry("dataset")
-DATASET_HELP: dict[str, str] = {}
 
 
-def describe(name: str, text: str) -> Callable[[Loader], Loader]:
-    def add(fn: Loader) -> Loader:
-        DATASET_HELP[name] = text
-        return DATASETS.register(name)(fn)
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A dataset a run can name. ``reads_files``: it reads files from ``--data-dir`` (the others take
+    none); ``default_dir``: where it reads them without one ("": ``--data-dir`` is needed);
+    ``options``: the dataclass of its option table (``--set NAME.KEY``, a ``[NAME]`` table), if any."""
+
+    text: str
+    load: Loader
+    reads_files: bool = False
+    default_dir: str = ""
+    options: type | None = None
+
+    def source(self) -> str:
+        """Where its files are read from, in words ("" for a dataset made from code or shipped)."""
+        if not self.reads_files:
+            return ""
+        return f"--data-dir, or {self.default_dir}" if self.default_dir else "--data-dir"
+
+
+DATASETS: Registry[DatasetSpec] = Registry("dataset")
+
+
+def register_dataset(name: str, text: str, reads_files: bool = False, default_dir: str = "",
+                     options: type | None = None) -> Callable[[Loader], Loader]:
+    """Register the decorated loader as dataset ``name``, with its line for ``hpcbench list``."""
+    def add(load: Loader) -> Loader:
+        DATASETS.register(name)(DatasetSpec(text, load, reads_files, default_dir, options))
+        return load
 
     return add
+
+
+def file_datasets() -> list[str]:
+    """The datasets read from files, which ``--data-dir`` goes with."""
+    return [name for name, spec in DATASETS.items() if spec.reads_files]
 
 
 def split(x: np.ndarray, y: np.ndarray, test: int, seed: int) -> tuple[np.ndarray, ...]:
@@ -76,7 +107,7 @@ def split(x: np.ndarray, y: np.ndarray, test: int, seed: int) -> tuple[np.ndarra
     return x[tr], y[tr], x[te], y[te]
 
 
-@describe("synthetic", "10 classes of 3x32x32 noisy smooth patterns, 4096 train / 1024 test, made from code")
+@register_dataset("synthetic", "10 classes of 3x32x32 noisy smooth patterns, 4096 train / 1024 test, made from code")
 def load_synthetic(source: Source) -> Dataset:
     # Fixed data seed: runs with different --seed see the same data, as with a real dataset.
     rng = np.random.default_rng(20201909)
@@ -98,7 +129,7 @@ def digits_file() -> Path | None:
     return path if path.is_file() else None
 
 
-@describe("digits", "scikit-learn's 1,797 8x8 handwritten digits, 1437 train / 360 test")
+@register_dataset("digits", "scikit-learn's 1,797 8x8 handwritten digits, 1437 train / 360 test")
 def load_digits(source: Source) -> Dataset:
     path = digits_file()
     if path is not None:
@@ -164,7 +195,8 @@ def read_cifar_batch(path: Path, classes: int = 10) -> tuple[np.ndarray, np.ndar
     return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
 
 
-@describe("cifar10", "CIFAR-10 from --data-dir (python pickle format: data_batch_1..5, test_batch)")
+@register_dataset("cifar10", "CIFAR-10, 50,000 train / 10,000 test 3x32x32 images (python pickle format: "
+                  "data_batch_1..5, test_batch)", reads_files=True)
 def load_cifar10(source: Source) -> Dataset:
     data_dir = source.data_dir
     if not data_dir:
@@ -182,10 +214,43 @@ def load_cifar10(source: Source) -> Dataset:
                    (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), 255.0)
 
 
-@describe("teacher", "64 Gaussian features (1x8x8), labels from a fixed random teacher network with 5% label "
-                     "noise; 50,000 train / 10,000 test (--set teacher.samples=N), made from code")
+FASHION_DIR = "/usr/share/datasets/fashion-mnist"  # where Debian's package dataset-fashion-mnist puts it
+FASHION_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte")
+
+
+def idx_file(root: Path, name: str) -> Path | None:
+    """``root/name.gz`` or ``root/name``, whichever is there (upstream ships the first, gunzip makes the second)."""
+    return next((p for p in (root / f"{name}.gz", root / name) if p.is_file()), None)
+
+
+@register_dataset("fashion-mnist", "Zalando's Fashion-MNIST, 60,000 train / 10,000 test 1x28x28 images of clothing "
+                  "(the upstream IDX files, gzipped or not; apt-get install dataset-fashion-mnist)",
+                  reads_files=True, default_dir=FASHION_DIR)
+def load_fashion_mnist(source: Source) -> Dataset:
+    root = Path(source.data_dir or FASHION_DIR)
+    found = {name: idx_file(root, name) for name in FASHION_FILES}
+    missing = [name for name, path in found.items() if path is None]
+    if missing and not source.data_dir:
+        raise UsageError(f"dataset 'fashion-mnist' is not in {FASHION_DIR}: apt-get install dataset-fashion-mnist, "
+                         "or put the upstream files (train-images-idx3-ubyte.gz, ...) in --data-dir DIR")
+    if missing:
+        raise UsageError(f"fashion-mnist data dir {source.data_dir!r} lacks {', '.join(missing)} (the upstream IDX "
+                         "files, gzipped (.gz) or not)")
+    paths = [path for path in found.values() if path is not None]
+    x_tr, x_te = read_images(paths[0], 28, 28), read_images(paths[2], 28, 28)
+    y_tr, y_te = read_labels(paths[1], 10), read_labels(paths[3], 10)
+    for images, labels, x, y in ((paths[0], paths[1], x_tr, y_tr), (paths[2], paths[3], x_te, y_te)):
+        if len(x) != len(y):
+            raise UsageError(f"{images} holds {len(x):,} images but {labels} {len(y):,} labels")
+    return Dataset("fashion-mnist", x_tr, y_tr, x_te, y_te, 10, (0.2860,), (0.3530,), 255.0)
+
+
+@register_dataset("teacher", "64 Gaussian features (1x8x8), labels from a fixed random teacher network with 5% "
+                  "label noise; 50,000 train / 10,000 test (--set teacher.samples=N), made from code",
+                  options=teacher.TeacherOptions)
 def load_teacher(source: Source) -> Dataset:
-    options = source.teacher
+    options = source.options or teacher.TeacherOptions()
     x_tr, y_tr = teacher.generate(options.samples, options.noise, stream=0)
     x_te, y_te = teacher.generate(options.test_samples, options.noise, stream=1)
     return Dataset("teacher", x_tr, y_tr, x_te, y_te, teacher.CLASSES, (0.0,), (1.0,), 1.0)
@@ -209,6 +274,7 @@ def hold_out(data: Dataset, fraction: float) -> Dataset:
                    x_val=data.x_train[held], y_val=data.y_train[held])
 
 
-def load_dataset(name: str, data_dir: str = "", teacher_options: teacher.TeacherOptions | None = None,
-                 val_fraction: float = 0.0) -> Dataset:
-    return hold_out(DATASETS.get(name)(Source(data_dir, teacher_options or teacher.TeacherOptions())), val_fraction)
+def load_dataset(name: str, data_dir: str = "", options: Any = None, val_fraction: float = 0.0) -> Dataset:
+    """Dataset ``name``, read or made once, with ``val_fraction`` of its training set held out.
+    ``options``: its option table (``teacher``'s), None for its defaults."""
+    return hold_out(DATASETS.get(name).load(Source(data_dir, options)), val_fraction)

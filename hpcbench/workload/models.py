@@ -1,6 +1,6 @@
-"""Models by name: what each is, and how a rank makes the workload it computes with. torch is imported
-only to build a network (``networks.py``, ``trainer.py``); ``shapes.py`` knows each network's shapes
-without it."""
+"""Models by name: what each is, and how a rank makes the workload it computes with. Every network
+registered in ``networks.py`` is a model, and the payload, which has none. torch is imported only to
+build a network (``networks.py``, ``trainer.py``); ``shapes.py`` knows each network's shapes without it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -10,6 +10,8 @@ from typing import Any
 from hpcbench.registry import Registry
 from hpcbench.workload.base import Workload
 from hpcbench.workload.datasets import Dataset
+from hpcbench.workload.networks import NETWORKS, Network
+from hpcbench.workload.shapes import Sized
 
 
 @dataclass(frozen=True)
@@ -27,14 +29,18 @@ class Needs:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model a run can name. ``trains``: a torch network learns from the data; the payload does not
-    (no torch, no data read, modeled compute, NaN accuracy)."""
+    """A model a run can name. ``network``: the torch network that learns from the data; the payload has
+    none (no torch, no data read, modeled compute, NaN accuracy)."""
 
     text: str
     build: Callable[[Needs], Workload]
-    trains: bool = True
+    network: Network | None = None
     # Its sizes and shapes without its values (a simulation with numerics off); None: ``build``.
     sized: Callable[[Needs], Workload] | None = None
+
+    @property
+    def trains(self) -> bool:
+        return self.network is not None
 
 
 def trainer(needs: Needs) -> Workload:
@@ -44,9 +50,7 @@ def trainer(needs: Needs) -> Workload:
 
 
 def sized(needs: Needs) -> Workload:
-    from hpcbench.workload.shapes import Sized
-
-    return Sized(needs.model, needs.data)
+    return Sized(NETWORKS.get(needs.model).shapes, needs.data)
 
 
 def payload(needs: Needs) -> Workload:
@@ -56,12 +60,8 @@ def payload(needs: Needs) -> Workload:
 
 
 MODELS: Registry[ModelSpec] = Registry("model")
-for _name, _text in (
-    ("mlp", "two hidden layers of 128 ReLU units"),
-    ("cnn", "two 3x3 conv + max-pool stages (32, 64 channels) and a 128-unit dense layer"),
-    ("resnet20", "ResNet-20 for CIFAR (3 stages of 3 basic blocks, 16/32/64 channels, BatchNorm)"),
-):
-    MODELS.register(_name)(ModelSpec(_text, trainer, sized=sized))
+for _name, _network in NETWORKS.items():
+    MODELS.register(_name)(ModelSpec(_network.text, trainer, _network, sized=sized))
 MODELS.register("payload")(ModelSpec(
     "no network and no torch: real messages of payload.params float32 and modeled compute (--compute), for "
-    "scale tests and message-size studies; accuracy is NaN", payload, trains=False))
+    "scale tests and message-size studies; accuracy is NaN", payload))

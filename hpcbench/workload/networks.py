@@ -1,19 +1,49 @@
-"""The networks behind the model names (torch): mlp, cnn and resnet20 (He et al. 2016, CIFAR variant)."""
+"""The networks behind the model names, each registered once by ``@network``: its line for ``hpcbench
+list``, its torch builder and its parameter shapes computed without torch (``shapes.py``). Each
+builder imports torch when it builds, so this module, ``hpcbench list`` and a simulation with numerics
+off never do; ``tests/test_workload.py`` holds every registered network's shapes against its build."""
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
-from torch.nn import functional as F
+from hpcbench.registry import Registry
+from hpcbench.workload import shapes
 
-from hpcbench.errors import one_of
+if TYPE_CHECKING:
+    from torch import nn
 
-Builder = Callable[[tuple[int, int, int], int], nn.Module]
+Builder = Callable[[tuple[int, int, int], int], "nn.Module"]
 
 
+@dataclass(frozen=True)
+class Network:
+    """``build(input shape C×H×W, classes)`` makes the module from torch's global generator;
+    ``shapes`` (same arguments) lists its parameters' shapes in torch's order, without torch."""
+
+    text: str
+    build: Builder
+    shapes: shapes.Shapes
+
+
+NETWORKS: Registry[Network] = Registry("model")
+
+
+def network(name: str, text: str, sizes: shapes.Shapes) -> Callable[[Builder], Builder]:
+    """Register the decorated builder as model ``name``, with its line for ``hpcbench list`` and its shapes."""
+    def add(build: Builder) -> Builder:
+        NETWORKS.register(name)(Network(text, build, sizes))
+        return build
+
+    return add
+
+
+@network("mlp", "two hidden layers of 128 ReLU units", shapes.mlp)
 def mlp(shape: tuple[int, int, int], classes: int) -> nn.Module:
+    from torch import nn
+
     c, h, w = shape
     return nn.Sequential(
         nn.Flatten(), nn.Linear(c * h * w, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
@@ -21,7 +51,10 @@ def mlp(shape: tuple[int, int, int], classes: int) -> nn.Module:
     )
 
 
+@network("cnn", "two 3x3 conv + max-pool stages (32, 64 channels) and a 128-unit dense layer", shapes.cnn)
 def cnn(shape: tuple[int, int, int], classes: int) -> nn.Module:
+    from torch import nn
+
     c, h, w = shape
     return nn.Sequential(
         nn.Conv2d(c, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -30,46 +63,25 @@ def cnn(shape: tuple[int, int, int], classes: int) -> nn.Module:
     )
 
 
-class BasicBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.shortcut: nn.Module = nn.Identity()
-        if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + self.shortcut(x))
-
-
-class ResNet20(nn.Module):
-    def __init__(self, shape: tuple[int, int, int], classes: int) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(shape[0], 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
-        layers: list[nn.Module] = []
-        cin = 16
-        for cout, stride in ((16, 1), (32, 2), (64, 2)):
-            for i in range(3):
-                layers.append(BasicBlock(cin, cout, stride if i == 0 else 1))
-                cin = cout
-        self.stages = nn.Sequential(*layers)
-        self.head = nn.Linear(64, classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.stages(self.stem(x))
-        return self.head(torch.flatten(F.adaptive_avg_pool2d(out, 1), 1))
-
-
+@network("resnet20", "ResNet-20 for CIFAR (3 stages of 3 basic blocks, 16/32/64 channels, BatchNorm)", shapes.resnet20)
 def resnet20(shape: tuple[int, int, int], classes: int) -> nn.Module:
+    from hpcbench.workload.resnet import ResNet20
+
     return ResNet20(shape, classes)
 
 
-BUILDERS: dict[str, Builder] = {"mlp": mlp, "cnn": cnn, "resnet20": resnet20}
+@network("cnn-small", "two 5x5 conv + max-pool stages (16, 32 channels) and a linear head, no BatchNorm: 29k "
+                      "parameters on 28x28 (Fashion-MNIST), 35k on 32x32x3", shapes.cnn_small)
+def cnn_small(shape: tuple[int, int, int], classes: int) -> nn.Module:
+    from torch import nn
+
+    c, h, w = shape
+    return nn.Sequential(
+        nn.Conv2d(c, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * (h // 4) * (w // 4), classes),
+    )
+
 
 # torch initialises parameters from its one global generator: ranks that are threads of one process
 # (the loopback cluster) build their models one at a time, or they would draw from each other's seed.
@@ -78,8 +90,9 @@ _BUILDING = threading.Lock()
 
 def build_model(name: str, shape: tuple[int, int, int], classes: int, seed: int) -> nn.Module:
     """Same name, shape and seed → bit-identical initial parameters on every rank."""
-    if name not in BUILDERS:
-        raise one_of("model", name, list(BUILDERS))
+    import torch
+
+    build = NETWORKS.get(name).build
     with _BUILDING, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return BUILDERS[name](shape, classes)
+        return build(shape, classes)

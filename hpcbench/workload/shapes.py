@@ -1,7 +1,7 @@
 """The parameter shapes of each network in ``networks.py``, in the order torch lists them, from
 arithmetic alone: a simulation with numerics off needs the model's size and layer boundaries but
-never its values, so it need not import torch (a second of a command). A test holds each against
-the built network."""
+never its values, so it need not import torch (a second of a command). Each network names its
+function here where it is registered; a test holds each against the built network."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -49,7 +49,9 @@ def resnet20(shape: tuple[int, int, int], classes: int) -> list[Shape]:
     return out + linear(64, classes)
 
 
-SHAPES: dict[str, Shapes] = {"mlp": mlp, "cnn": cnn, "resnet20": resnet20}
+def cnn_small(shape: tuple[int, int, int], classes: int) -> list[Shape]:
+    c, h, w = shape
+    return conv(c, 16, 5) + conv(16, 32, 5) + linear(32 * (h // 4) * (w // 4), classes)
 
 
 class Sized:
@@ -58,9 +60,9 @@ class Sized:
 
     compute: ComputeModel | None = None
 
-    def __init__(self, name: str, data: Dataset) -> None:
+    def __init__(self, shapes: Shapes, data: Dataset) -> None:
         self.data = data
-        self.shapes = tuple(SHAPES[name](data.input_shape, data.classes))
+        self.shapes = tuple(shapes(data.input_shape, data.classes))
         sizes = [int(np.prod(s)) for s in self.shapes]
         self.bounds = tuple(int(b) for b in np.cumsum([0] + sizes))
         self.size = self.bounds[-1]

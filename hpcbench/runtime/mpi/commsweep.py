@@ -12,7 +12,7 @@ import numpy as np
 from tabulate import tabulate
 
 from hpcbench import __version__
-from hpcbench.comm.linkfit import FIT_OPS, LinkFit, bandwidths, fit_link
+from hpcbench.comm.linkfit import COLLECTIVES, FIT_OPS, LinkFit, bandwidths, fit_link
 from hpcbench.errors import UsageError
 from hpcbench.results.commfile import CommFile, CommRow, write_comm
 
@@ -26,10 +26,10 @@ def comm_sweep(ops: Sequence[str], sizes: Sequence[int], iters: int, warmup: int
     from hpcbench.comm import microbench
 
     rank, ranks, hosts = microbench.world()
-    alone = [op for op in ops if op != "allreduce"]
+    alone = [op for op in ops if op not in COLLECTIVES]
     if ranks < 2 and alone:
         raise UsageError(f"{alone[0]} needs 2 ranks or more, this world has 1: launch it with mpiexec -n N "
-                         "hpcbench comm (one rank alone runs --ops allreduce only)")
+                         f"hpcbench comm (one rank alone runs --ops {','.join(COLLECTIVES)} only)")
     taken = microbench.from_rank0(Path(out).exists() and not overwrite)
     if taken:
         raise UsageError(f"{out} exists; choose another --out or add --overwrite")

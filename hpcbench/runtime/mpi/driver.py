@@ -12,8 +12,10 @@ from hpcbench.algorithms.api import Program
 from hpcbench.algorithms.buckets import ready_fractions
 from hpcbench.algorithms.ops import (
     ALL_OPS,
+    COLLECTIVES,
     UNTIMED_OPS,
     Accumulate,
+    Allgather,
     Allreduce,
     Barrier,
     Compute,
@@ -83,7 +85,8 @@ class MpiDriver:
         # When the rank's last training operation ended, and its processor time then: what follows
         # (rank 0 reading and averaging the workers' kept snapshots) measures, and is not its load.
         self.trained = (math.nan, math.nan)
-        self.handlers: dict[type, Callable[[Any], Any]] = {op: getattr(self, handler_name(op)) for op in ALL_OPS}
+        self.handlers: dict[type, Callable[[Any], Any]] = {
+            op: self.collective if op in COLLECTIVES else getattr(self, handler_name(op)) for op in ALL_OPS}
 
     def run(self, program: Program) -> float:
         """Run to completion; returns the local time the program ended."""
@@ -158,7 +161,7 @@ class MpiDriver:
             self.timeline.add(self.step, "communicate", t2, self.clock(), grad.nbytes, "Allreduce")
         except Shrunk:  # workers failed during the overlapped all-reduces: the survivors sum the whole again
             self.timeline.add(self.step, "recover", t2, self.clock(), 0, "Allreduce")
-            reduced = self._collective(lambda: self.comm.allreduce(grad, self.timeout), grad.nbytes)
+            reduced = self._collective(lambda: self.comm.collective("Allreduce", grad, self.timeout), grad.nbytes)
         return Gradient(reduced, loss, len(indices), correct)
 
     def _until(self, t: float, started: list[Any]) -> None:
@@ -203,8 +206,11 @@ class MpiDriver:
         self.timeline.add(self.step, "wait", t0, self.clock(), nbytes, "Recv")
         return got
 
-    def allreduce(self, op: Allreduce) -> np.ndarray:
-        return self._collective(lambda: self.comm.allreduce(op.data, self.timeout, op.bf16), op.data.nbytes)
+    def collective(self, op: Allreduce | Allgather) -> np.ndarray:
+        """Any of the workers' collectives with data (``ops.COLLECTIVES``), by its name."""
+        name, bf16 = type(op).__name__, getattr(op, "bf16", False)
+        return self._collective(lambda: self.comm.collective(name, op.data, self.timeout, bf16), op.data.nbytes,
+                                op=name)
 
     def barrier(self, op: Barrier) -> None:
         self._collective(lambda: self.comm.worker_barrier(self.timeout), 0, "wait", "Barrier")

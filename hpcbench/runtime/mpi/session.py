@@ -41,7 +41,7 @@ from hpcbench.runtime.mpi.faults import Injector
 from hpcbench.runtime.mpi.placement import choose_device
 from hpcbench.runtime.mpi.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
 from hpcbench.runtime.output import ResultFile, default_out, expected_bytes, result_line
-from hpcbench.runtime.plan import Plan, check_duration, check_world, time_limit
+from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.record import RankResult, build_record
 from hpcbench.runtime.threads import cpu_count, set_threads, thread_count
 from hpcbench.signals import signals_held, stop_on_signals
@@ -174,7 +174,7 @@ def set_up(plan: Plan, comm: Cluster) -> tuple[Run, str, int, float] | None:
     prepared, error, warmup_s = None, None, 0.0
     Injector(cfg.fault, rank, 0.0).at_phase("setup")
     try:
-        check_world(cfg, comm.size, cpu_count())
+        plan.check_world(comm.size, cpu_count())
         prepared = prepare(plan, rank, workers, local, comm.hosts[rank] == comm.hosts[0])
         run = prepared[0]
         if rank == 0:
@@ -183,17 +183,12 @@ def set_up(plan: Plan, comm: Cluster) -> tuple[Run, str, int, float] | None:
                 print(f"hpcbench: warning: fault = {cfg.fault} kills a worker, and this MPI ends every rank when one "
                       "fails: the run ends there, with its record (Open MPI launched with mpirun --with-ft ulfm "
                       "lets the others go on)", file=sys.stderr, flush=True)
-            if not cfg.warmup_steps and cfg.time_limit_s:
-                print(f"hpcbench: warning: warmup_steps = 0, so nothing measured how long a step takes: no estimate "
-                      f"of the run against time_limit_s = {cfg.time_limit_s:g} s before it starts (the limit still "
-                      "ends the run when it passes)", file=sys.stderr, flush=True)
         elif cfg.warmup_steps:  # before the timed window: counts toward nothing
             step_s = run.workload.warm_up(np.resize(run.stream(rank).shard, cfg.batch_size), cfg.warmup_steps)
             warmup_s = step_s * cfg.warmup_steps
             if run.workload.compute is not None:
                 step_s += run.workload.compute.mean(rank)
-            check_duration(run.algo.ctx.steps, step_s * run.slow_factor(rank),
-                           time_limit(cfg, os.environ, time.time()))
+            plan.check_duration(run.algo.ctx.steps, step_s * run.slow_factor(rank), time.time())
     except UsageError as exc:
         error = str(exc)
     failure = agree(comm, error, cfg.timeout_s)
@@ -226,7 +221,7 @@ def execute(plan: Plan, comm: Cluster) -> int:
         keeper.claim()  # the file exists before the first step, outside the timed window
     comm.world_barrier(cfg.timeout_s, "the start of training")
     start, cpu_start = comm.wtime(), time.process_time()
-    limit_s, limited_by = time_limit(cfg, os.environ, time.time())
+    limit_s, limited_by = plan.limit.at(time.time())
     injector = Injector(cfg.fault, rank, start)
     driver = MpiDriver(comm, timeline, cfg.timeout_s, run.workload, stream, run.slow_factor(rank),
                        keeper.logs if keeper is not None else None, progress, tick=comm.tick,

@@ -83,5 +83,31 @@ def allreduce_s(nbytes: float, p: int, alpha: float, bandwidth: float, algorithm
     return latencies * alpha + lengths * nbytes / bandwidth
 
 
+def allgather_terms(p: int, algorithm: str) -> tuple[float, float]:
+    """(latencies, vector lengths) one all-gather of ``p`` ranks, each giving a part, puts on each rank's
+    critical path: its cost is latencies·α + lengths·n/BW for parts of n bytes. Every rank receives the
+    other p − 1 parts whatever the algorithm: lengths p − 1. The ring takes p − 1 steps; recursive doubling
+    (MPICH's for a power of two) and Bruck's (for other counts) ⌈log2 p⌉. ``algorithm``: the all-reduce's
+    (``sim.allreduce``), whose library picks the all-gather alike: ring, or rabenseifner (logarithmic)."""
+    if p <= 1:
+        return 0.0, 0.0
+    steps = p - 1 if algorithm == "ring" else math.ceil(math.log2(p))
+    return float(steps), float(p - 1)
+
+
+def allgather_s(nbytes: float, p: int, alpha: float, bandwidth: float, algorithm: str = "rabenseifner") -> float:
+    """Seconds for ``p`` ranks to all-gather parts of ``nbytes`` each (see ``allgather_terms``)."""
+    latencies, lengths = allgather_terms(p, algorithm)
+    return latencies * alpha + lengths * nbytes / bandwidth
+
+
 def barrier_s(p: int, alpha: float) -> float:
     return math.ceil(math.log2(p)) * alpha if p > 1 else 0.0
+
+
+# Each of the workers' collectives with data (``ops.COLLECTIVES``), by name: seconds for ``p`` workers
+# giving ``nbytes`` each, at latency α, link bandwidth and the library's algorithm (``sim.allreduce``).
+COLLECTIVE_COSTS: dict[str, Callable[[float, int, float, float, str], float]] = {
+    "Allreduce": allreduce_s,
+    "Allgather": allgather_s,
+}

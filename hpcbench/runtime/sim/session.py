@@ -10,19 +10,19 @@ import numpy as np
 from hpcbench.algorithms.api import PARAMETER_SERVER
 from hpcbench.algorithms.ops import Gradient
 from hpcbench.algorithms.rules import diverging
-from hpcbench.config import Faults
-from hpcbench.errors import TimeLimitPassed, UsageError
+from hpcbench.errors import TimeLimitPassed
 from hpcbench.options.sim import SimConfig
 from hpcbench.results.paths import check_room
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.runtime.output import ResultFile, expected_bytes, result_line
-from hpcbench.runtime.plan import Plan
+from hpcbench.runtime.plan import Plan, prepare
 from hpcbench.runtime.provenance import software
 from hpcbench.runtime.record import RankResult, build_record
+from hpcbench.runtime.sim.core import GradientFn, Pending
 from hpcbench.runtime.sim.costs import jitter, noise, shares
-from hpcbench.runtime.sim.engine import Engine, GradientFn, Pending
+from hpcbench.runtime.sim.engine import Engine, Parts
 from hpcbench.runtime.threads import set_threads
 from hpcbench.telemetry.gcpause import collector_paused
 from hpcbench.workload.compute import ComputeModel
@@ -101,21 +101,23 @@ def gradients_for(run: Run, sim: SimConfig) -> tuple[GradientFn, str]:
     return numerics_gradient(run), "one at a time"
 
 
-def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out: str = "") -> tuple[RunRecord, str]:
-    """Run the simulation; → its result record and a note on the engine's work. ``out``: where the
-    record will be written (checked for room before the simulation starts)."""
-    sim.validate()
-    cfg, n = plan.cfg, sim.workers
-    deaths = simulated_deaths(cfg.fault, n)
+def simulated_record(plan: Plan, sim: SimConfig | None = None, show_progress: bool = True,
+                     out: str = "") -> tuple[RunRecord, str]:
+    """Run the simulation of ``plan`` (``prepare``'s for ``simulate``, which checked it); → its result record
+    and a note on the engine's work. ``sim``: a virtual cluster for a plan made without it (calibrate's,
+    a test's), checked here as ``prepare`` checks simulate's. ``out``: where the record will be written
+    (checked for room before the simulation starts)."""
+    if plan.sim is None or (sim is not None and sim != plan.sim):
+        plan = prepare(plan.cfg, "simulate", sim)
+    cfg, sim, n = plan.cfg, plan.sim, plan.workers
+    assert sim is not None and n is not None
+    deaths = cfg.fault.kills()
     if sim.numerics:  # with numerics off nothing trains, and torch need not even be imported
         # One thread unless told: a simulation's batches are small, and torch's pool of threads fights for
         # the cores whenever anything else runs (a study, a login node), making it many times slower.
         set_threads(cfg, cfg.threads or 1)
     run = assemble(plan, n, stand_in=0 if sim.numerics else STAND_IN_FLOATS)
     workload, algo = run.workload, run.algo
-    if algo.shaped_messages and (not sim.numerics or sim.message_params):
-        raise UsageError(f"{cfg.algo}'s PowerSGD messages follow the model's own matrices: simulate it with numerics "
-                         "on and without message_params")
     if out:
         check_room(out, expected_bytes(run))
     message_params = sim.message_params or workload.size
@@ -124,8 +126,10 @@ def simulated_record(plan: Plan, sim: SimConfig, show_progress: bool = True, out
     logs = run.logs()
     progress = run.progress_line("simulating ", "samples/s simulated (wall clock)") if show_progress else None
     slow = {r: run.slow_factor(r) for r in run.stragglers}
-    engine = Engine(algo, run.layout, sim, ComputeModel(sim, cfg.seed, slow), gradient, logs, message_params,
-                    progress, jitter(sim, cfg.seed), noise(sim, cfg.seed), deaths, shares(sim, cfg.seed))
+    engine = Engine(Parts(algo=algo, layout=run.layout, cfg=sim, compute=ComputeModel(sim, cfg.seed, slow),
+                          gradient=gradient, logs=logs, real_size=message_params, progress=progress,
+                          jitter=jitter(sim, cfg.seed), noise=noise(sim, cfg.seed), deaths=deaths,
+                          shares=shares(sim, cfg.seed)))
     # The collector stays paused until the record is built: the run keeps millions of live numbers and
     # rows, which each full collection would walk again (0.8 s at 1,024 workers); the engine makes no cycles.
     with collector_paused(), diverging():
@@ -177,24 +181,12 @@ def engine_record(run: Run, engine: Engine, sim: SimConfig, logs: RunLogs, wall:
                         failure=failure)
 
 
-def simulated_deaths(faults: Faults, workers: int) -> dict[int, float]:
-    """The workers a simulation kills, and when: ``kill`` faults on workers only (one line otherwise)."""
-    for fault in faults.items:
-        if fault.kind != "kill" or fault.phase:
-            raise UsageError(f"fault {fault}: a simulation kills workers during training (kill:RANK@SECONDS); it has "
-                             "no processes to stop, signal or break: model slow workers with --stragglers or --pauses")
-        if fault.rank == 0:
-            raise UsageError(f"fault {fault}: rank 0 holds the model, and its failure ends a run; a simulation kills "
-                             "workers (ranks 1..workers)")
-        if fault.rank > workers:
-            raise UsageError(f"fault {fault}: there is no rank {fault.rank} (workers are ranks 1..{workers})")
-    return faults.kills()
-
-
-def simulate(plan: Plan, sim: SimConfig) -> int:
-    result = ResultFile(plan.cfg, sim.workers, "sim")
+def simulate(plan: Plan) -> int:
+    """``hpcbench simulate`` of a plan ``prepare`` made for it: the record, written, and its line."""
+    assert plan.workers is not None
+    result = ResultFile(plan.cfg, plan.workers, "sim")
     try:
-        record, work = simulated_record(plan, sim, out=result.wanted)
+        record, work = simulated_record(plan, out=result.wanted)
     except Unfinished as cut:
         path = result.write(cut.record, last=True)
         raise TimeLimitPassed(f"{cut}; what it simulated is in {path} (status {cut.status!r})") from None

@@ -1,0 +1,183 @@
+"""Read result files: a whole run (``read_run``, every file checked by ``results/validation.py``), or the
+few attributes the studies ask of a file (its status, its step cap, its commit), and the results killed
+writers left under a temporary name.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from hpcbench.errors import UsageError
+from hpcbench.results.paths import held
+from hpcbench.results.schema import ROOT_ATTRS, SCHEMA_VERSION, RunRecord
+from hpcbench.results.validation import malformed, unreadable
+
+CONFIG_MAX_CHARS = 1 << 20
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _read_columns(group: h5py.Group) -> dict[str, np.ndarray]:
+    return {name: group[name][()] for name in group}
+
+
+def result_status(path: str | os.PathLike) -> str | None:
+    """The ``status`` of the result file at ``path``; None when there is none or it cannot be read."""
+    try:
+        with h5py.File(path, "r") as f:
+            return str(_plain(f.attrs.get("status", ""))) or None
+    except (OSError, FileNotFoundError):
+        return None
+
+
+def promote_partials(final: str | os.PathLike) -> list[str]:
+    """Finish the renames killed runs left undone: a complete ``NAME.h5.RID.partial`` beside ``final``
+    (a kill between writing a result's last image and renaming it over the file) whose run is gone
+    (nobody holds the name) takes ``final``'s name when that holds less: no file, an unreadable one, or
+    one that says the run had not finished. → a line for each file promoted."""
+    target = Path(final)
+    said: list[str] = []
+    for partial in sorted(target.parent.glob(f"{glob_escape(target.name)}.*.partial")):
+        if held(target):
+            break  # its run is alive and may be renaming it now
+        if not partial.is_file():
+            continue
+        try:
+            status = read_run(partial).attrs["status"]
+        except UsageError:
+            continue  # torn, or not a run's: left as it is
+        if status in ("incomplete", "running") or result_status(target) not in (None, "incomplete", "running"):
+            continue
+        os.replace(partial, target)
+        said.append(f"{partial} was a complete result ({status}) whose rename a killed run did not finish: "
+                    f"it is now {target}")
+    return said
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in name)
+
+
+def step_cap_of(path: str | os.PathLike) -> int:
+    """The ``max_steps`` the run at ``path`` was capped at (0: none, or no readable file), from its config alone."""
+    try:
+        with h5py.File(path, "r") as f:
+            value = json.loads(str(_plain(f.attrs.get("config", "{}")))).get("max_steps", 0)
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def commit_of(path: str | os.PathLike) -> tuple[str, bool]:
+    """(git commit, dirty) of the code that made the run at ``path``, from its provenance alone;
+    ("unknown", False) where the file does not say."""
+    try:
+        with h5py.File(path, "r") as f:
+            prov = f["provenance"].attrs
+            return str(_plain(prov.get("git_commit", "unknown"))), bool(prov.get("git_dirty", False))
+    except (OSError, KeyError, ValueError):
+        return "unknown", False
+
+
+def read_run(path: str | os.PathLike) -> RunRecord:
+    """A result file as a ``RunRecord``; one line (``UsageError``) for anything that is not a complete,
+    well-formed hpcbench result file this version can read (``malformed`` lists what is checked). A
+    path that is not a regular file (a fifo, a device, a directory) is refused without opening it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise UsageError(f"cannot read result file {str(path)!r}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a fifo" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise UsageError(f"{path} is not a regular file ({kind}), so not a result file")
+    signed = True
+    try:
+        signed = h5py.is_hdf5(path)
+        f = h5py.File(path, "r")
+    except (OSError, FileNotFoundError) as exc:
+        if not signed:  # a README, a log, a file cut short before its header: h5py's words would not say so
+            raise UsageError(f"cannot read result file {str(path)!r}: not HDF5 (hpcbench writes one HDF5 file per "
+                             "run, NAME.h5)") from None
+        raise UsageError(f"cannot read result file {str(path)!r}: {exc}") from None
+    with f:
+        try:
+            wrong = unreadable(f)
+            if wrong:
+                raise UsageError(f"{path} is not a well-formed hpcbench result file ({wrong})")
+            rec = _read(f, path)
+        except UsageError:
+            raise
+        except RecursionError:
+            raise UsageError(f"{path} is not a well-formed hpcbench result file (an attribute nested too deeply "
+                             "to read)") from None
+        except (KeyError, ValueError, TypeError, AttributeError, IndexError, OSError, RuntimeError) as exc:
+            what = f"missing {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+            raise UsageError(f"{path} is not a well-formed hpcbench result file ({what})") from None
+    wrong = malformed(rec)
+    if wrong:
+        raise UsageError(f"{path} is not a well-formed hpcbench result file ({wrong})")
+    return rec
+
+
+def _read(f: h5py.File, path: str | os.PathLike) -> RunRecord:
+    attrs = {k: _plain(v) for k, v in f.attrs.items()}
+    if "status" in attrs:
+        attrs.setdefault("error", "")  # written since failed runs leave files (names may grow)
+    missing = [k for k in ROOT_ATTRS if k not in attrs]
+    if missing:
+        raise UsageError(f"{path} is not an hpcbench result file (missing {', '.join(missing)})")
+    version = attrs["schema_version"]
+    if not isinstance(version, int):
+        raise UsageError(f"{path} has schema_version {version!r}, not an integer")
+    if version > SCHEMA_VERSION:
+        raise UsageError(f"{path} has schema {version}; this hpcbench reads up to {SCHEMA_VERSION}: upgrade hpcbench")
+    if isinstance(attrs["config"], str) and len(attrs["config"]) > CONFIG_MAX_CHARS:
+        raise UsageError(f"{path} has a config attribute of {len(attrs['config'])} characters; hpcbench writes a "
+                         f"few thousand (at most {CONFIG_MAX_CHARS})")
+    try:
+        attrs["config"] = json.loads(attrs["config"])
+    except (json.JSONDecodeError, TypeError):
+        raise UsageError(f"{path} has a config attribute that is not JSON") from None
+    if not isinstance(attrs["config"], dict):
+        raise UsageError(f"{path} has a config attribute that is not a JSON object")
+    summary = {k: _plain(v) for k, v in f["summary"].attrs.items()}
+    prov = f["provenance"]
+    tl = f["timeline"]
+    timeline = {name: tl[name][()] for name in tl if name != "clock_offset_s"}
+    # Columns added after a file was written read as their neutral value ("names may grow").
+    timeline.setdefault("op", np.zeros(len(timeline["rank"]), dtype=np.uint8))
+    timeline.setdefault("nbytes", np.zeros(len(timeline["rank"]), dtype=np.int64))
+    ops = tuple(json.loads(tl.attrs["ops"])) if "ops" in tl.attrs else ("none",)
+    evals = _read_columns(f["evals"])
+    for name in ("val_loss", "val_accuracy"):  # schema 3: no validation split before
+        evals.setdefault(name, np.full(len(evals["t"]), np.nan))
+    per_rank = {k: [_plain(x) for x in prov[k][()]] for k in prov}
+    per_rank.setdefault("local_ranks", [""] * len(per_rank.get("hostnames", ())))  # schema 4 added them
+    return RunRecord(
+        attrs=attrs,
+        # schema 4 added network, 6 fault_tolerance
+        provenance={"network": "", "fault_tolerance": "", **{k: _plain(v) for k, v in prov.attrs.items()}},
+        per_rank=per_rank,
+        timeline=timeline,
+        phases=tuple(json.loads(tl.attrs["phases"])),
+        ops=ops,
+        clock_offsets=tl["clock_offset_s"][()],
+        evals=evals,
+        tables={name: _read_columns(f["server"][name]) for name in f["server"]},
+        summary=summary,
+        final_params=f["model"]["final_params"][()],
+        simulation={k: _plain(v) for k, v in f["simulation"].attrs.items()} if "simulation" in f else {},
+        path=str(path),
+    )
