@@ -12,6 +12,7 @@ from tabulate import tabulate
 
 from hpcbench import __version__
 from hpcbench.algorithms import ALGORITHMS
+from hpcbench.algorithms.compressors import COMPRESSORS
 from hpcbench.config import GROUPS, toml_literal
 from hpcbench.options import TABLES, option_tables
 from hpcbench.ranges import choices_of, range_of
@@ -74,6 +75,8 @@ def listing() -> str:
         "Datasets",
         tabulate(sorted((name, spec.text, spec.source()) for name, spec in DATASETS.items()),
                  headers=["name", "what it is", "read from"]),
+        "Compressions (allreduce.compress, local-sgd.compress; their options above)",
+        tabulate([(name, cls.summary) for name, cls in COMPRESSORS.items()], headers=["name", "what it sends"]),
         *(part for group in GROUPS for part in (
             f"Run options, {GROUP_TITLES[group.__name__]} (flags, --set KEY=VALUE, or top-level keys in --config)",
             tabulate(rows("", group, skip=("options",)), headers=["key", "default", "valid"]))),

@@ -85,10 +85,15 @@ def first_under_both(params: list, count: int = 1) -> list:
 def pytest_configure(config: pytest.Config) -> None:
     # A run hpcbench makes records the source tree's git state, which takes two git processes: asked once
     # here, before any test, so that a test running hpcbench in this process starts none.
+    import platform
+
     from hpcbench.runtime import provenance
 
     state = provenance.git_state()
     provenance.git_state = lambda: state
+    # platform asks `uname -p` once per process, the first time anything wants the machine (h5py's import,
+    # a run's provenance): asked here, so that no fast test is the first.
+    platform.uname().processor  # noqa: B018
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by the markers given here

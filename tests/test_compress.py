@@ -215,7 +215,8 @@ def sent_by(compressor, vector, workers=1):
 @pytest.mark.parametrize("kind", COMPRESSORS.names())
 def test_every_compression_sends_what_it_declares_and_a_stand_in_sends_the_same(kind):
     """What the simulator without numerics counts (the declared messages, sent from a stand-in vector a
-    few floats long) is what the compression sends from the real vector, call after call."""
+    few floats long) is what the compression sends from the real vector, call after call; one whose
+    messages are whole vectors sends the stand-in itself, which the simulator counts at the model's size."""
     options = CompressOptions(compress=kind, powersgd_rank=2, powersgd_start=1, topk_ratio=0.05)
     bounds = list(LAYERS["bounds"]) + [SIZE]
     real = make(options, 1, SIZE, bounds, LAYERS["shapes"])
@@ -225,6 +226,8 @@ def test_every_compression_sends_what_it_declares_and_a_stand_in_sends_the_same(
         sent = sent_by(real, rng.standard_normal(SIZE).astype(np.float32), 3)
         declared = [(m.op, m.nbytes, m.bf16) for m in real.messages(3)]  # of the call just made
         assert sent == declared, (kind, call)
+        if real.whole_vectors:
+            declared = [(op, nbytes * 64 // SIZE, bf16) for op, nbytes, bf16 in declared]
         assert sent_by(stand_in, np.zeros(64, np.float32), 3) == declared, (kind, call)
 
 
@@ -325,3 +328,41 @@ def test_with_numerics_off_every_compression_moves_the_bytes_it_moves_with_numer
     params = rec.attrs["config"]["parameters"]
     if kind == "none":
         assert {n for _, n in moved["off"]} == {4 * params}
+
+
+@pytest.mark.parametrize("flags", [["--set", "allreduce.overlap=false"], ["--set", "allreduce.compress=fp16"]])
+def test_whole_vector_messages_count_at_message_params_with_numerics_on_and_off(tmp_path, flags):
+    """A compression whose messages are the whole vector (none, fp16, bf16) sends it from a stand-in too,
+    so sim.message_params sizes it the same with numerics off as on."""
+    from hpcbench.results.store import read_run
+
+    from conftest import cli
+    got = {}
+    for numerics in ("on", "off"):
+        code, _, err = cli("simulate", "--algo", "allreduce", "--workers", "4", "--steps", "4", "--numerics", numerics,
+                           *flags, "--set", "sim.message_params=10000000", "--out", str(tmp_path / f"{numerics}.h5"))
+        assert code == 0, err
+        rec = read_run(tmp_path / f"{numerics}.h5")
+        tl = rec.timeline
+        reduced = (tl["op"] == list(rec.ops).index("Allreduce")) & (tl["rank"] > 0)
+        got[numerics] = set(tl["nbytes"][reduced].tolist())
+    assert got["on"] == got["off"] and max(got["on"]) >= 2 * 10_000_000
+
+
+def test_each_compression_is_described_and_its_options_are_its_own():
+    """docs/algorithms.md says how each registered compression works; no compression's option takes the
+    name of a compressing algorithm's own."""
+    import dataclasses
+    from pathlib import Path
+
+    from hpcbench.algorithms import ALGORITHMS
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "algorithms.md").read_text(encoding="utf-8")
+    bullet = text[text.index("- **Compressed all-reduce**"):].split("\n- **")[0]
+    for name in COMPRESSORS.names():
+        assert f"`{name}" in bullet or f"| {name}" in bullet or f" {name}`" in bullet, name
+    shared = {f.name for f in dataclasses.fields(CompressOptions)}
+    for _, cls in ALGORITHMS.items():
+        if issubclass(cls.Options, CompressOptions):
+            own = [f.name for f in dataclasses.fields(cls.Options) if f.name not in shared]
+            assert len(own) == len(set(own)) and not set(own) & shared, cls.name

@@ -22,4 +22,4 @@ class Averaging(Algorithm):
 
     def compressor(self, rank: int) -> Compressor:
         ctx = self.ctx
-        return compressors.make(self.opts, rank, ctx.size, ctx.model_bounds, ctx.model_shapes)
+        return compressors.make(self.opts, rank, ctx.size, ctx.model_bounds, ctx.model_shapes, ctx.seed)

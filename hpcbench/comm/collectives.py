@@ -20,3 +20,8 @@ COMBINE: dict[str, Callable[..., np.ndarray]] = {
     "Allreduce": summed,
     "Allgather": gathered,
 }
+
+
+def spoken(name: str) -> str:
+    """An operation's name as a sentence says it: ``Allreduce`` → all-reduce."""
+    return "all-" + name[3:].lower() if name.startswith("All") else name.lower()

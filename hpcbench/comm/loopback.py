@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from hpcbench.comm.collectives import COMBINE
+from hpcbench.comm.collectives import COMBINE, spoken
 from hpcbench.comm.transport import Cluster, message_bytes
 from hpcbench.errors import PeerFailure, WaitTimeout, stopped_answering, undeclared_add, undeclared_size
 
@@ -267,7 +267,7 @@ class LoopbackEndpoint:
             return None
 
     def collective(self, name: str, data: np.ndarray, timeout: float, bf16: bool = False) -> np.ndarray:
-        hub, what = self.hub, f"the workers' {name}"
+        hub, what = self.hub, f"the workers' {spoken(name)}"
         assert hub.reduce_barrier is not None and self.rank > 0, f"{name} is among the workers"
         with hub.lock:
             hub.reduce_parts[self.rank] = data.copy()

@@ -19,6 +19,7 @@ import numpy as np
 from hpcbench.bfloat16 import add_bf16
 from hpcbench.comm import openmpi, ulfm
 from hpcbench.comm.channels import Channel
+from hpcbench.comm.collectives import spoken
 from hpcbench.comm.gathering import Gathering
 from hpcbench.comm.mpilib import MPI, pkl5
 from hpcbench.comm.polling import (
@@ -51,7 +52,7 @@ def start_allreduce(comm: MPI.Comm, data: np.ndarray, bf16: bool) -> tuple[np.nd
     return out, comm.Iallreduce(data, out, op=bf16_sum() if bf16 else MPI.SUM)
 
 
-def start_allgather(comm: MPI.Comm, data: np.ndarray, bf16: bool) -> tuple[np.ndarray, MPI.Request]:
+def start_allgather(comm: MPI.Comm, data: np.ndarray, _bf16: bool) -> tuple[np.ndarray, MPI.Request]:
     out = np.empty(data.size * comm.Get_size(), data.dtype)
     return out, comm.Iallgather(data, out)
 
@@ -280,11 +281,11 @@ class MpiComm(Gathering):
     # --- collectives --------------------------------------------------------------------------
     def collective(self, name: str, data: np.ndarray, timeout: float, bf16: bool = False) -> np.ndarray:
         out, request = STARTS[name](self.workers, data, bf16)
-        self._collective([request], timeout, f"the workers' {name}")
+        self._collective([request], timeout, f"the workers' {spoken(name)}")
         return out
 
     def start_allreduce(self, data: np.ndarray, out: np.ndarray) -> MPI.Request:
-        return self.workers.Iallreduce(data, out, op=MPI.SUM)
+        return self.workers.Iallreduce(data, out, op=MPI.SUM)  # a bucket of the gradient, in float32
 
     def advance(self, started: list[MPI.Request]) -> None:
         if self.failures is None:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 
 from hpcbench.algorithms import ALGORITHMS, Algorithm, Context
-from hpcbench.algorithms.compressors import acts_only_with
+from hpcbench.algorithms.compressors import COMPRESSORS, acts_only_with
 from hpcbench.algorithms.schedule import Schedule, lr_scale
 from hpcbench.config import Faults, RunConfig, Stragglers, validate_numbers
 from hpcbench.errors import UsageError
@@ -161,7 +161,7 @@ def check_sim(plan: Plan, sim: SimConfig) -> None:
     """A simulation's own checks: its virtual cluster's ranges, its messages' size, the workers it kills."""
     sim.validate()
     compress = getattr(plan.options, "compress", "none")
-    if compress != "none" and sim.message_params:
+    if sim.message_params and compress in COMPRESSORS and not COMPRESSORS.get(compress).whole_vectors:
         raise UsageError(f"sim.message_params counts whole-model messages at another size, and {plan.cfg.algo}"
                          f".compress = {compress} sends messages of the model's own making: leave out one or the other")
     simulated_deaths(plan.cfg.fault, sim.workers)

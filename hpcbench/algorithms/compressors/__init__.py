@@ -1,5 +1,5 @@
-"""Compressions of the workers' all-reduce by name. Every module of this package but ``base`` registers
-one (``base`` holds the default, ``none``); a new compression is a new module here and nothing else.
+"""Compressions of the workers' all-reduce by name. Every module of this package registers what it
+defines (``base`` the default, ``none``); a new compression is a new module here.
 
 ``CompressOptions`` is the options table the compressing algorithms (``allreduce``, ``local-sgd``)
 take theirs from: ``compress``, ``error_feedback`` and every compression's own options, prefixed by its
@@ -31,7 +31,8 @@ def option_fields() -> list[tuple[str, Any, Any]]:
     ]
     for name, cls in COMPRESSORS.items():
         hints = typing.get_type_hints(cls.Options)
-        out += [(prefixed(name) + f.name, hints[f.name], dataclasses.field(default=f.default, metadata=f.metadata))
+        out += [(prefixed(name) + f.name, hints[f.name], dataclasses.field(  # type: ignore[call-overload]
+                    default=f.default, default_factory=f.default_factory, metadata=f.metadata))
                 for f in dataclasses.fields(cls.Options)]
     return out
 
@@ -46,9 +47,10 @@ else:
     CompressOptions.__module__ = __name__
 
 
-def make(options: Any, rank: int, size: int, bounds: Sequence[int], shapes: Sequence[tuple[int, ...]]) -> Compressor:
+def make(options: Any, rank: int, size: int, bounds: Sequence[int], shapes: Sequence[tuple[int, ...]],
+         seed: int = 0) -> Compressor:
     """Worker ``rank``'s compressor, of the kind ``options.compress`` names (see ``Compressor``)."""
-    return COMPRESSORS.get(options.compress)(rank, options, size, bounds, shapes)
+    return COMPRESSORS.get(options.compress)(rank, options, size, bounds, shapes, seed)
 
 
 __all__ = ["COMPRESSORS", "CompressOptions", "Compressor", "Message", "acts_only_with", "make"]

@@ -14,6 +14,7 @@ Its options become the algorithm's, prefixed by its name (``PowerSgd.Options.ran
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -38,20 +39,23 @@ class Compressor:
     """One worker's compressed mean over the workers, and whatever state it keeps between calls.
 
     Subclasses set ``name``, ``summary``, ``Options`` (a frozen dataclass of its own options, with
-    defaults), ``keeps_error`` (the shared ``error_feedback`` option acts on it), and write ``reduce``
-    and ``messages``."""
+    defaults), ``keeps_error`` (the shared ``error_feedback`` option acts on it), ``whole_vectors``,
+    and write ``reduce`` and ``messages``."""
 
     name: ClassVar[str]
     summary: ClassVar[str]
     Options: ClassVar[type] = NoOptions
     keeps_error: ClassVar[bool] = False
+    # Every message is the whole vector in some type: a stand-in's then counts as the model's (and as
+    # sim.message_params'), and the simulator needs no declaration. Otherwise its declared messages go.
+    whole_vectors: ClassVar[bool] = False
 
     def __init__(self, rank: int, options: Any, size: int, bounds: Sequence[int],
-                 shapes: Sequence[tuple[int, ...]]) -> None:
+                 shapes: Sequence[tuple[int, ...]], seed: int = 0) -> None:
         """``rank``: its worker; ``options``: the algorithm's (its own are taken from them); ``size``: the
         vector's; ``bounds``, ``shapes``: the model's parameters in the model's own elements (the vector
-        is a stand-in when ``size`` is not the model's)."""
-        self.rank, self.size = rank, size
+        is a stand-in when ``size`` is not the model's); ``seed``: the run's."""
+        self.rank, self.size, self.seed = rank, size, seed
         self.bounds, self.shapes = tuple(bounds), tuple(shapes)
         self.model_size = self.bounds[-1] if len(self.bounds) > 1 else size
         self.stand_in = size != self.model_size
@@ -79,7 +83,8 @@ class Compressor:
         self.calls += 1
         while True:
             members = yield Workers()
-            out = yield from (self.declared(vector, members) if self.stand_in else self.reduce(vector, members))
+            declared = self.stand_in and not self.whole_vectors
+            out = yield from (self.declared(vector, members) if declared else self.reduce(vector, members))
             if out is not None:
                 return out
 
@@ -93,6 +98,11 @@ class Compressor:
             if (yield Workers()) != members:
                 return None
         return vector.copy()
+
+    def shared_rng(self) -> np.random.Generator:
+        """Random draws the same on every worker at this call, and again when the call is begun again
+        after a failure (drawn from the run's seed and the call's number, never from kept state)."""
+        return np.random.default_rng([self.seed, 0xC0DE, self.calls])
 
     def summed(self, part: np.ndarray, members: tuple[int, ...], bf16: bool = False) -> Sub[np.ndarray | None]:
         """``part`` summed over ``members`` in its own type; None if some of them failed meanwhile."""
@@ -110,10 +120,17 @@ COMPRESSORS: Registry[type[Compressor]] = Registry("compression")
 
 
 def register(cls: type[Compressor]) -> type[Compressor]:
+    """Add a compression; its options' names in the algorithms' tables may not be another's."""
+    taken = {prefixed(name) + f.name for name, other in COMPRESSORS.items() for f in dataclasses.fields(other.Options)}
     for f in dataclasses.fields(cls.Options):
-        if f.name in ("compress", "error_feedback"):
-            raise TypeError(f"{cls.__name__}.Options.{f.name} would hide the shared option of that name")
+        if prefixed(cls.name) + f.name in taken:
+            raise TypeError(f"{cls.__name__}'s option {prefixed(cls.name) + f.name} is another compression's")
     return COMPRESSORS.register(cls.name)(cls)
+
+
+def kept(size: int, ratio: float) -> int:
+    """How many of ``size`` elements a share ``ratio`` of them is: ⌈ratio·size⌉, at least one."""
+    return min(size, max(1, math.ceil(ratio * size)))
 
 
 def prefixed(name: str) -> str:
@@ -141,6 +158,7 @@ def acts_only_with() -> dict[str, tuple[str, ...]]:
 class Plain(Compressor):
     name = "none"
     summary = "the float32 sum divided by the workers: no compression"
+    whole_vectors = True
 
     def reduce(self, vector: np.ndarray, members: tuple[int, ...]) -> Sub[np.ndarray | None]:
         total = yield from self.summed(vector, members)

@@ -14,6 +14,7 @@ from hpcbench.bfloat16 import from_bf16, to_bf16
 class Fp16(Compressor):
     name = "fp16"
     summary = "IEEE half precision: each worker's vector / n cast to float16 and summed in float16 (DDP's hook)"
+    whole_vectors = True
 
     def reduce(self, vector: np.ndarray, members: tuple[int, ...]) -> Sub[np.ndarray | None]:
         total = yield from self.summed(vector.astype(np.float16) / np.float16(len(members)), members)
@@ -27,6 +28,7 @@ class Fp16(Compressor):
 class Bf16(Compressor):
     name = "bf16"
     summary = "bfloat16: each worker's vector / n rounded to bfloat16 and summed in bfloat16 (DDP's hook)"
+    whole_vectors = True
 
     def reduce(self, vector: np.ndarray, members: tuple[int, ...]) -> Sub[np.ndarray | None]:
         part = to_bf16(from_bf16(to_bf16(vector)) / np.float32(len(members)))

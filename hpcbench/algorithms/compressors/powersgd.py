@@ -72,8 +72,8 @@ class PowerSgd(Compressor):
         start: int = bounded(10, low=0, unit="all-reduces")  # plain all-reduces before PowerSGD starts
 
     def __init__(self, rank: int, options: object, size: int, bounds: Sequence[int],
-                 shapes: Sequence[tuple[int, ...]]) -> None:
-        super().__init__(rank, options, size, bounds, shapes)
+                 shapes: Sequence[tuple[int, ...]], seed: int = 0) -> None:
+        super().__init__(rank, options, size, bounds, shapes, seed)
         self.mats = matrices(self.bounds, self.shapes, self.opts.rank)
         kept = 0 if self.stand_in else size
         rest = np.ones(kept, bool)
@@ -119,9 +119,10 @@ class PowerSgd(Compressor):
             out[self.rest] = rest * scale
         if self.mats:
             ms = [fed[m.start:m.start + m.rows * m.cols].reshape(m.rows, m.cols) for m in self.mats]
-            for q in self.qs:  # warm start: last step's Qs, orthogonalized again
+            warm = [q.copy() for q in self.qs]  # warm start: last step's Qs, orthogonalized again
+            for q in warm:
                 orthogonalize(q)
-            p_sum = yield from self.summed(np.concatenate([(mat @ q).ravel() for mat, q in zip(ms, self.qs)]), members)
+            p_sum = yield from self.summed(np.concatenate([(mat @ q).ravel() for mat, q in zip(ms, warm)]), members)
             if p_sum is None:
                 return None
             ps = split(p_sum, [(m.rows, m.rank) for m in self.mats])

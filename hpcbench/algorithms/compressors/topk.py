@@ -5,20 +5,15 @@ error. The workers' choices differ, so the (value, index) pairs are all-gathered
 every worker adds them up in worker order and divides by n."""
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from hpcbench.algorithms.api import Sub
-from hpcbench.algorithms.compressors.base import Compressor, Message, register
+from hpcbench.algorithms.compressors.base import Compressor, Message, kept, register
 from hpcbench.algorithms.ops import Allgather
 from hpcbench.ranges import bounded
-
-
-def kept(size: int, ratio: float) -> int:
-    """k: the elements a worker sends of a vector of ``size``, at least one."""
-    return min(size, max(1, math.ceil(ratio * size)))
 
 
 def largest(vector: np.ndarray, k: int) -> np.ndarray:
@@ -38,9 +33,9 @@ class TopK(Compressor):
     class Options:
         ratio: float = bounded(0.01, above=0, high=1)  # the share of the elements each worker sends
 
-    def __init__(self, rank: int, options: object, size: int, bounds: tuple[int, ...],
-                 shapes: tuple[tuple[int, ...], ...]) -> None:
-        super().__init__(rank, options, size, bounds, shapes)
+    def __init__(self, rank: int, options: object, size: int, bounds: Sequence[int],
+                 shapes: Sequence[tuple[int, ...]], seed: int = 0) -> None:
+        super().__init__(rank, options, size, bounds, shapes, seed)
         self.k = kept(self.model_size, self.opts.ratio)
         self.error = np.zeros(0 if self.stand_in else size, np.float32)
 
