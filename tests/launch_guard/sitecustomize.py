@@ -16,7 +16,7 @@ from typing import Any
 NOTES = "HPCBENCH_TEST_LAUNCH_NOTES"
 # Programs that start MPI ranks: mpiexec and mpirun (MPICH's mpiexec.hydra, Open MPI's prterun and
 # orterun), and the emulated cluster's jobs/local/mpiexec-emulated.
-LAUNCHER = re.compile(r"(mpiexec|mpirun|orterun|prterun|srun|sbatch|salloc)([.-][\w.-]*)?")
+LAUNCHER = re.compile(r"(mpiexec|mpirun|orterun|prterun|srun)([.-][\w.-]*)?")
 SHELLS = ("sh", "bash", "dash", "zsh")
 ASKING = {"--version", "-V", "--help", "-h", "-info"}  # a launcher asked what it is starts no ranks
 
