@@ -5,8 +5,12 @@ cnn-small) on the same data (``--dataset``, default fashion-mnist), nothing else
 ``hpcbench simulate --algo allreduce`` (and ``asgd``) at 1, 16 and 64 workers with numerics on, its
 engine's wall seconds (``sim_wall_s``, one thread, on a quiet machine its CPU seconds) for the same
 samples. A ratio ≥ 0.9 means a study's simulated runs cost about what training the model alone costs.
-The loop and the simulations alternate (``common.in_turn``); medians over ``--rounds``.
-Run by hand: python benchmarks/sim_cnn_speed.py [--samples 16384] [--rounds 3]
+The loop and the simulations alternate (``common.in_turn``); medians over ``--rounds``. A simulation's
+fixed costs (set-up, sharding, the coordinator's averages) weigh on short runs: measured here (2 cores,
+2026-12-02), 32,768 samples: 0.75-0.90x at 1, 16 and 64 workers; 131,072 samples (a study's run is
+longer): allreduce at 64 workers 1.05x. Convolutions go one worker at a time (``batched.pays``): batched
+they made 0.35-0.55x.
+Run by hand: python benchmarks/sim_cnn_speed.py [--samples 32768] [--rounds 3]
 """
 import argparse
 import statistics
@@ -58,7 +62,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="cnn-small")
     p.add_argument("--dataset", default="fashion-mnist")
-    p.add_argument("--samples", type=int, default=16384)
+    p.add_argument("--samples", type=int, default=32768)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", default="1,16,64")
     args = p.parse_args()

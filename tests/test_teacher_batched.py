@@ -155,3 +155,16 @@ def test_message_params_must_not_be_negative(capsys):
     assert main(["simulate", "--algo", "asgd", "--set", "sim.message_params=-1"]) == 2
     assert capsys.readouterr().err.strip() == (
         "hpcbench: error: sim.message_params must be >= 0 floats (0: the model's size), got -1")
+
+
+def test_a_convolutional_model_goes_one_worker_at_a_time_where_batching_would_not_pay():
+    """On the CPU vmap makes a convolution a grouped one, slower than the workers one by one; dense layers
+    gain from it."""
+    import dataclasses
+
+    got = {}
+    for model in ("mlp", "cnn-small"):
+        validated = plan.validate(dataclasses.replace(sim_plan("asgd").cfg, model=model, steps=2))
+        rec, _ = simulated_record(validated, SimConfig(workers=4), show_progress=False)
+        got[model] = rec.simulation["gradients"]
+    assert got == {"mlp": "batched", "cnn-small": "one at a time"}

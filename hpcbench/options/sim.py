@@ -28,7 +28,8 @@ class SimConfig:
     workers: int = bounded(8, low=1, high=MAX_WORKERS, unit="workers")
     numerics: bool = True  # run the real model math; off = timing only, for very large worker counts
     # With numerics: compute the gradients of workers whose computations overlap in virtual time in
-    # one batched pass (same results to float rounding), from 3 workers on; false = one worker at a time.
+    # one batched pass (same results to float rounding), from 3 workers on, where it pays (not for BatchNorm,
+    # nor for convolutions on the CPU); false = one worker at a time.
     batch_gradients: bool = True
     # Bytes on the wire count as if the model had this many parameters (0: its own size): numerics on
     # a small model, messages (and the per-parameter costs of rank 0 and the workers) of a large one.

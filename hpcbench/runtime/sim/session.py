@@ -94,9 +94,9 @@ def gradients_for(run: Run, sim: SimConfig) -> tuple[GradientFn, str]:
     from hpcbench.workload.trainer import Trainer
 
     if sim.batch_gradients and run.workers >= BATCH_FROM_WORKERS and isinstance(run.workload, Trainer):
-        from hpcbench.workload.batched import batchable
+        from hpcbench.workload.batched import batchable, pays
 
-        if batchable(run.workload):
+        if batchable(run.workload) and pays(run.workload):
             return batched_gradient(run), "batched"
     return numerics_gradient(run), "one at a time"
 
