@@ -155,7 +155,7 @@ def test_straggler_choice_is_seeded_and_sized():
 ])
 def test_the_time_a_run_may_take_and_where_that_limit_comes_from(time_limit_s, environ, limit):
     cfg = RunConfig(algo="asgd", time_limit_s=time_limit_s)
-    assert plan.time_limit(cfg, environ, now=400.0) == limit
+    assert plan.limit_of(cfg, environ).at(400.0) == limit
 
 
 def test_a_budget_that_cannot_end_in_time_is_refused_before_it_starts():

@@ -46,7 +46,6 @@ T = TypeVar("T")
 STALE_READERS_S = 2.0
 
 
-
 def start_allreduce(comm: MPI.Comm, data: np.ndarray, bf16: bool) -> tuple[np.ndarray, MPI.Request]:
     out = np.empty_like(data)
     return out, comm.Iallreduce(data, out, op=bf16_sum() if bf16 else MPI.SUM)
@@ -63,6 +62,7 @@ STARTS: dict[str, Callable[[MPI.Comm, np.ndarray, bool], tuple[np.ndarray, MPI.R
     "Allreduce": start_allreduce,
     "Allgather": start_allgather,
 }
+
 
 class MpiComm(Gathering):
     """COMM_WORLD (rank 0 = server/coordinator) and the workers-only communicator.

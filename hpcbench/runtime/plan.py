@@ -161,7 +161,7 @@ def check_sim(plan: Plan, sim: SimConfig) -> None:
     """A simulation's own checks: its virtual cluster's ranges, its messages' size, the workers it kills."""
     sim.validate()
     compress = getattr(plan.options, "compress", "none")
-    if sim.message_params and compress in COMPRESSORS and not COMPRESSORS.get(compress).whole_vectors:
+    if sim.message_params and not COMPRESSORS.get(compress).whole_vectors:
         raise UsageError(f"sim.message_params counts whole-model messages at another size, and {plan.cfg.algo}"
                          f".compress = {compress} sends messages of the model's own making: leave out one or the other")
     simulated_deaths(plan.cfg.fault, sim.workers)
@@ -273,11 +273,6 @@ def limit_of(cfg: RunConfig, environ: Mapping[str, str]) -> TimeLimit:
     if end.isdigit():
         return TimeLimit(0.0, f"the Slurm job's end (job {environ.get('SLURM_JOB_ID', '?')})", float(int(end)))
     return TimeLimit(DEFAULT_TIME_LIMIT_S, "the default time_limit_s of 7 days")
-
-
-def time_limit(cfg: RunConfig, environ: Mapping[str, str], now: float) -> tuple[float, str]:
-    """The longest this run may take if it starts at ``now``, in seconds, and where that limit comes from."""
-    return limit_of(cfg, environ).at(now)
 
 
 def check_duration(steps: int, step_s: float, limit: tuple[float, str]) -> None:
