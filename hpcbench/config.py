@@ -180,7 +180,7 @@ class Experiment:
     lr_decay_factor: float = bounded(0.1, above=0, high=1)
     seed: int = bounded(0, low=0, high=MAX_SEED)  # torch's and numpy's seeds are at most 2^63 - 1
     evals: int = bounded(20, low=1, unit="evaluations")  # evaluations of the global model spread over the sample budget
-    eval_samples: int = bounded(2000, low=1, unit="samples")  # test (and validation) samples per evaluation (at most)
+    eval_samples: int = bounded(2000, low=1, unit="samples")  # per split, each evaluation but the last (it reads all)
     # training samples held out as the validation split, the same for every seed
     val_fraction: float = bounded(0.0, low=0, high=MAX_VAL_FRACTION)
     target_accuracy: float = bounded(0.9, above=0, high=1)

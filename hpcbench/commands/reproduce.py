@@ -8,14 +8,17 @@ from hpcbench.commands.values import at_least, seconds, seed_list
 
 
 def add(sub: Any) -> None:
+    from hpcbench.reproduce.studies import PRESETS
+
     p = sub.add_parser("reproduce", help="test a published finding: gap-aware | jin | sgp | diloco | resilience "
                                               "(runs, report, verdict)")
     p.add_argument("study", metavar="STUDY", help="gap-aware | jin | sgp | diloco | resilience")
     p.add_argument("--out-dir", required=True, help="where the result files, report.md, the plot and verdict.json go")
-    p.add_argument("--quick", action="store_true", help="fewer sizes, grid points and seeds, a shorter budget "
-                   "(minutes on 2 cores)")
-    p.add_argument("--preset", default="full", choices=("full", "quick", "toy"), help="study size (default full; "
-                   "toy: seconds, for tests)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes and grid points, a shorter budget (about 20 "
+                   "minutes on 2 cores); --preset quick")
+    p.add_argument("--preset", default="full", choices=PRESETS, help="study size and task (default full: "
+                   "Fashion-MNIST with cnn-tiny, up to 3 hours on 2 cores; teacher: the synthetic teacher task with "
+                   "the mlp, a check of the machinery; toy: seconds, for tests)")
     p.add_argument("--mode", default="sim", choices=("sim", "mpi"), help="simulator (default) or real MPI runs here")
     p.add_argument("--max-ranks", type=at_least(2), default=9, help="with --mode mpi: the largest world size run "
                                                                     "(default 9)")

@@ -108,7 +108,8 @@ def rejudge(out_dir: str, name: str) -> int:
     if not isinstance(v, dict) or v.get("study") != name or "recipe_grid" not in v:
         raise UsageError(f"{path}: not a verdict of study {name!r} as hpcbench reproduce writes it")
     try:
-        s, preset = study(name), str(v["preset"])
+        preset = str(v["preset"])
+        s = study(name).at(preset)
         seeds = tuple(v.get("protocol", {}).get("seeds", ())) or s.sizes[preset].seeds
         s = replace(s, sizes={**s.sizes, preset: replace(s.sizes[preset], seeds=seeds)})
         trials, recipe = recipe_of(v)

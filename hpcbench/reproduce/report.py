@@ -13,7 +13,7 @@ from hpcbench.reproduce import findings
 from hpcbench.reproduce.claims import CLAIMS, crossing, diloco, gap_aware, jin, sgp
 from hpcbench.reproduce.findings import spent
 from hpcbench.reproduce.protocol import OWN_LR, ArmResult, Recipe, arm_text, counts, grouped, same_runs
-from hpcbench.reproduce.studies import DILOCO_PERIODS, VAL_FRACTION, Study, mpi_args
+from hpcbench.reproduce.studies import DILOCO_PERIODS, Study, mpi_args
 from hpcbench.reproduce.verdicts import RULE, Cell, Claim, ClaimVerdict
 from hpcbench.tuning.grid import Trial, ties
 
@@ -131,8 +131,8 @@ def protocol(s: Study, preset: str, recipe: Recipe, mode: str, fresh: bool = Tru
     judged again)."""
     size = s.sizes[preset]
     return {
-        "task": f"teacher task, {size.samples:,} training samples of which {VAL_FRACTION:.0%} are held out as the "
-                "validation split; accuracy on the whole test set (10,000 samples)",
+        "task": size.task.text(), "dataset": size.task.dataset, "model": size.task.model,
+        "target_accuracy": size.target,
         "budget_epochs": size.epochs, "seeds": list(size.seeds), "test_seeds": list(size.test_seeds) if fresh else [],
         "workers": list(size.workers),
         "schedule": f"linear warm-up over {size.warmup_epochs:g} epochs from 1/n of the rate, then x0.1 at epochs "

@@ -39,11 +39,9 @@ from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, at_edge, choose
 from hpcbench.tuning.tune import validation_scores
 
 HERE = "this machine"  # the network of real runs
-MPI_SETUP = "Real runs under mpiexec on this machine: its own compute and network, the mlp's own message size."
-# Seconds of this machine (one core) per simulated gradient of the teacher mlp, and per run started:
-# the basis of the stated running time (measured with the batched simulator; one worker is not batched).
-SECONDS_PER_GRADIENT = 0.6e-3
-SECONDS_PER_SEQUENTIAL_GRADIENT = 1.6e-3
+MPI_SETUP = "Real runs under mpiexec on this machine: its own compute and network, the model's own message size."
+# Seconds of this machine (one core) per run started, beside its task's compute (``Task.run_seconds``):
+# the basis of the stated running time.
 SECONDS_PER_RUN = 3.0  # a process of its own (runs side by side, or real runs)
 SECONDS_PER_INLINE_RUN = 0.3  # one at a time, simulated in this process
 CALIBRATION_STEPS = {"full": 200, "quick": 100, "toy": 20}
@@ -84,10 +82,9 @@ def planned(s: Study, preset: str, runs: Path, cell: CellKey, setting: Setting, 
 def expected_seconds(s: Study, preset: str, arm_runs: int, recipe_runs: int, jobs: int, mode: str = "sim") -> float:
     """The running time stated up front (the count after each run then says how much is left)."""
     size = s.sizes[preset]
-    gradients = size.epochs * size.samples * 0.9 / 32
     start = SECONDS_PER_INLINE_RUN if mode == "sim" and jobs == 1 else SECONDS_PER_RUN
-    return (arm_runs * (start + gradients * SECONDS_PER_GRADIENT)
-            + recipe_runs * (start + gradients * SECONDS_PER_SEQUENTIAL_GRADIENT)) / max(1, jobs)
+    return (arm_runs * (start + size.task.run_seconds(size.epochs))
+            + recipe_runs * (start + size.task.run_seconds(size.epochs, sequential=True))) / max(1, jobs)
 
 
 def fits(workers: int, mode: str, max_ranks: int) -> bool:
@@ -231,6 +228,7 @@ def sized(name: str, preset: str, mode: str, seeds: Sequence[int] = (), extensio
         raise UsageError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
     if mode not in MODES:
         raise UsageError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    s = s.at(preset)
     if seeds:  # the preset's seeds replaced (a verdict needs three; more narrow the intervals)
         s = replace(s, sizes={**s.sizes, preset: replace(s.sizes[preset], seeds=tuple(seeds))})
     if extensions is not None:  # how far a grid may grow past an edge, instead of the preset's

@@ -1,13 +1,15 @@
 """The studies ``hpcbench reproduce`` runs: what each claims, its sizes, schedule and arms (pure).
 
-Every study runs on the teacher task (``--dataset teacher``, the mlp) under the protocol of
-``reproduce.protocol``: a single-worker recipe tuned on the validation split, the papers' schedule
-(linear warm-up, ×0.1 decays at half and three quarters of the budget), arms that vary the
-contestable choices. Sizes come in three presets: ``full`` (the study as stated), ``quick`` (fewer
-sizes, grid points and seeds, a shorter budget) and ``toy`` (seconds, for tests).
+Every study runs under the protocol of ``reproduce.protocol``: a single-worker recipe tuned on the
+validation split, the papers' schedule (linear warm-up, ×0.1 decays at half and three quarters of the
+budget), arms that vary the contestable choices. Sizes come in presets, each with its task (data set,
+model, evaluations): ``full`` (the study as stated, on Fashion-MNIST with cnn-tiny), ``quick`` (the same
+task, fewer sizes and grid points, a shorter budget), ``teacher`` (the synthetic teacher task with the
+mlp: the studies as first run, a check of the machinery, not a finding) and ``toy`` (seconds, for tests).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -15,7 +17,7 @@ from hpcbench.errors import one_of
 from hpcbench.reproduce.protocol import DECAY_ARM, MOMENTUM_ARM, OWN_LR, SCALING_ARMS, SEQUENTIAL, SHARED
 from hpcbench.tuning.grid import MAX_EXTENSIONS
 
-PRESETS = ("full", "quick", "toy")
+PRESETS = ("full", "quick", "teacher", "toy")
 RESNET50_PARAMS = 25_557_032  # torchvision's ResNet-50: the message size of the sgp study
 
 
@@ -37,13 +39,65 @@ INFINIBAND_100G = Network("100 Gb/s InfiniBand", 1.5e-6, 12.5e9)
 
 
 @dataclass(frozen=True)
+class Task:
+    """What a study's runs learn and how they are scored: the data set and model, the evaluations of the
+    global model over the budget (each on at most ``eval_samples`` of the test set and of the validation
+    split, the last on all of both), and what a sample costs on one core here (for the running time stated
+    up front; measured, a simulated run's training and its evaluations)."""
+
+    name: str  # in words, for reports
+    dataset: str
+    model: str
+    train_samples: int  # the training set, before a tenth is held out as the validation split
+    test_samples: int
+    evals: int
+    eval_samples: int
+    seconds_per_sample: float  # a training sample's gradient, simulated, one core
+    seconds_per_eval_sample: float  # a sample scored (a forward pass)
+    options: tuple[str, ...] = ()  # the data set's own (teacher.samples)
+    sequential_factor: float = 1.0  # a single worker's sample over a simulated worker's (where many are batched)
+
+    def args(self) -> tuple[str, ...]:
+        return ("--dataset", self.dataset, "--model", self.model, *self.options, "--set", f"evals={self.evals}",
+                "--set", f"eval_samples={self.eval_samples}")
+
+    def text(self) -> str:
+        return (f"{self.name}: {self.train_samples:,} training samples of which {VAL_FRACTION:.0%} are held out as "
+                f"the validation split, model {self.model}; accuracy on the whole test set ({self.test_samples:,} "
+                f"samples), {self.evals} evaluations over the budget")
+
+    def run_seconds(self, epochs: float, sequential: bool = False) -> float:
+        """A run's compute on one core: its training samples and its evaluations (``sequential``: a single
+        worker's)."""
+        train = epochs * self.train_samples * (1 - VAL_FRACTION) * (self.sequential_factor if sequential else 1.0)
+        val = round(VAL_FRACTION * self.train_samples)
+        scored = (self.evals - 1) * (min(self.eval_samples, self.test_samples) + min(self.eval_samples, val)) \
+            + self.test_samples + val
+        return train * self.seconds_per_sample + scored * self.seconds_per_eval_sample
+
+
+def teacher_task(samples: int) -> Task:
+    """The synthetic teacher task (64 features, a fixed random teacher network) with the mlp, ``samples``
+    training samples; every evaluation on the whole test set and validation split."""
+    return Task("the teacher task (synthetic)", "teacher", "mlp", samples, 10_000, 25, 10_000, 0.6e-3 / 32, 2e-6,
+                ("--set", f"teacher.samples={samples}"), sequential_factor=1.6 / 0.6)
+
+
+# Fashion-MNIST with cnn-tiny, one thread here: 6,000 training and 17,000 scored samples a CPU-second
+# (a study's runs share the machine's two cores: measured 1/3,300 s a sample at 2 jobs).
+FASHION = Task("Fashion-MNIST (Zalando's 28x28 images of clothing, 10 classes)", "fashion-mnist", "cnn-tiny",
+               60_000, 10_000, 10, 2_000, 1 / 4_000, 1 / 12_000)
+
+
+@dataclass(frozen=True)
 class Size:
-    """How big a preset makes a study, and the grids its protocol searches."""
+    """How big a preset makes a study, its task, and the grids its protocol searches."""
 
     workers: tuple[int, ...]
     seeds: tuple[int, ...]
     epochs: float
-    samples: int  # teacher training samples (a tenth of them held out for validation)
+    task: Task
+    target: float  # accuracy for time to target: one the sequential recipe reaches with margin at this budget
     warmup_epochs: float  # linear warm-up from 1/n of the rate; then ×0.1 at DECAY_FRACTIONS of the budget
     recipe_lrs: tuple[float, ...]  # the single-worker grid
     recipe_momenta: tuple[float, ...]
@@ -85,14 +139,18 @@ class Study:
     claim: str
     algos: tuple[str, ...]
     sizes: dict[str, Size]
-    common: tuple[str, ...]  # run options every run shares
-    target: float  # accuracy for time to target
+    common: tuple[str, ...]  # run options every run shares (the task's come from the preset)
     arms: tuple[str, ...]  # the protocol's arms (reproduce.protocol)
     scales: bool = False  # all-reduce's rate scaling is one of the study's choices (jin)
     networks: tuple[Network, ...] = ()  # sgp: one set of runs per network (the simulator's)
     message_params: int = 0  # sgp: messages as large as this many parameters
     setup: str = ""  # the model of the cluster, in words
     contenders: tuple[Contender, ...] = ()  # the names in algos that are not plain algorithms
+    target: float = math.nan  # the accuracy of time to target: its preset's (``at``)
+
+    def at(self, preset: str) -> Study:
+        """The study as preset ``preset`` runs it (its target accuracy)."""
+        return replace(self, target=self.sizes[preset].target)
 
     def contender(self, name: str) -> Contender:
         """What a name in ``algos`` runs: its contender, or the algorithm of that name."""
@@ -111,20 +169,28 @@ class Study:
         size = self.sizes[preset]
         budget = ["--steps", str(steps)] if steps else ["--epochs", f"{size.epochs:g}"]
         decays = ",".join(f"{e:g}" for e in size.decay_epochs)
-        return [*self.common, *budget, "--set", f"teacher.samples={size.samples}",
-                "--set", f"target_accuracy={self.target:g}", "--set", f"warmup_epochs={size.warmup_epochs:g}",
-                "--set", f"lr_decay_epochs=[{decays}]"]
+        return [*size.task.args(), *self.common, *budget, "--set", f"target_accuracy={size.target:g}",
+                "--set", f"warmup_epochs={size.warmup_epochs:g}", "--set", f"lr_decay_epochs=[{decays}]"]
 
 
 RECIPE_LRS = (0.005, 0.01, 0.02, 0.05, 0.1)
-FULL = Size((8, 16, 32, 64, 128), (0, 1, 2), 20, 25_000, 5, RECIPE_LRS, (0.0, 0.9), (0.25, 1, 4, 16, 64))
-QUICK = Size((8, 128), (0, 1, 2), 8, 25_000, 2, (0.01, 0.03, 0.1), (0.0, 0.9), (0.25, 1, 4))
-TOY = Size((2, 4), (0,), 1, 1_000, 0, (0.05,), (0.0, 0.9), (0.5, 1), extensions=0)  # every study's: for tests
+# The findings: Fashion-MNIST with cnn-tiny, 3 epochs (sequential SGD ends near 89%; 85% is its target).
+FULL = Size((8, 16, 32, 64, 128), (0, 1, 2), 3, FASHION, 0.85, 0.5, RECIPE_LRS, (0.0, 0.9), (0.25, 1, 4))
+QUICK = Size((8, 128), (0, 1, 2), 0.5, replace(FASHION, evals=6), 0.8, 0.1, (0.01, 0.03, 0.1), (0.0, 0.9),
+             (0.25, 1, 4))
+# The studies as first run, on the synthetic teacher task (every method there ends at 71-72%): a check of
+# the machinery, not a finding.
+TEACHER = Size((8, 16, 32, 64, 128), (0, 1, 2), 20, teacher_task(25_000), 0.7, 5, RECIPE_LRS, (0.0, 0.9),
+               (0.25, 1, 4, 16, 64))
+TOY = Size((2, 4), (0,), 1, teacher_task(1_000), 0.7, 0, (0.05,), (0.0, 0.9), (0.5, 1), extensions=0)  # tests
 
-# One task for every study: the mlp on the teacher task, 25 evaluations of the global model over the
-# budget, each on the whole test set and the validation split (a tenth of the training set).
-COMMON = ("--dataset", "teacher", "--model", "mlp", "--batch-size", "32", "--set", "evals=25",
-          "--set", f"val_fraction={VAL_FRACTION:g}", "--set", "eval_samples=10000")
+
+def presets(full: Size = FULL, quick: Size = QUICK, teacher: Size = TEACHER, toy: Size = TOY) -> dict[str, Size]:
+    return {"full": full, "quick": quick, "teacher": teacher, "toy": toy}
+
+
+# Every study's runs: batches of 32, a tenth of the training set held out for validation.
+COMMON = ("--batch-size", "32", "--set", f"val_fraction={VAL_FRACTION:g}")
 
 GAP_AWARE = Study(
     name="gap-aware",
@@ -134,9 +200,8 @@ GAP_AWARE = Study(
           "dividing by its staleness (SA) and than plain ASGD, by a margin that grows with the number of workers; "
           "DANA-GA (GA on a look-ahead with per-worker momentum) is the strongest.",
     algos=("asgd", "sa-asgd", "ga-asgd", "dana-ga"),
-    sizes={"full": FULL, "quick": QUICK, "toy": TOY},
+    sizes=presets(),
     common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
-    target=0.7,
     arms=(SHARED, OWN_LR, MOMENTUM_ARM.format(0), MOMENTUM_ARM.format(0.9), DECAY_ARM),
     setup="Simulated parameter server; worker compute gamma-distributed with shape 100 (coefficient of "
           "variation 0.1), 10 Gb/s links.",
@@ -149,9 +214,8 @@ JIN = Study(
     claim="Asynchronous methods (elastic averaging, gossip) reach the target accuracy sooner than synchronous "
           "all-reduce SGD up to about 32 nodes; all-reduce scales better toward about 100 nodes.",
     algos=("allreduce", "easgd", "gossip"),
-    sizes={"full": FULL, "quick": QUICK, "toy": TOY},
+    sizes=presets(),
     common=COMMON,
-    target=0.7,
     arms=(SHARED, *SCALING_ARMS, OWN_LR),
     scales=True,
     setup="Compute calibrated from a real all-reduce run on this machine; links of the stated cluster: "
@@ -166,19 +230,18 @@ SGP = Study(
     claim="On 32 nodes over 10 GbE with a ResNet-50-sized model, SGP trains about 3x faster than all-reduce SGD "
           "with final accuracy within about one point; over a fast interconnect the gap shrinks.",
     algos=("allreduce", "sgp", "osgp"),
-    sizes={"full": replace(FULL, workers=(16, 32)), "quick": replace(QUICK, workers=(16, 32)), "toy": TOY},
+    sizes=presets(*(replace(size, workers=(16, 32)) for size in (FULL, QUICK, TEACHER))),
     common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
-    target=0.7,
     arms=(SHARED, OWN_LR),
     networks=(ETHERNET_10G, INFINIBAND_100G),
     message_params=RESNET50_PARAMS,
-    setup="Numerics of the mlp on the teacher task; every message and every per-parameter cost counted at "
-          f"ResNet-50's {RESNET50_PARAMS:,} parameters; a batch computes in 50 ms (a GPU's ResNet-50 batch of 32); "
-          "links of 10 GbE (30 µs, 1.25 GB/s) or 100 Gb/s InfiniBand (1.5 µs, 12.5 GB/s); a ring all-reduce "
-          "(NCCL's, the paper's baseline). The mlp's "
-          "parameters make one all-reduce bucket, so all-reduce starts after the backward pass (DDP's overlap "
-          "of ResNet-50's buckets, which would hide part of it, is not modeled); SGP's message is received "
-          "before the next forward pass, OSGP's may be one iteration late.",
+    setup="The task's numerics (the preset's data set and model); every message and every per-parameter cost "
+          f"counted at ResNet-50's {RESNET50_PARAMS:,} parameters; a batch computes in 50 ms (a GPU's ResNet-50 "
+          "batch of 32); links of 10 GbE (30 µs, 1.25 GB/s) or 100 Gb/s InfiniBand (1.5 µs, 12.5 GB/s); a ring "
+          "all-reduce (NCCL's, the paper's baseline). The model's parameters make one all-reduce bucket, so "
+          "all-reduce starts after the backward pass (DDP's overlap of ResNet-50's buckets, which would hide part "
+          "of it, is not modeled); SGP's message is received before the next forward pass, OSGP's may be one "
+          "iteration late.",
 )
 
 DILOCO_PERIODS = (5, 15)  # H: inner steps between outer steps (each setting gets ≥ 10 outer rounds)
@@ -196,9 +259,10 @@ DILOCO = Study(
           "synchronous all-reduce SGD's final accuracy with H times less communication, and so finishes the same "
           "budget sooner where the network is slow.",
     algos=("allreduce", f"local-sgd-h{DILOCO_PERIODS[-1]}", *(f"diloco-h{h}" for h in DILOCO_PERIODS)),
-    sizes={"full": replace(FULL, workers=(8, 16, 32, 64)), "quick": replace(QUICK, workers=(8, 32)), "toy": TOY},
+    # DiLoCo's claims are at 8 workers; the sizes beyond keep at least 10 outer rounds at the longest period
+    sizes=presets(replace(FULL, workers=(8, 16, 32)), replace(QUICK, workers=(8,), epochs=1, warmup_epochs=0.2),
+                  replace(TEACHER, workers=(8, 16, 32, 64))),
     common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
-    target=0.7,
     arms=(SHARED, OWN_LR),
     scales=True,
     networks=(ETHERNET_1G,),
@@ -208,10 +272,10 @@ DILOCO = Study(
                 *(Contender(f"diloco-h{h}", "local-sgd", ("--set", f"local-sgd.period={h}", *DILOCO_INNER,
                                                           *DILOCO_OUTER), DILOCO_OUTER_LRS)
                   for h in DILOCO_PERIODS)),
-    setup="Numerics of the mlp on the teacher task; every message and per-parameter cost counted at ResNet-50's "
-          f"{RESNET50_PARAMS:,} parameters; a batch computes in 50 ms; links of 1 GbE (50 µs, 125 MB/s), slow as "
-          f"DiLoCo's setting is; a ring all-reduce. The inner optimizer is AdamW (weight decay 0.1), as the paper's; "
-          f"the outer step Nesterov with momentum 0.9 at a rate chosen on validation in each cell from "
+    setup="The task's numerics (the preset's data set and model); every message and per-parameter cost counted at "
+          f"ResNet-50's {RESNET50_PARAMS:,} parameters; a batch computes in 50 ms; links of 1 GbE (50 µs, 125 MB/s), "
+          f"slow as DiLoCo's setting is; a ring all-reduce. The inner optimizer is AdamW (weight decay 0.1), as the "
+          f"paper's; the outer step Nesterov with momentum 0.9 at a rate chosen on validation in each cell from "
           f"{', '.join(map(str, DILOCO_OUTER_LRS))}; H = {' and '.join(map(str, DILOCO_PERIODS))}, so every size "
           f"has at least 10 outer rounds. local-sgd-h{DILOCO_PERIODS[-1]} is plain model averaging every "
           f"{DILOCO_PERIODS[-1]} steps with the same AdamW inner steps (the same communication as "
@@ -223,7 +287,7 @@ DILOCO = Study(
 
 def outer_rounds(size: Size, workers: int, period: int, batch: int = 32) -> float:
     """Outer rounds a DiLoCo run of ``size`` at ``workers`` takes: steps per worker over H."""
-    return size.epochs * size.samples * (1 - VAL_FRACTION) / (batch * workers) / period
+    return size.epochs * size.task.train_samples * (1 - VAL_FRACTION) / (batch * workers) / period
 
 
 RESILIENCE = Study(
@@ -235,10 +299,8 @@ RESILIENCE = Study(
           "remove (the same for every method), they lose less time, and they lose no more final accuracy.",
     algos=("allreduce", "ga-asgd", "easgd", "gossip"),
     # toy: a budget that lasts a few hundred ms in real runs here, so a failure lands before the end
-    sizes={"full": FULL, "quick": replace(QUICK, workers=(8, 32, 128)),
-           "toy": replace(TOY, samples=4_000)},
+    sizes=presets(quick=replace(QUICK, workers=(8, 32, 128)), toy=replace(TOY, task=teacher_task(4_000))),
     common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
-    target=0.7,
     arms=(SHARED,),
     setup="Simulated workers that fail as ULFM lets the others go on (each run's failures drawn from a scenario: a "
           "node MTBF, one early failure, a quarter of the workers at once; the survivors learn of a failure 15 ms "

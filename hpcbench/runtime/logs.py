@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -9,6 +10,8 @@ import numpy as np
 
 from hpcbench.algorithms.ops import Evaluate, Record
 from hpcbench.results.schema import EVAL_COLUMNS, TABLES
+
+EVERY = sys.maxsize  # an evaluation of every sample of the test set and validation split
 
 
 class RunLogs:
@@ -24,15 +27,17 @@ class RunLogs:
     def snapshot(self, t: float, op: Evaluate) -> None:
         self.snapshots.append((t, Evaluate(op.params.copy(), op.samples, op.updates, op.consensus)))
 
-    def score(self, evaluate: Callable[[np.ndarray], tuple[float, float, float, float]],
+    def score(self, evaluate: Callable[[np.ndarray, int], tuple[float, float, float, float]], limit: int,
               seconds: float = math.inf) -> None:
-        """Evaluate every snapshot not scored yet, in order, with ``evaluate(params) -> (loss, accuracy,
-        val_loss, val_accuracy)``; after ``seconds`` the rest are kept unscored (NaN). Scoring cut short
-        (a stop signal) goes on where it stopped when called again."""
+        """Evaluate every snapshot not scored yet, in order, with ``evaluate(params, samples) -> (loss,
+        accuracy, val_loss, val_accuracy)``: at most ``limit`` samples of each split for the snapshots during
+        training, every sample for the last one (the run's final accuracy). After ``seconds`` the rest are
+        kept unscored (NaN). Scoring cut short (a stop signal) goes on where it stopped when called again."""
         deadline = time.monotonic() + seconds
-        for t, op in self.snapshots[len(self.evals):]:
+        last = len(self.snapshots) - 1
+        for i, (t, op) in enumerate(self.snapshots[len(self.evals):], start=len(self.evals)):
             loss, accuracy, val_loss, val_accuracy = \
-                evaluate(op.params) if time.monotonic() < deadline else (math.nan,) * 4
+                evaluate(op.params, EVERY if i == last else limit) if time.monotonic() < deadline else (math.nan,) * 4
             self.evals.append((t, op.samples, op.updates, loss, accuracy, op.consensus, val_loss, val_accuracy))
 
     @property

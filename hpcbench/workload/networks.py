@@ -70,17 +70,29 @@ def resnet20(shape: tuple[int, int, int], classes: int) -> nn.Module:
     return ResNet20(shape, classes)
 
 
-@network("cnn-small", "two 5x5 conv + max-pool stages (16, 32 channels) and a linear head, no BatchNorm: 29k "
-                      "parameters on 28x28 (Fashion-MNIST), 35k on 32x32x3", shapes.cnn_small)
-def cnn_small(shape: tuple[int, int, int], classes: int) -> nn.Module:
+def two_conv(shape: tuple[int, int, int], classes: int, channels: tuple[int, int]) -> nn.Module:
+    """Two 5x5 conv + ReLU + 2x2 max-pool stages of ``channels`` and a linear head (no BatchNorm)."""
     from torch import nn
 
     c, h, w = shape
+    c1, c2 = channels
     return nn.Sequential(
-        nn.Conv2d(c, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * (h // 4) * (w // 4), classes),
+        nn.Conv2d(c, c1, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(c1, c2, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(c2 * (h // 4) * (w // 4), classes),
     )
+
+
+@network("cnn-small", "two 5x5 conv + max-pool stages (16, 32 channels) and a linear head, no BatchNorm: 29k "
+                      "parameters on 28x28 (Fashion-MNIST), 35k on 32x32x3", shapes.cnn_small)
+def cnn_small(shape: tuple[int, int, int], classes: int) -> nn.Module:
+    return two_conv(shape, classes, shapes.CNN_SMALL)
+
+
+@network("cnn-tiny", "cnn-small at half its width (8, 16 channels): 11k parameters on 28x28, 1.7x its training "
+                     "and 2.9x its evaluation speed on a CPU; the studies' model", shapes.cnn_tiny)
+def cnn_tiny(shape: tuple[int, int, int], classes: int) -> nn.Module:
+    return two_conv(shape, classes, shapes.CNN_TINY)
 
 
 # torch initialises parameters from its one global generator: ranks that are threads of one process

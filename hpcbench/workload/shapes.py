@@ -49,9 +49,21 @@ def resnet20(shape: tuple[int, int, int], classes: int) -> list[Shape]:
     return out + linear(64, classes)
 
 
-def cnn_small(shape: tuple[int, int, int], classes: int) -> list[Shape]:
+CNN_SMALL, CNN_TINY = (16, 32), (8, 16)  # the channels of the two conv stages of cnn-small and cnn-tiny
+
+
+def two_conv(shape: tuple[int, int, int], classes: int, channels: tuple[int, int]) -> list[Shape]:
     c, h, w = shape
-    return conv(c, 16, 5) + conv(16, 32, 5) + linear(32 * (h // 4) * (w // 4), classes)
+    c1, c2 = channels
+    return conv(c, c1, 5) + conv(c1, c2, 5) + linear(c2 * (h // 4) * (w // 4), classes)
+
+
+def cnn_small(shape: tuple[int, int, int], classes: int) -> list[Shape]:
+    return two_conv(shape, classes, CNN_SMALL)
+
+
+def cnn_tiny(shape: tuple[int, int, int], classes: int) -> list[Shape]:
+    return two_conv(shape, classes, CNN_TINY)
 
 
 class Sized:

@@ -375,7 +375,7 @@ class Keeper:
     def finish(self, gathered: list[RankResult | None]) -> tuple[RunRecord, str]:
         """The complete record, written over the last flush; → (record, path). A stop signal here (Slurm's
         warning or time limit can land while the evaluations are scored) ends in ``keep_stopped``."""
-        self.logs.score(self.evaluate)
+        self.score()
         final = self.record(gathered, None)
         try:
             return final, self.file.write(final, last=True)
@@ -383,8 +383,9 @@ class Keeper:
             raise ResultWriteError(f"{exc}; {self.file.path} keeps the run as of its last flush "
                                    "(status 'incomplete')") from None
 
-    def evaluate(self, params: np.ndarray) -> tuple[float, float, float, float]:
-        return self.run.workload.evaluate(params, self.run.cfg.eval_samples)
+    def score(self, seconds: float = math.inf) -> None:
+        """Rank 0's evaluations scored (the last on the whole test set and validation split)."""
+        self.logs.score(self.run.workload.evaluate, self.run.cfg.eval_samples, seconds)
 
     def keep_stopped(self, gathered: list[RankResult | None], exc: Stopped) -> None:
         """Stopped after the final gather (scoring, writing): every row the ranks measured, as
@@ -392,7 +393,7 @@ class Keeper:
         with signals_held():
             line = f"rank 0 on {self.comm.host}: {exc} after training, while its result was scored and written"
             print(f"hpcbench: error: {line}", file=sys.stderr, flush=True)
-            self.logs.score(self.evaluate, seconds=min(SCORE_ON_FAILURE_S, self.run.cfg.timeout_s / 4))
+            self.score(min(SCORE_ON_FAILURE_S, self.run.cfg.timeout_s / 4))
             path = self.file.write(self.record(gathered, None, stopped=(exc.status, line)), last=True)
             print(f"hpcbench: the run ended as {exc.status!r} after it trained; every row it measured is in {path}",
                   file=sys.stderr, flush=True)
@@ -404,7 +405,7 @@ class Keeper:
         cfg = self.run.cfg
         now = self.comm.wtime()
         try:
-            self.logs.score(self.evaluate, seconds=min(SCORE_ON_FAILURE_S, cfg.timeout_s / 4))
+            self.score(min(SCORE_ON_FAILURE_S, cfg.timeout_s / 4))
             record = self.record(self.own_parts(now),
                                  (failure_status(exc), where_from(exc, self.comm.host), now))
             path = self.file.write(record, last=True)
