@@ -28,7 +28,7 @@ CURRENT = made_with.record([("0123456789abcdef", False)], ("asgd", "allreduce", 
 def verdict(accuracy=(0.70, 0.71, 0.72), outcome="holds"):
     return {"study": "sgp", "preset": "full", "headline": f"SGP within about a point of all-reduce: {outcome}",
             "command": "hpcbench reproduce sgp --out-dir results/reproduce/sgp", "runs": 12, "kept": 2,
-            "elapsed_s": 600.0, "jobs": 2,
+            "elapsed_s": 600.0, "jobs": 2, "protocol": {"dataset": "fashion-mnist", "model": "cnn-tiny"},
             "made_with": CURRENT,
             "claims": [{"key": "sgp-accuracy", "short": "SGP within about a point of all-reduce",
                         "quote": "within about one point", "source": "Assran et al.", "paper": "1.2 points",
@@ -40,12 +40,12 @@ def verdict(accuracy=(0.70, 0.71, 0.72), outcome="holds"):
                  "time_to_target": [1.0, 1.0, 1.0], "wall": [10.0, 11.0, 12.0]} for a in ("allreduce", "sgp")]}]}
 
 
-def write_study(root, v, reading=None):
-    (root / "sgp").mkdir(parents=True, exist_ok=True)
+def write_study(root, v, reading=None, name="sgp"):
+    (root / name).mkdir(parents=True, exist_ok=True)
     text = json.dumps(v)
-    (root / "sgp" / "verdict.json").write_text(text)
+    (root / name / "verdict.json").write_text(text)
     if reading is not None:
-        (root / "sgp" / "reading.md").write_text(findings.READING.format(findings.digest(text)) + "\n" + reading)
+        (root / name / "reading.md").write_text(findings.READING.format(findings.digest(text)) + "\n" + reading)
     return text
 
 
@@ -58,14 +58,16 @@ def test_findings_are_written_from_the_verdicts_and_follow_them(tmp_path, capsys
     assert "differs from what the verdicts" in capsys.readouterr().err and not out.exists()
     assert main(args) == 0
     text = out.read_text()
-    assert "- **SGP (Assran et al.)**, FULL study: SGP within about a point of all-reduce: holds" in text
+    assert "- **SGP (Assran et al.)**, FULL study on Fashion-MNIST, cnn-tiny: SGP within about a point of all-reduce: " \
+           "holds" in text
     assert "`hpcbench reproduce sgp --out-dir results/reproduce/sgp`: 12 runs (10 run in 10.0 min, 2 at a time; " \
            "2 kept from an earlier invocation). Made with commit 0123456789." in text
     # The cells' table: mean over seeds ± half the 95% t interval (71.0 ± 2.5 for 70, 71, 72), and the time.
     assert "| shared | 10 GbE    | 32        | 71.0 ± 2.5 (11 s) | 71.0 ± 2.5 (11 s) |" in text
     assert "The ratio is bounded by the ring's cost." in text
-    assert readme.read_text() == (f"# x\n\n{findings.README_START}\n- **SGP (Assran et al.)**, FULL study: SGP within "
-                                  f"about a point of all-reduce: holds\n{findings.README_END}\n\nmore\n")
+    assert readme.read_text() == (f"# x\n\n{findings.README_START}\nFindings (real images):\n\n- **SGP (Assran et al.)**, "
+                                  "FULL study on Fashion-MNIST, cnn-tiny: SGP within about a point of all-reduce: "
+                                  f"holds\n{findings.README_END}\n\nmore\n")
     assert main([*args, "--check"]) == 0
     # The study run again: new numbers, new outcome; the reading written for the old run is left out, said so.
     write_study(studies, verdict(accuracy=(0.60, 0.61, 0.62), outcome="does not hold"))
@@ -80,8 +82,26 @@ def test_findings_are_written_from_the_verdicts_and_follow_them(tmp_path, capsys
     assert main([*args, "--check"]) == 1 and main(args) == 0
     stale = ("(**STALE**: 1 file of the code its runs were made with changed since: algorithms: algorithms/sgp.py; "
              "run it again before quoting it)")
-    assert f"- **SGP (Assran et al.)**, FULL study {stale}: SGP within" in readme.read_text()
+    assert f"- **SGP (Assran et al.)**, FULL study on Fashion-MNIST, cnn-tiny {stale}: SGP within" in readme.read_text()
     assert f"**In short** (FULL study {stale}): " in out.read_text()
+
+
+def test_the_findings_come_first_and_the_teacher_task_studies_are_checks_of_the_machinery(tmp_path, capsys):
+    """A verdict that names no data set (made before the protocol named one) ran the teacher task: it is listed
+    after the findings, under the checks of the machinery, whatever its directory's name sorts as."""
+    studies, out = tmp_path / "studies", tmp_path / "findings.md"
+    teacher = {k: v for k, v in verdict(outcome="does not hold").items() if k != "protocol"}
+    write_study(studies, teacher, name="a-teacher-sgp")
+    write_study(studies, verdict(), name="sgp")
+    assert main(["findings", "--studies", str(studies), "--out", str(out), "--readme", str(tmp_path / "none")]) == 0
+    text = out.read_text()
+    found, checks = text.index("Findings (real images):"), text.index("Checks of the machinery")
+    real = text.index("FULL study on Fashion-MNIST, cnn-tiny: SGP within about a point of all-reduce: holds")
+    synthetic = text.index("FULL study on the teacher task, mlp: SGP within about a point of all-reduce: does not hold")
+    assert found < real < checks < synthetic
+    assert text.index("## SGP (Assran et al.) on Fashion-MNIST, cnn-tiny") < \
+        text.index("## a-teacher-sgp on the teacher task, mlp")
+    capsys.readouterr()
 
 
 def test_a_resilience_study_is_written_with_its_claims_and_each_cells_interval_over_seeds(tmp_path):

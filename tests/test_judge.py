@@ -273,6 +273,22 @@ def test_diloco_is_judged_at_8_workers_and_larger_sizes_are_reported_beside_it()
     assert set(outcomes(diloco([], "1 GbE", (10,))).values()) == {UNCLEAR}
 
 
+def test_diloco_is_judged_against_the_papers_adamw_baseline_where_the_study_ran_it():
+    """With an AdamW all-reduce beside SGD's, the rows against AdamW's make the verdict and the rows against
+    SGD's are reported beside it: DiLoCo 5 points behind SGD's all-reduce but level with AdamW's holds."""
+    cells = diloco_cells(acc_gap=-0.05) + [cell("allreduce-adamw", n, 0.75, wall=10.0, variant="1 GbE")
+                                           for n in (8, 32)]
+    matches = diloco(cells, "1 GbE", (10, 50))[0]
+    assert matches.outcome == HOLDS
+    primary = [e.where for e in matches.evidence if e.primary]
+    assert primary == ["H=10, n=8 vs AdamW all-reduce", "H=50, n=8 vs AdamW all-reduce"]
+    beside = {e.where: e.outcome for e in matches.evidence if not e.primary}
+    assert beside["H=10, n=8 vs SGD all-reduce"] == FAILS and beside["H=10, n=32 vs AdamW all-reduce"] == HOLDS
+    # AdamW's all-reduce 5 points ahead: the claim does not hold, whatever SGD's all-reduce did
+    ahead_of = diloco_cells() + [cell("allreduce-adamw", n, 0.85, wall=10.0, variant="1 GbE") for n in (8, 32)]
+    assert diloco(ahead_of, "1 GbE", (10, 50))[0].outcome == FAILS
+
+
 def test_seeds_are_paired_by_their_number_not_their_place():
     """Two cells that ran seeds 0, 1, 2 and 2, 1, 0 (or only some in common) compare seed 2 with seed 2."""
     ga = Cell("ga-asgd", 8, "", (0.70, 0.71, 0.72, 0.90), (1.0,) * 4, (1.0,) * 4, seeds=(0, 1, 2, 7))
@@ -369,7 +385,7 @@ def test_a_published_study_judged_again_from_its_file_gets_todays_rules(tmp_path
     from hpcbench.reproduce.rejudge import cell_of
 
     out = tmp_path / "jin"
-    shutil.copytree(Path(__file__).parent.parent / "docs" / "reproduce" / "jin", out)
+    shutil.copytree(Path(__file__).parent.parent / "docs" / "reproduce" / "teacher-jin", out)
     assert main(["reproduce", "jin", "--rejudge", "--out-dir", str(out)]) == 0
     v = json.loads((out / "verdict.json").read_text())
     own = next(a for a in v["arms"] if a["name"] == "own lr")
@@ -405,10 +421,33 @@ def test_a_verdict_edited_by_hand_is_refused_in_one_line_when_judged_again(tmp_p
     from hpcbench.cli import main
 
     out = tmp_path / "sgp"
-    shutil.copytree(Path(__file__).parent.parent / "docs" / "reproduce" / "sgp", out)
+    shutil.copytree(Path(__file__).parent.parent / "docs" / "reproduce" / "teacher-sgp", out)
     v = json.loads((out / "verdict.json").read_text())
     del v["arms"][0]["cells"][0]["accuracy"]
     (out / "verdict.json").write_text(json.dumps(v))
     assert main(["reproduce", "sgp", "--rejudge", "--out-dir", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not a verdict of study 'sgp'" in err and "no 'accuracy'" in err
+
+
+def test_a_verdict_is_judged_again_only_as_a_preset_that_runs_its_task(tmp_path, capsys):
+    """The teacher-task verdicts are judged as preset teacher; relabelled as full (now Fashion-MNIST for 3
+    epochs) their runs are not what that preset runs: one line, exit 2, nothing written."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from hpcbench.cli import main
+
+    out = tmp_path / "sgp"
+    shutil.copytree(Path(__file__).parent.parent / "docs" / "reproduce" / "teacher-sgp", out)
+    v = json.loads((out / "verdict.json").read_text())
+    assert v["preset"] == "teacher"
+    v["preset"] = "full"
+    (out / "verdict.json").write_text(json.dumps(v))
+    before = (out / "report.md").read_text()
+    assert main(["reproduce", "sgp", "--rejudge", "--out-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "made on teacher for 20 epochs; preset 'full' now runs fashion-mnist for 3" in err
+    assert (out / "report.md").read_text() == before

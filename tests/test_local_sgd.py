@@ -191,6 +191,33 @@ def test_adamw_as_the_inner_optimizer_matches_torchs_adamw_under_diloco(period, 
     assert not np.allclose(models, sgd, atol=1e-3)  # AdamW's steps are not SGD's
 
 
+def torch_adamw_allreduce(weight_decay: float) -> np.ndarray:
+    """An independent reference for DiLoCo's baseline: one model, torch.optim.AdamW on the workers' mean
+    gradient every step. → models[step]."""
+    import torch
+
+    theta = torch.tensor(start(), dtype=torch.float32, requires_grad=True)
+    opt = torch.optim.AdamW([theta], lr=LR, weight_decay=weight_decay)
+    out = []
+    for _ in range(STEPS):
+        x = theta.detach().numpy()
+        theta.grad = torch.from_numpy(np.mean([gradient(r, x) for r in range(1, N + 1)], axis=0, dtype=np.float32))
+        opt.step()
+        out.append(theta.detach().numpy().copy())
+    return np.array(out)
+
+
+@pytest.mark.parametrize("weight_decay, overlap", [(0.0, True), (0.1, True), (0.1, False)])
+def test_allreduce_with_adamw_is_torchs_adamw_on_the_mean_gradient(weight_decay, overlap):
+    published = program_models("allreduce", 0.0, weight_decay=weight_decay, optimizer="adamw", overlap=overlap)
+    models = np.array([published[s] for s in sorted(published)])
+    want = torch_adamw_allreduce(weight_decay)
+    assert models.shape == (STEPS, N, SIZE)
+    np.testing.assert_allclose(models, np.repeat(want[:, None, :], N, axis=1), rtol=2e-5, atol=2e-5)
+    sgd = np.array([m for _, m in sorted(program_models("allreduce", 0.0, weight_decay=weight_decay).items())])
+    assert not np.allclose(models, sgd, atol=1e-3)  # AdamW's steps are not SGD's
+
+
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
 def test_outer_sgd_at_rate_one_without_momentum_is_plain_averaging_step_for_step(momentum):
     outer = program_models("local-sgd", momentum, period=3, outer="sgd", outer_lr=1.0, outer_momentum=0.0)

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from hpcbench.algorithms import decentral
+from hpcbench.algorithms.adamw import AdamW
 from hpcbench.algorithms.api import SYNCHRONOUS, Context, Program, register
 from hpcbench.algorithms.averaging import Averaging
 from hpcbench.algorithms.compressors import CompressOptions
@@ -37,7 +38,6 @@ from hpcbench.ranges import bounded, choice
 
 OUTER = ("none", "sgd", "nesterov")
 INNER = ("sgd", "adamw")
-ADAMW_BETAS, ADAMW_EPS = (0.9, 0.999), 1e-8
 # Each outer optimizer's rate and momentum where not given: SlowMo's (fairscale's SlowMoDDP) and
 # DiLoCo's (OpenDiLoCo); plain averaging is an outer step at rate 1 without momentum.
 OUTER_DEFAULTS = {"none": (1.0, 0.0), "sgd": (1.0, 0.5), "nesterov": (0.7, 0.9)}
@@ -58,27 +58,6 @@ def outer_setting(options: LocalSgdOptions) -> tuple[float, float]:
     """(rate, momentum) of the outer step: the options, or the outer optimizer's defaults."""
     lr, momentum = OUTER_DEFAULTS[options.outer]
     return (options.outer_lr or lr, momentum if options.outer_momentum < 0 else options.outer_momentum)
-
-
-class AdamW:
-    """A worker's AdamW state (first and second moments, steps taken) and its step: torch.optim.AdamW's
-    rule, θ ← θ(1 − lr·λ) − lr·m̂/(√v̂ + ε) with bias-corrected moments, in place in float32."""
-
-    def __init__(self, like: np.ndarray) -> None:
-        self.m = np.zeros_like(like, dtype=np.float32)
-        self.v = np.zeros_like(like, dtype=np.float32)
-        self.t = 0
-
-    def step(self, x: np.ndarray, grad: np.ndarray, lr: float, weight_decay: float) -> None:
-        (b1, b2), self.t = ADAMW_BETAS, self.t + 1
-        if weight_decay:
-            x *= np.float32(1.0 - lr * weight_decay)
-        self.m *= np.float32(b1)
-        self.m += np.float32(1.0 - b1) * grad
-        self.v *= np.float32(b2)
-        self.v += np.float32(1.0 - b2) * grad * grad
-        denom = np.sqrt(self.v) / np.float32(np.sqrt(1.0 - b2 ** self.t)) + np.float32(ADAMW_EPS)
-        x -= np.float32(lr / (1.0 - b1 ** self.t)) * (self.m / denom)
 
 
 def adamw_step(ctx: Context, reporter: decentral.Reporter, x: np.ndarray, adam: AdamW, samples: int,

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from hpcbench.errors import UsageError
-from hpcbench.reproduce import report, resilience
+from hpcbench.reproduce import findings, report, resilience
 from hpcbench.reproduce.protocol import ArmResult, CellKey, Recipe, candidates, ceiling, choose_recipe
-from hpcbench.reproduce.studies import Study, study
+from hpcbench.reproduce.studies import Size, Study, study
 from hpcbench.reproduce.verdicts import Cell
 from hpcbench.tuning.grid import Setting, Trial
 
@@ -91,6 +91,15 @@ def pair(p: dict[str, Any]) -> resilience.Pair:
                            int(p.get("workers", 0)))
 
 
+def same_task(v: dict[str, Any], size: Size) -> None:
+    """A verdict's runs are judged as its preset only where the preset still runs what they ran: the same data set
+    and budget (a verdict from before its protocol named the data set ran the teacher task)."""
+    dataset, epochs = findings.dataset_of(v), v["protocol"]["budget_epochs"]
+    if (dataset, float(epochs)) != (size.task.dataset, size.epochs):
+        raise ValueError(f"its runs were made on {dataset} for {epochs:g} epochs; preset "
+                         f"{v['preset']!r} now runs {size.task.dataset} for {size.epochs:g}")
+
+
 def rejudge(out_dir: str, name: str) -> int:
     """Judge the study in ``out_dir`` again from its verdict.json (module docstring); → 0. A file that is not
     one (edited by hand, cut short) is one line naming what it lacks; judging and writing are outside that
@@ -110,6 +119,7 @@ def rejudge(out_dir: str, name: str) -> int:
     try:
         preset = str(v["preset"])
         s = study(name).at(preset)
+        same_task(v, s.sizes[preset])
         seeds = tuple(v.get("protocol", {}).get("seeds", ())) or s.sizes[preset].seeds
         s = replace(s, sizes={**s.sizes, preset: replace(s.sizes[preset], seeds=seeds)})
         trials, recipe = recipe_of(v)

@@ -12,7 +12,7 @@ from tabulate import tabulate
 from hpcbench.reproduce import findings
 from hpcbench.reproduce.claims import CLAIMS, crossing, diloco, gap_aware, jin, sgp
 from hpcbench.reproduce.findings import spent
-from hpcbench.reproduce.protocol import OWN_LR, ArmResult, Recipe, arm_text, counts, grouped, same_runs
+from hpcbench.reproduce.protocol import OWN_LR, ArmResult, Recipe, arm_text, ceiling, counts, grouped, same_runs
 from hpcbench.reproduce.studies import DILOCO_PERIODS, Study, mpi_args
 from hpcbench.reproduce.verdicts import RULE, Cell, Claim, ClaimVerdict
 from hpcbench.tuning.grid import Trial, ties
@@ -148,7 +148,7 @@ def protocol(s: Study, preset: str, recipe: Recipe, mode: str, fresh: bool = Tru
         "rule": RULE,
         "grid_edges": f"a choice at the edge of its rates grows the grid by its own log step on that side, up to "
                       f"{size.extensions} step(s) (rates within 1e-5..10)",
-        "quick": preset != "full", "mode": mode,
+        "mode": mode,
     }
 
 
@@ -251,8 +251,23 @@ def caveat(notes: dict[str, Any]) -> str:
     if notes.get("capped"):
         return (f"CAPPED at {notes['max_steps']} steps per worker (HPCBENCH_MAX_STEPS): its runs were cut short, so "
                 "this is a trial of the machinery, not a finding")
-    return {"full": "", "quick": "QUICK: fewer sizes and grid points and a shorter budget; the full study "
-            "is the finding", "toy": "TOY size: a test of the machinery, not a finding"}[notes["preset"]]
+    return {"full": "",
+            "quick": "QUICK: fewer sizes and grid points and a shorter budget; the full study is the finding",
+            "teacher": "TEACHER task: the synthetic task where every method ends near 71-72%, a check of the "
+                       "machinery, not a finding",
+            "teacher-quick": "TEACHER-QUICK: the synthetic teacher task at the quick sizes, a check of the machinery, "
+                             "not a finding",
+            "toy": "TOY size: a test of the machinery, not a finding"}[notes["preset"]]
+
+
+def workload(s: Study, notes: dict[str, Any], top: float | None) -> str:
+    """What carried the study and what it cost: the data set and model, the budget, the accuracy ceiling (the
+    sequential recipe's at this budget), the target, the runs and the hours they took."""
+    size = s.sizes[notes["preset"]]
+    ceiling = f"{100 * top:.1f}%" if top is not None else "unknown (no recipe run finished)"
+    return (f"**Workload**: {size.task.text()}; budget {size.epochs:g} epochs a run; accuracy ceiling (the "
+            f"sequential recipe's validation accuracy at this budget) {ceiling}; time to target at "
+            f"{100 * size.target:g}%. **Cost**: {findings.minutes(notes)}.")
 
 
 def verdict_line(outcome: str, notes: dict[str, Any]) -> str:
@@ -269,7 +284,7 @@ def markdown(s: Study, arms: Sequence[ArmResult], outcome: str, recipe: Recipe, 
     proto = protocol(s, notes["preset"], recipe, notes["mode"], notes.get("fresh_seeds", True))
     label = f" ({caveat(notes).split(':')[0]})" if caveat(notes) else ""
     lines = [f"# {s.title}{label}", "", f"**In short: {verdict_line(outcome, notes)}.**", "",
-             claims_table(arms), "", "## The claims", ""]
+             workload(s, notes, ceiling(recipe_trials, recipe)), "", claims_table(arms), "", "## The claims", ""]
     claims = (*CLAIMS[s.name], *(cv.claim for _, cv in across))
     shared = claims[0].paper if len({c.paper for c in claims}) == 1 else ""
     if shared:

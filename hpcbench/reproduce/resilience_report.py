@@ -12,8 +12,17 @@ from tabulate import tabulate
 
 from hpcbench.reproduce import findings
 from hpcbench.reproduce.findings import mean_half
-from hpcbench.reproduce.protocol import ArmResult, Recipe
-from hpcbench.reproduce.report import caveat, claims_table, measured, protocol, recipe_table, recipe_ties, verdict_line
+from hpcbench.reproduce.protocol import ArmResult, Recipe, ceiling
+from hpcbench.reproduce.report import (
+    caveat,
+    claims_table,
+    measured,
+    protocol,
+    recipe_table,
+    recipe_ties,
+    verdict_line,
+    workload,
+)
 from hpcbench.reproduce.resilience import split_known
 from hpcbench.reproduce.studies import Study
 from hpcbench.reproduce.verdicts import RULE
@@ -109,7 +118,8 @@ def markdown(s: Study, cells: Sequence[Any], arm: ArmResult, outcome: str, recip
     first = arm.claims[0].claim
     scenarios = sorted({c.scenario for c in cells})
     split = split_known(cells)
-    lines = [f"# {s.title}{label}", "", f"**In short: {verdict_line(outcome, notes)}.**", "", claims_table([arm]), "",
+    lines = [f"# {s.title}{label}", "", f"**In short: {verdict_line(outcome, notes)}.**", "",
+             workload(s, notes, ceiling(recipe_trials, recipe)), "", claims_table([arm]), "",
              "## The claim", "", f"In paraphrase: {s.claim} ({first.source}). {first.paper.capitalize()}.", "",
              f"Each family's algorithm is tested against the shrinking {SHRINKING} on two claims, a row per "
              + ("failure scenario and size:" if scenarios != [""] else "size:"), ""]

@@ -4,8 +4,9 @@ Every study runs under the protocol of ``reproduce.protocol``: a single-worker r
 validation split, the papers' schedule (linear warm-up, ×0.1 decays at half and three quarters of the
 budget), arms that vary the contestable choices. Sizes come in presets, each with its task (data set,
 model, evaluations): ``full`` (the study as stated, on Fashion-MNIST with cnn-tiny), ``quick`` (the same
-task, fewer sizes and grid points, a shorter budget), ``teacher`` (the synthetic teacher task with the
-mlp: the studies as first run, a check of the machinery, not a finding) and ``toy`` (seconds, for tests).
+task, fewer sizes and grid points, a shorter budget), ``teacher`` and ``teacher-quick`` (the synthetic
+teacher task with the mlp: the studies as first run, checks of the machinery, not findings) and ``toy``
+(seconds, for tests).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from hpcbench.errors import one_of
 from hpcbench.reproduce.protocol import DECAY_ARM, MOMENTUM_ARM, OWN_LR, SCALING_ARMS, SEQUENTIAL, SHARED
 from hpcbench.tuning.grid import MAX_EXTENSIONS
 
-PRESETS = ("full", "quick", "teacher", "toy")
+PRESETS = ("full", "quick", "teacher", "teacher-quick", "toy")
 RESNET50_PARAMS = 25_557_032  # torchvision's ResNet-50: the message size of the sgp study
 
 
@@ -182,11 +183,13 @@ QUICK = Size((8, 128), (0, 1, 2), 0.5, replace(FASHION, evals=6), 0.8, 0.1, (0.0
 # the machinery, not a finding.
 TEACHER = Size((8, 16, 32, 64, 128), (0, 1, 2), 20, teacher_task(25_000), 0.7, 5, RECIPE_LRS, (0.0, 0.9),
                (0.25, 1, 4, 16, 64))
+TEACHER_QUICK = Size((8, 128), (0, 1, 2), 8, teacher_task(25_000), 0.7, 2, (0.01, 0.03, 0.1), (0.0, 0.9), (0.25, 1, 4))
 TOY = Size((2, 4), (0,), 1, teacher_task(1_000), 0.7, 0, (0.05,), (0.0, 0.9), (0.5, 1), extensions=0)  # tests
 
 
-def presets(full: Size = FULL, quick: Size = QUICK, teacher: Size = TEACHER, toy: Size = TOY) -> dict[str, Size]:
-    return {"full": full, "quick": quick, "teacher": teacher, "toy": toy}
+def presets(full: Size = FULL, quick: Size = QUICK, teacher: Size = TEACHER, teacher_quick: Size = TEACHER_QUICK,
+            toy: Size = TOY) -> dict[str, Size]:
+    return {"full": full, "quick": quick, "teacher": teacher, "teacher-quick": teacher_quick, "toy": toy}
 
 
 # Every study's runs: batches of 32, a tenth of the training set held out for validation.
@@ -230,7 +233,7 @@ SGP = Study(
     claim="On 32 nodes over 10 GbE with a ResNet-50-sized model, SGP trains about 3x faster than all-reduce SGD "
           "with final accuracy within about one point; over a fast interconnect the gap shrinks.",
     algos=("allreduce", "sgp", "osgp"),
-    sizes=presets(*(replace(size, workers=(16, 32)) for size in (FULL, QUICK, TEACHER))),
+    sizes=presets(*(replace(size, workers=(16, 32)) for size in (FULL, QUICK, TEACHER, TEACHER_QUICK))),
     common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
     arms=(SHARED, OWN_LR),
     networks=(ETHERNET_10G, INFINIBAND_100G),
@@ -258,16 +261,19 @@ DILOCO = Study(
     claim="DiLoCo (H local steps, then an outer Nesterov step on the workers' averaged pseudo-gradient) matches "
           "synchronous all-reduce SGD's final accuracy with H times less communication, and so finishes the same "
           "budget sooner where the network is slow.",
-    algos=("allreduce", f"local-sgd-h{DILOCO_PERIODS[-1]}", *(f"diloco-h{h}" for h in DILOCO_PERIODS)),
+    algos=("allreduce", "allreduce-adamw", f"local-sgd-h{DILOCO_PERIODS[-1]}",
+           *(f"diloco-h{h}" for h in DILOCO_PERIODS)),
     # DiLoCo's claims are at 8 workers; the sizes beyond keep at least 10 outer rounds at the longest period
     sizes=presets(replace(FULL, workers=(8, 16, 32)), replace(QUICK, workers=(8,), epochs=1, warmup_epochs=0.2),
-                  replace(TEACHER, workers=(8, 16, 32, 64))),
+                  replace(TEACHER, workers=(8, 16, 32, 64)), replace(TEACHER_QUICK, workers=(8, 32))),
     common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
     arms=(SHARED, OWN_LR),
     scales=True,
     networks=(ETHERNET_1G,),
     message_params=RESNET50_PARAMS,
-    contenders=(Contender(f"local-sgd-h{DILOCO_PERIODS[-1]}", "local-sgd",
+    contenders=(Contender("allreduce-adamw", "allreduce", ("--set", "allreduce.optimizer=adamw", "--set",
+                                                           "weight_decay=0.1")),
+                Contender(f"local-sgd-h{DILOCO_PERIODS[-1]}", "local-sgd",
                           ("--set", f"local-sgd.period={DILOCO_PERIODS[-1]}", *DILOCO_INNER)),
                 *(Contender(f"diloco-h{h}", "local-sgd", ("--set", f"local-sgd.period={h}", *DILOCO_INNER,
                                                           *DILOCO_OUTER), DILOCO_OUTER_LRS)
@@ -280,8 +286,9 @@ DILOCO = Study(
           f"has at least 10 outer rounds. local-sgd-h{DILOCO_PERIODS[-1]} is plain model averaging every "
           f"{DILOCO_PERIODS[-1]} steps with the same AdamW inner steps (the same communication as "
           f"diloco-h{DILOCO_PERIODS[-1]}, without the outer step). All-reduce is the suite's synchronous SGD with "
-          "the recipe's momentum (the paper's baseline trains with AdamW); its global batch is n·32 and its rate "
-          "scaling (none, √n, n) is chosen on validation at each size, in every arm.",
+          "the recipe's momentum, its global batch n·32 and its rate scaling (none, √n, n) chosen on validation at "
+          "each size, in every arm; allreduce-adamw is the paper's baseline, all-reduce with AdamW (weight decay 0.1) "
+          "on the mean gradient, its rate not scaled.",
 )
 
 
@@ -299,7 +306,9 @@ RESILIENCE = Study(
           "remove (the same for every method), they lose less time, and they lose no more final accuracy.",
     algos=("allreduce", "ga-asgd", "easgd", "gossip"),
     # toy: a budget that lasts a few hundred ms in real runs here, so a failure lands before the end
-    sizes=presets(quick=replace(QUICK, workers=(8, 32, 128)), toy=replace(TOY, task=teacher_task(4_000))),
+    sizes=presets(quick=replace(QUICK, workers=(8, 32, 128)),
+                  teacher_quick=replace(TEACHER_QUICK, workers=(8, 32, 128)),
+                  toy=replace(TOY, task=teacher_task(4_000))),
     common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
     arms=(SHARED,),
     setup="Simulated workers that fail as ULFM lets the others go on (each run's failures drawn from a scenario: a "

@@ -112,7 +112,7 @@ def capped(paths: Iterable[Path]) -> dict[str, Any]:
 
 def command_line(name: str, out_dir: str, preset: str, mode: str, emulated: bool = False,
                  seeds: Sequence[int] = (), extensions: int | None = None) -> str:
-    flags = {"quick": " --quick", "toy": " --preset toy"}.get(preset, "")
+    flags = {"full": "", "quick": " --quick"}.get(preset, f" --preset {preset}")
     flags += f" --seeds {','.join(map(str, seeds))}" if seeds else ""
     flags += f" --extend {extensions}" if extensions is not None else ""
     return (f"hpcbench reproduce {name}{flags}{' --mode mpi' if mode == 'mpi' else ''}"
