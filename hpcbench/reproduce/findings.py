@@ -363,7 +363,9 @@ def findings_md(studies: Mapping[str, Mapping[str, Any]], readings: Mapping[str,
              "simulator's cost model does not bear out; *cannot be tested here*: the arm cannot test it by "
              "construction. Arms with the same evidence are named together (`shared = momentum 0.9`) and count "
              "once. A QUICK study has fewer sizes and grid points and a shorter budget than the full one: it is "
-             "not the finding; a STALE one was made with code that has changed since.", ""]
+             "not the finding; a STALE one was made with code that has changed since. Each study names the data "
+             "set and model its runs learned: the findings are those on real images (Fashion-MNIST); those on the "
+             "synthetic teacher task, where the studies were first run, are checks of the machinery.", ""]
     lines += grouped_lines(studies, stale) + [""]
     for name, v in ordered(studies):
         lines += study_section(name, v, readings.get(name), (plots or {}).get(name, ()), (stale or {}).get(name))
