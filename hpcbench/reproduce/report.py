@@ -253,8 +253,8 @@ def caveat(notes: dict[str, Any]) -> str:
                 "this is a trial of the machinery, not a finding")
     return {"full": "",
             "quick": "QUICK: fewer sizes and grid points and a shorter budget; the full study is the finding",
-            "teacher": "TEACHER task: the synthetic task where every method ends near 71-72%, a check of the "
-                       "machinery, not a finding",
+            "teacher": "TEACHER task: the synthetic teacher task, where every method's best runs end at 71-72%: a "
+                       "check of the machinery, not a finding",
             "teacher-quick": "TEACHER-QUICK: the synthetic teacher task at the quick sizes, a check of the machinery, "
                              "not a finding",
             "toy": "TOY size: a test of the machinery, not a finding"}[notes["preset"]]
