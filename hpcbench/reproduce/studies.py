@@ -203,7 +203,8 @@ GAP_AWARE = Study(
           "dividing by its staleness (SA) and than plain ASGD, by a margin that grows with the number of workers; "
           "DANA-GA (GA on a look-ahead with per-worker momentum) is the strongest.",
     algos=("asgd", "sa-asgd", "ga-asgd", "dana-ga"),
-    sizes=presets(),
+    # full: 8-64 (at 3 epochs a worker of 128 takes 40 steps, too few for any method to train)
+    sizes=presets(replace(FULL, workers=(8, 16, 32, 64))),
     common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
     arms=(SHARED, OWN_LR, MOMENTUM_ARM.format(0), MOMENTUM_ARM.format(0.9), DECAY_ARM),
     setup="Simulated parameter server; worker compute gamma-distributed with shape 100 (coefficient of "
@@ -306,7 +307,7 @@ RESILIENCE = Study(
           "remove (the same for every method), they lose less time, and they lose no more final accuracy.",
     algos=("allreduce", "ga-asgd", "easgd", "gossip"),
     # toy: a budget that lasts a few hundred ms in real runs here, so a failure lands before the end
-    sizes=presets(quick=replace(QUICK, workers=(8, 32, 128)),
+    sizes=presets(replace(FULL, workers=(8, 16, 32, 64)), replace(QUICK, workers=(8, 32, 128)),
                   teacher_quick=replace(TEACHER_QUICK, workers=(8, 32, 128)),
                   toy=replace(TOY, task=teacher_task(4_000))),
     common=COMMON + ("--compute", "gamma:shape=100,mean=0.05"),
