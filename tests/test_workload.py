@@ -237,10 +237,13 @@ def test_models_built_at_once_by_threads_get_their_own_seeds_parameters():
     assert all(torch.equal(p, expected[seed]) for seed in (0, 1) for p in built[seed])
 
 
-def test_the_small_cnn_takes_a_step_on_cifar_files_and_a_simulation_runs_it(tmp_path):
-    """cnn-small, made for Fashion-MNIST's 1x28x28, runs on CIFAR-10's 3x32x32 read from --data-dir."""
+@pytest.mark.parametrize("model, size", [("cnn-small", 34_538), ("cnn-tiny", 14_074)])
+def test_the_small_cnns_take_a_step_on_cifar_files_and_a_simulation_runs_them(tmp_path, model, size):
+    """cnn-small and cnn-tiny (the studies'), made for Fashion-MNIST's 1x28x28, run on CIFAR-10's 3x32x32 read
+    from --data-dir: a user with the data runs the studies' model on it. Sizes by hand: conv(c, c1, 5) +
+    conv(c1, c2, 5) + linear(c2·8·8, 10), with (c1, c2) = (16, 32) and (8, 16)."""
     root = write_tiny_cifar(tmp_path / "c")
-    trainer = Trainer("cnn-small", load_dataset("cifar10", str(root)), seed=0)
+    trainer = Trainer(model, load_dataset("cifar10", str(root)), seed=0)
     x, y = trainer.batch(np.arange(16))
     params, losses = trainer.initial.copy(), []
     for _ in range(10):  # steps on the same batch: its loss falls
@@ -248,9 +251,9 @@ def test_the_small_cnn_takes_a_step_on_cifar_files_and_a_simulation_runs_it(tmp_
         assert np.isfinite(grad).all() and np.abs(grad).sum() > 0
         params -= np.float32(0.05) * grad
         losses.append(loss)
-    assert trainer.size == 34_538 and losses[-1] < losses[0]
+    assert trainer.size == size and losses[-1] < losses[0]
     out = tmp_path / "sim.h5"
-    code, _, err = cli("simulate", "--algo", "allreduce", "--workers", "2", "--model", "cnn-small", "--dataset",
+    code, _, err = cli("simulate", "--algo", "allreduce", "--workers", "2", "--model", model, "--dataset",
                        "cifar10", "--data-dir", str(root), "--steps", "2", "--batch-size", "8", "--out", str(out))
     assert code == 0, err
     run = read_run(out)
