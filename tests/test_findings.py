@@ -58,16 +58,16 @@ def test_findings_are_written_from_the_verdicts_and_follow_them(tmp_path, capsys
     assert "differs from what the verdicts" in capsys.readouterr().err and not out.exists()
     assert main(args) == 0
     text = out.read_text()
-    assert "- **SGP (Assran et al.)**, FULL study on Fashion-MNIST, cnn-tiny: SGP within about a point of all-reduce: " \
-           "holds" in text
+    assert ("- **SGP (Assran et al.)**, FULL study on Fashion-MNIST, cnn-tiny: SGP within about a point of "
+            "all-reduce: holds") in text
     assert "`hpcbench reproduce sgp --out-dir results/reproduce/sgp`: 12 runs (10 run in 10.0 min, 2 at a time; " \
            "2 kept from an earlier invocation). Made with commit 0123456789." in text
     # The cells' table: mean over seeds ± half the 95% t interval (71.0 ± 2.5 for 70, 71, 72), and the time.
     assert "| shared | 10 GbE    | 32        | 71.0 ± 2.5 (11 s) | 71.0 ± 2.5 (11 s) |" in text
     assert "The ratio is bounded by the ring's cost." in text
-    assert readme.read_text() == (f"# x\n\n{findings.README_START}\nFindings (real images):\n\n- **SGP (Assran et al.)**, "
-                                  "FULL study on Fashion-MNIST, cnn-tiny: SGP within about a point of all-reduce: "
-                                  f"holds\n{findings.README_END}\n\nmore\n")
+    assert readme.read_text() == (f"# x\n\n{findings.README_START}\nFindings (real images):\n\n"
+                                  "- **SGP (Assran et al.)**, FULL study on Fashion-MNIST, cnn-tiny: SGP within about "
+                                  f"a point of all-reduce: holds\n{findings.README_END}\n\nmore\n")
     assert main([*args, "--check"]) == 0
     # The study run again: new numbers, new outcome; the reading written for the old run is left out, said so.
     write_study(studies, verdict(accuracy=(0.60, 0.61, 0.62), outcome="does not hold"))

@@ -287,6 +287,15 @@ def test_diloco_is_judged_against_the_papers_adamw_baseline_where_the_study_ran_
     # AdamW's all-reduce 5 points ahead: the claim does not hold, whatever SGD's all-reduce did
     ahead_of = diloco_cells() + [cell("allreduce-adamw", n, 0.85, wall=10.0, variant="1 GbE") for n in (8, 32)]
     assert diloco(ahead_of, "1 GbE", (10, 50))[0].outcome == FAILS
+    # AdamW's cell at 8 workers lost (its runs failed): its rows say so and the claim is not decided by SGD's
+    lost = [x for x in cells if not (x.algo == "allreduce-adamw" and x.workers == 8)]
+    without = diloco(lost, "1 GbE", (10, 50))[0]
+    assert without.outcome == UNCLEAR
+    assert [e.where for e in without.evidence if e.primary] == ["H=10, n=8 vs AdamW all-reduce",
+                                                                 "H=50, n=8 vs AdamW all-reduce"]
+    # SGD's all-reduce lost at 8 workers: the rows against AdamW's are still there
+    no_sgd = [x for x in cells if not (x.algo == "allreduce" and x.workers == 8)]
+    assert diloco(no_sgd, "1 GbE", (10, 50))[0].outcome == HOLDS
 
 
 def test_seeds_are_paired_by_their_number_not_their_place():
@@ -449,5 +458,6 @@ def test_a_verdict_is_judged_again_only_as_a_preset_that_runs_its_task(tmp_path,
     assert main(["reproduce", "sgp", "--rejudge", "--out-dir", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert "made on teacher for 20 epochs; preset 'full' now runs fashion-mnist for 3" in err
+    assert "made on teacher with mlp for 20 epochs (target 0.7); preset 'full' now runs fashion-mnist with cnn-tiny " \
+           "for 3 (target 0.85)" in err
     assert (out / "report.md").read_text() == before

@@ -207,9 +207,10 @@ def torch_adamw_allreduce(weight_decay: float) -> np.ndarray:
     return np.array(out)
 
 
-@pytest.mark.parametrize("weight_decay, overlap", [(0.0, True), (0.1, True), (0.1, False)])
-def test_allreduce_with_adamw_is_torchs_adamw_on_the_mean_gradient(weight_decay, overlap):
-    published = program_models("allreduce", 0.0, weight_decay=weight_decay, optimizer="adamw", overlap=overlap)
+@pytest.mark.parametrize("weight_decay, overlap, momentum", [(0.0, True, 0.0), (0.1, True, 0.9), (0.1, False, 0.0)])
+def test_allreduce_with_adamw_is_torchs_adamw_on_the_mean_gradient(weight_decay, overlap, momentum):
+    """The run's momentum (the studies set 0.9) is SGD's: AdamW's moments replace it."""
+    published = program_models("allreduce", momentum, weight_decay=weight_decay, optimizer="adamw", overlap=overlap)
     models = np.array([published[s] for s in sorted(published)])
     want = torch_adamw_allreduce(weight_decay)
     assert models.shape == (STEPS, N, SIZE)

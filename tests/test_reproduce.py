@@ -295,3 +295,23 @@ def test_sgp_with_real_runs_uses_this_machine_and_skips_what_does_not_fit(tmp_pa
     # No run over a second network: that claim cannot be told, and says why.
     shrinks = next(c for c in verdict["claims"] if c["key"] == "sgp-gap-shrinks")["arms"]["shared"]
     assert shrinks["outcome"] == UNCLEAR and shrinks["evidence"][0]["numbers"] == "no runs over 100 Gb/s InfiniBand"
+
+
+def test_every_preset_has_its_calibration_and_emulated_steps():
+    """jin's calibration run and sgp's emulated runs look their steps up by preset: a preset added without
+    them would end those studies in a KeyError."""
+    from hpcbench.reproduce import network
+    from hpcbench.reproduce.runner import CALIBRATION_STEPS
+    from hpcbench.reproduce.studies import PRESETS, STUDIES
+
+    assert set(CALIBRATION_STEPS) == set(network.STEPS) == set(PRESETS)
+    assert all(set(s.sizes) == set(PRESETS) for s in STUDIES.values())
+
+
+def test_quick_with_another_preset_is_refused_in_one_line(tmp_path, capsys):
+    from hpcbench.cli import main
+
+    assert main(["reproduce", "jin", "--quick", "--preset", "teacher", "--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--quick is --preset quick" in err and "teacher-quick" in err
+    assert not any(tmp_path.iterdir())

@@ -46,6 +46,11 @@ def run(args: argparse.Namespace) -> int:
         return rejudge(args.out_dir, study(args.study).name)
     from hpcbench.tuning.execute import jobs_or_cores
 
+    if args.quick and args.preset not in ("full", "quick"):
+        from hpcbench.errors import UsageError
+
+        raise UsageError(f"--quick is --preset quick; give one of them, not --quick with --preset {args.preset} "
+                         "(the teacher task's quick size is --preset teacher-quick)")
     preset = "quick" if args.quick else args.preset
     # A toy run is shorter than a process start-up: one at a time, in this process (4x faster here).
     jobs = 1 if preset == "toy" and not args.jobs else jobs_or_cores(args.jobs)

@@ -18,6 +18,7 @@ from typing import Any
 from tabulate import tabulate
 
 from hpcbench.reproduce.resilience import Pair
+from hpcbench.reproduce.studies import TEACHER_NOTE
 from hpcbench.tuning.intervals import interval
 
 STUDY_ORDER = ("gap-aware", "jin", "sgp", "diloco", "resilience")
@@ -50,7 +51,7 @@ def is_finding(v: Mapping[str, Any]) -> bool:
 
 
 def label(v: Mapping[str, Any]) -> str:
-    """FULL, QUICK or TOY, as the study was run (older files say it under notes)."""
+    """The preset the study was run at (FULL, QUICK, TEACHER, ...; older files say it under notes)."""
     return str(v.get("preset") or v.get("protocol", {}).get("preset") or "full").upper()
 
 
@@ -112,8 +113,8 @@ def grouped_lines(studies: Mapping[str, Mapping[str, Any]], stale: Mapping[str, 
     if found:
         lines += ["Findings (real images):", "", *summary_lines(found, stale), ""]
     if checks:
-        lines += ["Checks of the machinery (the synthetic teacher task, where every method's best runs end at "
-                  "71-72%: not evidence for the papers' accuracy claims):", "", *summary_lines(checks, stale), ""]
+        lines += [f"Checks of the machinery ({TEACHER_NOTE}: not evidence for the papers' accuracy claims):", "",
+                  *summary_lines(checks, stale), ""]
     return lines[:-1]
 
 

@@ -17,7 +17,7 @@ RATES = ("1gbit", "100mbit")
 FLOATS = 1_000_000  # 4 MB messages: 32 ms over 1 Gbit/s, 320 ms over 100 Mbit/s, against 50 ms of compute
 COMPUTE = "gamma:shape=100,mean=0.05"  # the study's batch compute, as in its simulations
 WORKERS = 4  # one per node, rank 0 on a node of its own
-STEPS = {"full": 20, "quick": 20, "toy": 5}
+STEPS = {"full": 20, "quick": 20, "teacher": 20, "teacher-quick": 20, "toy": 5}  # every preset
 AGREE = 0.15  # the simulator agrees when its ratio is within 15% of the real one
 
 

@@ -91,13 +91,18 @@ def pair(p: dict[str, Any]) -> resilience.Pair:
                            int(p.get("workers", 0)))
 
 
-def same_task(v: dict[str, Any], size: Size) -> None:
-    """A verdict's runs are judged as its preset only where the preset still runs what they ran: the same data set
-    and budget (a verdict from before its protocol named the data set ran the teacher task)."""
-    dataset, epochs = findings.dataset_of(v), v["protocol"]["budget_epochs"]
-    if (dataset, float(epochs)) != (size.task.dataset, size.epochs):
-        raise ValueError(f"its runs were made on {dataset} for {epochs:g} epochs; preset "
-                         f"{v['preset']!r} now runs {size.task.dataset} for {size.epochs:g}")
+def same_task(path: Path, v: dict[str, Any], size: Size) -> None:
+    """A verdict's runs are judged as its preset only where the preset still runs what they ran: the same data
+    set, model, budget and target (a verdict from before its protocol named them ran the teacher task's mlp
+    for a time to 70%); else one line."""
+    proto = v["protocol"]
+    ran = (findings.dataset_of(v), str(proto.get("model") or "mlp"), float(proto["budget_epochs"]),
+           float(proto.get("target_accuracy", 0.7)))
+    runs = (size.task.dataset, size.task.model, size.epochs, size.target)
+    if ran != runs:
+        raise UsageError(f"{path}: its runs were made on {ran[0]} with {ran[1]} for {ran[2]:g} epochs (target "
+                         f"{ran[3]:g}); preset {v['preset']!r} now runs {runs[0]} with {runs[1]} for {runs[2]:g} "
+                         f"(target {runs[3]:g}): judge it as the preset that ran it")
 
 
 def rejudge(out_dir: str, name: str) -> int:
@@ -119,7 +124,7 @@ def rejudge(out_dir: str, name: str) -> int:
     try:
         preset = str(v["preset"])
         s = study(name).at(preset)
-        same_task(v, s.sizes[preset])
+        same_task(path, v, s.sizes[preset])
         seeds = tuple(v.get("protocol", {}).get("seeds", ())) or s.sizes[preset].seeds
         s = replace(s, sizes={**s.sizes, preset: replace(s.sizes[preset], seeds=seeds)})
         trials, recipe = recipe_of(v)

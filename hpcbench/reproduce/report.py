@@ -13,7 +13,7 @@ from hpcbench.reproduce import findings
 from hpcbench.reproduce.claims import CLAIMS, crossing, diloco, gap_aware, jin, sgp
 from hpcbench.reproduce.findings import spent
 from hpcbench.reproduce.protocol import OWN_LR, ArmResult, Recipe, arm_text, ceiling, counts, grouped, same_runs
-from hpcbench.reproduce.studies import DILOCO_PERIODS, Study, mpi_args
+from hpcbench.reproduce.studies import DILOCO_PERIODS, TEACHER_NOTE, Study, mpi_args
 from hpcbench.reproduce.verdicts import RULE, Cell, Claim, ClaimVerdict
 from hpcbench.tuning.grid import Trial, ties
 
@@ -253,8 +253,7 @@ def caveat(notes: dict[str, Any]) -> str:
                 "this is a trial of the machinery, not a finding")
     return {"full": "",
             "quick": "QUICK: fewer sizes and grid points and a shorter budget; the full study is the finding",
-            "teacher": "TEACHER task: the synthetic teacher task, where every method's best runs end at 71-72%: a "
-                       "check of the machinery, not a finding",
+            "teacher": f"TEACHER task: {TEACHER_NOTE}: a check of the machinery, not a finding",
             "teacher-quick": "TEACHER-QUICK: the synthetic teacher task at the quick sizes, a check of the machinery, "
                              "not a finding",
             "toy": "TOY size: a test of the machinery, not a finding"}[notes["preset"]]

@@ -44,7 +44,7 @@ MPI_SETUP = "Real runs under mpiexec on this machine: its own compute and networ
 # the basis of the stated running time.
 SECONDS_PER_RUN = 3.0  # a process of its own (runs side by side, or real runs)
 SECONDS_PER_INLINE_RUN = 0.3  # one at a time, simulated in this process
-CALIBRATION_STEPS = {"full": 200, "quick": 100, "toy": 20}
+CALIBRATION_STEPS = {"full": 200, "quick": 100, "teacher": 200, "teacher-quick": 100, "toy": 20}  # every preset
 
 
 @dataclass(frozen=True)
