@@ -201,3 +201,26 @@ def test_a_control_sequence_in_a_file_or_its_name_reaches_the_terminal_escaped(t
     out, err = capsys.readouterr()
     assert "\x1b" not in out + err and "\x07" not in out + err
     assert "\\x1b[31mred.h5" in err
+
+
+BIDI = "\u202e\u2066"  # right-to-left override, left-to-right isolate: both reorder the text after them
+
+
+@pytest.mark.parametrize("argv", [["report", "{dir}", "--wide"], ["report", "{dir}", "--format", "md"],
+                                  ["diff", "{fine}", "{odd}"], ["check", "{dir}", "--reference", "{ref}"],
+                                  ["calibrate", "{odd}"]])
+def test_bidi_controls_in_a_file_name_or_an_attribute_reach_the_terminal_escaped(tmp_path, capsys, argv):
+    odd, fine = tmp_path / f"odd{BIDI}gnp.h5", tmp_path / "fine.h5"
+    shutil.copy(good_file(), odd)
+    shutil.copy(good_file(), fine)
+    with h5py.File(odd, "r+") as f:  # a setting that tells the two runs apart, so every table names it
+        f.attrs["config"] = json.dumps({**json.loads(f.attrs["config"]), "model": f"mlp{BIDI}lanoitan"})
+    (tmp_path / f"junk{BIDI}.h5").write_text("not a result")
+    (tmp_path / "ref.toml").write_text("[ga-asgd.2]\nsamples_per_s = [1e12, 1e13]\n")  # every run misses it
+    main([a.format(dir=tmp_path, fine=fine, odd=odd, ref=tmp_path / "ref.toml") for a in argv])
+    out, err = capsys.readouterr()
+    assert not {"\u202e", "\u2066"} & set(out + err), (out, err)
+    said = out + err
+    assert ("mlp\\u202e\\u2066lanoitan" in said) == (argv[0] != "calibrate"), said  # the attribute
+    if argv[0] != "diff":  # the file names (diff names no file)
+        assert "junk\\u202e\\u2066.h5" in said or "odd\\u202e\\u2066gnp.h5" in said, said
