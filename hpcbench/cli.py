@@ -29,9 +29,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = Escaping(sys.stdout), Escaping(sys.stderr)  # type: ignore[assignment]
     try:
-        return dispatch(build_parser().parse_args(argv))
+        return dispatch(parse(build_parser(), argv))
     finally:
         sys.stdout, sys.stderr = streams
+
+
+def parse(parser: Parser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, with arguments no flag takes refused by the command's own parser, so that the
+    line points at its help (``hpcbench report --help``), and ``--set KEY VALUE`` answered with the
+    ``--set KEY=VALUE`` it most likely meant."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        tokens = list(sys.argv[1:] if argv is None else argv)
+        hint = next((f"; did you mean --set {key}={value}?" for flag, key, value in zip(tokens, tokens[1:], tokens[2:])
+                     if flag == "--set" and "=" not in key and value in extra), "")
+        command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    return args
+
+
+def command_parser(parser: Parser, command: str) -> argparse.ArgumentParser:
+    """The parser of the subcommand ``command`` (``parser`` itself where there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
 
 
 def dispatch(args: argparse.Namespace) -> int:

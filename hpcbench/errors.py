@@ -1,8 +1,9 @@
 """Errors a user can act on: each renders as one line naming the bad value and the valid choices."""
 from __future__ import annotations
 
+import difflib
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 KEPT = "\n\t"  # the control characters plain output may hold; every other one is shown escaped
@@ -112,9 +113,30 @@ class PeerFailure(RuntimeFailure):
         self.status = status
 
 
+# What a command that draws plots says when matplotlib is missing: the ``plot`` extra, as a clone installs it.
+NO_MATPLOTLIB = 'plots need matplotlib: pip install -e ".[plot]" in the clone (or pip install matplotlib)'
+
+
+def closest(name: object, valid: Sequence[str]) -> str | None:
+    """The valid name ``name`` was most likely meant to be (a misspelling, ``_`` for ``-``, another case),
+    or None when none is close."""
+    if not isinstance(name, str) or not name:
+        return None
+    lowered = {v.lower(): v for v in valid}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=1)
+    return lowered[close[0]] if close else None
+
+
+def did_you_mean(name: object, valid: Sequence[str]) -> str:
+    """``"; did you mean 'NAME'?"`` for the valid name closest to ``name``, or "" when none is close: the
+    end of an "unknown X" line."""
+    close = closest(name, valid)
+    return f"; did you mean {close!r}?" if close is not None else ""
+
+
 def one_of(kind: str, name: object, valid: list[str] | tuple[str, ...]) -> UsageError:
-    """The standard "unknown X" error listing the valid choices."""
-    return UsageError(f"unknown {kind} {name!r}; valid: {', '.join(valid)}")
+    """The standard "unknown X" error listing the valid choices, and the closest of them when one is close."""
+    return UsageError(f"unknown {kind} {name!r}; valid: {', '.join(valid)}{did_you_mean(name, valid)}")
 
 
 def undeclared_add(window: str, what: str = "an add into", declared: str = "publish") -> RuntimeFailure:

@@ -259,3 +259,89 @@ def test_a_file_that_is_not_hdf5_says_so_in_words(tmp_path):
     code, _, err = cli("report", str(readme))
     assert code == 2 and err == (f"hpcbench: error: cannot read result file {str(readme)!r}: not HDF5 (hpcbench "
                                  "writes one HDF5 file per run, NAME.h5)\n")
+
+
+# What a newcomer trips on: the plot extra, report -o, the flags of a subcommand, misspelt names.
+PLOT_HINT = 'plots need matplotlib: pip install -e ".[plot]" in the clone (or pip install matplotlib)'
+
+
+def test_report_plot_without_matplotlib_fails_before_any_report_text(two_runs, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plot extra were not installed
+    code, out, err = cli("report", str(two_runs), "--plot", str(tmp_path / "plots"))
+    assert code == 2 and out == "" and err == f"hpcbench: error: {PLOT_HINT}\n"
+    assert not (tmp_path / "plots").exists()
+
+
+def test_the_html_page_without_matplotlib_names_the_plot_extra_first(two_runs, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code, out, err = cli("report", str(two_runs), "--format", "html")
+    assert code == 0 and err == f"report: {PLOT_HINT} (the page has no plots)\n"
+    assert f"No plots: {PLOT_HINT}".replace('"', "&quot;") in out
+
+
+def test_the_readme_names_the_plot_extra_in_the_quick_start():
+    quick_start = README.read_text(encoding="utf-8").split("## Quick start")[1].split("\n## ")[0]
+    assert 'pip install -e ".[plot]"' in quick_start
+
+
+def made_at(text: str) -> str:
+    """``text`` with the html page's time of making left out."""
+    return re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", "TIME", text)
+
+
+@pytest.mark.parametrize("fmt", ["text", "html"])
+def test_report_o_writes_the_report_to_a_file_as_trace_does(two_runs, tmp_path, fmt):
+    _, shown, _ = cli("report", str(two_runs), "--format", fmt)
+    for flag in ("-o", "--output"):
+        target = tmp_path / f"report-{flag}.{fmt}"
+        code, out, err = cli("report", str(two_runs), "--format", fmt, flag, str(target))
+        assert code == 0, err
+        assert made_at(target.read_text(encoding="utf-8")) == made_at(shown)
+        assert out == f"report of 2 runs -> {target}\n"
+
+
+def test_report_o_that_cannot_be_written_is_one_line(two_runs, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    code, out, err = cli("report", str(two_runs), "-o", str(tmp_path / "a-file" / "r.txt"))
+    assert code == 2 and out == "" and err == (f"hpcbench: error: cannot write the report to "
+                                               f"{str(tmp_path / 'a-file' / 'r.txt')!r}: Not a directory\n")
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["report", "x.h5", "--bogus"], "hpcbench report: error: unrecognized arguments: --bogus "
+                                    "(see hpcbench report --help)\n"),
+    (["run", "--algo", "asgd", "--set", "momentum", "0.9"],
+     "hpcbench run: error: unrecognized arguments: 0.9; did you mean --set momentum=0.9? (see hpcbench run --help)\n"),
+    (["simulate", "--algo", "asgd", "--set", "ga-asgd.beta", "0.5", "--set", "lr=0.1"],
+     "hpcbench simulate: error: unrecognized arguments: 0.5; did you mean --set ga-asgd.beta=0.5? "
+     "(see hpcbench simulate --help)\n"),
+])
+def test_an_unknown_argument_points_at_the_subcommands_help(capsys, argv, said):
+    from hpcbench.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    captured = capsys.readouterr()
+    assert stop.value.code == 2 and captured.out == "" and captured.err == said
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--algo", "ga_asgd"], "unknown algorithm 'ga_asgd'; valid: "),
+    (["--algo", "asgd", "--model", "cnn_small"], "unknown model 'cnn_small'; valid: "),
+    (["--algo", "asgd", "--dataset", "fashion_mnist"], "unknown dataset 'fashion_mnist'; valid: "),
+    (["--algo", "gossip", "--set", "gossip.variant=pul"], "unknown gossip.variant 'pul'; valid: pull, push"),
+])
+def test_a_misspelt_name_gets_the_closest_valid_one(argv, said):
+    code, out, err = cli("run", "--dry-run", "--workers", "2", *argv)
+    name = said.split("'")[1]
+    close = {"ga_asgd": "ga-asgd", "cnn_small": "cnn-small", "fashion_mnist": "fashion-mnist", "pul": "pull"}[name]
+    assert code == 2 and out == "" and err.startswith(f"hpcbench: error: {said}")
+    assert err.endswith(f"; did you mean {close!r}?\n") and err.count("\n") == 1
+
+
+def test_a_name_nothing_is_close_to_gets_no_guess():
+    from hpcbench.errors import one_of
+
+    assert str(one_of("algorithm", "nope", ["allreduce", "asgd"])) == "unknown algorithm 'nope'; valid: allreduce, asgd"
+    assert str(one_of("format", "HTML", ["text", "html"])).endswith("; did you mean 'html'?")
+    assert str(one_of("seed", 3, ["1", "2"])) == "unknown seed 3; valid: 1, 2"

@@ -80,8 +80,8 @@ def page_file(tmp_path_factory) -> Path:
 
 def check_shows_the_report(page: Page) -> None:
     scaling, runs = page.tables[0], page.tables[2]  # each narrow table, then the same with every column
-    assert scaling[0][:4] == ["group", "workers", "runs", "samples/s"] and runs[0][:3] == ["group", "workers",
-                                                                                           "samples/s"]
+    assert scaling[0][:5] == ["group", "workers", "samples/s", "final acc", "to target s"]  # the answer first
+    assert runs[0][:5] == ["group", "workers", "samples/s", "final acc", "to target s"]
     assert sorted((r[0], r[1]) for r in runs[1:]) == [("allreduce", "1"), ("allreduce", "2"), ("asgd", "1"),
                                                         ("asgd", "2")]
     timed_out = next(r for r in scaling[1:] if r[0] == "allreduce" and r[1] == "2")
@@ -99,6 +99,21 @@ def test_the_page_is_self_contained_and_holds_the_tables_and_plots(page_file):
     check_shows_the_report(page)
 
 
+def test_every_plot_is_drawn_at_one_stated_width_shown_at_its_size_and_captioned_in_a_sentence(page_file):
+    import base64
+
+    figures = re.findall(r'<figure><img alt="[^"]*" width="(\d+)" height="(\d+)" src="data:image/png;base64,'
+                         r'([^"]+)"><figcaption>([^<]+)</figcaption></figure>', page_file.read_text())
+    assert len(figures) == 6
+    for width, height, data, caption in figures:
+        png = base64.b64decode(data)
+        # The docs say 720 px: the size the page shows each plot at, from its header.
+        assert (int(width), int(height)) == (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big"))
+        assert int(width) == 720 and 200 < int(height) < 2000
+        caption = html.unescape(caption)
+        assert caption[0].isupper() and caption.endswith(".") and ".png" not in caption and len(caption) > 60
+
+
 def test_the_page_answers_first_then_plots_then_tables(page_file):
     text = page_file.read_text()
     headline, plots = text.index('<section id="headline">'), text.index('<section id="plots">')
@@ -113,9 +128,12 @@ def test_the_page_answers_first_then_plots_then_tables(page_file):
 PROBE = """<script>
 window.addEventListener("load", () => {
   const top = (sel) => { const e = document.querySelector(sel); return e ? e.getBoundingClientRect().top : -1; };
-  const images = [...document.images].map((i) => [i.naturalWidth, i.getBoundingClientRect().width]);
+  const images = [...document.images].map((i) => [i.naturalWidth, i.clientWidth]);
+  const box = document.querySelector("div.scroll");  // the scaling table's, narrow
+  const key = [...box.querySelectorAll("th")].find((th) => th.textContent.trim() === "to target s");
   document.body.dataset.probe = JSON.stringify({scroll: document.documentElement.scrollWidth,
-    inner: window.innerWidth, images, headline: top("#headline"), plots: top("#plots"), table: top("table")});
+    inner: window.innerWidth, images, headline: top("#headline"), plots: top("#plots"), table: top("table"),
+    key: key.getBoundingClientRect().right, box: box.getBoundingClientRect().right});
 });
 </script>"""
 
@@ -142,8 +160,9 @@ def test_in_headless_chromium_the_page_never_scrolls_sideways_and_its_plots_keep
     assert probe["scroll"] <= probe["inner"] == width, probe  # no horizontal scroll
     assert 0 <= probe["headline"] < probe["plots"] < probe["table"], probe  # the answer on the first screen
     assert probe["headline"] < 300, probe
-    # Plots are drawn at 100 dpi (10-point legends: 14 px): shown at 85% or more of their size (or of 800 px).
-    assert probe["images"] and all(shown >= 0.85 * min(natural, 800) for natural, shown in probe["images"]), probe
+    # Plots are drawn 720 px wide at 100 dpi (10-point legends: 14 px), and shown at that size.
+    assert probe["images"] and all(shown == natural == 720 for natural, shown in probe["images"]), probe
+    assert probe["key"] <= probe["box"], probe  # the key columns, up to time to target, without scrolling
 
 
 @pytest.mark.slow  # Chromium
@@ -169,6 +188,7 @@ def test_without_matplotlib_the_page_says_it_has_no_plots_and_so_does_one_line(p
     monkeypatch.setattr(plots, "have_matplotlib", lambda: False)
     code, out, err = cli("report", str(page_file.parent), "--format", "html")
     assert code == 0
-    assert err.strip() == ("report: plots need matplotlib: pip install 'hpcbench-mpi[plot]' (the page has no plots)")
+    assert err.strip() == ('report: plots need matplotlib: pip install -e ".[plot]" in the clone (or pip install '
+                           'matplotlib) (the page has no plots)')
     page = parse(out)
     assert not page.images and "No plots: plots need matplotlib" in out and len(page.tables) >= 4

@@ -52,7 +52,7 @@ REFUSED = [
     ("local-sgd", 2, {"period": 0}, "local-sgd.period must be >= 1 local steps, got 0"),
     ("allreduce", 2, {"bucket_mb": 0.0}, "allreduce.bucket_mb must be > 0 MiB, got 0.0"),
     ("allreduce", 2, {"bucket_mb": float("nan")}, "allreduce.bucket_mb = nan is not a finite number"),
-    ("gossip", 3, {"variant": "pul"}, "unknown gossip.variant 'pul'; valid: pull, push"),
+    ("gossip", 3, {"variant": "pul"}, "unknown gossip.variant 'pul'; valid: pull, push; did you mean 'pull'?"),
     ("ga-asgd", 2, {"history": -1}, "ga-asgd.history must be between 0 and 8192 versions (0: 2·workers + 4), got -1"),
     ("dana-ga", 2, {"history": -1}, "dana-ga.history must be between 0 and 8192 versions (0: 2·workers + 4), got -1"),
     ("ga-asgd", 2, {"history": 8193},

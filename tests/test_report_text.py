@@ -51,36 +51,36 @@ TEXT = """\
 Headline: at each worker count, who is first to accuracy 0.85, most accurate at the end and fastest (medians over
 repeats; no lead here has repeats on both sides to judge it by: sweep --repeats 3)
 
-  2 workers, first to accuracy 0.85: allreduce (1 s), level with asgd batch_size=32 (1 s)
-  2 workers, best final accuracy: allreduce (0.900), level with asgd batch_size=32 (0.900)
-  2 workers, most samples/s: asgd batch_size=64 (150), 1.50x more than asgd batch_size=32 (100)
-  4 workers, first to accuracy 0.85: asgd batch_size=32 (1 s; the only curve with a value)
-  4 workers, best final accuracy: asgd batch_size=32 (0.850; the only curve with a value)
-  4 workers, most samples/s: asgd batch_size=32 (200; the only curve with a value)
+  2 workers, first to accuracy 0.85: allreduce (1 s), level with asgd (1 s)
+  2 workers, best final accuracy: allreduce (0.900), level with asgd (0.900)
+  2 workers, most samples/s: asgd batch_size=64 (150), 1.50x more than asgd (100)
+  4 workers, first to accuracy 0.85: asgd (1 s; the only curve with a value)
+  4 workers, best final accuracy: asgd (0.850; the only curve with a value)
+  4 workers, most samples/s: asgd (200; the only curve with a value)
 
 Repeats: runs equal in everything but the seed. Settings that differ between runs keep them apart (in the group names,
 and as columns with --wide): batch_size
 
 Scaling (medians over repeats; speedup and efficiency against each curve's fewest workers)
 
-group               nodes  workers  runs          samples/s  speedup  efficiency  to target s  final acc
-------------------  -----  -------  ------------  ---------  -------  ----------  -----------  ---------
-allreduce           1      2        1             90         1.00     100%        1            0.900
-allreduce           1      4        0 (1 failed)  TIMEOUT    -        -           -            -
-asgd batch_size=32  1      2        1             100        1.00     100%        1            0.900
-asgd batch_size=32  2      4        2             200 ± 20   2.00     100%        1            0.850
-asgd batch_size=64  1      2        1             150        1.00     100%        1            0.900
+group               workers  samples/s  final acc  to target s  nodes  speedup  efficiency  runs
+------------------  -------  ---------  ---------  -----------  -----  -------  ----------  ------------
+allreduce           2        90         0.900      1            1      1.00     100%        1
+allreduce           4        TIMEOUT    -          -            1      -        -           0 (1 failed)
+asgd                2        100        0.900      1            1      1.00     100%        1
+asgd                4        200 ± 20   0.850      1            2      2.00     100%        2
+asgd batch_size=64  2        150        0.900      1            1      1.00     100%        1
 
 Runs (6)
 
-group               nodes  workers  samples/s  step ms  compute/comm/wait %  final acc  to target s
-------------------  -----  -------  ---------  -------  -------------------  ---------  -----------
-allreduce           1      2        90         10.0     50/30/20             0.900      1
-allreduce           1      4        TIMEOUT    -        -                    -          -
-asgd batch_size=32  1      2        100        10.0     50/30/20             0.900      1
-asgd batch_size=32  2      4        180        10.0     50/30/20             0.900      1
-asgd batch_size=32  2      4        220        10.0     50/30/20             0.800      1
-asgd batch_size=64  1      2        150        10.0     50/30/20             0.900      1
+group               workers  samples/s  final acc  to target s  nodes  step ms  compute/comm/wait %
+------------------  -------  ---------  ---------  -----------  -----  -------  -------------------
+allreduce           2        90         0.900      1            1      10.0     50/30/20
+allreduce           4        TIMEOUT    -          -            1      -        -
+asgd                2        100        0.900      1            1      10.0     50/30/20
+asgd                4        180        0.900      1            2      10.0     50/30/20
+asgd                4        220        0.800      1            2      10.0     50/30/20
+asgd batch_size=64  2        150        0.900      1            1      10.0     50/30/20
 
 Runs that did not finish (1; shown above without numbers)
 
@@ -99,7 +99,8 @@ resolves to that share of the run's time"""
 def test_the_text_report_cell_by_cell(records):
     # asgd at 4: median of 180 and 220 = 200 ± 20; speedup 200/100 = 2.00 with twice the workers: 100%;
     # both reach 0.85 at t = 1 s, as at 2 workers: ttt speedup 1.00, over twice the workers 50%; final
-    # accuracy the median of 0.9 and 0.8. Batch 64 differs within asgd's curve: a curve of its own.
+    # accuracy the median of 0.9 and 0.8. Batch 64 differs within asgd's curve: a curve of its own, named by
+    # it; batch 32 is the default, so its curve is plain asgd.
     # allreduce's evals (4) differ from asgd's (2) but not within a curve: no column.
     assert report_text(records, target=0.85) == TEXT
 
@@ -158,7 +159,7 @@ def test_json_is_one_document_and_md_latex_html_hold_the_same_cells(records):
     only = json.loads(report_text(records, "json", target=0.85, table="scaling"))
     assert "scaling" in only and "runs" not in only
     md = report_text(records, "md", target=0.85)
-    assert "| asgd batch_size=32 | 2     | 4       | 2            | 200 ± 20  | 2.00    | 100%       | 1  " in md
+    assert "| asgd               | 4       | 200 ± 20  | 0.850     | 1           | 2     | 2.00    | 100%  " in md
     assert "\\toprule" in report_text(records, "latex", target=0.85)
     html = report_text(records, "html", target=0.85)
     assert "<td>TIMEOUT  </td>" in html and "<table>" in html and "<h2>Scaling (medians" in html
@@ -240,7 +241,7 @@ def test_each_table_alone_and_a_setting_a_run_lacks_shown_as_a_dash(records):
 
 def test_every_plot_shows_every_group_the_tables_show_under_the_same_label(records):
     doc = json.loads(report_text(records, "json", target=0.85))
-    labels = {"allreduce", "asgd batch_size=32", "asgd batch_size=64"}  # batch size differs within asgd alone
+    labels = {"allreduce", "asgd", "asgd batch_size=64"}  # batch size differs within asgd alone; 32 is the default
     table = report_text(records, target=0.85, table="scaling").split("\n\n")[2].splitlines()
     assert table[0].startswith("group   ") and {line.split("  ")[0] for line in table[2:]} == labels
     by_plot = {p["plot"]: p for p in doc["plots"]}
@@ -249,31 +250,31 @@ def test_every_plot_shows_every_group_the_tables_show_under_the_same_label(recor
     for name in ("throughput.png", "efficiency.png", "time-to-target.png"):
         assert sorted(c["label"] for c in by_plot[name]["curves"]) == sorted(labels), name
     curves = {c["label"]: c for c in by_plot["throughput.png"]["curves"]}
-    assert curves["asgd batch_size=32"]["points"] == [[2, 100.0], [4, 200.0, 20.0]]  # median 200 of 180 and 220
+    assert curves["asgd"]["points"] == [[2, 100.0], [4, 200.0, 20.0]]  # median 200 of 180 and 220
     assert curves["allreduce"]["points"] == [[2, 90.0]]  # its 4-worker point timed out: no number, still a curve
-    assert curves["asgd batch_size=32"]["group"] == {"algorithm": "asgd", "mode": "mpi", "batch_size": "32"}
+    assert curves["asgd"]["group"] == {"algorithm": "asgd", "mode": "mpi", "batch_size": "32"}
     # Accuracy: a curve per group at each worker count the group has, in a panel per worker count.
     for name in ("accuracy-time.png", "accuracy-samples.png"):
         shown = sorted((c["label"], c["workers"]) for c in by_plot[name]["curves"])
-        assert shown == [("allreduce", 2), ("allreduce", 4), ("asgd batch_size=32", 2), ("asgd batch_size=32", 4),
-                         ("asgd batch_size=64", 2), ("asgd batch_size=64", 4)]
+        assert shown == [("allreduce", 2), ("allreduce", 4), ("asgd", 2), ("asgd", 4), ("asgd batch_size=64", 2),
+                         ("asgd batch_size=64", 4)]
     accuracy = {(c["label"], c["workers"]): c["points"] for c in by_plot["accuracy-time.png"]["curves"]}
-    assert accuracy[("asgd batch_size=32", 4)] == [[0.0, 0.1], [1.0, 0.85], [2.0, 0.9]]
+    assert accuracy[("asgd", 4)] == [[0.0, 0.1], [1.0, 0.85], [2.0, 0.9]]
     assert accuracy[("allreduce", 4)] == [] and accuracy[("asgd batch_size=64", 4)] == []  # no such run
     bars = {c["label"]: c["points"] for c in by_plot["phases.png"]["curves"]}
-    assert sorted(bars) == ["allreduce, 2 workers", "allreduce, 4 workers", "asgd batch_size=32, 2 workers",
-                            "asgd batch_size=32, 4 workers", "asgd batch_size=64, 2 workers"]
-    assert bars["asgd batch_size=32, 4 workers"] == [[0, 50.0], [1, 30.0], [2, 20.0], [3, 0.0]]
+    assert sorted(bars) == ["allreduce, 2 workers", "allreduce, 4 workers", "asgd batch_size=64, 2 workers",
+                            "asgd, 2 workers", "asgd, 4 workers"]
+    assert bars["asgd, 4 workers"] == [[0, 50.0], [1, 30.0], [2, 20.0], [3, 0.0]]
 
 
 def test_the_headline_names_the_leader_at_each_worker_count_and_whether_the_repeats_back_it(records):
     leads = json.loads(report_text(records, "json", target=0.85))["headline"]
     four = [lead for lead in leads if lead["workers"] == 4]
     assert [(lead["what"], lead["winner"], lead["value"]) for lead in four] == [
-        ("first to accuracy 0.85", "asgd batch_size=32", "1 s"), ("best final accuracy", "asgd batch_size=32", "0.850"),
-        ("most samples/s", "asgd batch_size=32", "200")]  # allreduce timed out at 4 workers
+        ("first to accuracy 0.85", "asgd", "1 s"), ("best final accuracy", "asgd", "0.850"),
+        ("most samples/s", "asgd", "200")]  # allreduce timed out at 4 workers
     fast = next(lead for lead in leads if lead["workers"] == 2 and lead["what"] == "most samples/s")
-    assert (fast["winner"], fast["runner_up"], fast["margin"]) == ("asgd batch_size=64", "asgd batch_size=32",
+    assert (fast["winner"], fast["runner_up"], fast["margin"]) == ("asgd batch_size=64", "asgd",
                                                                    "1.50x more than")
     assert fast["judged"] == "one run each, so no spread to judge it by"
     # Repeats whose ranges overlap are not a lead; ranges apart are.
@@ -298,3 +299,118 @@ def test_runs_cut_short_by_a_step_cap_are_named_before_anything_else(records):
     assert '<p class="capped">CAPPED: 1 of 6 runs' in report_text(records, "html", target=0.85)
     records[0].attrs["config"]["max_steps"] = 0
     assert "CAPPED" not in report_text(records, target=0.85)
+
+
+def labels_of(records) -> dict[str, str]:
+    """Each run's group name, as the tables and plots show it, by the run's file name."""
+    from hpcbench.report.document import build
+    from hpcbench.report.metrics import curve_of
+
+    built = build(records, target=0.85)
+    return {row.path: built.labels[curve_of(row, built.keys)] for row in built.rows}
+
+
+def configured(algo, path, **config):
+    """A record of ``algo`` at 2 workers whose configuration also holds ``config``."""
+    rec = record(algo, 2)
+    rec.attrs["config"].update(config)
+    return dataclasses.replace(rec, path=path)
+
+
+def test_group_names_hold_only_the_settings_that_tell_the_groups_apart_never_null_or_default_values():
+    # Runs from three studies pooled in one directory: every one of these settings differs between them,
+    # but each study's runs are told apart by one; null, and the defaults (evals 20, warm-up 5 epochs, the
+    # mlp, no fault), are never shown.
+    base = {"epochs": None, "steps": 300, "evals": 20, "warmup_epochs": 5.0, "model": "mlp", "fault": ""}
+    runs = [configured("ga-asgd", "plain.h5", **base),
+            configured("ga-asgd", "killed.h5", **{**base, "fault": "kill:2@1", "model": "payload"}),
+            configured("ga-asgd", "epochs.h5", **{**base, "epochs": 2.0, "steps": None, "evals": 8,
+                                                  "warmup_epochs": 0.0}),
+            configured("asgd", "asgd.h5", **base)]
+    names = labels_of(runs)
+    assert names == {"plain.h5": "ga-asgd", "killed.h5": "ga-asgd fault=kill:2@1", "epochs.h5": "ga-asgd epochs=2.0",
+                     "asgd.h5": "asgd"}
+    rows = [line for line in report_text(runs, "md", target=0.85).splitlines() if line.startswith("|")]
+    assert not any("null" in row for row in rows) and max(map(len, rows)) < 120
+
+
+def test_group_names_stay_unique_where_the_values_that_differ_are_null_a_default_or_cut_short():
+    fault = "kill:1@1.5,kill:2@2.5,kill:3@3.5,kill:4@4.5,kill:"
+    runs = [configured("asgd", "unset.h5", warmup_epochs=None), configured("asgd", "default.h5", warmup_epochs=5.0),
+            configured("asgd", "five.h5", fault=fault + "5@5.5"), configured("asgd", "six.h5", fault=fault + "6@6.5")]
+    names = labels_of(runs)
+    assert len(set(names.values())) == 4, names
+    assert not any("null" in name or "None" in name for name in names.values()), names
+    assert names["default.h5"] == "asgd warmup_epochs=5.0" and names["unset.h5"] == "asgd warmup_epochs=unset"
+
+
+def reaching(algo, workers, seed, accuracy, **summary):
+    """A record whose evaluations reach ``accuracy`` (at t = 0, 1, 2 s)."""
+    rec = record(algo, workers, seed=seed, final_accuracy=accuracy[-1], **summary)
+    return dataclasses.replace(rec, evals={"t": np.array([0.0, 1.0, 2.0]), "accuracy": np.array(accuracy)})
+
+
+@pytest.fixture
+def missing():
+    """asgd never reaches 0.85; allreduce does in 2 of its 3 seeds; sgp evaluated nothing (numerics off)."""
+    never = [reaching("asgd", 2, s, [0.1, 0.5, 0.6]) for s in (0, 1)]
+    some = [reaching("allreduce", 2, s, [0.1, 0.9, 0.9] if s < 2 else [0.1, 0.5, 0.6]) for s in range(3)]
+    blind = dataclasses.replace(record("sgp", 2, final_accuracy=float("nan")),
+                                evals={"t": np.zeros(0), "accuracy": np.zeros(0)})
+    return never + some + [blind]
+
+
+def test_a_group_that_never_reached_the_target_says_never_in_the_tables(missing):
+    text = report_text(missing, target=0.85)
+    scaling, runs = text.split("\n\nScaling (")[1].split("\n\n")[1], text.split("\n\nRuns (")[1].split("\n\n")[1]
+    header = scaling.splitlines()[0].split()
+    assert header[:7] == ["group", "workers", "samples/s", "final", "acc", "to", "target"]  # the key columns first
+    rows = {line.split()[0]: line for line in scaling.splitlines()[2:]}
+    assert " never " in rows["asgd"] + " " and "1 (2 of 3)" in rows["allreduce"] and "never" not in rows["sgp"]
+    by_run = [line for line in runs.splitlines()[2:]]
+    assert sum(" never" in line for line in by_run) == 3  # two asgd runs and allreduce's third seed
+    assert json.loads(report_text(missing, "json", target=0.85, table="scaling"))["scaling"][1]["time_to_target_s"] \
+        is None  # machine-readable: still no number
+
+
+def test_a_group_that_never_reached_the_target_is_marked_in_the_time_to_target_plot(missing):
+    doc = json.loads(report_text(missing, "json", target=0.85))
+    plot = next(p for p in doc["plots"] if p["plot"] == "time-to-target.png")
+    curves = {c["label"]: c for c in plot["curves"]}
+    assert curves["asgd"]["points"] == [] and curves["asgd"]["never"] == [2]
+    assert curves["allreduce"]["points"] == [[2, 1.0, 0.0]] and "never" not in curves["allreduce"]
+    assert curves["sgp"]["points"] == [] and "never" not in curves["sgp"]  # not evaluated: unknown, not never
+    pytest.importorskip("matplotlib")
+    from hpcbench.report.document import build
+    from hpcbench.report.plots import draw_lines, pyplot, styles
+
+    plt = pyplot()
+    figure = next(f for f in build(missing, target=0.85).figures if f.name == "time-to-target")
+    fig = draw_lines(plt, figure, styles(plt, ["allreduce", "asgd", "sgp"]))
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "asgd (never reached)" in legend and "allreduce" in legend
+    assert [t.get_text() for t in fig.axes[0].child_axes[0].get_yticklabels()] == ["never"]  # the line's name
+    plt.close(fig)
+
+
+def test_with_many_groups_the_accuracy_panels_colour_the_most_accurate_few_and_grey_the_rest():
+    runs = [reaching("asgd", 2, 0, [0.1, 0.5, 0.5 + i / 100], lr=0.01 * (i + 1)) for i in range(15)]
+    for i, rec in enumerate(runs):
+        rec.attrs["config"]["lr"] = 0.01 * (i + 1)
+    from hpcbench.report.document import build
+
+    built = build(runs, target=0.85)
+    assert len(built.labels) == 15
+    figure = next(f for f in built.figures if f.name == "accuracy-time")
+    coloured = [s.label for s in figure.series if s.highlight]
+    assert len(coloured) == 5 and sorted(coloured) == sorted(
+        built.labels[c] for c in built.labels if float(dict(c[2])["lr"]) >= 0.11)  # the five most accurate
+    assert all(s.highlight for f in built.figures if f.name == "throughput" for s in f.series)
+    pytest.importorskip("matplotlib")
+    from hpcbench.report.plots import draw_lines, pyplot, styles
+
+    plt = pyplot()
+    fig = draw_lines(plt, figure, styles(plt, sorted(built.labels.values())))
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(legend) == 6 and legend[-1] == "10 other groups (grey)"
+    plt.close(fig)

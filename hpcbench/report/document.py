@@ -21,9 +21,11 @@ from hpcbench.report.tables import (
     FORMATS,
     LOSS_COLUMNS,
     RUN_COLUMNS,
-    RUN_NARROW,
+    RUN_KEY,
+    RUN_REST,
     SCALE_COLUMNS,
-    SCALE_NARROW,
+    SCALE_KEY,
+    SCALE_REST,
     TABLES,
     TEXT,
     UNFINISHED_COLUMNS,
@@ -151,7 +153,8 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
     run_settings, point_settings = setting_columns(keys)
     wide_runs = RUN_COLUMNS[:2] + run_settings + RUN_COLUMNS[2:] + lost
     wide_points = SCALE_COLUMNS[:2] + point_settings + SCALE_COLUMNS[2:] + lost
-    narrow_runs, narrow_points = [group, *nodes, *RUN_NARROW, *lost], [group, *nodes, *SCALE_NARROW, *lost]
+    narrow_runs = [group, *RUN_KEY, *nodes, *RUN_REST, *lost]
+    narrow_points = [group, *SCALE_KEY, *nodes, *SCALE_REST, *lost]
 
     def shown(narrow: list[Column], every: list[Column], items: Sequence[Any]) -> list[str]:
         if wide or fmt == "latex":

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 
 # No horizontal scroll from 800 px up: a table wider than the page scrolls in its own box, and the plots
-# (drawn 800 px wide) shrink with the page.
+# (drawn 720 px wide) are shown at their size there, shrinking only on a narrower screen.
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; padding: 0 1em; max-width: 1200px; color: #222;
        line-height: 1.4; }
@@ -25,7 +25,7 @@ td:first-child, th:first-child { text-align: left; }
 details { margin-bottom: 1.5em; } summary { cursor: pointer; color: #1f4e8c; }
 figure { margin: 0 0 1.5em; }
 figure img { max-width: 100%; height: auto; border: 1px solid #ddd; }
-figcaption { color: #555; font-size: 0.9em; }
+figcaption { color: #555; font-size: 0.9em; max-width: 50em; }
 """
 
 
@@ -37,11 +37,21 @@ def note_html(text: str) -> str:
     return f'<p class="note">{html.escape(text)}</p>'
 
 
+def png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) in pixels, from a PNG's header."""
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
 def figures_html(images: Mapping[str, bytes], missing: str = "") -> str:
-    """The plots section: each plot as an <img> whose data is in the page (so the one file can be mailed
-    or attached to a CI run), or ``missing``: why there are none."""
-    figures = [f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
-               f"<figcaption>{html.escape(name)}</figcaption></figure>" for name, png in images.items()]
+    """The plots section: each plot as an <img> of its own size whose data is in the page (so the one file
+    can be mailed or attached to a CI run), under its caption (``images``' keys, sentences saying what
+    each shows), or ``missing``: why there are none."""
+    figures = []
+    for caption, png in images.items():
+        width, height = png_size(png)
+        figures.append(f'<figure><img alt="{html.escape(caption)}" width="{width}" height="{height}" '
+                       f'src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+                       f"<figcaption>{html.escape(caption)}</figcaption></figure>")
     if not figures and not missing:
         return ""
     return '<section id="plots">' + title_html("Plots") + (note_html(missing) if missing else "") + "".join(figures) \

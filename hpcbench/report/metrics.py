@@ -1,6 +1,8 @@
 """Report arithmetic (pure): rows per run, groups over repeats, speedup and efficiency."""
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -10,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from hpcbench.config import RunConfig
+from hpcbench.options import option_tables
 from hpcbench.results.schema import (
     DETECTED_BY,
     FAILURES,
@@ -167,6 +171,12 @@ def setting(row: RunRow, key: str) -> str:
     return dict(row.settings).get(key, "-")
 
 
+def missed_target(row: RunRow) -> bool:
+    """A finished run that evaluated its model and never reached the target (one that evaluated nothing,
+    a timing-only simulation, cannot say)."""
+    return row.result == "ok" and math.isnan(row.time_to_target_s) and math.isfinite(row.final_accuracy)
+
+
 def varying(rows: Sequence[RunRow]) -> list[str]:
     """The settings whose values differ between runs of the same algorithm and mode."""
     keys = sorted({k for r in rows for k, _ in r.settings})
@@ -207,6 +217,8 @@ class ScalePoint:
     result: str = "ok"  # "ok" when a run finished, else how its runs ended (e.g. "timeout")
     time_to_target_spread: float = float("nan")  # half the min-max range over the repeats
     final_accuracy_spread: float = float("nan")
+    reached_target: int = 0  # finished repeats that reached the target (time to target: their median)
+    missed_target: int = 0  # finished repeats that evaluated their model and never reached it
 
     @property
     def curve(self) -> Curve:
@@ -252,9 +264,10 @@ def scaling(rows: Iterable[RunRow], group_by: Sequence[str] = ()) -> list[ScaleP
                 ttt, ttt_speedup, ttt_efficiency, accuracy[0],
                 spread([r.staleness_mean for r in ok])[0], spread([r.workers_lost for r in ok])[0],
                 spread([r.recovery_s for r in ok])[0], len(g) - len(ok), result,
-                time_to_target_spread=spread([r.time_to_target_s for r in ok])[1], final_accuracy_spread=accuracy[1]))
+                time_to_target_spread=spread([r.time_to_target_s for r in ok])[1], final_accuracy_spread=accuracy[1],
+                reached_target=sum(math.isfinite(r.time_to_target_s) for r in ok),
+                missed_target=sum(map(missed_target, ok))))
     return points
-
 
 
 def curve_of(row: RunRow, keys: Sequence[str]) -> Curve:
@@ -274,17 +287,95 @@ def clip(text: str, width: int = 40) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
+UNSET = ("null", "-")  # a setting without a value, or one a run's file does not hold
+
+
+@functools.cache
+def defaults() -> dict[str, str]:
+    """Each setting's default, as ``settings`` names and writes it: a run's configuration, the option
+    tables (``options.ALGO.KEY``, ``sim.KEY``, a model's or data set's ``TABLE.KEY``)."""
+    out = {key: value for key, value in flatten(RunConfig().to_dict()).items() if not key.startswith("options")}
+    for name, table in option_tables().items():
+        prefix = f"options.{name}." if table.algorithm else f"{name}."
+        out.update({prefix + f.name: getattr(table.options(), f.name) for f in dataclasses.fields(table.options)})
+    return {key: setting_text(value) for key, value in out.items()}
+
+
+def equal_texts(a: str, b: str) -> bool:
+    """Whether two settings' texts are the same value (``5`` and ``5.0`` are)."""
+    try:
+        x, y = json.loads(a), json.loads(b)
+    except ValueError:
+        return a == b
+    return x == y and isinstance(x, bool) == isinstance(y, bool)
+
+
+def plain(key: str, value: str) -> bool:
+    """Whether a group's name leaves this value out: unset, or the setting's default."""
+    return value in UNSET or (key in defaults() and equal_texts(value, defaults()[key]))
+
+
+def split(members: list[int], texts: Sequence[str]) -> list[list[int]]:
+    """``members`` in classes of equal ``texts[member]``."""
+    parts: dict[str, list[int]] = {}
+    for m in members:
+        parts.setdefault(texts[m], []).append(m)
+    return list(parts.values())
+
+
+def pairs(n: int) -> int:
+    return n * (n - 1) // 2
+
+
+def telling(groups: Sequence[Settings], algorithm: str) -> list[list[str]]:
+    """For each group of one algorithm (and mode), the settings that tell it apart from the others as
+    ``name=value``: the fewest that do, chosen one by one (the one that tells most pairs apart first, then
+    by name), each shown only where its value is neither unset nor the default. Groups still alike (one
+    value unset, the other the default; values alike in their first 40 characters) show those values in
+    full, and a number where even that leaves two alike."""
+    if len(groups) < 2:
+        return [[] for _ in groups]
+    keys = [i for i in range(len(groups[0])) if len({g[i][1] for g in groups}) > 1]
+    texts = {i: ["" if plain(*g[i]) else f"{short_setting(g[i][0], algorithm)}={clip(g[i][1])}" for g in groups]
+             for i in keys}
+    chosen: list[int] = []
+    classes = [list(range(len(groups)))]
+
+    def told(i: int) -> int:
+        return sum(pairs(len(c)) - sum(pairs(len(part)) for part in split(c, texts[i])) for c in classes)
+
+    while any(len(c) > 1 for c in classes):
+        best = max((i for i in keys if i not in chosen), key=lambda i: (told(i), -i), default=None)
+        if best is None or told(best) == 0:
+            break
+        chosen.append(best)
+        classes = [part for c in classes for part in split(c, texts[best])]
+    shown = [{i: texts[i][g] for i in chosen} for g in range(len(groups))]
+    for c in (c for c in classes if len(c) > 1):
+        for i in (i for i in keys if len({groups[g][i][1] for g in c}) > 1):
+            for g in c:
+                key, value = groups[g][i]
+                shown[g][i] = f"{short_setting(key, algorithm)}={'unset' if value in UNSET else value}"
+    names = [[text for _, text in sorted(s.items()) if text] for s in shown]
+    seen: dict[tuple[str, ...], int] = {}
+    for name in names:
+        seen[tuple(name)] = seen.get(tuple(name), 0) + 1
+        if seen[tuple(name)] > 1:
+            name.append(f"({seen[tuple(name)]})")
+    return names
+
+
 def curve_labels(curves: Iterable[Curve]) -> dict[Curve, str]:
     """A short label per curve, the same in every table and plot: its algorithm, its mode where the
-    runs mix modes, and those of its settings whose values differ between the curves of its algorithm
-    and mode (``allreduce compress=powersgd``; plain ``asgd`` where nothing sets asgd's curves apart)."""
+    runs mix modes, and the settings that tell it apart from the other curves of its algorithm and mode
+    (``allreduce compress=powersgd``; plain ``asgd`` where nothing sets asgd's curves apart, or where its
+    values are the defaults): never an unset value or a default, and never two curves with one label."""
     known = sorted(set(curves))
     mixed = len({mode for _, mode, _ in known}) > 1
     labels = {}
-    for algorithm, mode, group in known:
-        siblings = [g for a, m, g in known if (a, m) == (algorithm, mode)]
-        shown = [f"{short_setting(key, algorithm)}={clip(str(value))}" for i, (key, value) in enumerate(group)
-                 if len({sibling[i][1] for sibling in siblings}) > 1]
+    for algorithm, mode in dict.fromkeys((a, m) for a, m, _ in known):
+        groups = [g for a, m, g in known if (a, m) == (algorithm, mode)]
         name = f"{algorithm} ({mode})" if mixed else algorithm
-        labels[(algorithm, mode, group)] = " ".join([name, *shown])
+        for group, shown in zip(groups, telling(groups, algorithm)):
+            labels[(algorithm, mode, group)] = " ".join([name, *shown])
     return labels

@@ -5,15 +5,20 @@ from __future__ import annotations
 import importlib.util
 import math
 import tempfile
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpcbench.errors import UsageError
+from hpcbench.errors import NO_MATPLOTLIB, UsageError
 from hpcbench.report.figures import PHASES, Figure
 
-NO_MATPLOTLIB = "plots need matplotlib: pip install 'hpcbench-mpi[plot]'"
 MARKERS = "osD^v<>ph*XP"
-WIDTH_IN, DPI = 8.0, 100  # 800 px: drawn at full size in a page read at 800 px and up
+# Every plot 720 px wide (legends below, in 10 points: 14 px), so that a page read at 800 px, its margins
+# and a scroll bar taken off, still shows each at its size.
+WIDTH_IN, DPI = 7.2, 100
+WIDTH_PX = round(WIDTH_IN * DPI)
+GREY = "0.72"
+TITLE_CHARS = 95  # a title's line, in 11 points, within WIDTH_PX
 
 
 def have_matplotlib() -> bool:
@@ -32,49 +37,101 @@ def pyplot():
 
 
 def styles(plt, labels: Sequence[str]) -> dict[str, dict]:
-    """A colour, marker and line style per label, the same in every plot of one report."""
-    colours = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
-    return {label: {"color": colours(i % colours.N), "marker": MARKERS[i % len(MARKERS)],
-                    "linestyle": ("-", "--", ":")[(i // colours.N) % 3]} for i, label in enumerate(labels)}
+    """A colour, marker and line style per label, the same in every plot of one report (never a grey: grey
+    is for the groups behind the most accurate few)."""
+    cmap = plt.get_cmap("tab10" if len(labels) <= 9 else "tab20")
+    colours = [c for c in map(cmap, range(cmap.N)) if len(set(c[:3])) > 1]
+    return {label: {"color": colours[i % len(colours)], "marker": MARKERS[i % len(MARKERS)],
+                    "linestyle": ("-", "--", ":")[(i // len(colours)) % 3]} for i, label in enumerate(labels)}
 
 
-def legend(fig, handles: list, names: list[str]) -> None:
-    """Below the plot, in columns, at a size that reads at 800 px."""
-    fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2 if len(names) > 4 else 1,
-               fontsize=10, frameon=False)
+def columns(entries: int) -> int:
+    return 2 if entries > 4 else 1
+
+
+def legend(fig, handles: list, names: list[str], ncol: int = 0) -> None:
+    """Below the plot, in columns, inside the figure (the layout leaves it room)."""
+    fig.legend(handles, names, loc="outside lower center", ncol=ncol or columns(len(names)), fontsize=10,
+               frameon=False)
+
+
+def legend_in(entries: int, ncol: int = 0) -> float:
+    """The height, in inches, a legend of ``entries`` needs below the plot."""
+    return 0.2 + 0.24 * math.ceil(entries / (ncol or columns(entries)))
+
+
+def draw_never(ax, figure: Figure, panel: int, style: dict[str, dict]) -> None:
+    """Time to target: a dotted line above the points, marked "never" at its right end, and on it, hollow,
+    each group's marker where its finished runs never reached the target; "2 of 3" beside a point that only
+    some repeats reached."""
+    mine = [s for s in figure.series if s.panel == panel]
+    for s in mine:
+        for x, y, text in s.notes:
+            ax.annotate(text, (x, y), xytext=(6, 4), textcoords="offset points", fontsize=9,
+                        color=style[s.label]["color"])
+    if not any(s.never for s in mine):
+        return
+    top = max((y + (0 if math.isnan(e) else e) for s in mine for _, y, e in s.points), default=1.0)
+    at = 1.15 * top if top > 0 else 1.0
+    ax.axhline(at, color="gray", linestyle=":", linewidth=1)
+    for s in (s for s in mine if s.never):
+        ax.plot(s.never, [at] * len(s.never), linestyle="none", marker=style[s.label]["marker"], markersize=8,
+                markerfacecolor="none", markeredgecolor=style[s.label]["color"])
+    ax.set_ylim(0, at * 1.08)
+    right = ax.secondary_yaxis("right")  # the line's name, at its right end, where no point can hide it
+    right.set_yticks([at], ["never"], fontsize=10)
+
+
+def legend_name(figure: Figure, label: str) -> str:
+    """A group's name in a plot's legend, with "(never reached)" where the plot shows it only on that line."""
+    mine = [s for s in figure.series if s.label == label]
+    return f"{label} (never reached)" if any(s.never for s in mine) and not any(s.points for s in mine) else label
 
 
 def draw_lines(plt, figure: Figure, style: dict[str, dict]):
     panels = figure.panels()
-    fig, axes = plt.subplots(len(panels), 1, figsize=(WIDTH_IN, 3.6 * len(panels) + 0.6), squeeze=False,
-                             sharex=len(panels) > 1)
+    named = list(dict.fromkeys(s.label for s in figure.series if s.highlight))
+    grey = {s.label for s in figure.series} - set(named)
+    entries = len(named) + bool(grey)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(WIDTH_IN, 3.0 * len(panels) + 0.7 + legend_in(entries)),
+                             squeeze=False, sharex=len(panels) > 1, layout="constrained")
     handles: dict[str, object] = {}
     for ax, panel in zip(axes[:, 0], panels):
         for s in (s for s in figure.series if s.panel == panel):
             xs, ys, errs = zip(*s.points) if s.points else ((), (), ())
+            if not s.highlight:
+                ax.plot(xs, ys, color=GREY, linewidth=1, zorder=1)
+                continue
             yerr = [0.0 if math.isnan(e) else e for e in errs] if any(not math.isnan(e) for e in errs) else None
             line = ax.errorbar(xs, ys, yerr=yerr, capsize=3 if yerr else 0, markersize=5, label=s.label,
-                               **style[s.label])
+                               zorder=2, **style[s.label])
             handles.setdefault(s.label, line)
+        draw_never(ax, figure, panel, style)
         if not math.isnan(figure.line_at):
             ax.axhline(figure.line_at, color="gray", linestyle="--", linewidth=1)
         if figure.log_x:
             ax.set_xscale("log", base=2)
-            ticks = sorted({x for s in figure.series for x, _, _ in s.points})
+            ticks = sorted({x for s in figure.series for x, _, _ in s.points} | {x for s in figure.series
+                                                                                  for x in s.never})
             ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.set_ylabel(figure.y, fontsize=11)
         ax.grid(True, alpha=0.3)
         if len(panels) > 1:
             ax.set_title(f"{panel} workers", fontsize=11, loc="left")
     axes[-1, 0].set_xlabel(figure.x, fontsize=11)
-    fig.suptitle(figure.title, fontsize=11)
-    legend(fig, list(handles.values()), list(handles))
+    fig.suptitle(textwrap.fill(figure.title, TITLE_CHARS), fontsize=11)
+    names = [legend_name(figure, label) for label in handles]
+    if grey:
+        handles["grey"] = plt.Line2D([], [], color=GREY, linewidth=1)
+        names.append(f"{len(grey)} other group{'s' * (len(grey) > 1)} (grey)")
+    legend(fig, list(handles.values()), names)
     return fig
 
 
 def draw_bars(plt, figure: Figure):
     names = [s.label for s in figure.series]
-    fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.32 * len(names) + 1.4))
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.32 * len(names) + 1.2 + legend_in(len(PHASES), len(PHASES))),
+                           layout="constrained")
     left = [0.0] * len(names)
     colours = ["tab:blue", "tab:orange", "tab:green", "lightgray"]
     handles = []
@@ -86,13 +143,13 @@ def draw_bars(plt, figure: Figure):
     ax.set_xlabel(figure.x, fontsize=11)
     ax.tick_params(axis="y", labelsize=10)
     ax.invert_yaxis()
-    ax.set_title(figure.title, fontsize=11)
-    fig.legend(handles, PHASES, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=4, fontsize=10, frameon=False)
+    fig.suptitle(textwrap.fill(figure.title, TITLE_CHARS), fontsize=11)
+    legend(fig, handles, list(PHASES), len(PHASES))
     return fig
 
 
 def write_figures(figures: Sequence[Figure], out_dir: str | Path) -> dict[str, list[str]]:
-    """Each figure as OUT_DIR/NAME.png; returns {file name: the labels it shows}."""
+    """Each figure as OUT_DIR/NAME.png, WIDTH_PX wide; returns {file name: the labels it shows}."""
     plt = pyplot()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -101,13 +158,14 @@ def write_figures(figures: Sequence[Figure], out_dir: str | Path) -> dict[str, l
     written = {}
     for figure in figures:
         fig = draw_bars(plt, figure) if figure.kind == "bars" else draw_lines(plt, figure, style)
-        fig.savefig(out / f"{figure.name}.png", dpi=DPI, bbox_inches="tight")
+        fig.savefig(out / f"{figure.name}.png", dpi=DPI)  # the figure's own size: no cropping
         plt.close(fig)
         written[f"{figure.name}.png"] = list(dict.fromkeys(s.label for s in figure.series))
     return written
 
 
 def images(figures: Sequence[Figure]) -> dict[str, bytes]:
-    """The figures as PNG data, by file name (for the html page)."""
+    """The figures as PNG data, by caption (for the html page)."""
     with tempfile.TemporaryDirectory() as tmp:
-        return {name: (Path(tmp) / name).read_bytes() for name in write_figures(figures, tmp)}
+        write_figures(figures, tmp)
+        return {figure.caption or figure.title: (Path(tmp) / f"{figure.name}.png").read_bytes() for figure in figures}

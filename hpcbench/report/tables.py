@@ -15,7 +15,7 @@ import tabulate as tabulate_module
 from tabulate import tabulate
 
 from hpcbench.errors import UsageError, one_of
-from hpcbench.report.metrics import RunRow, ScalePoint, setting, varying
+from hpcbench.report.metrics import RunRow, ScalePoint, missed_target, setting, varying
 from hpcbench.report.strict_json import json_safe
 from hpcbench.results.schema import RunRecord
 from hpcbench.results.store import promote_partials, read_run
@@ -46,6 +46,8 @@ UNITS = {
     "reached": "a run that did not finish: samples done of the budget, and seconds, as its file last said",
     "error": "the error line of a run that did not finish", "lr_recipe": "the learning-rate schedule, as text",
     "failed": "runs of the point that did not finish",
+    "reached_target": "finished runs of the point that reached the target accuracy (time_to_target_s: their median)",
+    "missed_target": "finished runs of the point that evaluated their model and never reached the target",
     "workers_lost": "workers that failed during the run, which went on without them",
     "recovery_s": "seconds from a worker's failure until the next update that did not need it (mean over the "
                   "run's failures; null: none)",
@@ -115,6 +117,20 @@ def span(low: float, high: float, fmt: Callable[[float], str]) -> str:
 Column = tuple[str, Callable[[Any], float | str | int], Callable[[Any], str]]
 TEXT: Callable[[Any], str] = str
 
+
+def run_to_target(r: RunRow) -> str:
+    """A run's time to target: "never" where it evaluated its model and never reached the target."""
+    return "never" if missed_target(r) else fmt_sig(r.time_to_target_s)
+
+
+def point_to_target(p: ScalePoint) -> str:
+    """A point's time to target: "never" where no finished repeat reached it, and how many did where not
+    every one did (``12.5 (2 of 3)``: the median of those 2)."""
+    if p.missed_target and not p.reached_target:
+        return "never"
+    time = fmt_sig(p.time_to_target_s)
+    return f"{time} ({p.reached_target} of {p.reached_target + p.missed_target})" if p.missed_target else time
+
 RUN_COLUMNS: list[Column] = [
     ("algorithm", lambda r: r.algorithm, TEXT),
     ("mode", lambda r: r.mode, TEXT),
@@ -128,7 +144,7 @@ RUN_COLUMNS: list[Column] = [
     ("communicate", lambda r: r.communicate_fraction, fmt_pct),
     ("wait", lambda r: r.wait_fraction, fmt_pct),
     ("final acc", lambda r: r.final_accuracy, fmt_num(3)),
-    ("time to target s", lambda r: r.time_to_target_s, fmt_sig),
+    ("time to target s", lambda r: r, run_to_target),
     ("staleness mean", lambda r: r.staleness_mean, fmt_num(1)),
     ("staleness p50/p99", lambda r: f"{fmt_num(0)(r.staleness_p50)}/{fmt_num(0)(r.staleness_p99)}", TEXT),
     ("penalty mean", lambda r: r.penalty_mean, fmt_num(2)),
@@ -151,7 +167,7 @@ SCALE_COLUMNS: list[Column] = [
     ("± spread", lambda p: p.samples_per_s_spread, fmt_num(0)),
     ("speedup", lambda p: p.speedup, fmt_num(2)),
     ("efficiency", lambda p: p.efficiency, fmt_pct),
-    ("time to target s", lambda p: p.time_to_target_s, fmt_sig),
+    ("time to target s", lambda p: p, point_to_target),
     ("ttt speedup", lambda p: p.ttt_speedup, fmt_num(2)),
     ("ttt efficiency", lambda p: p.ttt_efficiency, fmt_pct),
     ("final acc", lambda p: p.final_accuracy, fmt_num(3)),
@@ -171,23 +187,28 @@ def phase_shares(r: RunRow) -> str:
 
 
 # The narrow tables (the default: the group's name first, the settings folded into it); --wide, and html
-# on a click, show every column.
-SCALE_NARROW: list[Column] = [
+# on a click, show every column. Each begins with its key columns (``*_KEY``: the answer, kept in view on
+# a screen 800 px wide), then nodes where runs span several, then the rest (``*_REST``).
+SCALE_KEY: list[Column] = [
     ("workers", lambda p: p.workers, TEXT),
-    ("runs", lambda p: p, lambda p: f"{p.repeats} ({p.failed} failed)" if p.failed else str(p.repeats)),
     ("samples/s", lambda p: p, with_spread),
+    ("final acc", lambda p: p.final_accuracy, fmt_num(3)),
+    ("to target s", lambda p: p, point_to_target),
+]
+SCALE_REST: list[Column] = [
     ("speedup", lambda p: p.speedup, fmt_num(2)),
     ("efficiency", lambda p: p.efficiency, fmt_pct),
-    ("to target s", lambda p: p.time_to_target_s, fmt_sig),
-    ("final acc", lambda p: p.final_accuracy, fmt_num(3)),
+    ("runs", lambda p: p, lambda p: f"{p.repeats} ({p.failed} failed)" if p.failed else str(p.repeats)),
 ]
-RUN_NARROW: list[Column] = [
+RUN_KEY: list[Column] = [
     ("workers", lambda r: r.workers, TEXT),
     ("samples/s", lambda r: r, lambda r: fmt_num(0)(r.samples_per_s) if r.result == "ok" else r.result.upper()),
+    ("final acc", lambda r: r.final_accuracy, fmt_num(3)),
+    ("to target s", lambda r: r, run_to_target),
+]
+RUN_REST: list[Column] = [
     ("step ms", lambda r: r.median_step_s, fmt_num(1, 1000)),
     ("compute/comm/wait %", lambda r: r, phase_shares),
-    ("final acc", lambda r: r.final_accuracy, fmt_num(3)),
-    ("to target s", lambda r: r.time_to_target_s, fmt_sig),
 ]
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from hpcbench.errors import NO_MATPLOTLIB
 from hpcbench.reproduce import findings
 from hpcbench.reproduce.claims import CLAIMS, crossing, diloco, gap_aware, jin, sgp
 from hpcbench.reproduce.findings import spent
@@ -87,7 +88,7 @@ def plot(s: Study, cells: Sequence[Cell], path: Path, arm: str = "") -> str:
     try:
         import matplotlib
     except ImportError:
-        return "no plot: matplotlib is not installed (pip install 'hpcbench-mpi[plot]')"
+        return f"no plot: {NO_MATPLOTLIB}"
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

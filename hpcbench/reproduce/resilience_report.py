@@ -10,6 +10,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from hpcbench.errors import NO_MATPLOTLIB
 from hpcbench.reproduce import findings
 from hpcbench.reproduce.findings import mean_half
 from hpcbench.reproduce.protocol import ArmResult, Recipe, ceiling
@@ -72,7 +73,7 @@ def plot(cells: Sequence[Any], path: Path) -> str:
     try:
         import matplotlib
     except ImportError:
-        return "no plot: matplotlib is not installed (pip install 'hpcbench-mpi[plot]')"
+        return f"no plot: {NO_MATPLOTLIB}"
     if not cells:
         return "no plot: no run finished"
     matplotlib.use("Agg")

@@ -17,7 +17,7 @@ from typing import Any
 from tabulate import tabulate
 
 from hpcbench.config import toml_literal
-from hpcbench.errors import UsageError
+from hpcbench.errors import NO_MATPLOTLIB, UsageError
 from hpcbench.report.strict_json import dumps
 from hpcbench.tuning.execute import Job, run_jobs
 from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, at_edge, best_per_group, past_edges, ties
@@ -89,7 +89,7 @@ def plot(trials: Sequence[Trial], path: Path, title: str) -> str:
     try:
         import matplotlib
     except ImportError:
-        return "no plot: matplotlib is not installed (pip install 'hpcbench-mpi[plot]')"
+        return f"no plot: {NO_MATPLOTLIB}"
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
