@@ -414,3 +414,21 @@ def test_with_many_groups_the_accuracy_panels_colour_the_most_accurate_few_and_g
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert len(legend) == 6 and legend[-1] == "10 other groups (grey)"
     plt.close(fig)
+
+
+def test_a_headline_of_timing_only_runs_says_so_instead_of_none_reached_the_target():
+    """Runs that measured no accuracy (numerics off, the payload model) did not miss the target: the
+    headline says they are timing only; runs that evaluated and missed it say none reached it."""
+    from hpcbench.report.headline import leads
+    from hpcbench.report.metrics import ScalePoint
+
+    def point(algo, missed):
+        nan = float("nan")
+        return ScalePoint(algo, "mpi", (), 4, 1, 2, 1000.0, 10.0, 1.0, 1.0, nan, nan, nan,
+                          0.5 if missed else nan, 0.0, missed_target=missed)
+
+    for missed, words in ((0, "timing only: no run measured accuracy"), (2, "none reached it")):
+        points = [point("asgd", missed), point("allreduce", missed)]
+        labels = {p.curve: p.algorithm for p in points}
+        first = next(lead for lead in leads(points, labels, 0.9) if lead.what.startswith("first to"))
+        assert words in first.line(), first.line()

@@ -77,7 +77,9 @@ def leads(points: Sequence[ScalePoint], labels: dict[Curve, str], target: float)
             known = [p for p in here if math.isfinite(value(p)[0])]
             if not known:
                 if what.startswith("first to") and here:
-                    out.append(Lead(workers, what, "none reached it", "", "", "", "",
+                    measured = any(p.reached_target + p.missed_target for p in here)  # else: timing only
+                    out.append(Lead(workers, what, "none reached it" if measured else
+                                    "timing only: no run measured accuracy", "", "", "", "",
                                     f"{len(here)} curve{'s' * (len(here) > 1)} with finished runs"))
                 continue
             ranked = sorted(known, key=lambda p: (value(p)[0] if lower_better else -value(p)[0], labels[p.curve]))
