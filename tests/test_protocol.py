@@ -282,3 +282,31 @@ def test_the_report_says_which_setting_each_cell_chose_and_flags_the_grid_edge()
     assert "Ties within the seeds' interval on validation: sgp n=16: lr 0.04 ties with the chosen lr 0.02" in text
     # An arm that had one setting to run chose nothing.
     assert chosen_text(ArmResult(SHARED, (), same, (), (), chose=False)) == ""
+
+
+def test_a_tuned_recipe_never_carries_the_step_cap_its_runs_were_made_under():
+    """HPCBENCH_MAX_STEPS caps the tuning runs (a smoke test); the recipe written for later runs does not
+    carry it, or every run made from it would stay capped without the variable. Its header says so."""
+    import tomllib
+
+    from hpcbench.tuning.tune import recipe_toml
+
+    trial = Trial("asgd", 8, Setting(0.02, 0.9), (0.7, 0.71))
+    text = recipe_toml({"dataset": "teacher", "max_steps": 20}, {}, trial, {})
+    values = tomllib.loads(text)
+    assert "max_steps" not in values and values["dataset"] == "teacher" and values["lr"] == 0.02
+    assert "capped at 20 steps per worker" in text.splitlines()[1]
+    assert "capped" not in recipe_toml({"dataset": "teacher"}, {}, trial, {})
+
+
+@pytest.mark.timeout(240)
+def test_a_capped_tune_says_so_and_its_recipe_runs_uncapped(tmp_path, monkeypatch, capsys):
+    import tomllib
+
+    monkeypatch.setenv("HPCBENCH_MAX_STEPS", "3")
+    out = tmp_path / "tune"
+    assert main(["tune", "--algo", "asgd", "--workers", "2", "--lr", "0.05", "--seeds", "0", "--jobs", "1",
+                 "--out-dir", str(out), *TINY, "--set", "evals=2", "--extend", "0"]) == 0
+    assert (out / "tune.md").read_text().splitlines()[2].startswith("**CAPPED** at 3 steps per worker")
+    assert "max_steps" not in tomllib.loads((out / "best" / "asgd-n2.toml").read_text())
+    capsys.readouterr()

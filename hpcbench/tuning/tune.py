@@ -132,9 +132,13 @@ def recipe_toml(base: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]
                 sim: Mapping[str, Any]) -> str:
     """A config file that runs ``trial``'s setting: the base run options (non-default ones), the chosen
     values, the option tables given, and the simulator's values (``[sim]``) when tuned in the simulator."""
-    values = {**base, **trial.setting.values(), "algo": trial.algo}
+    cap = base.get("max_steps")
+    values = {**{k: v for k, v in base.items() if k != "max_steps"}, **trial.setting.values(), "algo": trial.algo}
     lines = [f"# chosen by hpcbench tune on the validation split: {trial.algo} at {trial.workers} workers, "
              f"validation accuracy {fmt_acc(trial)}"]
+    if cap:  # the environment's cap on the tuning runs (a smoke test), not a setting of the recipe
+        lines.append(f"# its runs were capped at {cap} steps per worker (HPCBENCH_MAX_STEPS): a smoke test, not a "
+                     "choice; the recipe does not carry the cap")
     lines += [f"{k} = {toml_literal(v)}" for k, v in values.items()]
     for table_name, table_values in {**options, **({"sim": sim} if sim else {})}.items():
         if table_values:
@@ -191,7 +195,10 @@ def tune(grid: Grid, run_args: Sequence[str], base: Mapping[str, Any], options: 
     chosen_lines = [f"- {a} at {n} workers: **{t.setting.label()}** (validation {fmt_acc(t)} %) -> "
                     f"`{files[f'{a}-n{n}']}`" + choice_caveats(t, [x for x in trials if (x.algo, x.workers) == (a, n)])
                     for (a, n), t in chosen.items()]
-    md = ["# hpcbench tune", "", "Chosen on the validation split (final validation accuracy, mean over seeds; "
+    cap = base.get("max_steps")
+    capped = [f"**CAPPED** at {cap} steps per worker (HPCBENCH_MAX_STEPS): a smoke test of the grid, not a choice "
+              "to trust; the recipes written do not carry the cap.", ""] if cap else []
+    md = ["# hpcbench tune", "", *capped, "Chosen on the validation split (final validation accuracy, mean over seeds; "
           "ties go to the smaller rate). The test set is not read. A choice at the edge of the rates tried grows "
           f"the grid by its own log step on that side (at most {extensions} step(s)).", "", *chosen_lines, "", text,
           "",
