@@ -45,6 +45,11 @@ def dataset_of(v: Mapping[str, Any]) -> str:
     return str(protocol_of(v).get("dataset") or "teacher")
 
 
+def model_of(v: Mapping[str, Any]) -> str:
+    """The model a study's runs trained (a verdict from before its protocol named one trained the mlp)."""
+    return str(protocol_of(v).get("model") or "mlp")
+
+
 def is_finding(v: Mapping[str, Any]) -> bool:
     """Whether a study is a finding: made on real data (the teacher task's are checks of the machinery)."""
     return dataset_of(v) != "teacher"
@@ -101,7 +106,7 @@ def summary_lines(studies: Mapping[str, Mapping[str, Any]], stale: Mapping[str, 
 
 def workload(v: Mapping[str, Any]) -> str:
     """``Fashion-MNIST, cnn-tiny``: the data set and model a study's runs learned."""
-    return f"{DATASETS.get(dataset_of(v), dataset_of(v))}, {protocol_of(v).get('model') or 'mlp'}"
+    return f"{DATASETS.get(dataset_of(v), dataset_of(v))}, {model_of(v)}"
 
 
 def grouped_lines(studies: Mapping[str, Mapping[str, Any]], stale: Mapping[str, Sequence[str]] | None = None

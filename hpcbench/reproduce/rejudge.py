@@ -96,7 +96,7 @@ def same_task(path: Path, v: dict[str, Any], size: Size) -> None:
     set, model, budget and target (a verdict from before its protocol named them ran the teacher task's mlp
     for a time to 70%); else one line."""
     proto = v["protocol"]
-    ran = (findings.dataset_of(v), str(proto.get("model") or "mlp"), float(proto["budget_epochs"]),
+    ran = (findings.dataset_of(v), findings.model_of(v), float(proto["budget_epochs"]),
            float(proto.get("target_accuracy", 0.7)))
     runs = (size.task.dataset, size.task.model, size.epochs, size.target)
     if ran != runs:
