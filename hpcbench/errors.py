@@ -14,10 +14,18 @@ def is_control(c: str) -> bool:
     return unicodedata.category(c) in ("Cc", "Zl", "Zp")
 
 
+def is_unseen(c: str) -> bool:
+    """Whether printing ``c`` would change how the text around it reads: a control character, or a format
+    character (bidi overrides and isolates such as U+202E and U+2066, zero-width spaces), which reorders or
+    hides text without showing itself."""
+    return is_control(c) or unicodedata.category(c) == "Cf"
+
+
 def escaped(text: str, keep: str = KEPT) -> str:
-    """``text`` with its control characters (an escape sequence, a carriage return, NUL, Unicode's line
-    separators) written as Python writes them in a string (``\\x1b``), so no value steers a terminal."""
-    return "".join(repr(c)[1:-1] if is_control(c) and c not in keep else c for c in text)
+    """``text`` with its control and format characters (an escape sequence, a carriage return, NUL, Unicode's
+    line separators, bidi controls) written as Python writes them in a string (``\\x1b``, ``\\u202e``), so
+    no value steers a terminal or reorders what it shows."""
+    return "".join(repr(c)[1:-1] if is_unseen(c) and c not in keep else c for c in text)
 
 
 def one_line(text: str) -> str:

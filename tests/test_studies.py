@@ -442,7 +442,7 @@ def test_ctrl_c_or_a_hangup_stops_a_local_sweep_with_one_line_the_run_aborted_an
 def test_a_sweep_gives_each_algorithms_runs_its_own_options_only(tmp_path):
     code, out, err = cli("sweep", "--nodes", "2", "--algos", "asgd,ga-asgd", "--out-dir", str(tmp_path),
                          "--set", "ga-asgd.beta=0.5", "--mpi", "pmi2")
-    assert code == 0, err
+    assert code == 0 and err == "", err  # ga-asgd's runs take it: nothing dropped, nothing to warn of
     assert "ga-asgd.beta" not in (tmp_path / "runs" / "asgd-n2.sbatch").read_text()
     assert "run --algo ga-asgd --set ga-asgd.beta=0.5 --out" in (tmp_path / "runs" / "ga-asgd-n2.sbatch").read_text()
 
@@ -457,3 +457,51 @@ def test_the_time_left_of_many_runs_comes_from_the_runs_so_far_weighed_by_their_
     now[0] = 200.0
     assert countdown.finished(3) == "[3/4, 3 min 20 s so far, about 1 min 31 s left]"  # 200 * 5 / 11 = 91 s
     assert countdown.finished(5) == "[4/4, 3 min 20 s so far]"
+
+
+@pytest.mark.parametrize("given, words", [
+    (["--set", "ga-asgd.beta=0.5", "--set", "sgp.peers=2"], "ga-asgd.*, sgp.* options go with algorithms this sweep "
+                                                              "does not run"),
+])
+def test_options_a_sweep_drops_are_one_warning_line(tmp_path, given, words):
+    code, _, err = cli("sweep", "--nodes", "2", "--algos", "asgd", "--out-dir", str(tmp_path / "s"), "--mpi", "pmi2",
+                       *given)
+    assert code == 0 and err.splitlines() == [f"hpcbench: warning: {err.strip()[19:]}"] and words in err, err
+    assert "beta" not in (tmp_path / "s" / "runs" / "asgd-n2.sbatch").read_text()
+
+
+def test_a_percent_in_the_study_directory_reaches_slurm_as_itself(tmp_path):
+    out_dir = tmp_path / "study-%j-%x-%%"
+    code, _, err = cli("sweep", "--nodes", "2", "--algos", "asgd", "--out-dir", str(out_dir), "--mpi", "pmi2")
+    assert code == 0, err
+    pattern = str(tmp_path).replace("%", "%%") + "/study-%%j-%%x-%%%%"
+    assert f"#SBATCH --output={pattern}/logs/asgd-n2-%j.out" in (out_dir / "runs" / "asgd-n2.sbatch").read_text()
+    assert f"#SBATCH --output={pattern}/logs/report-%j.out" in (out_dir / "report.sbatch").read_text()
+    assert f"--out {out_dir}/asgd-n2.h5" in (out_dir / "runs" / "asgd-n2.sbatch").read_text()  # not a pattern: as is
+    code, _, err = cli("sweep", "--nodes", "2", "--algos", "asgd", "--out-dir", str(tmp_path / "a\\b"), "--mpi",
+                       "pmi2")
+    assert code == 2 and "--out-dir" in err and "backslash" in err and not (tmp_path / "a\\b").exists(), err
+
+
+@pytest.mark.parametrize("local", [[], ["--local", "--ranks", "3"]])
+@pytest.mark.parametrize("given", [["--set", "out=OUT"], ["--set", "overwrite=true"], ["--config", "TOML"]])
+def test_a_sweep_refuses_out_and_overwrite_each_point_writes_its_own_file(tmp_path, monkeypatch, local, given):
+    import hpcbench.launch.local_study as local_study
+
+    monkeypatch.setattr(local_study, "run_local", lambda *a, **k: pytest.fail("a local sweep ran"))
+    (tmp_path / "c.toml").write_text(f'out = "{tmp_path / "one.h5"}"\n')
+    given = [str(tmp_path / "one.h5") if a == "out=OUT" else str(tmp_path / "c.toml") if a == "TOML" else a
+             for a in given]
+    given = [f"out={a}" if a.endswith("one.h5") else a for a in given]
+    code, _, err = cli("sweep", "--nodes", "2", "--algos", "asgd,ga-asgd", "--out-dir", str(tmp_path / "s"),
+                       "--mpi", "pmi2", *local, *given)
+    assert code == 2 and err.splitlines() == [f"hpcbench: error: {err.strip()[17:]}"], err
+    assert "each point writes its own file under --out-dir" in err and not (tmp_path / "s").exists(), err
+
+
+def test_a_study_directory_whose_name_no_filesystem_takes_is_one_line(tmp_path):
+    for local in ([], ["--local", "--ranks", "3"]):
+        code, _, err = cli("sweep", "--nodes", "2", "--algos", "asgd", "--out-dir", str(tmp_path / ("d" * 300)),
+                           "--mpi", "pmi2", *local)
+        assert code == 2 and err.splitlines() == [f"hpcbench: error: {err.strip()[17:]}"], err
+        assert "--out-dir" in err and "File name too long" in err and "Traceback" not in err

@@ -9,6 +9,7 @@ from typing import Any
 
 from hpcbench.commands.shared import print_report
 from hpcbench.commands.values import at_least, seconds, slurm_time
+from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
 from hpcbench.launch.arguments import add_run_flags, configs_from_args
 
@@ -69,9 +70,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("sweep needs --algos and --out-dir (or --resubmit-failed STUDY_DIR)")
     algos = sweep.parse_algos(args.algos)
     cfg, sim = configs_from_args(args)
+    refuse_own_options(cfg)
     # Each algorithm's run options, its own table and no other's, checked before anything is written or
     # submitted (the job script names the algorithm).
     plans = [prepare(cfg.for_algo(a), sim=sim) for a in algos]
+    for line in dict.fromkeys([*dropped_tables(cfg, algos), *(w for p in plans for w in p.warnings)]):
+        print(f"hpcbench: warning: {line}", file=sys.stderr, flush=True)
     base_args = {p.cfg.algo: dataclasses.replace(p.cfg, algo="").to_argv() for p in plans}
     if args.emulated and not args.local:
         raise UsageError("--emulated runs a local sweep across the emulated nodes: give --local too")
@@ -85,7 +89,10 @@ def run(args: argparse.Namespace) -> int:
     if args.emulated:
         emulated_nodes()  # refuse before the study directory is made
     out_dir = Path(args.out_dir).resolve()
-    check_study_dir(out_dir, args.resume)
+    try:
+        check_study_dir(out_dir, args.resume)
+    except OSError as exc:  # a name longer than the filesystem takes, a directory that cannot be read
+        raise UsageError(f"--out-dir {str(out_dir)!r}: {exc.strerror or exc}") from None
     if args.local:
         ranks = parse_ranks(args.ranks)
         files, failures = run_local(algos, ranks, cfg, str(out_dir), args.timeout, args.repeats,
@@ -105,6 +112,29 @@ def run(args: argparse.Namespace) -> int:
         print(f"submitted runs: {' '.join(ids)}")
         print(f"report job: {report_id} (after all runs end; writes {out_dir / 'report.md'})")
     return 0
+
+
+def refuse_own_options(cfg: RunConfig) -> None:
+    """``out`` and ``overwrite`` are the sweep's own: each point writes its own file under --out-dir, and
+    the sweep decides which to replace (a failed one; --resume keeps the ok ones). Given for every run, a
+    Slurm study's points would all write the one file, and a local one would ignore them."""
+    defaults = RunConfig()
+    given = [f"{k} = {getattr(cfg, k)!r}" for k in ("out", "overwrite") if getattr(cfg, k) != getattr(defaults, k)]
+    if given:
+        raise UsageError(f"{given[0]}: a sweep's runs take no out or overwrite, since each point writes its own file "
+                         "under --out-dir (and --resume keeps the ok ones): remove it")
+
+
+def dropped_tables(cfg: RunConfig, algos: list[str]) -> list[str]:
+    """One line naming the option tables of algorithms this sweep does not run (no job gets them), if any."""
+    from hpcbench.options import option_tables
+
+    tables = option_tables()
+    dropped = [t for t in cfg.options if t in tables and tables[t].algorithm and t not in algos]
+    if not dropped:
+        return []
+    return [f"{', '.join(f'{t}.*' for t in dropped)} options go with algorithms this sweep does not run (--algos "
+            f"{','.join(algos)}), so they are dropped"]
 
 
 def local_jobs(jobs: int, ranks: list[int], emulated: bool) -> int:

@@ -109,8 +109,8 @@ def grouped_lines(studies: Mapping[str, Mapping[str, Any]], stale: Mapping[str, 
     """The summary lines, the findings (real data) first, then the checks of the machinery (the teacher task)."""
     found = {k: v for k, v in studies.items() if is_finding(v)}
     checks = {k: v for k, v in studies.items() if not is_finding(v)}
-    lines = ["Findings (real images):", "", *(summary_lines(found, stale) or [
-        "- none published yet: each study's full run on Fashion-MNIST (`hpcbench reproduce STUDY`) is its finding"]), ""]
+    none = "- none published yet: each study's full run on Fashion-MNIST (`hpcbench reproduce STUDY`) is its finding"
+    lines = ["Findings (real images):", "", *(summary_lines(found, stale) or [none]), ""]
     if checks:
         lines += [f"Checks of the machinery ({TEACHER_NOTE}: not evidence for the papers' accuracy claims):", "",
                   *summary_lines(checks, stale), ""]

@@ -13,16 +13,32 @@ FLAGS = {"tasks_per_node": "--tasks-per-node", "cpus_per_task": "--cpus-per-task
          "rank0": "--rank0"}
 # Fields written as one word after "#SBATCH --option=": a space would end the value there.
 ONE_WORD = ("time", "partition", "account", "mpi", "mem", "constraint")
+# The longest field of a job script: Linux's longest path (PATH_MAX); no Slurm name or option needs more.
+LONGEST = 4096
 
 
-def plain(flag: str, value: object) -> str:
-    """``value`` when it is text that stays on its line in a script; otherwise one line naming ``flag``."""
+def plain(flag: str, value: object, longest: int | None = LONGEST) -> str:
+    """``value`` when it is text that stays on its line in a script (and, unless ``longest`` is None, is
+    at most that many characters); otherwise one line naming ``flag``, without all of a long value."""
     if not isinstance(value, str):
         raise UsageError(f"{flag} {value!r} is not text")
+    if longest is not None and len(value) > longest:
+        raise UsageError(f"{flag} {value[:40]!r}... is {len(value):,} characters long; a job script takes at most "
+                         f"{longest:,}")
     bad = next((c for c in value if is_control(c)), "")
     if bad:
         raise UsageError(f"{flag} {value!r} holds the control character {bad!r}: a job script line cannot carry it")
     return value
+
+
+def log_file(out_dir: str, stem: str) -> str:
+    """The ``#SBATCH --output`` pattern of ``stem``'s log in the study ``out_dir``, ``%j`` its job id: a ``%``
+    of the directory doubled, so Slurm takes it as itself, not as one of its own (``%j``, ``%x``...). A
+    backslash is refused: Slurm would drop it, and with it every pattern of the name, ``%j`` too."""
+    if "\\" in out_dir:
+        raise UsageError(f"--out-dir {out_dir!r} holds a backslash, which Slurm removes from a log's name "
+                         "(and then leaves its %j unexpanded): choose a directory without one")
+    return f"{out_dir.replace('%', '%%')}/logs/{stem}-%j.out"
 
 
 @dataclass(frozen=True)
@@ -131,7 +147,7 @@ def run_job(name: str, nodes: int, res: Resources, run_args: list[str], log: str
 
     lines = header(name, nodes, res, log)
     for arg in run_args:
-        plain("a run option", arg)
+        plain("a run option", arg, longest=None)  # (the run checks its own values)
     program = "python -m mpi4py -m hpcbench " + " ".join(map(shlex.quote, run_args))
     if res.mpi == "pmix" and kills(run_args):
         launch = f'mpirun --with-ft ulfm -n "$SLURM_NTASKS" --map-by slot {program}'

@@ -15,7 +15,7 @@ from typing import Any
 from hpcbench.comm.probe import srun_mpi_flag
 from hpcbench.errors import UsageError
 from hpcbench.results.study_dir import JOBS, read_manifest, record_jobs, write_manifest
-from hpcbench.slurm.jobs import Resources, report_job, run_job, submit_script
+from hpcbench.slurm.jobs import Resources, log_file, report_job, run_job, submit_script
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,7 @@ def write_study(out_dir: Path, points: list[Point], res: Resources, base_args: B
     (those keep theirs); returns (run scripts, report script)."""
     from hpcbench.results.store import result_status
 
+    report_log = log_file(str(out_dir), "report")  # (refuses a directory Slurm cannot name, before making it)
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     (out_dir / "logs").mkdir(exist_ok=True)
     scripts = []
@@ -118,11 +119,11 @@ def write_study(out_dir: Path, points: list[Point], res: Resources, base_args: B
         if result_status(out) == "ok":
             continue
         script = out_dir / "runs" / f"{p.stem}.sbatch"
-        log = str(out_dir / "logs" / f"{p.stem}-%j.out")
+        log = log_file(str(out_dir), p.stem)
         script.write_text(run_job(f"hpcbench-{p.stem}", p.nodes, res, run_args(p, base_args, out), log))
         scripts.append(script)
     report = out_dir / "report.sbatch"
-    report.write_text(report_job("hpcbench-report", str(out_dir), res, str(out_dir / "logs" / "report-%j.out")))
+    report.write_text(report_job("hpcbench-report", str(out_dir), res, report_log))
     submit = out_dir / "submit.sh"
     submit.write_text(submit_script([str(s) for s in scripts], str(report), str(out_dir / JOBS)))
     submit.chmod(0o755)
