@@ -288,12 +288,27 @@ def toml_literal(value: Any) -> str:
     raise TypeError(f"no TOML literal for {type(value).__name__}")
 
 
-def parse_set_value(text: str) -> Any:
+def parse_set_value(text: str, where: str = "a --set value") -> Any:
     """A ``--set`` value is a TOML literal (``0.1``, ``true``, ``[30, 60]``); anything else is a string."""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        return read_toml(f"v = {text}", where)["v"]
     except tomllib.TOMLDecodeError:
         return text
+
+
+def read_toml(text: str, where: str) -> dict[str, Any]:
+    """``text`` as TOML, with one line naming ``where`` for what a crafted text does to the parser (which
+    recursed without limit and converted integers of any length); its ``TOMLDecodeError`` is the caller's."""
+    try:
+        return tomllib.loads(text)
+    except RecursionError:
+        raise UsageError(f"{where} is nested too deeply to read (hpcbench's options nest a few levels)") from None
+    except ValueError as exc:
+        if isinstance(exc, tomllib.TOMLDecodeError) or "digits" not in str(exc):
+            raise
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+        raise UsageError(f"{where} holds an integer of more than {limit:,} digits, too long to read (hpcbench's "
+                         "whole numbers have at most 19)") from None
 
 
 def load_toml(path: str) -> dict[str, Any]:
@@ -303,7 +318,7 @@ def load_toml(path: str) -> dict[str, Any]:
     if not p.is_file():
         raise UsageError(f"config file {path!r} is not a regular file (a directory, fifo or device)")
     try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
+        return read_toml(p.read_text(encoding="utf-8"), f"config file {path!r}")
     except UnicodeDecodeError as exc:
         raise UsageError(f"config file {path!r} is not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
@@ -338,7 +353,7 @@ def merge_sources(
         if not sep or not key:
             raise UsageError(f"--set {item!r} is not key=value")
         table, dot, sub = key.partition(".")
-        value = parse_set_value(text)
+        value = parse_set_value(text, f"--set {key}=...")
         if dot:
             put(table, {sub.replace("-", "_"): value}, "--set")
         else:

@@ -256,3 +256,37 @@ def test_every_run_key_belongs_to_exactly_one_group_and_the_keys_are_as_flat_as_
     cfg = RunConfig(algo="asgd", lr=0.2, timeout_s=5.0, fault=Faults.parse("kill:2@3"))
     assert merge_sources({}, {}, cfg.to_argv()[1::2], ["asgd"])[0] == {"algo": "asgd", "lr": 0.2, "timeout_s": 5.0,
                                                                    "fault": "kill:2@3"}
+
+
+CRAFTED_TOML = {  # → words of the one line
+    "an array nested 5,000 deep": ("lr_decay_epochs = " + "[" * 5000 + "]" * 5000, "nested too deeply to read"),
+    "inline tables nested 5,000 deep": ("x = " + "{a = " * 5000 + "1" + "}" * 5000, "nested too deeply to read"),
+    "an integer of 5,000 digits": ("steps = " + "1" * 5000, "an integer of more than"),
+}
+
+
+@pytest.mark.parametrize("name", CRAFTED_TOML)
+def test_a_crafted_config_file_is_one_line_naming_the_file_for_run_and_simulate(tmp_path, name):
+    from conftest import cli
+
+    text, says = CRAFTED_TOML[name]
+    path = tmp_path / "crafted.toml"
+    path.write_text(text + "\n")
+    for command in (("simulate", "--algo", "asgd"), ("run", "--algo", "asgd", "--dry-run", "--workers", "2")):
+        code, out, err = cli(*command, "--config", str(path), "--out", str(tmp_path / "never.h5"))
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1 and "Traceback" not in err, (command, code, err[-2000:])
+        assert f"config file '{path}'" in lines[0] and says in lines[0] and len(lines[0]) < 300, lines[0]
+        assert not list(tmp_path.glob("never*"))
+
+
+@pytest.mark.parametrize("value, says", [("[" * 5000 + "]" * 5000, "nested too deeply to read"),
+                                         ("1" * 5000, "an integer of more than")])
+def test_a_crafted_set_value_is_one_short_line(tmp_path, value, says):
+    from conftest import cli
+
+    code, _, err = cli("simulate", "--algo", "asgd", "--set", f"lr_decay_epochs={value}",
+                       "--out", str(tmp_path / "never.h5"))
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err[-2000:])
+    assert "--set lr_decay_epochs=" in lines[0] and says in lines[0] and len(lines[0]) < 300, lines[0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -170,12 +171,23 @@ NAMED = {  # → words of the one line
     "schema 0": (attr("/", "schema_version", 0), "schema_version 0"),
     "a config of 50 MB": (attr("/", "config", json.dumps({"x": "a" * (50 << 20)})), "config attribute of"),
     "a provenance value that is an array": (attr("provenance", "network", np.zeros(3)), "provenance network"),
+    "a real run's summary that is a dataset": (lambda f: (f.attrs.__setitem__("mode", "mpi"), f.__delitem__("summary"),
+                                                          f.create_dataset("summary", data=np.zeros(3))),
+                                               "/summary is a dataset"),
+    "a server table that is a dataset": (lambda f: (f.__delitem__("server/late"), f.create_dataset(
+        "server/late", data=np.zeros(3))), "/server/late is a dataset"),
+    "a summary value of 1 MB of text": (attr("summary", "samples_per_s", "x" * (1 << 20)), "1,048,576 characters"),
 }
 
 
 @pytest.mark.parametrize("name", NAMED)
 def test_each_known_bad_file_is_one_line_naming_what_is_wrong_for_every_reader(name, tmp_path):
     change, says = NAMED[name]
+    every_reader_refuses(tmp_path, change, says)
+
+
+def every_reader_refuses(tmp_path, change, says):
+    """A copy of the good file, changed, is one line saying ``says`` for every reader (report skips it)."""
     bad, fine = tmp_path / "bad.h5", tmp_path / "fine.h5"
     shutil.copy(good_file(), bad)
     shutil.copy(good_file(), fine)
@@ -188,6 +200,7 @@ def test_each_known_bad_file_is_one_line_naming_what_is_wrong_for_every_reader(n
         code, err = quietly(argv)
         lines = [line for line in err.splitlines() if line.strip()]
         assert len(lines) == 1 and "Traceback" not in err and says in lines[0] and "\x1b" not in err, (argv, err)
+        assert len(lines[0]) < 2000, (argv, lines[0][:3000])
         assert code == (0 if argv[0] == "report" else 2), (argv, code, err)
 
 
@@ -201,6 +214,7 @@ def test_a_control_sequence_in_a_file_or_its_name_reaches_the_terminal_escaped(t
     out, err = capsys.readouterr()
     assert "\x1b" not in out + err and "\x07" not in out + err
     assert "\\x1b[31mred.h5" in err
+
 
 
 BIDI = "\u202e\u2066"  # right-to-left override, left-to-right isolate: both reorder the text after them
@@ -224,3 +238,111 @@ def test_bidi_controls_in_a_file_name_or_an_attribute_reach_the_terminal_escaped
     assert ("mlp\\u202e\\u2066lanoitan" in said) == (argv[0] != "calibrate"), said  # the attribute
     if argv[0] != "diff":  # the file names (diff names no file)
         assert "junk\\u202e\\u2066.h5" in said or "odd\\u202e\\u2066gnp.h5" in said, said
+
+
+def vlen_texts(f):
+    f["provenance"].create_dataset("notes", data=np.array([""] * 200_000, dtype=object), dtype=h5py.string_dtype())
+
+
+def compressed_zeros(f):
+    f["model"].create_dataset("zeros", shape=(2_000_000,), dtype="f8", compression="gzip", fillvalue=0.0)
+    f["model/zeros"][:1000] = 0.0  # a few KB on disk, 16 MB when read
+
+
+def unwritten(f):
+    f["model"].create_dataset("sparse", shape=(2_000_000,), dtype="f8", chunks=(1000,))  # no chunk on disk
+
+
+def long_attribute(f):
+    f.attrs["error"] = "e" * (12 << 20)  # stored as it is read: the file's own size counts it
+
+
+@pytest.mark.parametrize("change", [vlen_texts, compressed_zeros, unwritten, long_attribute])
+def test_what_a_file_would_take_when_read_counts_against_the_memory_limit(tmp_path, monkeypatch, change):
+    import hpcbench.results.validation as validation
+
+    monkeypatch.setattr(validation, "memory_bytes", lambda: 16 << 20)  # readers may take 8 MiB a file
+    every_reader_refuses(tmp_path, change, "more than half this machine's memory")
+
+
+def test_the_good_file_fits_the_memory_limit_it_is_read_under(tmp_path, monkeypatch):
+    import hpcbench.results.validation as validation
+
+    monkeypatch.setattr(validation, "memory_bytes", lambda: 16 << 20)
+    assert quietly(["trace", str(good_file()), "-o", str(tmp_path / "t.json")])[0] == 0
+
+
+def test_a_long_text_attribute_is_shown_cut_with_how_long_it_was(tmp_path, capsys):
+    path = tmp_path / "long.h5"
+    shutil.copy(good_file(), path)
+    with h5py.File(path, "r+") as f:
+        f.attrs["status"] = "failed"
+        f.attrs["error"] = "e" * (20 << 20)
+    for argv in (["report", str(path)], ["report", str(path), "--wide"], ["report", str(path), "--format", "json"]):
+        assert main(argv) == 0, argv
+        out, err = capsys.readouterr()
+        assert len(out + err) < 50_000 and "20,971,520 characters in all" in out, argv
+
+
+def test_status_shows_a_long_status_cut_and_a_file_no_reader_takes_as_unreadable(tmp_path, capsys):
+    shutil.copy(good_file(), tmp_path / "long.h5")
+    shutil.copy(good_file(), tmp_path / "odd.h5")
+    with h5py.File(tmp_path / "long.h5", "r+") as f:
+        f.attrs["status"] = "s" * (1 << 20)
+    with h5py.File(tmp_path / "odd.h5", "r+") as f:
+        del f["summary"]
+        f["summary"] = np.zeros(3)
+    (tmp_path / "study.json").write_text(json.dumps({"points": [{"stem": "long", "algo": "ga-asgd"},
+                                                                 {"stem": "odd", "algo": "ga-asgd"}]}))
+    assert main(["status", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert len(out) < 5_000 and "1,048,576 characters" in out, out[:5000]
+    assert "0 of 2 points have an ok result" in out and re.search(r"odd +unreadable", out), out
+
+
+def trace_of(tmp_path, change):
+    path = tmp_path / "odd.h5"
+    shutil.copy(good_file(), path)
+    with h5py.File(path, "r+") as f:
+        change(f)
+    return quietly(["trace", str(path), "-o", str(tmp_path / "t.json")])
+
+
+def refuse(constant):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def test_a_trace_writes_an_accuracy_that_is_not_finite_as_null(tmp_path):
+    def change(f):
+        f["evals/accuracy"][:2] = [-np.inf, np.inf]
+    code, err = trace_of(tmp_path, change)
+    assert code == 0 and not err, err
+    events = json.loads((tmp_path / "t.json").read_text(), parse_constant=refuse)["traceEvents"]
+    scored = [e["args"]["accuracy"] for e in events if e["name"] == "evaluation"]
+    assert scored[:2] == [None, None] and all(isinstance(a, float) for a in scored[2:]), scored
+    assert len([e for e in events if e["name"] == "accuracy"]) == len(scored) - 2
+
+
+@pytest.mark.parametrize("column", ["timeline/t_end", "evals/t"])
+def test_a_trace_refuses_times_too_large_for_microseconds_in_one_line_and_leaves_no_file(tmp_path, column):
+    def change(f):
+        f[column][-1] = 1e305
+    (tmp_path / "t.json").write_text("before")
+    code, err = trace_of(tmp_path, change)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "odd.h5" in lines[0] and "too large" in lines[0], err
+    assert (tmp_path / "t.json").read_text() == "before"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["odd.h5", "t.json"]
+
+
+def test_a_trace_that_cannot_be_written_whole_leaves_what_was_there(tmp_path, monkeypatch):
+    import hpcbench.report.trace as trace
+
+    (tmp_path / "t.json").write_text("before")
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(trace.os, "replace", full)
+    code, err = quietly(["trace", str(good_file()), "-o", str(tmp_path / "t.json")])
+    assert code == 2 and "cannot write the trace to" in err and "No space left on device" in err, err
+    assert (tmp_path / "t.json").read_text() == "before" and [p.name for p in tmp_path.iterdir()] == ["t.json"]

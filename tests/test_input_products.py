@@ -58,6 +58,7 @@ def test_the_models_copies_on_every_rank_of_a_machine_are_checked_against_its_me
     (["--algo", "local-sgd", "--set", "local-sgd.outer_lr=0.5"], "local-sgd.outer_lr does nothing with "
                                                                  "local-sgd.outer = none"),
     (["--algo", "asgd", "--set", "nesterov=true"], "nesterov = true does nothing with momentum 0"),
+    (["--algo", "asgd", "--set", "sim.workers=16"], "sim.workers = 16: simulate's virtual workers"),
     (["--algo", "allreduce", "--set", "allreduce.compress=fp16", "--set", "allreduce.error_feedback=false"],
      "allreduce.error_feedback does nothing with allreduce.compress = fp16"),
     (["--algo", "local-sgd", "--set", "local-sgd.compress=powersgd", "--set", "local-sgd.topk_ratio=0.1"],

@@ -138,6 +138,9 @@ def test_every_numeric_option_declares_a_range_its_default_keeps():
     ("sim.", {"compute_mean_s": 1e308}, "sim.compute_mean_s must be in (0, 1,000,000] seconds, got 1e+308"),
     ("sim.", {"heterogeneity": 1e300}, "sim.heterogeneity must be in [0, 10], got 1e+300"),
     ("sim.", {"noise": float("inf")}, "sim.noise must be in [0, 10], got inf"),
+    ("sim.", {"compute_shape": 0.0099}, "sim.compute_shape must be >= 0.01, got 0.0099"),
+    ("sim.", {"compute_shape": 5e-324}, "sim.compute_shape must be >= 0.01, got 5e-324"),
+    ("sim.", {"share_cv": 1.01}, "sim.share_cv must be in [0, 1], got 1.01"),
 ])
 def test_a_value_outside_its_declared_range_is_refused_in_one_line(owner, options, line):
     import dataclasses
@@ -156,7 +159,7 @@ def test_a_placeholder_default_is_accepted_and_values_at_the_edges_are_inside():
     from hpcbench.options.sim import SimConfig
     from hpcbench.ranges import check_ranges
     check_ranges(SimConfig(apply_s=-1.0, update_s=-1.0, pause_prob=1.0, heterogeneity=10.0, bandwidth=1.0,
-                           compute_mean_s=1e6, alpha_s=1e3), "sim.")
+                           compute_mean_s=1e6, alpha_s=1e3, compute_shape=0.01, share_cv=1.0), "sim.")
     check_ranges(dataclasses.replace(RunConfig(algo="asgd"), target_accuracy=1.0, val_fraction=0.5, momentum=0.0,
                                      seed=2**63 - 1, lr_decay_factor=1.0, steps=1), "")
 
@@ -191,3 +194,34 @@ def test_a_range_holds_its_edges_and_refuses_what_is_not_finite(limits, inside, 
     from hpcbench.ranges import Range
     assert all(Range(**limits).contains(v) for v in inside)
     assert not any(Range(**limits).contains(v) for v in outside)
+
+
+@pytest.mark.parametrize("sets", [["sim.compute_shape=0.01", "sim.share_cv=1"], ["sim.compute_shape=1e300"]])
+@pytest.mark.parametrize("algo", ["sgp", "asgd"])
+def test_the_simulators_spreads_at_their_edges_run_to_finite_times(tmp_path, algo, sets):
+    """At the edges, compute times with a coefficient of variation of 10 and links shared by exponential
+    weights give a run of a plausible virtual time (beyond, weights near 0 are lost to rounding in a link's
+    sum: share_cv 3 gave an sgp run of 5e13 s; compute_shape 5e-324 gave NaN times)."""
+    import h5py
+
+    from conftest import cli
+
+    out = tmp_path / "edge.h5"
+    code, _, err = cli("simulate", "--algo", algo, "--workers", "4", "--steps", "5", "--network", "bandwidth=1e6",
+                       *(a for s in sets for a in ("--set", s)), "--out", str(out))
+    assert code == 0, err
+    with h5py.File(out) as f:
+        assert 0 < f["summary"].attrs["wall_s"] < 100, f["summary"].attrs["wall_s"]
+
+
+@pytest.mark.parametrize("setting, line", [
+    ("sim.compute_shape=5e-324", "sim.compute_shape must be >= 0.01, got 5e-324"),
+    ("sim.share_cv=4", "sim.share_cv must be in [0, 1], got 4.0"),
+])
+def test_a_simulator_spread_past_its_edge_is_refused_by_simulate_in_one_line(tmp_path, setting, line):
+    from conftest import cli
+
+    code, _, err = cli("simulate", "--algo", "sgp", "--workers", "4", "--steps", "5", "--set", setting,
+                       "--out", str(tmp_path / "never.h5"))
+    assert code == 2 and err.strip() == f"hpcbench: error: {line}", err
+    assert not list(tmp_path.iterdir())

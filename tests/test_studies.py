@@ -462,8 +462,11 @@ def test_the_time_left_of_many_runs_comes_from_the_runs_so_far_weighed_by_their_
 @pytest.mark.parametrize("given, words", [
     (["--set", "ga-asgd.beta=0.5", "--set", "sgp.peers=2"], "ga-asgd.*, sgp.* options go with algorithms this sweep "
                                                               "does not run"),
+    (["--config", "SIM"], "sim.workers = 16: simulate's virtual workers"),
 ])
 def test_options_a_sweep_drops_are_one_warning_line(tmp_path, given, words):
+    (tmp_path / "sim.toml").write_text("[sim]\nworkers = 16\n")
+    given = [str(tmp_path / "sim.toml") if a == "SIM" else a for a in given]
     code, _, err = cli("sweep", "--nodes", "2", "--algos", "asgd", "--out-dir", str(tmp_path / "s"), "--mpi", "pmi2",
                        *given)
     assert code == 0 and err.splitlines() == [f"hpcbench: warning: {err.strip()[19:]}"] and words in err, err

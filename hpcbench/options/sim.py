@@ -19,6 +19,15 @@ ALLREDUCE_ALGORITHMS = ("rabenseifner", "ring")
 MAX_STEP_S = 1e6
 MAX_MESSAGE_S = 1e3
 MAX_CV = 10.0  # a coefficient of variation beyond this is no link: the draws themselves overflow
+# Gamma shape 1/CV²: compute times spread by a coefficient of variation of at most 10, as the links' noise.
+# Below, nearly every draw rounds to 0 s (the mean no longer holds: at 1e-4 a run's compute vanished)
+# and at 5e-324 mean/shape overflows, making every compute time NaN.
+MIN_COMPUTE_SHAPE = 1 / MAX_CV**2
+# Links shared by gamma weights spread at most as an exponential's. Wider, weights near 0 come often (below
+# 1e-13 once in 8e5 transfers at 1.5, once in 2,300 at 2) and are lost to rounding in the link's sum of
+# weights, and a transfer's time runs away (an asgd run 7x slower at 2, an sgp run 5e13 s at 3, at 10 a
+# division by zero).
+MAX_SHARE_CV = 1.0
 
 
 @dataclass(frozen=True)
@@ -35,7 +44,7 @@ class SimConfig:
     # a small model, messages (and the per-parameter costs of rank 0 and the workers) of a large one.
     message_params: int = bounded(0, low=0, unit="floats", resolves="the model's size")
     # gamma shape of a batch's compute time (100: coefficient of variation 0.1)
-    compute_shape: float = bounded(100.0, above=0)
+    compute_shape: float = bounded(100.0, low=MIN_COMPUTE_SHAPE)
     # mean compute time of one batch on a worker of speed 1
     compute_mean_s: float = bounded(0.05, above=0, high=MAX_STEP_S, unit="seconds")
     # coefficient of variation of fixed per-worker speed factors
@@ -58,7 +67,7 @@ class SimConfig:
     # link; together, TCP flows split it unevenly, and which one gets more changes from one to the
     # next (benchmarks/link_sharing.py) -- which is what keeps a parameter server's readers from
     # settling into convoys that read and send in step.
-    share_cv: float = bounded(0.3, low=0, high=10)
+    share_cv: float = bounded(0.3, low=0, high=MAX_SHARE_CV)
     # rank 0's work per received message
     apply_s: float = bounded(-1.0, low=0, high=MAX_MESSAGE_S, unit="seconds", resolves="2 ns per model parameter")
     # a worker's own math per step

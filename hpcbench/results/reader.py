@@ -19,6 +19,7 @@ from hpcbench.results.schema import ROOT_ATTRS, SCHEMA_VERSION, RunRecord
 from hpcbench.results.validation import malformed, unreadable
 
 CONFIG_MAX_CHARS = 1 << 20
+SHOWN_CHARS = 500  # text from a file as readers show it (an error line, a host name: a few hundred at most)
 
 
 def _plain(value: Any) -> Any:
@@ -29,16 +30,30 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def cut(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` as a reader shows it: at most ``limit`` characters, saying how long it was where longer
+    (a file may hold an attribute of any length, and every reader prints them)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [cut: {len(text):,} characters in all]"
+
+
+def _shown(value: Any) -> Any:
+    value = _plain(value)
+    return cut(value) if isinstance(value, str) else value
+
+
 def _read_columns(group: h5py.Group) -> dict[str, np.ndarray]:
     return {name: group[name][()] for name in group}
 
 
 def result_status(path: str | os.PathLike) -> str | None:
-    """The ``status`` of the result file at ``path``; None when there is none or it cannot be read."""
+    """The ``status`` of the result file at ``path``; None when there is none, or no reader would read
+    the file (``unreadable``)."""
     try:
         with h5py.File(path, "r") as f:
-            return str(_plain(f.attrs.get("status", ""))) or None
-    except (OSError, FileNotFoundError):
+            return None if unreadable(f) else cut(str(_plain(f.attrs.get("status", "")))) or None
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError):
         return None
 
 
@@ -86,7 +101,7 @@ def commit_of(path: str | os.PathLike) -> tuple[str, bool]:
     try:
         with h5py.File(path, "r") as f:
             prov = f["provenance"].attrs
-            return str(_plain(prov.get("git_commit", "unknown"))), bool(prov.get("git_dirty", False))
+            return cut(str(_plain(prov.get("git_commit", "unknown")))), bool(prov.get("git_dirty", False))
     except (OSError, KeyError, ValueError):
         return "unknown", False
 
@@ -115,7 +130,7 @@ def read_run(path: str | os.PathLike) -> RunRecord:
         try:
             wrong = unreadable(f)
             if wrong:
-                raise UsageError(f"{path} is not a well-formed hpcbench result file ({wrong})")
+                raise not_well_formed(path, wrong)
             rec = _read(f, path)
         except UsageError:
             raise
@@ -124,15 +139,21 @@ def read_run(path: str | os.PathLike) -> RunRecord:
                              "to read)") from None
         except (KeyError, ValueError, TypeError, AttributeError, IndexError, OSError, RuntimeError) as exc:
             what = f"missing {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
-            raise UsageError(f"{path} is not a well-formed hpcbench result file ({what})") from None
+            raise not_well_formed(path, what) from None
     wrong = malformed(rec)
     if wrong:
-        raise UsageError(f"{path} is not a well-formed hpcbench result file ({wrong})")
+        raise not_well_formed(path, wrong)
     return rec
 
 
+def not_well_formed(path: str | os.PathLike, why: str) -> UsageError:
+    """The refusal of a file that is not a well-formed result, ``why`` cut to what a line can show (it
+    may quote values from the file, each already cut as shown)."""
+    return UsageError(f"{path} is not a well-formed hpcbench result file ({cut(why, 2 * SHOWN_CHARS)})")
+
+
 def _read(f: h5py.File, path: str | os.PathLike) -> RunRecord:
-    attrs = {k: _plain(v) for k, v in f.attrs.items()}
+    attrs = {k: _plain(v) if k == "config" else _shown(v) for k, v in f.attrs.items()}
     if "status" in attrs:
         attrs.setdefault("error", "")  # written since failed runs leave files (names may grow)
     missing = [k for k in ROOT_ATTRS if k not in attrs]
@@ -152,32 +173,38 @@ def _read(f: h5py.File, path: str | os.PathLike) -> RunRecord:
         raise UsageError(f"{path} has a config attribute that is not JSON") from None
     if not isinstance(attrs["config"], dict):
         raise UsageError(f"{path} has a config attribute that is not a JSON object")
-    summary = {k: _plain(v) for k, v in f["summary"].attrs.items()}
+    summary = {k: _shown(v) for k, v in f["summary"].attrs.items()}
     prov = f["provenance"]
     tl = f["timeline"]
     timeline = {name: tl[name][()] for name in tl if name != "clock_offset_s"}
     # Columns added after a file was written read as their neutral value ("names may grow").
     timeline.setdefault("op", np.zeros(len(timeline["rank"]), dtype=np.uint8))
     timeline.setdefault("nbytes", np.zeros(len(timeline["rank"]), dtype=np.int64))
-    ops = tuple(json.loads(tl.attrs["ops"])) if "ops" in tl.attrs else ("none",)
+    ops = tuple(_names(tl.attrs["ops"])) if "ops" in tl.attrs else ("none",)
     evals = _read_columns(f["evals"])
     for name in ("val_loss", "val_accuracy"):  # schema 3: no validation split before
         evals.setdefault(name, np.full(len(evals["t"]), np.nan))
-    per_rank = {k: [_plain(x) for x in prov[k][()]] for k in prov}
+    per_rank = {k: [_shown(x) for x in prov[k][()]] for k in prov}
     per_rank.setdefault("local_ranks", [""] * len(per_rank.get("hostnames", ())))  # schema 4 added them
     return RunRecord(
         attrs=attrs,
         # schema 4 added network, 6 fault_tolerance
-        provenance={"network": "", "fault_tolerance": "", **{k: _plain(v) for k, v in prov.attrs.items()}},
+        provenance={"network": "", "fault_tolerance": "", **{k: _shown(v) for k, v in prov.attrs.items()}},
         per_rank=per_rank,
         timeline=timeline,
-        phases=tuple(json.loads(tl.attrs["phases"])),
+        phases=tuple(_names(tl.attrs["phases"])),
         ops=ops,
         clock_offsets=tl["clock_offset_s"][()],
         evals=evals,
         tables={name: _read_columns(f["server"][name]) for name in f["server"]},
         summary=summary,
         final_params=f["model"]["final_params"][()],
-        simulation={k: _plain(v) for k, v in f["simulation"].attrs.items()} if "simulation" in f else {},
+        simulation={k: _shown(v) for k, v in f["simulation"].attrs.items()} if "simulation" in f else {},
         path=str(path),
     )
+
+
+def _names(text: Any) -> Any:
+    """A JSON list of names (the timeline's phases and ops), each name cut as shown."""
+    names = json.loads(text)
+    return [cut(n) if isinstance(n, str) else n for n in names] if isinstance(names, list) else names

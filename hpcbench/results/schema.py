@@ -28,6 +28,8 @@ SCHEMA_VERSION = 6
 # the report and the algorithms take their names from here.
 ROOT_ATTRS = ("schema_version", "hpcbench_version", "mode", "algorithm", "world_size", "workers", "model",
               "dataset", "seed", "status", "error", "created_utc", "config")
+# The groups a result file holds (and each table under /server is a group of its columns).
+GROUPS = ("provenance", "timeline", "evals", "server", "summary", "model", "simulation")
 # How a run ended. Only "ok" files are complete; the others hold what rank 0 had recorded when the
 # run failed (its own timeline, the evaluations, the server's tables) and the error line in "error".
 # "incomplete": the run had not finished at rank 0's last flush (it was killed, or is still running);

@@ -3,7 +3,8 @@ them (``jobs.tsv``, one "point<TAB>job id" line per submission, appended by ``sw
 ``submit.sh``; the last line for a point is its latest job).
 
 What a point's result is comes from its file: ``ok``, or why not (``missing``, ``partial``: a run
-that never finished left only its temporary file, or the status a failed run wrote).
+that never finished left only its temporary file, ``unreadable``: a file no reader takes, or the status
+a failed run wrote).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ JOBS = "jobs.tsv"
 @dataclass(frozen=True)
 class PointState:
     stem: str
-    result: str  # ok | missing | partial | the status a failed run wrote
+    result: str  # ok | missing | partial | unreadable | the status a failed run wrote
     jobs: tuple[str, ...]  # Slurm job ids, oldest first
 
 
@@ -95,6 +96,8 @@ def result_of(out_dir: Path, stem: str) -> str:
     status = result_status(out_dir / f"{stem}.h5")
     if status is not None:
         return status
+    if (out_dir / f"{stem}.h5").exists():
+        return "unreadable"
     return "partial" if any(out_dir.glob(f"{stem}.h5.*.partial")) else "missing"
 
 

@@ -14,6 +14,7 @@ from hpcbench.results.paths import mib
 from hpcbench.results.schema import (
     ATTR_TYPES,
     CONFIG_LEAST,
+    GROUPS,
     MODES,
     OLD_STATUSES,
     PROVENANCE_PER_RANK,
@@ -24,13 +25,19 @@ from hpcbench.results.schema import (
     RunRecord,
 )
 
+# What reading a variable-length element takes beyond its contents: its pointer and the Python object
+# behind it (bytes, str or an array).
+PY_OBJECT_BYTES = 128
+
 
 def unreadable(f: h5py.File, depth: int = 4) -> str:
     """What would stop a reader before it reads anything, in a few words ("" when nothing): a soft or
     external link (which can loop or leave the file; hpcbench writes none), groups nested deeper than
-    hpcbench's, or datasets declaring more bytes than half this machine's memory holds."""
+    hpcbench's, a dataset where it writes a group, or more than half this machine's memory to read
+    (``read_bytes``)."""
     budget = memory_bytes() // 2
-    declared = 0
+    declared = stored = 0
+    biggest: tuple[int, str] = (0, "")
     todo: list[tuple[h5py.Group, int]] = [(f, 0)]
     while todo:
         group, level = todo.pop()
@@ -44,11 +51,28 @@ def unreadable(f: h5py.File, depth: int = 4) -> str:
                     return f"{member.name} is nested deeper than a result file's groups"
                 todo.append((member, level + 1))
             elif isinstance(member, h5py.Dataset):
-                declared += int(np.prod(member.shape, dtype=object) or 0) * member.dtype.itemsize
-                if declared > budget:
-                    return (f"its datasets declare {mib(declared)}, more than half this machine's memory "
-                            f"({mib(2 * budget)}); {member.name} alone {member.shape}")
+                if (level == 0 and name in GROUPS) or group.name == "/server":
+                    return f"{member.name} is a dataset, where hpcbench writes a group"
+                size = read_bytes(member)
+                declared += size
+                stored += member.id.get_storage_size()
+                biggest = max(biggest, (size, f"{member.name} alone {member.shape}"))
+    text = max(0, f.id.get_filesize() - stored)  # attributes and variable-length contents, read as stored
+    if declared + text > budget:
+        what = biggest[1] if biggest[0] >= text else f"{mib(text)} of it in attributes and variable-length text"
+        return (f"reading it would take {mib(declared + text)}, more than half this machine's memory "
+                f"({mib(2 * budget)}); {what}")
     return ""
+
+
+def read_bytes(dataset: h5py.Dataset) -> int:
+    """What reading ``dataset`` takes, beyond the contents of its variable-length elements: its shape
+    whatever is on disk (compressed, or chunks never written), and a Python object per variable-length
+    element."""
+    itemsize = dataset.dtype.itemsize
+    if dataset.dtype.hasobject:
+        itemsize += itemsize // 8 * PY_OBJECT_BYTES
+    return int(np.prod(dataset.shape, dtype=object) or 0) * itemsize
 
 
 def is_number(value: Any) -> bool:

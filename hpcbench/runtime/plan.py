@@ -87,10 +87,9 @@ def prepare(cfg: RunConfig, mode: Mode = "", sim: SimConfig | None = None, worke
     ``sim``: simulate's virtual cluster, or the ``sim.*`` options a real run refuses; ``workers``: run
     ``--dry-run``'s ``--workers``; ``size``: the world size a launcher told (None: started by none);
     ``cores``: this machine's, which a dry run's torch threads must fit in."""
-    if sim is not None and mode != "simulate":
-        refuse_sim_options(cfg, sim)
+    dropped = refuse_sim_options(cfg, sim, workers) if sim is not None and mode != "simulate" else []
     plan = configured(cfg)
-    warnings = idle_settings(plan)
+    warnings = dropped + idle_settings(plan)
     if mode == "run" and not cfg.warmup_steps and cfg.time_limit_s:
         warnings.append(f"warmup_steps = 0, so nothing measured how long a step takes: no estimate of the run "
                         f"against time_limit_s = {cfg.time_limit_s:g} s before it starts (the limit still ends the "
@@ -145,16 +144,21 @@ def run_workers(cfg: RunConfig, dry_run: bool, workers: int | None, size: int | 
     return None
 
 
-def refuse_sim_options(cfg: RunConfig, sim: SimConfig) -> None:
+def refuse_sim_options(cfg: RunConfig, sim: SimConfig, workers: int | None = None) -> list[str]:
     """Real runs take no ``sim.*`` options: they run on the machines, not on a virtual cluster. Fields a
     table of the run shares with the simulator are its own (``--model payload``'s compute model), and
-    run's ``--workers`` is ``--dry-run``'s world, not the simulator's."""
+    run's ``--workers`` is ``--dry-run``'s world, not the simulator's: ``sim.workers`` (from ``[sim]`` or
+    ``--set``) other than that and the default is dropped, said in the warning returned."""
     own = {"workers", *(k for _, table in TABLES.items() if table.applies(cfg) for k in table.shares)}
     given = [f.name for f in dataclasses.fields(sim)
              if f.name not in own and getattr(sim, f.name) != getattr(SimConfig(), f.name)]
     if given:
         raise UsageError(f"{', '.join(f'sim.{k}' for k in given)}: simulate's options (its virtual cluster); "
                          "a real run takes none: remove them, or use simulate")
+    if sim.workers in (SimConfig().workers, workers):
+        return []
+    return [f"sim.workers = {sim.workers}: simulate's virtual workers; a real run's are its world size minus 1 "
+            "(mpiexec -n, or --dry-run's --workers), so it is dropped"]
 
 
 def check_sim(plan: Plan, sim: SimConfig) -> None:
