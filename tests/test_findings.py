@@ -184,6 +184,44 @@ def test_a_study_says_which_code_changed_since_its_files_were_made(tmp_path, cap
     assert capsys.readouterr().out.strip() == "sgp: up to date with the code here"
 
 
+def test_a_recheck_that_found_its_runs_the_same_stands_for_the_code_it_was_made_with(tmp_path, capsys):
+    """A study made with older code is STALE; a recheck of its runs (recheck.json) made with the code here
+    that found them the same makes it current again, and findings.md says so; one that found a run otherwise,
+    or one of other runs (the study made again since), leaves it STALE."""
+    old = copy.deepcopy(CURRENT)
+    old["files"]["runtime/sim/engine.py"] = "0" * 12
+    old["versions"] = made_with.versions(old["files"])
+    v = verdict()
+    v["made_with"] = old
+    write_study(tmp_path, v)
+    runs = [{"cell": "sgp n=32 10 GbE", "seed": 0, "was": {}, "now": {}, "same": True}]
+
+    def recheck(same=True, of=old["versions"]):
+        (tmp_path / "sgp" / "recheck.json").write_text(json.dumps(
+            {"study": "sgp", "of": of, "same": same, "runs": [{**runs[0], "same": same}],
+             "made_with": made_with.record([("0123456789abcdef", False)], simulated=True)}))
+
+    def findings_md():
+        assert main(["findings", "--studies", str(tmp_path), "--out", str(tmp_path / "f.md"),
+                     "--readme", str(tmp_path / "none.md")]) == 0
+        return (tmp_path / "f.md").read_text()
+
+    assert main(["findings", "--studies", str(tmp_path), "--stale"]) == 1
+    recheck()
+    assert main(["findings", "--studies", str(tmp_path), "--stale"]) == 0
+    text = findings_md()
+    assert "**STALE**" not in text and ("Rechecked with commit 0123456789: 1 run (one per algorithm) made again "
+                                        "came out the same to the last digit.") in text
+    recheck(same=False)
+    assert main(["findings", "--studies", str(tmp_path), "--stale"]) == 1
+    text = findings_md()
+    assert "**STALE**" in text and "found 1 of 1 run made again came out otherwise" in text
+    recheck(of={"simulator": "another"})  # a recheck of the runs of an earlier invocation of the study
+    assert main(["findings", "--studies", str(tmp_path), "--stale"]) == 1
+    assert "Rechecked" not in findings_md()
+    capsys.readouterr()
+
+
 def test_a_study_ages_only_with_the_algorithm_files_its_runs_are_made_of(tmp_path):
     """Gap-Aware runs parameter servers: a change to the decentralized coordinator does not age it, a
     change to the parameter server does; Jin (gossip, EASGD) ages with both. A record made before

@@ -150,6 +150,22 @@ def test_gap_aware_at_toy_size_reports_what_its_files_say_and_each_claim_flips_w
             stem = f"{c['algo']}-n{c['workers']}-{Setting.of(c['setting']).stem()}-s{c['seeds'][0]}.h5"
             assert read_run(out / "runs" / stem).summary["final_accuracy"] == c["accuracy"][0]
     assert verdict["protocol"]["test_seeds"] == [1000]
+    # Made again (one run per algorithm, by processes of their own where the study ran them in this one), the
+    # runs come out the same to the last digit; a verdict whose numbers are not those of the code here is found.
+    written = (out / "verdict.json").read_text()
+    assert main(["reproduce", "gap-aware", "--recheck", "--out-dir", str(out), "--jobs", "2"]) == 0
+    rechecked = json.loads((out / "recheck.json").read_text())
+    assert rechecked["same"] and [r["cell"] for r in rechecked["runs"]] == [f"{a} n=4" for a in
+                                                                            ("asgd", "sa-asgd", "ga-asgd", "dana-ga")]
+    assert (out / "verdict.json").read_text() == written
+    edited = json.loads((out / "verdict.json").read_text())
+    next(c for c in edited["arms"][0]["cells"] if (c["algo"], c["workers"]) == ("ga-asgd", 4))["accuracy"][0] += 1e-4
+    (out / "verdict.json").write_text(json.dumps(edited))
+    capsys.readouterr()
+    assert main(["reproduce", "gap-aware", "--recheck", "--out-dir", str(out), "--jobs", "2"]) == 1
+    said = capsys.readouterr().out
+    assert "ga-asgd n=4, seed 0: DIFFERS" in said and "1 of 4 run(s) differ" in said, said
+    assert not json.loads((out / "recheck.json").read_text())["same"]
     # Three seeds whose files make every claim true: every claim holds in every arm (every run kept).
     margin = {2: 0.02, 4: 0.08}
     base = {"asgd": 0.5, "sa-asgd": 0.6, "ga-asgd": 0.61, "dana-ga": 0.7}
@@ -275,6 +291,25 @@ def test_an_unknown_study_is_one_line(tmp_path, capsys):
                                                "diloco, resilience")
     assert not (tmp_path / "x").exists()
 
+
+
+@pytest.mark.parametrize("study, copy, args, words", [
+    ("gap-aware", None, [], "cannot read a verdict to recheck"),
+    ("jin", "teacher-gap-aware", [], "is study 'gap-aware''s verdict, not 'jin''s"),
+    ("jin", "teacher-jin", [], "does not record the compute model its runs were given"),
+    ("resilience", "teacher-resilience", [], "a recheck makes a claims study's cells again"),
+    ("gap-aware", "teacher-gap-aware", ["--rejudge"], "--rejudge and --recheck are two things"),
+])
+def test_a_recheck_it_cannot_make_is_one_line(tmp_path, capsys, study, copy, args, words):
+    import shutil
+    from pathlib import Path
+
+    if copy:
+        shutil.copytree(Path(__file__).resolve().parent.parent / "docs" / "reproduce" / copy, tmp_path / "s")
+    assert main(["reproduce", study, "--recheck", "--out-dir", str(tmp_path / "s"), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err, err
+    assert not (tmp_path / "s" / "recheck.json").exists()
 
 
 @requires_mpi

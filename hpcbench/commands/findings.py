@@ -59,15 +59,18 @@ def readable(name: str, value: dict[str, Any]) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcbench.reproduce import findings, made_with
+    from hpcbench.reproduce import findings, made_with, recheck
     from hpcbench.reproduce.studies import STUDIES
 
     root = Path(args.studies)
     verdicts, texts = studies(root)
-    stale = {}
+    stale, rechecks = {}, {}
     for name, v in verdicts.items():
         study = STUDIES.get(str(v.get("study")))  # unknown: every algorithm's files count
-        stale[name] = made_with.stale(v.get("made_with") or {}, study.algorithms() if study else None,
+        rechecks[name] = found = recheck.of(root / name, v)
+        # a recheck that found every run the same stands for the code it was made with
+        base = found["made_with"] if found and found["same"] else v.get("made_with")
+        stale[name] = made_with.stale(base or {}, study.algorithms() if study else None,
                                       simulated=v.get("mode", "sim") == "sim")
     if args.stale:
         changed = 0
@@ -90,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             unread.append(f"{path}: no reading of this verdict; one that starts with "
                           f"{findings.READING.format(findings.digest(texts[name]))} is included")
     plots = {name: [p.name for p in sorted((root / name).glob("*.png"))] for name in verdicts}
-    want = {Path(args.out): findings.findings_md(verdicts, readings, plots, stale)}
+    want = {Path(args.out): findings.findings_md(verdicts, readings, plots, stale, rechecks)}
     readme = Path(args.readme)
     if readme.exists():
         want[readme] = findings.with_readme_block(readme.read_text(encoding="utf-8"),

@@ -30,6 +30,9 @@ def add(sub: Any) -> None:
                    "sits on one (default: the preset's, 3; toy 0)")
     p.add_argument("--rejudge", action="store_true", help="run nothing: judge the study in --out-dir again from "
                    "its verdict.json under the current rules, and write its report.md and verdict.json again")
+    p.add_argument("--recheck", action="store_true", help="make one run per algorithm of the study in --out-dir "
+                   "again with the code here and compare it with its verdict to the last digit (recheck.json; exit 1 "
+                   "where one differs): whether a change to the code left the study's numbers as they were")
     p.add_argument("--timeout", type=seconds, default=1800.0, help="seconds allowed per run")
     p.add_argument("--jobs", type=int, default=0, help="simulated runs at a time (default: the cores here, "
                    "one for --preset toy; real runs go one at a time)")
@@ -40,11 +43,21 @@ def run(args: argparse.Namespace) -> int:
     from hpcbench.reproduce.runner import reproduce
     from hpcbench.reproduce.studies import study
 
+    if args.rejudge and args.recheck:
+        from hpcbench.errors import UsageError
+
+        raise UsageError("--rejudge and --recheck are two things: judge again from verdict.json, or make runs again "
+                         "to compare with it; give one")
     if args.rejudge:
         from hpcbench.reproduce.rejudge import rejudge
 
         return rejudge(args.out_dir, study(args.study).name)
     from hpcbench.tuning.execute import jobs_or_cores
+
+    if args.recheck:
+        from hpcbench.reproduce.recheck import recheck
+
+        return recheck(study(args.study).name, args.out_dir, jobs_or_cores(args.jobs), args.timeout)
 
     if args.quick and args.preset not in ("full", "quick"):
         from hpcbench.errors import UsageError

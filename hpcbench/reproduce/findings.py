@@ -272,10 +272,22 @@ def command(name: str, v: Mapping[str, Any]) -> str:
     return " ".join(words)
 
 
+def recheck_text(r: Mapping[str, Any] | None) -> str:
+    """What a recheck (``reproduce.recheck``) of the study's runs found, in a sentence; "" where none was made."""
+    if not r:
+        return ""
+    commits = ", ".join(c[:10] for c in r["made_with"].get("commits", [])) or "unknown"
+    n, differ = len(r["runs"]), sum(not x.get("same") for x in r["runs"])
+    if not differ:
+        return (f" Rechecked with commit {commits}: {n} run{'s' * (n > 1)} (one per algorithm) made again came out "
+                "the same to the last digit.")
+    return f" A recheck with commit {commits} found {differ} of {n} run{'s' * (n > 1)} made again came out otherwise."
+
+
 def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: Sequence[str] = (),
-                  stale: Sequence[str] | None = None) -> list[str]:
+                  stale: Sequence[str] | None = None, recheck: Mapping[str, Any] | None = None) -> list[str]:
     """A study's section: headline, command and time, claims by arm, each claim's evidence, the cells, its
-    plots (file names in its directory) and its reading."""
+    plots (file names in its directory) and its reading (``recheck``: its recheck.json, where it has one)."""
     lines = [f"## {NAMES.get(name, name)} on {workload(v)}", "",
              f"**In short** ({label(v)} study{stale_text(stale)}): {headline(v)}", ""]
     if isinstance(v.get("ceiling"), (int, float)):
@@ -286,7 +298,7 @@ def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: S
               + (f" Made with commit{'s' * (len(v['made_with']['commits']) > 1)} "
                  f"{', '.join(c[:10] for c in v['made_with']['commits'])}"
                  + (" (with uncommitted changes)" if v["made_with"].get("dirty") else "") + "."
-                 if v.get("made_with") else ""), ""]
+                 if v.get("made_with") else "") + recheck_text(recheck), ""]
     if v.get("claims") and isinstance(v["claims"][0], Mapping) and "arms" in v["claims"][0]:
         lines += [claims_table(v), ""]
         claims = [*v["claims"], *v.get("across", [])]  # across: claims that compare two arms
@@ -352,10 +364,11 @@ def reading_for(text: str | None, verdict_text: str) -> tuple[str | None, str]:
 
 
 def findings_md(studies: Mapping[str, Mapping[str, Any]], readings: Mapping[str, str | None],
-                plots: Mapping[str, Sequence[str]] | None = None, stale: Mapping[str, Sequence[str]] | None = None
-                ) -> str:
+                plots: Mapping[str, Sequence[str]] | None = None, stale: Mapping[str, Sequence[str]] | None = None,
+                rechecks: Mapping[str, Mapping[str, Any] | None] | None = None) -> str:
     """docs/findings.md: the summary, then each study's section (readings: each study's usable reading;
-    plots: each study's plot files; stale: the files changed since each study's runs were made)."""
+    plots: each study's plot files; stale: the files changed since each study's runs were made, or since a
+    recheck found them the same; rechecks: each study's recheck.json, where it has one)."""
     lines = ["# What hpcbench finds", "",
              "Written by `hpcbench findings` from each study's `verdict.json` in [reproduce/](reproduce/) (where "
              "each study's report and plots are too); only the paragraphs under a study's tables are written by "
@@ -368,12 +381,15 @@ def findings_md(studies: Mapping[str, Mapping[str, Any]], readings: Mapping[str,
              "simulator's cost model does not bear out; *cannot be tested here*: the arm cannot test it by "
              "construction. Arms with the same evidence are named together (`shared = momentum 0.9`) and count "
              "once. A QUICK study has fewer sizes and grid points and a shorter budget than the full one: it is "
-             "not the finding; a STALE one was made with code that has changed since. Each study names the data "
+             "not the finding; a STALE one was made with code that has changed since (a recheck, which makes one "
+             "run per algorithm again and finds it the same to the last digit, shows a change left the study's "
+             "numbers as they were). Each study names the data "
              "set and model its runs learned: the findings are those on real images (Fashion-MNIST); those on the "
              "synthetic teacher task, where the studies were first run, are checks of the machinery.", ""]
     lines += grouped_lines(studies, stale) + [""]
     for name, v in ordered(studies):
-        lines += study_section(name, v, readings.get(name), (plots or {}).get(name, ()), (stale or {}).get(name))
+        lines += study_section(name, v, readings.get(name), (plots or {}).get(name, ()), (stale or {}).get(name),
+                               (rechecks or {}).get(name))
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -23,7 +23,7 @@ from hpcbench.reproduce.verdicts import Cell
 from hpcbench.tuning.grid import Setting, Trial
 
 NOTES = ("preset", "mode", "elapsed_s", "runs", "kept", "capped", "max_steps", "jobs", "invocations", "failed",
-         "calibration", "setup", "skipped", "command", "node_mtbf_s")
+         "calibration", "run_flags", "setup", "skipped", "command", "node_mtbf_s")
 CELL_FIELDS = ("algo", "workers", "variant", "accuracy", "time_to_target", "wall", "eval_gap", "bytes_per_sample",
                "seeds")
 

@@ -285,7 +285,8 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
         print("\nstage 4: across emulated nodes, real beside simulated", flush=True)
         points = emulated_network.run(s, out, preset, timeout)
     before, notes = bookkeeping(out, s.name, preset, mode, t0, outcome, kept + more, jobs)
-    notes |= {"calibration": calibration, "setup": s.setup if mode == "sim" else MPI_SETUP,
+    notes |= {"calibration": calibration, "run_flags": list(sweep.extra),
+              "setup": s.setup if mode == "sim" else MPI_SETUP,
               "skipped": [f"{n} workers ({n + 1} ranks > --max-ranks {max_ranks})" for n in skipped],
               "command": command_line(name, out_dir, preset, mode, emulated, seeds, extensions),
               "emulated": emulated_network.section(points) if points else []}
