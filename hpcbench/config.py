@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcbench.algorithms.schedule import SCALINGS
-from hpcbench.errors import UsageError
+from hpcbench.errors import UsageError, unknown_key
 from hpcbench.options import TABLES, build_options, option_tables
 from hpcbench.ranges import bounded, check_ranges, choice
 from hpcbench.registry import rule
@@ -145,6 +145,30 @@ class Faults:
 
     def __str__(self) -> str:
         return ",".join(str(f) for f in self.items)
+
+
+DEFAULT_STEPS = 100  # steps per worker where neither steps nor epochs says
+
+
+def asked_steps(steps: int | None, epochs: float | None, batch_size: int, workers: int, train_size: int) -> float:
+    """Each worker's share of the sample budget in batches, before any ``max_steps`` cap: ``steps``, else
+    ``epochs`` over ``train_size`` samples (inf where too many to count), else DEFAULT_STEPS."""
+    if steps is not None:
+        return steps
+    if epochs is not None:
+        exact = epochs * train_size / (workers * batch_size)
+        return max(1, math.ceil(exact)) if math.isfinite(exact) else exact
+    return DEFAULT_STEPS
+
+
+def cut_by_cap(config: Mapping[str, Any], workers: int) -> bool:
+    """Whether ``max_steps`` cut the run a result file's resolved ``config`` describes: the budget it asked for
+    is more steps per worker than the cap (a file without the sizes to tell: whenever a cap was set)."""
+    cap = int(config.get("max_steps") or 0)
+    if not cap or not all(k in config for k in ("train_size", "batch_size")):
+        return cap > 0
+    return asked_steps(config.get("steps"), config.get("epochs"), int(config["batch_size"]), workers,
+                       int(config["train_size"])) > cap
 
 
 MAX_VAL_FRACTION = 0.5
@@ -340,8 +364,8 @@ def merge_sources(
         elif key in RUN_KEYS:
             run[key] = value
         else:
-            valid = ", ".join(list(RUN_KEYS) + [f"{t}.*" for t in option_tables])
-            raise UsageError(f"{where}: unknown key {key!r}; valid: {valid}")
+            raise unknown_key("key", key, [*RUN_KEYS, *(f"{t}.*" for t in option_tables)],
+                              "hpcbench list shows every key", f"{where}: ")
 
     for key, value in toml.items():
         put(key.replace("-", "_") if key not in option_tables else key, value, "config file")
@@ -380,7 +404,13 @@ def from_sources(config_path: str | None, flags: Mapping[str, Any], sets: list[s
     where a ``--set sim.KEY=...`` names the same key (the last source wins, as everywhere).
     """
     toml = load_toml(config_path) if config_path else {}
-    run, options = merge_sources(toml, flags, sets, list(option_tables()))
+    tables = option_tables()
+    run, options = merge_sources(toml, flags, sets, list(tables))
+    algo = run.get("algo")
+    if algo:  # a file may hold a study's every algorithm's table: a run of one takes its own, and leaves the rest
+        named = {item.partition("=")[0].partition(".")[0] for item in sets}  # (another's in --set is refused)
+        for name in [t for t in options if t != algo and t in toml and t not in named and tables[t].algorithm]:
+            del options[name]
     sim = options.pop("sim", {})
     overridden = {item.partition("=")[0][len("sim."):] for item in sets if item.startswith("sim.")}
     sim.update({k: v for k, v in sim_flags.items() if k not in overridden})

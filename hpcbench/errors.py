@@ -139,6 +139,47 @@ def one_of(kind: str, name: object, valid: list[str] | tuple[str, ...]) -> Usage
     return UsageError(f"unknown {kind} {name!r}; valid: {', '.join(valid)}{did_you_mean(name, valid)}")
 
 
+# The widest line hpcbench prints, and the prefix its errors are printed after.
+COLUMNS = 120
+ERROR_PREFIX = "hpcbench: error: "
+
+
+def closest_few(name: object, valid: Sequence[str], n: int = 3) -> list[str]:
+    """The valid names closest to ``name``, up to ``n``, the closest first: those about as close as the
+    closest is (compared without case, ``-`` and ``_`` alike)."""
+    if not isinstance(name, str) or not name:
+        return []
+
+    def plain(text: str) -> str:
+        return text.lower().replace("-", "_")
+
+    scored = sorted(((difflib.SequenceMatcher(None, plain(name), plain(v)).ratio(), v) for v in valid),
+                    key=lambda pair: -pair[0])
+    best = scored[0][0] if scored else 0.0
+    return [v for ratio, v in scored[:n] if ratio >= max(0.6, best - 0.1)]
+
+
+def unknown_key(kind: str, name: str, valid: Sequence[str], everything: str, before: str = "",
+                owner: str = "") -> UsageError:
+    """An "unknown X" error in one line that fits the terminal after ``before`` (what the message is printed
+    after): every valid name where they fit, else the closest of them and where to find them all
+    (``everything``: "hpcbench list shows every key"). ``owner``: the prefix of every name (``ga-asgd.``),
+    shown but not compared."""
+    room = COLUMNS - len(ERROR_PREFIX) - len(before)
+    shown = [owner + v for v in valid]
+    listed = f"unknown {kind} {owner + name!r}; valid: {', '.join(shown) or '(none)'}"
+    close = closest_few(name, valid)
+    if len(listed) + len(f"; did you mean '{owner}{close[0]}'?" if close else "") <= room:
+        return UsageError(before + listed + (f"; did you mean '{owner}{close[0]}'?" if close else ""))
+    while close:
+        line = f"unknown {kind} {owner + name!r}; did you mean {' or '.join(repr(owner + c) for c in close)}? " \
+               f"({everything})"
+        if len(line) <= room:
+            return UsageError(before + line)
+        close.pop()
+    return UsageError(f"{before}unknown {kind} {owner + name!r}; {everything}")
+
+
 def undeclared_add(window: str, what: str = "an add into", declared: str = "publish") -> RuntimeFailure:
     """An operation a window's declared mode does not take: an Accumulate, fetch-and-add or drain of a
     "publish" window, anything but a fetch-and-add on a "count" one. An algorithm's bug, refused by

@@ -19,8 +19,16 @@ def gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.1f} GiB"
 
 
+def amount(nbytes: float) -> str:
+    """``nbytes`` in the largest of KiB, MiB and GiB it makes at least one of (GiB beyond)."""
+    for unit, shift in (("GiB", 30), ("MiB", 20)):
+        if nbytes >= 2**shift:
+            return f"{nbytes / 2**shift:.1f} {unit}"
+    return f"{nbytes / 2**10:.1f} KiB"
+
+
 def check_memory(nbytes: float, what: str, remedy: str) -> None:
     """Refuse ``nbytes`` more than this machine holds, naming ``what`` needs it and the number."""
     have = memory_bytes()
     if nbytes > have:
-        raise UsageError(f"{what} needs about {gib(nbytes)}, more than this machine's {gib(have)}: {remedy}")
+        raise UsageError(f"{what} needs about {amount(nbytes)}, more than this machine's {amount(have)}: {remedy}")

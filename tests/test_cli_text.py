@@ -200,6 +200,17 @@ def test_a_study_diffed_against_itself_is_unchanged_everywhere(two_runs):
     assert "configuration: identical" in out
 
 
+def test_a_run_that_lost_workers_says_so_on_its_result_line(tmp_path):
+    code, out, err = cli("simulate", "--numerics", "off", "--steps", "40", "--algo", "asgd", "--workers", "4",
+                         "--set", "fault=kill:2@0.05", "--out", str(tmp_path / "lost.h5"))
+    assert code == 0, err
+    assert int(read_run(tmp_path / "lost.h5").summary["workers_lost"]) == 1
+    assert out.startswith("asgd (sim, 4 workers, 1 of 4 lost): "), out
+    code, out, err = cli("simulate", "--numerics", "off", "--steps", "40", "--algo", "asgd", "--workers", "4",
+                         "--out", str(tmp_path / "whole.h5"))
+    assert code == 0 and out.startswith("asgd (sim, 4 workers): "), out
+
+
 def test_a_reference_naming_an_unknown_algorithm_is_refused_with_the_valid_names(two_runs, tmp_path):
     ref = tmp_path / "ref.toml"
     ref.write_text("[asdg.2]\nsamples_per_s = [1, 1e9]\n")
@@ -219,6 +230,15 @@ def test_hpcbench_max_steps_caps_every_run_and_says_so(tmp_path, monkeypatch):
     code, _, err = cli("simulate", "--numerics", "off", "--steps", "8", "--algo", "asgd", "--workers", "2",
                        "--set", "max_steps=5", "--out", str(tmp_path / "set.h5"))  # --set beats the environment
     assert code == 0 and read_run(tmp_path / "set.h5").attrs["config"]["steps_per_worker"] == 5
+    monkeypatch.setenv("HPCBENCH_MAX_STEPS", "20")  # a cap the run never reaches is not said to have cut it
+    code, out, err = cli("simulate", "--numerics", "off", "--steps", "10", "--algo", "asgd", "--workers", "2",
+                         "--out", str(tmp_path / "under.h5"))
+    assert code == 0 and read_run(tmp_path / "under.h5").attrs["config"]["steps_per_worker"] == 10, err
+    assert "capped" not in out and "smoke test" not in out, out
+    code, out, err = cli("simulate", "--numerics", "off", "--epochs", "0.5", "--algo", "asgd", "--workers", "2",
+                         "--out", str(tmp_path / "epochs.h5"))  # 0.5 epochs of digits: 12 steps, under the cap
+    assert code == 0 and read_run(tmp_path / "epochs.h5").attrs["config"]["steps_per_worker"] == 12, err
+    assert "capped" not in out, out
     monkeypatch.setenv("HPCBENCH_MAX_STEPS", "a few")
     code, out, err = cli("simulate", "--algo", "asgd", "--out", str(tmp_path / "never.h5"))
     assert code == 2 and err == "hpcbench: error: HPCBENCH_MAX_STEPS must be a whole number of steps per worker " \
@@ -248,9 +268,13 @@ def test_run_started_without_a_launcher_names_mpiexec(monkeypatch):
     for var in {*RANK_VARS, *SIZE_VARS, "SLURM_STEP_ID"}:
         monkeypatch.delenv(var, raising=False)
     code, out, err = cli("run", "--algo", "ga-asgd", "--model", "payload", "--steps", "5")
-    assert code == 2 and out == "" and err == (
-        "hpcbench: error: hpcbench run trains as MPI ranks (rank 0 and the workers) started by a launcher: "
-        "mpiexec -n 3 hpcbench run --algo ga-asgd ... (hpcbench simulate needs no MPI)\n")
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    launch = "mpiexec -n 5 python -m mpi4py -m hpcbench run --algo"  # the README's own run command
+    assert launch in readme
+    assert code == 2 and out == "" and err == f"hpcbench: error: run needs MPI ranks: {launch} ga-asgd ... (or " \
+        "simulate)\n" and len(err) <= 121
+    code, out, err = cli("run", "--algo", "sgp")  # as many ranks as the algorithm needs, or more
+    assert code == 2 and "mpiexec -n 5 python -m mpi4py -m hpcbench run --algo sgp ..." in err
 
 
 def test_a_file_that_is_not_hdf5_says_so_in_words(tmp_path):

@@ -70,6 +70,64 @@ def test_simulate_takes_the_links_between_nodes_where_the_sweep_crossed_them():
         chosen_fit([])
 
 
+def sweep_of(times_of, sizes=tuple(8 * 8 ** k for k in range(6)), iters=20, ranks=3):
+    """A sweep's table and fits as ``hpcbench comm`` prints them, from times made up per (op, bytes)."""
+    from types import SimpleNamespace
+
+    from hpcbench.results.commfile import CommFile
+    from hpcbench.runtime.mpi.commsweep import tabulated, text
+
+    measured = [SimpleNamespace(op=op, nbytes=n, peer=peer, link=link, seconds=tuple(times_of(op, n, iters)))
+                for op, peer, link in (("allreduce", -1, "all"), ("sendrecv", 1, INTRA)) for n in sizes]
+    rows, fits = tabulated(measured, ranks)
+    data = CommFile({"world_size": ranks, "iters": iters, "warmup": 2, "mpi_library_version": "MPICH 5"}, rows,
+                    np.array([m.seconds for m in measured]), fits)
+    return text(data, 1)
+
+
+def test_the_table_is_headed_with_units_and_shows_the_median_the_fit_uses():
+    rng = np.random.default_rng(1)
+
+    def times(op, n, iters):  # 2 µs and 1 GB/s, spread by 5%
+        return (2e-6 + n / 1e9) * rng.gamma(400, 1 / 400, size=iters)
+
+    table, warnings = sweep_of(times)
+    lines = table.splitlines()
+    assert lines[0].startswith("# hpcbench comm: 3 ranks on 1 node(s), 20 iterations after 2 warm-up ones; MPICH 5")
+    head = next(line for line in lines if "size (B)" in line)
+    assert head.startswith("#") and head.split() == ["#", "size", "(B)", "count", "(elements)", "p50", "(µs)", "p90",
+                                                   "(µs)", "min", "(µs)", "algbw", "busbw"]
+    assert any("p50 (the median) is what the fit uses" in line for line in lines if line.startswith("#"))
+    rows = [line.split() for line in lines if line and not line.startswith("#") and line.split()[0].isdigit()]
+    assert [int(r[0]) for r in rows] == [8 * 8 ** k for k in range(6)] * 2 and [int(r[1]) for r in rows[:2]] == [2, 16]
+    for r in rows:  # bandwidths in the unit that keeps them readable: never 0.00x
+        algbw, unit = float(r[5]), r[6]
+        assert unit in ("B/s", "KB/s", "MB/s", "GB/s") and 1 <= algbw < 1000, r
+    sendrecv = rows[6:]
+    p50 = [float(r[2]) for r in sendrecv]
+    assert p50[0] == pytest.approx(2.008, rel=0.1) and p50[-1] == pytest.approx(264.1, rel=0.1)
+    scale = {"B/s": 1, "KB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9}
+    for r in sendrecv:  # algbw: the size over the median (p50); busbw of one rank to another: the same
+        assert float(r[5]) * scale[r[6]] == pytest.approx(int(r[0]) / (float(r[2]) * 1e-6), rel=0.02)
+        assert r[5:7] == r[7:9]
+    assert "→ simulate --network alpha=" in table and warnings == []
+
+
+@pytest.mark.parametrize("spoil, says", [
+    (lambda n, t: t * (10 if n == 4096 else 1), "4096 B's median 252% off the line"),  # one size far off
+    (lambda n, t: t * np.random.default_rng(n).gamma(1, 1, size=len(t)), "p10-p90 spread 309% of p50"),  # unquiet
+])
+def test_a_fit_too_far_off_its_sizes_or_too_spread_to_trust_is_one_warning_and_no_ready_value(spoil, says):
+    def times(op, n, iters):
+        return spoil(n, np.full(iters, 2e-6 + n / 1e9))
+
+    table, warnings = sweep_of(times)
+    assert "simulate --network" not in table and "intra-node links (sendrecv, 6 sizes): α" in table
+    (line,) = warnings
+    assert line.startswith("hpcbench: warning: the intra-node fit is doubtful (") and says in line
+    assert line.endswith("): sweep again, more --iters") and len(line) <= 140, line
+
+
 @requires_mpi
 @pytest.mark.both
 @pytest.mark.timeout(300)
@@ -94,7 +152,8 @@ def test_a_real_sweep_is_written_read_back_and_taken_by_simulate_and_calibrate(t
     (fit,) = data.fits
     assert fit.link == "intra-node" and fit.op == "sendrecv" and fit.sizes == len(sizes)
     assert fit.alpha_s >= 0 and fit.bandwidth > 0 and fit.noise >= 0
-    assert f"simulate --network {fit.network()}" in proc.stdout and "busbw (GB/s)" in proc.stdout
+    assert "busbw" in proc.stdout and "p50 (µs)" in proc.stdout
+    assert f"simulate --network {fit.network()}" in proc.stdout or "fit is doubtful" in proc.stderr
 
     code, _, err = cli("simulate", "--algo", "asgd", "--workers", "2", "--steps", "5", "--numerics", "off",
                        "--network", str(out), "--out", str(tmp_path / "sim.h5"))

@@ -4,6 +4,7 @@ import pytest
 
 from hpcbench.algorithms import ALGORITHMS
 from hpcbench.config import (
+    DEFAULT_STEPS,
     Fault,
     Faults,
     RunConfig,
@@ -54,9 +55,41 @@ def test_algorithm_option_tables_from_toml_and_set():
     assert opts.beta == 0.99 and opts.history == 50 and opts.eps == 1e-8
 
 
-def test_unknown_key_names_the_valid_ones():
-    with pytest.raises(UsageError, match=r"unknown key 'bogus'; valid: algo, model, .*ga-asgd\.\*"):
-        config(sets=["bogus=1"])
+def test_an_unknown_key_is_one_short_line_with_the_closest_valid_keys():
+    """Not every key on one line: the closest (a misspelling, another separator), else where to find them all."""
+    for sets, said in ((["lrr=0.1"], "--set: unknown key 'lrr'; did you mean 'lr'? (hpcbench list shows every key)"),
+                       (["ga_asgd.history=4"], "--set: unknown key 'ga_asgd'; did you mean 'ga-asgd.*'? (hpcbench list "
+                                               "shows every key)"),
+                       (["bogus=1"], "--set: unknown key 'bogus'; hpcbench list shows every key")):
+        with pytest.raises(UsageError) as refused:
+            config(sets=sets)
+        assert str(refused.value) == said and len(f"hpcbench: error: {said}") <= 120
+    with pytest.raises(UsageError, match=r"^config file: unknown key 'batchsize'; did you mean 'batch_size'\?"):
+        config({"batchsize": 3})
+    with pytest.raises(UsageError, match=r"^unknown option 'ga-asgd\.histroy'; did you mean 'ga-asgd\.history'\?"):
+        plan.validate(config(sets=["ga-asgd.histroy=5"], flags={"algo": "ga-asgd"}))
+
+
+def test_a_config_file_may_hold_other_algorithms_tables_and_the_chosen_one_applies(tmp_path):
+    """A study's file holds every algorithm's table: a run of one takes its own and leaves the others; on
+    the command line, another algorithm's option is a mistake and refused."""
+    from hpcbench.config import from_sources
+
+    path = tmp_path / "study.toml"
+    path.write_text('epochs = 2\n[dana-ga]\nhistory = 64\n[easgd]\ntau = 8\nalpha = 0.1\n')
+    cfg, _ = from_sources(str(path), {"algo": "dana-ga"}, [], {})
+    assert cfg.options == {"dana-ga": {"history": 64}} and plan.validate(cfg).options.history == 64
+    cfg, _ = from_sources(str(path), {"algo": "easgd"}, [], {})
+    assert plan.validate(cfg).options == ALGORITHMS.get("easgd").Options(tau=8, alpha=0.1)
+    cfg, _ = from_sources(str(path), {}, [], {})  # no algorithm yet (a sweep's, a tune's): every table kept
+    assert set(cfg.options) == {"dana-ga", "easgd"}
+    cfg, _ = from_sources(str(path), {"algo": "dana-ga"}, ["easgd.tau=4"], {})
+    with pytest.raises(UsageError, match=r"^easgd\.\* options go with --algo easgd \(the algo is 'dana-ga'\)$"):
+        plan.validate(cfg)
+    path.write_text('[teacher]\nnoise = 0.2\n')  # a dataset's table still goes with its dataset only
+    cfg, _ = from_sources(str(path), {"algo": "asgd"}, [], {})
+    with pytest.raises(UsageError, match=r"^teacher\.\* options go with --dataset teacher"):
+        plan.validate(cfg)
 
 
 def test_unknown_algorithm_option_names_the_valid_ones():
@@ -130,7 +163,7 @@ def test_straggler_spec_is_parsed_once_into_a_typed_value_that_round_trips():
 def test_budget_and_warmup_defaults():
     asgd, allreduce = ALGORITHMS.get("asgd"), ALGORITHMS.get("allreduce")
     cfg = config(flags={"algo": "asgd"})
-    assert plan.steps_per_worker(cfg, 4, 1000) == plan.DEFAULT_STEPS
+    assert plan.steps_per_worker(cfg, 4, 1000) == DEFAULT_STEPS
     assert plan.steps_per_worker(cfg.with_updates(epochs=2.0), 4, 1000) == 16  # ceil(2000 / 128)
     assert plan.schedule_for(cfg, asgd, 4, 1000).warmup_epochs == 5.0
     assert plan.schedule_for(cfg, allreduce, 4, 1000).warmup_epochs == 5.0

@@ -1,12 +1,15 @@
-"""No run is lost or hidden: a result directory removed while a run writes is made again, a complete
-result whose rename a killed run left undone is found and given its name, and a resumed study waits for
-the run an earlier, killed sweep left going instead of running the point beside it or replacing its file."""
+"""No run is lost or hidden: a result directory removed while a run writes is made again, a final write
+that finds the disk full goes whole to another directory and says where, a complete result whose rename a
+killed run left undone is found and given its name, and a resumed study waits for the run an earlier,
+killed sweep left going instead of running the point beside it or replacing its file."""
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 from test_store import record
 
@@ -16,6 +19,8 @@ from hpcbench.launch.local_study import run_local
 from hpcbench.results.paths import NameHold, partial_name
 from hpcbench.results.store import read_run, result_status, write_run
 from hpcbench.runtime.output import ResultFile
+
+from conftest import mpirun, requires_mpi
 
 
 def status(rec, value):
@@ -126,3 +131,160 @@ def test_resume_gives_up_on_an_orphan_that_outlasts_the_timeout_in_one_line(tmp_
     finally:
         hold.release()
     assert files == [] and len(failures) == 1 and "still writes" in failures[0] and "after 1.5 s" in failures[0]
+
+
+def disk_full_in(monkeypatch, *directories, errno=None):
+    """From now on, the final write of a result (status ok) into any of ``directories`` finds the disk full
+    after half its bytes: os.write raises ENOSPC (or ``errno``: EDQUOT, a quota), as a full file system
+    does. → the statuses of the writes it failed."""
+    import errno as errnos
+    import os
+
+    errno = errnos.ENOSPC if errno is None else errno
+
+    from hpcbench.results import store
+
+    write, write_file, failing, failed = os.write, store._write_file, [], []
+
+    def noted(partial, rec, final):
+        failing.append(final.parent in directories and rec.attrs["status"] == "ok")
+        try:
+            return write_file(partial, rec, final)
+        except BaseException:
+            if failing[-1]:
+                failed.append(rec.attrs["status"])
+            raise
+        finally:
+            failing.pop()
+
+    def full_disk(fd, data):
+        if failing and failing[-1] and Path(os.readlink(f"/proc/self/fd/{fd}")).parent in directories:
+            write(fd, bytes(data[:len(data) // 2]))
+            raise OSError(errno, os.strerror(errno))
+        return write(fd, data)
+
+    monkeypatch.setattr(store, "_write_file", noted)
+    monkeypatch.setattr(os, "write", full_disk)
+    return failed
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("unnamed", [True, False], ids=["unnamed-file", "temporary-name"])
+def test_a_final_write_that_finds_the_disk_full_keeps_the_whole_result_elsewhere_and_says_where(
+        tmp_path, monkeypatch, capsys, unnamed):
+    import tempfile
+
+    from test_session_loopback import COMMON, run_cluster
+
+    from hpcbench.results import store
+
+    full, elsewhere = tmp_path / "full", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(elsewhere))  # the system's temporary directory, here
+    if not unnamed:  # a file system without O_TMPFILE: the bytes go to a temporary name first
+        monkeypatch.setattr(store, "_unnamed_file", lambda directory: None)
+    failed = disk_full_in(monkeypatch, full)  # the worst moment: the last write, after every flush went well
+    out = full / "run.h5"
+    cfg = RunConfig(algo="asgd", steps=60, out=str(out), **{**COMMON, "evals": 6, "flush_s": 0.05})
+    assert run_cluster(cfg, workers=2) == [0, 0, 0]
+    assert failed == ["ok"]
+    kept = elsewhere / "run.h5"
+    said = [line for line in capsys.readouterr().err.splitlines() if "no room" in line]
+    assert said == [f"hpcbench: {full} has no room for the result (No space left on device (errno 28)); the result "
+                    f"goes to {kept}; {out} keeps the run as of its last write (status 'incomplete')"], said
+    rec = read_run(kept)
+    assert rec.attrs["status"] == "ok" and len(rec.evals["t"]) == 7 and np.isfinite(rec.evals["accuracy"]).all()
+    assert rec.summary["samples"] == rec.attrs["config"]["budget_samples"]
+    # What the full directory holds does not look complete: the last flush, and nothing else (no lock, no
+    # temporary file a report would take for a complete result).
+    assert result_status(out) == "incomplete" and sorted(p.name for p in full.iterdir()) == ["run.h5"]
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["run.h5"]
+
+
+def test_a_final_write_with_no_room_anywhere_is_one_line_naming_each_try(tmp_path, monkeypatch):
+    from hpcbench.errors import ResultWriteError
+    from hpcbench.runtime import output
+
+    full, also = tmp_path / "full", tmp_path / "also-full"
+    also.mkdir()
+    monkeypatch.setattr(output, "fallback_dirs", lambda: [also])
+    out = full / "run.h5"
+    result = ResultFile(RunConfig(out=str(out)), 1, "mpi")
+    result.write(status(record(), "incomplete"))
+    disk_full_in(monkeypatch, full, also)
+    with pytest.raises(ResultWriteError) as err:
+        result.write(status(record(), "ok"), last=True)
+    assert str(err.value) == (f"could not write the result file {str(out)!r}: No space left on device (errno 28); "
+                              f"nor in {also}: could not write the result file {str(also / 'run.h5')!r}: No space "
+                              "left on device (errno 28)")
+    assert result_status(out) == "incomplete" and [p.name for p in full.iterdir() if p.name[0] != "."] == ["run.h5"]
+    assert list(also.iterdir()) == []
+
+
+@pytest.mark.parametrize("errno, cause", [(28, "No space left on device (errno 28)"),
+                                          (122, "Disk quota exceeded (errno 122)")], ids=["ENOSPC", "EDQUOT"])
+def test_a_simulation_whose_disk_is_full_at_its_only_write_keeps_its_result_elsewhere(tmp_path, monkeypatch,
+                                                                                       capsys, errno, cause):
+    import tempfile
+
+    full, elsewhere = tmp_path / "full", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(elsewhere))
+    disk_full_in(monkeypatch, full, errno=errno)
+    assert main(["simulate", "--algo", "asgd", "--workers", "2", "--steps", "6", "--set", "evals=3", "--out",
+                 str(full / "sim.h5")]) == 0
+    out, err = capsys.readouterr()
+    assert err.strip() == (f"hpcbench: {full} has no room for the result ({cause}); the result goes to "
+                           f"{elsewhere / 'sim.h5'}"), err
+    assert f"-> {elsewhere / 'sim.h5'} [" in out and read_run(elsewhere / "sim.h5").attrs["status"] == "ok"
+    assert list(full.iterdir()) == []
+
+
+@requires_mpi
+@pytest.mark.root  # mounts a tmpfs
+@pytest.mark.timeout(240)
+def test_a_real_run_whose_small_disk_fills_while_it_trains_loses_nothing():
+    import os
+    import shutil
+    import tempfile
+    import threading
+
+    # A directory of its own, not pytest's: another pytest session's clean-up must not move the mount point.
+    root = Path(tempfile.mkdtemp(prefix="hpcbench-full-disk-"))
+    disk, elsewhere = root / "disk", root / "elsewhere"
+    disk.mkdir()
+    elsewhere.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True)
+    if os.geteuid() != 0 or mounted.returncode:
+        shutil.rmtree(root)
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    out, filled, ended = disk / "run.h5", threading.Event(), threading.Event()
+
+    def fill():  # once the run has written its file (training has started), something else takes the disk
+        while not out.exists():
+            if ended.wait(0.01):
+                return
+        with open(disk / "filler", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+            except OSError:
+                filled.set()
+
+    try:
+        threading.Thread(target=fill, daemon=True).start()
+        proc = mpirun(3, "run", "--algo", "asgd", "--dataset", "digits", "--epochs", "20", "--set", "evals=20",
+                      "--set", "flush_s=0.2", "--out", str(out), env={"TMPDIR": str(elsewhere)}, timeout=180)
+        kept = elsewhere / "run.h5"
+        assert proc.returncode == 0 and filled.is_set(), proc.stderr
+        assert (f"hpcbench: {disk} has no room for the result (No space left on device (errno 28)); the result goes "
+                f"to {kept}; {out} keeps the run as of its last write (status 'incomplete')") in proc.stderr
+        assert proc.stdout.rstrip().endswith(f"-> {kept}"), proc.stdout
+        rec = read_run(kept)  # every evaluation, every sample
+        assert rec.attrs["status"] == "ok" and len(rec.evals["t"]) == 21 and np.isfinite(rec.evals["accuracy"]).all()
+        assert rec.summary["samples"] == rec.attrs["config"]["budget_samples"]
+        assert result_status(out) == "incomplete" and not list(disk.glob("*.partial"))
+    finally:
+        ended.set()
+        if subprocess.run(["umount", str(disk)], capture_output=True).returncode == 0:
+            shutil.rmtree(root)

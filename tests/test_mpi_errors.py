@@ -31,7 +31,8 @@ def assert_clean_failure(proc, out_path, message):
     (1, ["--algo", "asgd"], "asgd needs at least 1 worker(s) besides rank 0: launch 2 or more ranks (got 1)"),
     (3, ["--algo", "asgd", "--steps", "0"], "steps must be >= 1 steps, got 0"),
     (3, ["--algo", "asgd", "--batch-size", "-4"], "batch_size must be >= 1 samples, got -4"),
-    (3, ["--algo", "asgd", "--set", "bogus=1"], "unknown key 'bogus'; valid: algo, model"),
+    (3, ["--algo", "asgd", "--set", "lrr=0.1"], "unknown key 'lrr'; did you mean 'lr'? (hpcbench list shows every "
+                                                "key)"),
     (3, ["--algo", "ga-asgd", "--set", "ga-asgd.gamma=2"], "unknown option 'ga-asgd.gamma'; valid: ga-asgd.beta"),
 ])
 def test_bad_input(tmp_path, ranks, args, message):

@@ -110,6 +110,7 @@ def set_accuracies(path, val, test):
     rec = read_run(path)
     rec.summary["final_val_accuracy"], rec.evals["val_accuracy"][-1] = val, val
     rec.summary["final_accuracy"], rec.evals["accuracy"][-1] = test, test
+    rec.summary["best_accuracy"] = float(max(rec.evals["accuracy"]))  # the evaluations' best, as a reader checks
     rewrite_run(path, rec)
 
 
@@ -282,6 +283,23 @@ def test_the_report_says_which_setting_each_cell_chose_and_flags_the_grid_edge()
     assert "Ties within the seeds' interval on validation: sgp n=16: lr 0.04 ties with the chosen lr 0.02" in text
     # An arm that had one setting to run chose nothing.
     assert chosen_text(ArmResult(SHARED, (), same, (), (), chose=False)) == ""
+
+
+def test_a_tune_says_capped_only_where_the_cap_cut_its_runs(tmp_path, monkeypatch):
+    """HPCBENCH_MAX_STEPS=20 over runs of 10 steps cut nothing: no "capped" in tune.md or the recipes."""
+    from hpcbench.tuning.tune import cut_cap
+
+    monkeypatch.setenv("HPCBENCH_MAX_STEPS", "20")
+    for steps in (10, 30):
+        assert main(["simulate", "--algo", "asgd", "--workers", "2", "--numerics", "off", "--steps", str(steps),
+                     "--out", str(tmp_path / f"s{steps}.h5")]) == 0
+    assert cut_cap({tmp_path / "s10.h5": ""}) == 0  # the cap had room: the runs are whole
+    assert cut_cap({tmp_path / "s10.h5": "", tmp_path / "s30.h5": ""}) == 20
+    assert cut_cap({tmp_path / "s30.h5": "it failed", tmp_path / "gone.h5": "it failed"}) == 0  # read only if ok
+    out = tmp_path / "tune"
+    assert main(["tune", "--algo", "asgd", "--workers", "2", "--lr", "0.05", "--seeds", "0", "--jobs", "1",
+                 "--out-dir", str(out), "--steps", "10", *TINY[:6], "--set", "evals=2", "--extend", "0"]) == 0
+    assert "CAPPED" not in (out / "tune.md").read_text() and "capped" not in (out / "best" / "asgd-n2.toml").read_text()
 
 
 def test_a_tuned_recipe_never_carries_the_step_cap_its_runs_were_made_under():

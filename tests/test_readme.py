@@ -90,6 +90,7 @@ def report_as_shown(scratch: Path, output: str) -> None:
     assert README_SAMPLE_HEADER in output and "Runs (" in output, output[:2000]
 
 
+STUDIES = r"hpcbench (demo|sweep --local|tune|reproduce)\b"  # commands that run many runs
 # What a command's output must show beyond its exit status, by a pattern of the command.
 CHECKS = {r"hpcbench demo$": demo_made_every_run, r"hpcbench report results/demo\s+#": report_as_shown}
 
@@ -97,7 +98,7 @@ CHECKS = {r"hpcbench demo$": demo_made_every_run, r"hpcbench report results/demo
 class Example(NamedTuple):
     document: str
     line: int
-    kind: str  # "bash", "python", "file" (a TOML block named by its first comment), "shown" ($ command)
+    kind: str  # "bash", "python", "file" (a TOML block named by its first comment: "# NAME[: COMMAND]"), "shown"
     text: str
     expected: str = ""  # a shown command's first line of output
 
@@ -205,13 +206,15 @@ def test_every_example_is_run_or_says_why_not():
 @pytest.mark.parametrize("example", [pytest.param(e, marks=pytest.mark.both) if e.text.startswith(ULFM_EXAMPLE) else e
                                      for e in EXAMPLES], ids=[e.id for e in EXAMPLES])
 def test_the_example_runs(example: Example, scratch: Path):
+    if example.kind == "file":  # written where its name says; "# NAME: COMMAND" also runs the command
+        name, _, use = example.text.splitlines()[0][2:].partition(":")
+        (scratch / name.strip()).write_text(example.text)
+        if not use.strip():
+            return
+        example = example._replace(kind="bash", text=use.strip())
     why = not_run(scaled(example.text)) if example.kind == "bash" else None
     if why is not None:
         pytest.skip(f"not run: {why}")
-    if example.kind == "file":
-        name = example.text.splitlines()[0][2:].strip()
-        (scratch / name).write_text(example.text)
-        return
     if example.kind == "python":
         proc = subprocess.run([sys.executable, "-c", example.text], cwd=scratch, env=environment(True),
                               capture_output=True, text=True, timeout=300)
@@ -237,6 +240,8 @@ def test_the_example_runs(example: Example, scratch: Path):
     for pattern, check in CHECKS.items():
         if re.match(pattern, command):
             check(scratch, proc.stdout)
+    if re.match(STUDIES, command):  # what runs many runs prints in 120 columns (test_columns: each at toy size)
+        assert not [line for line in output.splitlines() if len(line) > 120], output
 
 
 def anchors(path: Path) -> set[str]:

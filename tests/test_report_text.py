@@ -297,6 +297,11 @@ def test_runs_cut_short_by_a_step_cap_are_named_before_anything_else(records):
     assert json.loads(report_text(records, "json", target=0.85))["capped_runs"] == ["asgd-2-0.h5"]
     assert report_text(records, "md", target=0.85).startswith("**CAPPED: 1 of 6 runs")
     assert '<p class="capped">CAPPED: 1 of 6 runs' in report_text(records, "html", target=0.85)
+    # A cap the run never reached did not cut it: 10 steps per worker asked for, 20 allowed.
+    records[0].attrs["config"].update(steps=10, epochs=None, batch_size=32, train_size=1437)
+    assert "CAPPED" not in report_text(records, target=0.85)
+    records[0].attrs["config"]["steps"] = 30
+    assert report_text(records, target=0.85).startswith("CAPPED: 1 of 6 runs")
     records[0].attrs["config"]["max_steps"] = 0
     assert "CAPPED" not in report_text(records, target=0.85)
 

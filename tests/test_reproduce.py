@@ -61,10 +61,12 @@ def test_every_diloco_setting_of_the_real_sizes_gets_ten_outer_rounds():
 
 
 def edit_accuracy(path, accuracy):
-    """A result file whose final accuracy (and last evaluation) says ``accuracy``."""
+    """A result file whose final accuracy (and last evaluation) says ``accuracy`` (its best accuracy the
+    evaluations' best, as a reader checks)."""
     rec = read_run(path)
     rec.summary["final_accuracy"] = accuracy
     rec.evals["accuracy"][-1] = accuracy
+    rec.summary["best_accuracy"] = float(max(rec.evals["accuracy"]))
     rewrite_run(path, rec)
 
 
@@ -208,6 +210,20 @@ def test_gap_aware_at_toy_size_reports_what_its_files_say_and_each_claim_flips_w
     made = verdict["made_with"]
     assert set(made["versions"]) == {"simulator", "transport", "algorithms", "workload", "measurement"}
     assert made["files"]["runtime/sim/engine.py"] and len(made["commits"]) == 1
+    # A kept file whose accuracies (test and validation, what the choice reads) say 7: refused in one line and
+    # run again, so neither a recipe choice nor a claim's numbers come from it.
+    seven = out / "runs" / "ga-asgd-n4-lr0.05-m0-s1.h5"
+    rec = read_run(seven)
+    rec.evals["accuracy"][-1] = rec.evals["val_accuracy"][-1] = 7.0
+    rec.summary.update(final_accuracy=7.0, final_val_accuracy=7.0, best_accuracy=7.0)
+    rewrite_run(seven, rec)
+    capsys.readouterr()
+    assert reproduce("gap-aware", str(out), "toy", seeds=(0, 1, 2), extensions=1) == 0
+    err = capsys.readouterr().err
+    assert f"hpcbench: {seven} is invalid: evals/accuracy = 7.0 at row " in err and "; it is run again" in err, err
+    assert read_run(seven).summary["final_accuracy"] <= 1
+    _, verdict = report_of(out)
+    assert all(a <= 1 for arm in verdict["arms"] for c in arm["cells"] for a in c["accuracy"])
 
 
 @requires_mpi

@@ -216,6 +216,18 @@ def test_bad_worker_count_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "x.h5").exists()
 
 
+@pytest.mark.slow  # 4,096 virtual workers: a few seconds
+def test_timing_only_needs_no_data_so_any_dataset_takes_4096_workers(tmp_path, capsys):
+    """Without numerics no sample is read: digits' 1,437 training samples do not bound the workers."""
+    assert main(["simulate", "--algo", "asgd", "--workers", "4096", "--numerics", "off", "--steps", "2",
+                 "--out", str(tmp_path / "wide.h5")]) == 0, capsys.readouterr().err
+    rec = read_run(tmp_path / "wide.h5")
+    assert rec.workers == 4096 and rec.summary["samples"] == 4096 * 2 * 32
+    assert main(["simulate", "--algo", "asgd", "--workers", "2048", "--steps", "2", "--out",
+                 str(tmp_path / "never.h5")]) == 2  # with numerics, each worker needs a sample of its own
+    assert "2048 workers but only 1437 training samples in digits" in capsys.readouterr().err
+
+
 def test_network_fit_recovers_latency_and_bandwidth():
     from hpcbench.runtime.sim.calibrate import fit_network
 

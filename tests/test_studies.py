@@ -335,8 +335,8 @@ def test_local_sweep_runs_each_point_and_prints_the_table(tmp_path):
     cores = cpu_count()
     if 8 > cores:  # two runs of up to 4 ranks at a time
         assert f"hpcbench: warning: 2 runs of up to 4 ranks at a time share {cores} cores" in err
-    counts = re.findall(r"^\[(\d)/4, [^]]* so far(, about [^]]* left)?\] (asgd|allreduce) on [34] ranks: .* -> ", out,
-                        re.M)
+    counts = re.findall(r"^\[(\d)/4, [^]]* so far(, about [^]]* left)?\] (asgd|allreduce) on [34] ranks: accuracy "
+                        r"[\d.]+, \d+ samples/s, [\d.]+ s \(\d+ s\)$", out, re.M)
     assert [(k, bool(left)) for k, left, _ in counts] == [("1", True), ("2", True), ("3", True), ("4", False)], out
     assert sorted(p.name for p in tmp_path.glob("*.h5")) == ["allreduce-w2.h5", "allreduce-w3.h5", "asgd-w2.h5",
                                                              "asgd-w3.h5"]
@@ -456,7 +456,8 @@ def test_the_time_left_of_many_runs_comes_from_the_runs_so_far_weighed_by_their_
     assert countdown.finished(5) == "[2/4, 9 s so far, about 9 s left]"
     now[0] = 200.0
     assert countdown.finished(3) == "[3/4, 3 min 20 s so far, about 1 min 31 s left]"  # 200 * 5 / 11 = 91 s
-    assert countdown.finished(5) == "[4/4, 3 min 20 s so far]"
+    assert countdown.shorter() == ["[3/4, ~1 min 31 s left]", "[3/4]"]  # for a line with little room
+    assert countdown.finished(5) == "[4/4, 3 min 20 s so far]" and countdown.shorter() == ["[4/4]"]
 
 
 @pytest.mark.parametrize("given, words", [
@@ -500,6 +501,24 @@ def test_a_sweep_refuses_out_and_overwrite_each_point_writes_its_own_file(tmp_pa
                        "--mpi", "pmi2", *local, *given)
     assert code == 2 and err.splitlines() == [f"hpcbench: error: {err.strip()[17:]}"], err
     assert "each point writes its own file under --out-dir" in err and not (tmp_path / "s").exists(), err
+
+
+@pytest.mark.parametrize("mode", ["sim", "mpi"])
+@pytest.mark.parametrize("given", [["--set", "out=OUT"], ["--set", "overwrite=true"], ["--config", "TOML"]])
+def test_a_tune_refuses_out_and_overwrite_each_run_writes_its_own_file(tmp_path, monkeypatch, mode, given):
+    """Each run of a tune writes its own file under --out-dir/runs (and one that says ok is kept): an ``out``
+    or ``overwrite`` for every run would be dropped without a word."""
+    import hpcbench.tuning.tune as tune
+
+    monkeypatch.setattr(tune, "tune", lambda *a, **k: pytest.fail("a tune ran"))
+    (tmp_path / "c.toml").write_text(f'out = "{tmp_path / "one.h5"}"\n')
+    given = [f"out={tmp_path / 'one.h5'}" if a == "out=OUT" else str(tmp_path / "c.toml") if a == "TOML" else a
+             for a in given]
+    code, _, err = cli("tune", "--mode", mode, "--algo", "asgd,sgp", "--workers", "2", "--lr", "0.1",
+                       "--out-dir", str(tmp_path / "t"), *given)
+    assert code == 2 and err.splitlines() == [f"hpcbench: error: {err.strip()[17:]}"], err
+    assert "a tune's runs take no out or overwrite" in err and "each run writes its own file under" in err, err
+    assert not (tmp_path / "t").exists() and not (tmp_path / "one.h5").exists()
 
 
 def test_a_study_directory_whose_name_no_filesystem_takes_is_one_line(tmp_path):

@@ -49,6 +49,47 @@ def test_a_value_that_would_end_a_job_script_line_is_refused_before_anything_is_
     assert not list(out.glob("runs/*.sbatch")) and not (out / "submit.sh").exists()
 
 
+# Unicode's format characters (category Cf): invisible, they reorder (bidi overrides and isolates) or hide
+# (zero-width) the text around them, so a script would not read as it runs.
+FORMAT_CHARACTERS = ["\u202e", "\u2066", "\u200b"]
+
+
+@pytest.mark.parametrize("char", FORMAT_CHARACTERS)
+@pytest.mark.parametrize("flags, names", [
+    (["--partition", "gpu{c}"], "--partition"),
+    (["--account", "{c}proj"], "--account"),
+    (["--mem", "4G{c}"], "--mem"),
+    (["--constraint", "a{c}b"], "--constraint"),
+    (["--sbatch-arg=--qos=high{c}"], "--sbatch-arg"),
+    (["--setup", "module load x{c}"], "--setup"),
+    (["--dataset", "cifar10", "--data-dir", "/data/{c}cifar"], "a run option"),
+    (["--out-dir", "OUT{c}x"], "--out-dir"),
+])
+def test_a_format_character_in_a_job_script_field_is_refused_naming_the_field(tmp_path, capsys, flags, names, char):
+    out = tmp_path / "study"
+    flags = [f.format(c=char).replace("OUT", str(tmp_path / "s")) for f in flags]
+    argv = [*SWEEP, *flags] + ([] if "--out-dir" in flags else ["--out-dir", str(out)])
+    assert main(argv) == 2
+    line = one_error(capsys)
+    assert names in line and f"format character {char!r}" in line and char not in line, line
+    assert not list(tmp_path.glob("**/*.sbatch")) and not list(tmp_path.glob("**/submit.sh"))
+
+
+@pytest.mark.parametrize("char", ["\u202e", "\x1b"])
+def test_every_field_the_job_script_writer_takes_refuses_control_and_format_characters(char):
+    kind = "format" if char == "\u202e" else "control"
+    for field, flag in [("time", "--time"), ("partition", "--partition"), ("account", "--account"),
+                        ("mpi", "--mpi"), ("mem", "--mem"), ("constraint", "--constraint")]:
+        with pytest.raises(UsageError, match=f"^{flag} .* holds the {kind} character"):
+            Resources(**{field: f"x{char}"})
+    with pytest.raises(UsageError, match=f"^the job name .* holds the {kind} character"):
+        run_job(f"hpcbench-asgd{char}-n1", 1, Resources(), ["run"], "/tmp/logs/x-%j.out")
+    with pytest.raises(UsageError, match=f"^--out-dir .* holds the {kind} character"):
+        run_job("job", 1, Resources(), ["run"], log_file(f"/tmp/s{char}", "x"))
+    with pytest.raises(UsageError, match=f"^a run option .* holds the {kind} character"):
+        run_job("job", 1, Resources(), ["run", "--out", f"/tmp/{char}.h5"], "/tmp/logs/x-%j.out")
+
+
 @pytest.mark.parametrize("flag", ["--partition", "--account", "--mem", "--constraint", "--sbatch-arg", "--setup"])
 def test_a_field_longer_than_any_job_script_takes_is_refused_in_one_short_line(tmp_path, capsys, flag):
     value = ("--qos=" if flag == "--sbatch-arg" else "") + "p" * 100_000
@@ -103,6 +144,8 @@ CRAFTED = {
     "a newline in an sbatch option": (lambda m: m["resources"].update(sbatch_args=[f"--qos={INJECTED}"]),
                                       "--sbatch-arg"),
     "a newline in a setup line": (lambda m: m["resources"].update(setup=["true\ntouch PWNED"]), "--setup"),
+    "a bidi override in the partition": (lambda m: m["resources"].update(partition="gpu\u202e"), "--partition"),
+    "a bidi isolate in a run option": (lambda m: m["base_args"]["asgd"].append("\u2066x"), "a run option"),
     "a resource hpcbench does not know": (lambda m: m["resources"].update(command="touch PWNED"),
                                           "is not an object of"),
     "tasks as text": (lambda m: m["resources"].update(tasks_per_node="3; touch PWNED"), "--tasks-per-node"),

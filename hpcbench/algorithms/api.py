@@ -167,6 +167,11 @@ class Algorithm:
         """Memory the server keeps for this algorithm beyond one copy of the parameters."""
         return 0
 
+    def check_state(self, size: int) -> None:
+        """Refuse, in one line, state this algorithm would keep beyond the model's copies (a parameter server's
+        history) that does not fit in this machine's memory for a model of ``size`` parameters: checked before
+        it is made, and by ``run --dry-run``, which binds the algorithm to a stand-in vector."""
+
     def resolved_options(self) -> dict[str, Any]:
         """The options whose placeholder default this run resolved, with the values it used."""
         return {}

@@ -86,10 +86,18 @@ class ParameterServer(Algorithm):
         self.added = added_columns(UPDATES, self.rule.columns)
         self.ring = None
         if self.rule.needs_delta:
-            capacity = getattr(self.opts, "history", 0) or 2 * ctx.workers + 4
-            check_memory(4.0 * capacity * d, f"{self.name}'s history of {capacity} versions of {d} parameters",
+            self.check_state(d)
+            self.ring = VersionRing(self.history(), d)
+
+    def history(self) -> int:
+        """Published versions the server keeps for Δ."""
+        return getattr(self.opts, "history", 0) or 2 * self.ctx.workers + 4
+
+    def check_state(self, size: int) -> None:
+        if self.rule.needs_delta:
+            capacity = self.history()
+            check_memory(4.0 * capacity * size, f"{self.name}'s history of {capacity} versions of {size} parameters",
                          f"lower {self.name}.history")
-            self.ring = VersionRing(capacity, d)
 
     def parts(self) -> tuple[RulePart, ...]:
         """The parts of this server's rule, applied in order before momentum (none: plain asgd)."""

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from hpcbench.comm import ulfm
+from hpcbench.comm import openmpi, ulfm
 from hpcbench.comm.channels import Channel
 from hpcbench.comm.mpilib import MPI
 from hpcbench.errors import LauncherGone, PeerFailure, stopped_answering
@@ -104,6 +104,7 @@ class Health:
                     print(f"hpcbench: error: rank {self.rank} on {self.host}: the launcher that started it (pid "
                           f"{self.parent}) has gone and this rank is stuck; it ends now", file=sys.stderr, flush=True)
                 finally:
+                    openmpi.settle()
                     os._exit(1)
 
     def check_launcher(self) -> None:
@@ -261,10 +262,12 @@ class Health:
         # end this process directly.
         if self.orphaned or (self.failures is not None and 0 in self.failures.known):
             time.sleep(ABORT_PAUSE_S)
+            openmpi.settle()
             os._exit(code)
         # Hydra reads a rank's stderr and its abort on different sockets: a line printed just before
         # MPI_Abort was lost in 3 of 40 runs here (and once in CI, leaving a failed run with no reason).
         time.sleep(ABORT_PAUSE_S)
+        openmpi.settle()
         self.world.Abort(code)
 
     def _stop_listening(self) -> None:

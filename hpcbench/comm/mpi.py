@@ -384,7 +384,7 @@ class MpiComm(Gathering):
             # runtime) hung in 1 of 12 runs that had outlived a worker here, every survivor inside it: a rank
             # whose run is done and recorded ends without it, which ULFM's launcher takes as a clean end.
             sys.stdout.flush()
-            sys.stderr.flush()
+            openmpi.settle()
             os._exit(0)
         MPI.Finalize()
 

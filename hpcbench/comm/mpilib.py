@@ -7,6 +7,7 @@ import os
 from hpcbench.comm import openmpi
 
 openmpi.prepare(os.environ)
+openmpi.quiet_collectives(os.environ)
 from mpi4py import MPI  # noqa: E402
 from mpi4py.util import dtlib, pkl5  # noqa: E402
 

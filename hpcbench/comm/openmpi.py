@@ -1,8 +1,11 @@
 """Open MPI as a run finds it before MPI starts: the settings a run on one node needs, and whether
 the launcher asked for fault tolerance (ULFM). Reads and sets only environment variables, so it is
-safe to call before mpi4py loads the library."""
+safe to call before mpi4py loads the library; and under ULFM, this rank's stderr without the lines
+Open MPI's nonblocking collectives print when a failure cuts one short."""
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import MutableMapping
 
 TRUE = ("1", "true", "yes", "on", "enabled")
@@ -34,3 +37,91 @@ def prepare(environ: MutableMapping[str, str]) -> None:
     if one_node(environ):
         for key, value in ONE_NODE_SETTINGS.items():
             environ.setdefault(key, value)
+
+
+# What Open MPI's nonblocking collectives print straight to a rank's stderr when a failure cuts one short
+# ("NBC_Progress: an error 75 was found during schedule 0x... at row-offset 215 - aborting the schedule", then
+# an empty line): under ULFM the failure is the run's to handle and record, and hpcbench's lines say so.
+COLLECTIVE_NOISE = (b"NBC_Progress: an error ", b"Error in NBC_")
+
+
+class QuietCollectives:
+    """This process's stderr (file descriptor 2, where the MPI library writes) through a pipe whose reader
+    passes every byte on as it comes, less COLLECTIVE_NOISE's lines and the empty line after each. ``close``
+    puts stderr back and passes on what is left: at exit, and before any end without Python's (``settle``)."""
+
+    def __init__(self) -> None:
+        import atexit
+        import threading
+
+        self.out = os.dup(2)
+        read, write = os.pipe()
+        os.dup2(write, 2)
+        os.close(write)
+        self.read = read
+        self.closed = False
+        self.pump = threading.Thread(target=self._pass_on, name="hpcbench-stderr", daemon=True)
+        self.pump.start()
+        atexit.register(self.close)
+
+    def _pass_on(self) -> None:
+        pending, after_noise = b"", False
+        while True:
+            try:
+                chunk = os.read(self.read, 65536)
+            except OSError:
+                chunk = b""
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            kept = []
+            for line in lines:
+                if line.startswith(COLLECTIVE_NOISE):
+                    after_noise = True
+                elif after_noise and not line.strip():
+                    after_noise = False
+                else:
+                    after_noise = False
+                    kept.append(line + b"\n")
+            if pending and not any(noise.startswith(pending[:len(noise)]) for noise in COLLECTIVE_NOISE):
+                kept.append(pending)  # a line still being written that cannot be the noise: as it comes
+                pending = b""
+            if not chunk:  # every writer has gone: the last of it
+                kept.append(pending)
+            if any(kept):
+                os.write(self.out, b"".join(kept))
+            if not chunk:
+                os.close(self.read)
+                return
+
+    def close(self) -> None:
+        """Stderr back to where it went, and what the pipe still holds passed on (at most a second)."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os.dup2(self.out, 2)  # the pipe's last writer gone: its reader passes on the rest and ends
+        self.pump.join(timeout=1.0)
+
+
+QUIET: list[QuietCollectives] = []
+
+
+def quiet_collectives(environ: MutableMapping[str, str]) -> None:
+    """Under ULFM, leave out of this rank's stderr what Open MPI's nonblocking collectives print of a failure
+    (once a process)."""
+    if ulfm_requested(environ) and not QUIET:
+        QUIET.append(QuietCollectives())
+
+
+def settle() -> None:
+    """Before this process ends without Python's exit (``os._exit``, MPI_Abort): what it wrote to stderr is
+    passed on whole."""
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    for quiet in QUIET:
+        quiet.close()

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from hpcbench.comm import openmpi
 from hpcbench.comm.mpilib import MPI
 from hpcbench.errors import WaitTimeout
 
@@ -74,7 +75,7 @@ def leave_together(timeout_s: float) -> None:
     done = MPI.COMM_WORLD.Ibarrier()
     if wait_for(lambda: True if done.Test() else None, timeout_s, "the others", fail=False, spin=0.0) is None:
         sys.stdout.flush()
-        sys.stderr.flush()
+        openmpi.settle()
         os._exit(2)
     MPI.Finalize()  # so that mpi4py's runner exits with the code instead of aborting the job
 

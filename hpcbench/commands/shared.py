@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from hpcbench.errors import UsageError, one_line
 
 if TYPE_CHECKING:
+    from hpcbench.config import RunConfig
     from hpcbench.results.schema import RunRecord
     from hpcbench.runtime.plan import Plan
 
@@ -21,6 +22,17 @@ def warned(plan: Plan, rank: int) -> Plan:
         for line in plan.warnings:
             print(f"hpcbench: warning: {line}", file=sys.stderr, flush=True)
     return plan
+
+
+def refuse_own_options(cfg: RunConfig, whose: str, why: str) -> None:
+    """``out`` and ``overwrite`` given for every run of a study that names each run's file itself (a sweep,
+    a tune): one line, since ``why``; the runs would all write one file, or the values be dropped unsaid."""
+    from hpcbench.config import RunConfig
+
+    defaults = RunConfig()
+    given = [f"{k} = {getattr(cfg, k)!r}" for k in ("out", "overwrite") if getattr(cfg, k) != getattr(defaults, k)]
+    if given:
+        raise UsageError(f"{given[0]}: {whose} runs take no out or overwrite, since {why}: remove it")
 
 
 def readable(paths: Sequence[str], skipped: list[tuple[str, str]]) -> list[RunRecord]:

@@ -118,11 +118,9 @@ def refuse_own_options(cfg: RunConfig) -> None:
     """``out`` and ``overwrite`` are the sweep's own: each point writes its own file under --out-dir, and
     the sweep decides which to replace (a failed one; --resume keeps the ok ones). Given for every run, a
     Slurm study's points would all write the one file, and a local one would ignore them."""
-    defaults = RunConfig()
-    given = [f"{k} = {getattr(cfg, k)!r}" for k in ("out", "overwrite") if getattr(cfg, k) != getattr(defaults, k)]
-    if given:
-        raise UsageError(f"{given[0]}: a sweep's runs take no out or overwrite, since each point writes its own file "
-                         "under --out-dir (and --resume keeps the ok ones): remove it")
+    from hpcbench.commands.shared import refuse_own_options as refused
+
+    refused(cfg, "a sweep's", "each point writes its own file under --out-dir (and --resume keeps the ok ones)")
 
 
 def dropped_tables(cfg: RunConfig, algos: list[str]) -> list[str]:

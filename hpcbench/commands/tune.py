@@ -41,7 +41,9 @@ def add(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from hpcbench.commands.shared import refuse_own_options
     from hpcbench.config import RUN_KEYS, table_argv
+    from hpcbench.launch.preflight import check_launches
     from hpcbench.options.sim import SimConfig
     from hpcbench.runtime.plan import prepare
     from hpcbench.slurm.sweep import parse_algos
@@ -63,9 +65,12 @@ def run(args: argparse.Namespace) -> int:
                                    "out": None, "overwrite": None, "workers": None,
                                    "command": "simulate" if args.mode == "sim" else "run"})
     cfg, sim = configs_from_args(shared)
+    refuse_own_options(cfg, "a tune's", "each run writes its own file under --out-dir/runs (and one whose file "
+                       "says ok is kept)")
     held_out = cfg.val_fraction == 0  # tune chooses on the validation split: hold one out unless given
     if held_out:
         cfg = cfg.with_updates(val_fraction=0.1)
+    launches = []
     for a in algos:  # refuse a bad grid before running anything: each of its runs' plans
         for st in settings:
             one = cfg.for_algo(a).with_updates(**{k: tuple(v) if isinstance(v, list) else v
@@ -75,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
                     prepare(one, "simulate", dataclasses.replace(sim, workers=n))
             else:
                 prepare(one)
+                if st is settings[0]:  # (the settings differ in the recipe alone, which no world check reads)
+                    launches += [(one, n + 1) for n in workers]
+    check_launches(launches)  # real runs: run --dry-run's checks of each world, before any starts
     defaults = RunConfig().to_dict()
     base = {k: v for k, v in cfg.to_dict().items()
             if k in RUN_KEYS and k not in ("algo", "seed", "out", "overwrite") and v != defaults[k]}

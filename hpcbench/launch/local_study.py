@@ -41,12 +41,16 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
     ``algos`` that run an algorithm with options of their own.
 
     A point that already has an ``ok`` result is kept and not run again (unless ``replace``: the
-    demo, which owns its directory); a failed or unreadable one is run again and replaced.
+    demo, which owns its directory); a failed or unreadable one is run again and replaced. Every point's
+    world is first held to ``run --dry-run``'s checks (``preflight``): one that fails them is one line,
+    before the directory is made or any run starts.
     """
     from hpcbench.algorithms import ALGORITHMS
     from hpcbench.launch.local import run_many, why_failed
+    from hpcbench.launch.preflight import check_launches
     from hpcbench.results.store import result_status
     from hpcbench.results.study_dir import write_manifest
+    from hpcbench.terminal import fitted, result_briefs, wrapped
 
     named = {name: cfg.with_updates(algo=algo, options={algo: dict(options)})
              for name, (algo, options) in (variants or {}).items()}
@@ -54,6 +58,7 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
     points = [(a, r, k) for a in algos for r in ranks for k in range(repeats)]
     stems = {p: f"{p[0]}-w{p[1] - 1}" + (f"-r{p[2] + 1}" if repeats > 1 else "") for p in points}
     fits = {p: p[1] - 1 >= ALGORITHMS.get(configs[p[0]].algo).min_workers for p in points}
+    check_launches((configs[a], world) for a, world, k in points if fits[a, world, k])  # before anything is made
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     write_manifest(Path(out_dir), [{"stem": stems[p], "algo": configs[p[0]].algo, "ranks": p[1], "repeat": p[2]}
                                    for p in points if fits[p]],
@@ -71,11 +76,11 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
         still = wait_for_holder(out, label, timeout)
         if still:
             failures.append(f"{label}: {still}")
-            print(f"[{i}/{len(points)}] {label}: FAILED: {still}", file=sys.stderr, flush=True)
+            print(wrapped(f"[{i}/{len(points)}] {label}: FAILED: {still}"), file=sys.stderr, flush=True)
             continue
         if result_status(out) == "ok" and not replace:
             done.append(out)
-            print(f"[{i}/{len(points)}] {label}: kept (an ok result is already in {out})", flush=True)
+            print(wrapped(f"[{i}/{len(points)}] {label}: kept (an ok result is already in {out})"), flush=True)
             continue
         point = configs[algo].with_updates(out=str(out), overwrite=replace or out.exists(),
                                            seed=repeat if repeats > 1 else cfg.seed)
@@ -86,14 +91,15 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
     countdown = Countdown([world for world, _ in launches])
     for k, result, seconds in run_many(launches, jobs, timeout, capture=True, emulated=emulated):
         _, label, world, _, out = todo[k]
-        count = countdown.finished(world)
+        counts = [countdown.finished(world), *countdown.shorter()]
         if isinstance(result, subprocess.TimeoutExpired) or result.returncode:
             why = f"killed after {timeout:g} s" if isinstance(result, subprocess.TimeoutExpired) else why_failed(result)
             failures.append(f"{label}: {why}")
-            print(f"{count} {label}: FAILED: {why}", file=sys.stderr, flush=True)
-        else:
+            print(wrapped(f"{counts[0]} {label}: FAILED: {why}"), file=sys.stderr, flush=True)
+        else:  # in 120 columns: the run's own line less what the label says, and how long it took with its start
             done.append(out)
-            print(f"{count} {label}: {result.stdout.strip().splitlines()[-1]} ({seconds:.0f} s)", flush=True)
+            briefs = result_briefs(result.stdout.strip().splitlines()[-1])
+            print(fitted(counts, label, [f"{b} ({seconds:.0f} s)" for b in briefs]), flush=True)
     return done, failures
 
 
@@ -101,12 +107,13 @@ def wait_for_holder(out: Path, label: str, timeout: float, poll_s: float = 1.0) 
     """Wait, up to ``timeout``, for a run that still writes ``out`` (one an earlier, killed sweep left
     going: its launcher outlives the sweep) to end, said in one line; → "" once it has, else why not."""
     from hpcbench.results.paths import holder
+    from hpcbench.terminal import wrapped
 
     pid = holder(out)
     if pid is None:
         return ""
-    print(f"{label}: a run left by an earlier sweep still writes {out} (pid {pid}); waiting for it to end "
-          f"(up to {timeout:g} s; kill {pid} to run the point again now)", flush=True)
+    print(wrapped(f"{label}: a run left by an earlier sweep still writes {out} (pid {pid}); waiting for it to end "
+                  f"(up to {timeout:g} s; kill {pid} to run the point again now)"), flush=True)
     deadline = time.monotonic() + timeout
     while holder(out) is not None:
         if time.monotonic() > deadline:

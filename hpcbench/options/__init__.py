@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hpcbench.errors import UsageError, one_of
+from hpcbench.errors import UsageError, one_of, unknown_key
 from hpcbench.options.sim import SimConfig
 from hpcbench.ranges import check_ranges
 from hpcbench.registry import Registry
@@ -147,8 +147,7 @@ def build_options(cls: type, values: Mapping[str, Any], owner: str) -> Any:
     typed = {}
     for key, value in values.items():
         if key not in names:
-            valid = ", ".join(f"{owner}{n}" for n in names) or "(none)"
-            raise UsageError(f"unknown option '{owner}{key}'; valid: {valid}")
+            raise unknown_key("option", key, names, "hpcbench list shows every option", owner=owner)
         typed[key] = check_value(owner, key, value, hints[key])
     return cls(**typed)
 

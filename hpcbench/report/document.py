@@ -9,6 +9,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from hpcbench.config import cut_by_cap
 from hpcbench.errors import UsageError, one_of
 from hpcbench.report.figures import Figure, as_json, figures
 from hpcbench.report.headline import SINGLE, Lead, leads
@@ -63,7 +64,7 @@ def build(records: Sequence[RunRecord], target: float = 0.9, group_by: Sequence[
     rows = sorted(unsorted, key=lambda r: (r.algorithm, r.mode, [setting(r, k) for k in keys], r.workers, r.path))
     points = scaling(rows, keys)
     labels = curve_labels(curve_of(r, keys) for r in rows)
-    capped = [r for r, rec in zip(unsorted, records) if int(rec.attrs["config"].get("max_steps") or 0) > 0]
+    capped = [r for r, rec in zip(unsorted, records) if cut_by_cap(rec.attrs["config"], rec.workers)]
     return Report(keys, line, rows, points, labels, leads(points, labels, target),
                   figures(rows, points, records, keys, labels, target), capped)
 

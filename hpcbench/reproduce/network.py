@@ -12,6 +12,7 @@ from typing import Any
 from tabulate import tabulate
 
 from hpcbench.reproduce.studies import Study
+from hpcbench.terminal import wrapped
 
 RATES = ("1gbit", "100mbit")
 FLOATS = 1_000_000  # 4 MB messages: 32 ms over 1 Gbit/s, 320 ms over 100 Mbit/s, against 50 ms of compute
@@ -59,8 +60,8 @@ def run(s: Study, out: Path, preset: str, timeout: float) -> list[Point]:
                 else:
                     points.append(Point(rate, algo, float(read_run(pair.real).summary["samples_per_s"]),
                                         float(read_run(pair.simulated).summary["samples_per_s"])))
-                print(f"emulated {rate}, {algo}: real {points[-1].real:.0f} samples/s, "
-                      f"simulated {points[-1].simulated:.0f}{' (' + points[-1].failure + ')' if pair.failure else ''}",
+                print(wrapped(f"emulated {rate}, {algo}: real {points[-1].real:.0f} samples/s, simulated "
+                              f"{points[-1].simulated:.0f}{' (' + points[-1].failure + ')' if pair.failure else ''}"),
                       flush=True)
     finally:
         take_down(OWNER)

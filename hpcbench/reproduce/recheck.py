@@ -24,6 +24,7 @@ from typing import Any
 from hpcbench.errors import UsageError
 from hpcbench.reproduce import made_with
 from hpcbench.reproduce.protocol import CellKey
+from hpcbench.terminal import wrapped
 from hpcbench.tuning.grid import Setting
 
 FILE = "recheck.json"
@@ -95,7 +96,8 @@ def recheck(name: str, out_dir: str, jobs: int = 1, timeout: float = 1800.0) -> 
     try:
         plans = [planned(s, str(v["preset"]), tmp, cell, setting, seed, "sim", tuple(v.get("run_flags", ())))
                  for cell, setting, seed, _ in runs]
-        print(f"recheck of {out}: {len(plans)} run(s), one per algorithm, made again with the code here", flush=True)
+        print(wrapped(f"recheck of {out}: {len(plans)} run(s), one per algorithm, made again with the code here"),
+              flush=True)
         outcome = run_jobs([p.job for p in plans], "sim", jobs, timeout)
         rows = []
         for p, (cell, setting, seed, was) in zip(plans, runs):
@@ -115,12 +117,14 @@ def recheck(name: str, out_dir: str, jobs: int = 1, timeout: float = 1800.0) -> 
               "runs": rows, "made_with": record}
     (out / FILE).write_text(json.dumps(result, indent=1), encoding="utf-8")
     for r in rows:
-        print(f"  {r['cell']}, seed {r['seed']}: " + ("the same" if r["same"] else f"DIFFERS: was {r['was']}, now "
-                                                       f"{r['now'] if r['now'] is not None else r['why']}"))
+        found = r["now"] if r["now"] is not None else r["why"]
+        print(wrapped(f"  {r['cell']}, seed {r['seed']}: " + ("the same" if r["same"] else
+                                                              f"DIFFERS: was {r['was']}, now {found}")))
     differ = sum(not r["same"] for r in rows)
-    print(f"{out / FILE}: " + ("every run came out the same: the verdict stands for the code here" if not differ else
-                               f"{differ} of {len(rows)} run(s) differ: the code here changes the study's numbers; "
-                               f"run it again (hpcbench reproduce {name} --preset {v.get('preset')})"))
+    again = f"run it again (hpcbench reproduce {name} --preset {v.get('preset')})"
+    print(wrapped(f"{out / FILE}: " + ("every run came out the same: the verdict stands for the code here" if not differ
+                                       else f"{differ} of {len(rows)} run(s) differ: the code here changes the study's "
+                                       f"numbers; {again}")))
     return 1 if differ else 0
 
 

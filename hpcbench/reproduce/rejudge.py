@@ -20,6 +20,7 @@ from hpcbench.reproduce import findings, report, resilience
 from hpcbench.reproduce.protocol import ArmResult, CellKey, Recipe, candidates, ceiling, choose_recipe
 from hpcbench.reproduce.studies import Size, Study, study
 from hpcbench.reproduce.verdicts import Cell
+from hpcbench.terminal import for_terminal, wrapped
 from hpcbench.tuning.grid import Setting, Trial
 
 NOTES = ("preset", "mode", "elapsed_s", "runs", "kept", "capped", "max_steps", "jobs", "invocations", "failed",
@@ -153,5 +154,6 @@ def rejudge(out_dir: str, name: str) -> int:
         plots = {k: p if (out / p).exists() else "no plot" for k, p in plots.items()}
         text = publish(out, s, arms, recipe, trials, notes, plots, v.get("made_with", {}), v.get("emulated", []),
                        extra)
-    print(f"{text}\nreport: {path.parent / 'report.md'} (judged again from {path})", flush=True)
+    print(f"{for_terminal(text, str(path.parent / 'report.md'))}\n"
+          + wrapped(f"report: {path.parent / 'report.md'} (judged again from {path})"), flush=True)
     return 0

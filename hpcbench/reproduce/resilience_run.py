@@ -19,11 +19,21 @@ from hpcbench.report.strict_json import dumps
 from hpcbench.reproduce import made_with, resilience
 from hpcbench.reproduce import resilience_report as report
 from hpcbench.reproduce.protocol import ArmResult, Recipe, arm_text, ceiling, headline, recipe_grid
-from hpcbench.reproduce.runner import MPI_SETUP, Planned, expected_seconds, fits, planned, prepare, stage_one
+from hpcbench.reproduce.runner import (
+    MPI_SETUP,
+    Planned,
+    check_real_runs,
+    expected_seconds,
+    fits,
+    planned,
+    prepare,
+    stage_one,
+)
 from hpcbench.reproduce.studies import Study
 from hpcbench.reproduce.verdict_file import bookkeeping, claims_record, command_line, finite, recipe_record
 from hpcbench.results.store import commit_of, read_run, result_status
 from hpcbench.telemetry.progress_line import clock_text
+from hpcbench.terminal import for_terminal, wrapped
 from hpcbench.tuning.execute import run_jobs
 from hpcbench.tuning.grid import Trial
 
@@ -44,6 +54,8 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
     if not workers:
         raise UsageError(f"no size of study {s.name!r} ({preset}) fits in --max-ranks {max_ranks}: the smallest "
                          f"needs {min(size.workers) + 1} ranks; raise --max-ranks or use the simulator (--mode sim)")
+    if mode == "mpi":
+        check_real_runs(s, preset, Path(out_dir) / "runs", workers)
     runs = prepare(out_dir)
     out = Path(out_dir)
     recipe_settings = recipe_grid(size.recipe_lrs, size.recipe_momenta)
@@ -51,10 +63,10 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
     scenarios = resilience.SCENARIOS
     estimate = expected_seconds(s, preset, (1 + len(scenarios)) * cells, len(recipe_settings) * len(size.seeds),
                                 jobs if mode == "sim" else 1, mode)
-    print(f"{s.title}\n{preset} study ({mode}): the recipe grid ({len(recipe_settings) * len(size.seeds)} runs), then "
-          f"{cells} runs without failures and at most {cells} with failures in each of {len(scenarios)} scenarios "
-          f"({', '.join(scenarios)}); expected running time about {clock_text(estimate)}. Result files: {runs}/",
-          flush=True)
+    print(wrapped(f"{s.title}\n{preset} study ({mode}): the recipe grid ({len(recipe_settings) * len(size.seeds)} "
+                  f"runs), then {cells} runs without failures and at most {cells} with failures in each of "
+                  f"{len(scenarios)} scenarios ({', '.join(scenarios)}); expected running time about "
+                  f"{clock_text(estimate)}. Result files: {runs}/"), flush=True)
     t0 = time.monotonic()
     print("\nstage 1: the single-worker recipe, chosen on the validation split (no failures)", flush=True)
     kept, outcome, _, recipe_trials, recipe = stage_one(s, preset, runs, recipe_settings, size.seeds, mode, jobs,
@@ -69,8 +81,9 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
     walls = {k: float(read_run(r.job.path).summary["wall_s"]) for k, r in calm.items() if outcome.get(r.job.path) == ""}
     smallest = [w for (a, n, _), w in walls.items() if a == resilience.SHRINKING and n == workers[0]]
     mtbf = resilience.node_mtbf(workers[0], sum(smallest) / len(smallest)) if smallest else math.inf
-    print(f"\nstage 3: the same, with failures: {', '.join(scenarios)} (node MTBF {mtbf:.4g} s: "
-          f"{resilience.SHRINKING} at {workers[0]} workers expects {resilience.EXPECTED:g} failures)", flush=True)
+    print(wrapped(f"\nstage 3: the same, with failures: {', '.join(scenarios)} (node MTBF {mtbf:.4g} s: "
+                  f"{resilience.SHRINKING} at {workers[0]} workers expects {resilience.EXPECTED:g} failures)"),
+          flush=True)
     failing = {(*k, sc): with_failures(s, preset, runs, recipe, (*k, sc), w, mode, mtbf)
                for k, w in walls.items() for sc in scenarios}
     todo = [r.job for r in failing.values() if r is not None]
@@ -89,7 +102,7 @@ def reproduce_resilience(s: Study, out_dir: str, preset: str, mode: str, max_ran
     made = made_with.record((commit_of(p) for p in outcome if not outcome[p]), s.algorithms(),
                             before=before.get("made_with"), simulated=mode == "sim")
     text = publish_resilience(out, s, found, recipe, recipe_trials, notes, plotted, made)
-    print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
+    print(f"\n{for_terminal(text, str(out / 'report.md'))}\nreport: {out / 'report.md'}", flush=True)
     return 1 if failed else 0
 
 

@@ -34,6 +34,7 @@ from hpcbench.reproduce.verdict_file import bookkeeping, cell_name, command_line
 from hpcbench.reproduce.verdicts import Cell
 from hpcbench.results.store import commit_of, read_run, result_status
 from hpcbench.telemetry.progress_line import clock_text
+from hpcbench.terminal import for_terminal, wrapped
 from hpcbench.tuning.execute import MODES, Job, run_jobs
 from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, at_edge, choose, past_edges, ties
 from hpcbench.tuning.tune import validation_scores
@@ -206,7 +207,8 @@ def run_until_interior(groups: dict[Any, list[Planned]], make: Callable[[CellKey
             added.append(f"{key}: lr {nxt.lr:g}")
         if not added:
             break
-        print(f"the grid grows past its edge for {len(added)} choice(s): {'; '.join(sorted(added))}", flush=True)
+        print(wrapped(f"the grid grows past its edge for {len(added)} choice(s): {'; '.join(sorted(added))}"),
+              flush=True)
     return kept, grown
 
 
@@ -265,6 +267,8 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     refuse_emulated(s, mode, emulated)
     workers, skipped = sizes_that_fit(s, preset, mode, max_ranks)
     variants = [v for v, _ in s.variants()] if mode == "sim" else [HERE if s.networks else ""]
+    if mode == "mpi":
+        check_real_runs(s, preset, Path(out_dir) / "runs", workers)
     sweep = Sweep(s, preset, mode, prepare(out_dir), jobs, timeout)
     out, size = Path(out_dir), s.sizes[preset]
     recipe_settings = recipe_grid(size.recipe_lrs, size.recipe_momenta)
@@ -274,7 +278,7 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     if name == "jin" and mode == "sim":
         extra, calibration = calibrate_compute(out, s, preset, timeout)
         sweep = replace(sweep, extra=tuple(extra))
-        print(f"calibration: {calibration}", flush=True)
+        print(wrapped(f"calibration: {calibration}"), flush=True)
 
     print("\nstage 1: the single-worker recipe, chosen on the validation split", flush=True)
     kept, outcome, scores, recipe_trials, recipe = stage_one(s, preset, sweep.runs, recipe_settings, size.seeds, mode,
@@ -295,8 +299,21 @@ def reproduce(name: str, out_dir: str, preset: str = "full", mode: str = "sim", 
     made = made_with.record((commit_of(p) for p in outcome if not outcome[p]), s.algorithms(),
                             before=before.get("made_with"), simulated=mode == "sim")
     text = publish(out, s, arms, recipe, recipe_trials, notes, plots, made, emulated_network.as_json(points))
-    print(f"\n{text}\nreport: {out / 'report.md'}", flush=True)
+    print(f"\n{for_terminal(text, str(out / 'report.md'))}\nreport: {out / 'report.md'}", flush=True)
     return 1 if notes["failed"] else 0
+
+
+def check_real_runs(s: Study, preset: str, runs: Path, workers: Sequence[int]) -> None:
+    """``run --dry-run``'s checks of every world the study's real runs launch here (``launch.preflight``),
+    before any starts and before its directory is made: the single-worker recipe's, then each algorithm's at
+    each size (their settings differ in the recipe alone, which no world check reads)."""
+    from hpcbench.launch.preflight import check_launches
+
+    size = s.sizes[preset]
+    setting = recipe_grid(size.recipe_lrs, size.recipe_momenta)[0]
+    cells = [(*SEQUENTIAL, ""), *((a, n, "") for n in workers for a in s.algos)]
+    jobs = [planned(s, preset, runs, cell, setting, size.seeds[0], "mpi", ()).job for cell in cells]
+    check_launches((job.cfg, job.workers + 1) for job in jobs)
 
 
 def refuse_emulated(s: Study, mode: str, emulated: bool) -> None:
@@ -337,12 +354,12 @@ def announce(sweep: Sweep, workers: Sequence[int], variants: Sequence[str], reci
                    for arm in s.arms for a in s.algos)
     estimate = expected_seconds(s, preset, per_cell * len(workers) * len(variants) * len(size.seeds),
                                 len(recipe_settings) * len(size.seeds), jobs if mode == "sim" else 1, mode)
-    print(f"{s.title}\n{preset} study ({mode}): the recipe grid ({len(recipe_settings) * len(size.seeds)} runs), "
-          f"then arms {', '.join(s.arms)} at {len(workers)} size(s) (at most "
-          f"{per_cell * len(workers) * len(variants) * len(size.seeds)} "
-          f"runs, fewer where arms share runs); expected running time about {clock_text(estimate)} "
-          f"({jobs if mode == 'sim' else 1} run(s) at a time; measured on a 2-core machine, "
-          f"{3 if mode == 'mpi' else 1}x for real runs). Result files: {sweep.runs}/", flush=True)
+    print(wrapped(f"{s.title}\n{preset} study ({mode}): the recipe grid ({len(recipe_settings) * len(size.seeds)} "
+                  f"runs), then arms {', '.join(s.arms)} at {len(workers)} size(s) (at most "
+                  f"{per_cell * len(workers) * len(variants) * len(size.seeds)} "
+                  f"runs, fewer where arms share runs); expected running time about {clock_text(estimate)} "
+                  f"({jobs if mode == 'sim' else 1} run(s) at a time; measured on a 2-core machine, "
+                  f"{3 if mode == 'mpi' else 1}x for real runs). Result files: {sweep.runs}/"), flush=True)
 
 
 def stage_arms(sweep: Sweep, recipe: Recipe, top: float | None, workers: Sequence[int], variants: Sequence[str],
@@ -361,8 +378,8 @@ def stage_arms(sweep: Sweep, recipe: Recipe, top: float | None, workers: Sequenc
                                      scores, size.extensions)
     fresh = test_runs(groups, sweep.make, scores, size.test_seeds)
     if fresh:
-        print(f"\nstage 3: the {len(fresh)} cell(s) of the arms that chose on validation, their setting on fresh "
-              f"seeds {', '.join(map(str, size.test_seeds))}", flush=True)
+        print(wrapped(f"\nstage 3: the {len(fresh)} cell(s) of the arms that chose on validation, their setting on "
+                      f"fresh seeds {', '.join(map(str, size.test_seeds))}"), flush=True)
         todo = [r.job for rs in fresh.values() for r in rs]
         kept += sum(result_status(j.path) == "ok" for j in todo)
         outcome.update(run_jobs(todo, sweep.mode, sweep.jobs, sweep.timeout))

@@ -1,6 +1,6 @@
-"""Read result files: a whole run (``read_run``, every file checked by ``results/validation.py``), or the
-few attributes the studies ask of a file (its status, its step cap, its commit), and the results killed
-writers left under a temporary name.
+"""Read result files: a whole run (``read_run``, every file checked by ``results/validation.py``), or what
+the studies ask of a file (its status, checked as a whole run is; its step cap, its commit), and the results
+killed writers left under a temporary name.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 from hpcbench.errors import UsageError
 from hpcbench.results.paths import held
 from hpcbench.results.schema import ROOT_ATTRS, SCHEMA_VERSION, RunRecord
-from hpcbench.results.validation import malformed, unreadable
+from hpcbench.results.validation import impossible, malformed, unreadable
 
 CONFIG_MAX_CHARS = 1 << 20
 SHOWN_CHARS = 500  # text from a file as readers show it (an error line, a host name: a few hundred at most)
@@ -47,10 +47,37 @@ def _read_columns(group: h5py.Group) -> dict[str, np.ndarray]:
     return {name: group[name][()] for name in group}
 
 
+class InvalidResult(UsageError):
+    """A result file that reads, but holds a value that cannot be what its name means (an accuracy of 7,
+    evaluation times that run backwards, a negative count): never used, by any reader."""
+
+
 def result_status(path: str | os.PathLike) -> str | None:
-    """The ``status`` of the result file at ``path``; None when there is none, or no reader would read
-    the file (``unreadable``)."""
+    """The ``status`` of the result file at ``path``, "ok" only for a file every reader takes; "invalid"
+    for one that holds an impossible value; None when there is none, or no reader would read the file
+    (``result_state`` says why)."""
+    return result_state(path)[0]
+
+
+def result_state(path: str | os.PathLike) -> tuple[str | None, str]:
+    """(status, why): the status of the file at ``path`` as ``result_status`` gives it, and the reader's
+    one line where the file is not taken whole ("" when it is). A file that is not well-formed keeps the
+    status it says, unless that is "ok" (then None: a study runs it again)."""
     try:
+        return read_run(path).attrs["status"], ""
+    except InvalidResult as exc:
+        return "invalid", str(exc)
+    except UsageError as exc:
+        said = _said_status(path)
+        return (None if said == "ok" else said), str(exc)
+
+
+def _said_status(path: str | os.PathLike) -> str | None:
+    """The status attribute of the file at ``path``, cut as shown; None when there is none, or no reader
+    would read the file (``unreadable``)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         with h5py.File(path, "r") as f:
             return None if unreadable(f) else cut(str(_plain(f.attrs.get("status", "")))) or None
     except (OSError, KeyError, ValueError, TypeError, RuntimeError):
@@ -61,7 +88,8 @@ def promote_partials(final: str | os.PathLike) -> list[str]:
     """Finish the renames killed runs left undone: a complete ``NAME.h5.RID.partial`` beside ``final``
     (a kill between writing a result's last image and renaming it over the file) whose run is gone
     (nobody holds the name) takes ``final``'s name when that holds less: no file, an unreadable one, or
-    one that says the run had not finished. → a line for each file promoted."""
+    one that says the run had not finished, or one that holds an impossible value. → a line for each file
+    promoted."""
     target = Path(final)
     said: list[str] = []
     for partial in sorted(target.parent.glob(f"{glob_escape(target.name)}.*.partial")):
@@ -73,7 +101,8 @@ def promote_partials(final: str | os.PathLike) -> list[str]:
             status = read_run(partial).attrs["status"]
         except UsageError:
             continue  # torn, or not a run's: left as it is
-        if status in ("incomplete", "running") or result_status(target) not in (None, "incomplete", "running"):
+        if status in ("incomplete", "running") or result_status(target) not in (None, "incomplete", "running",
+                                                                                   "invalid"):
             continue
         os.replace(partial, target)
         said.append(f"{partial} was a complete result ({status}) whose rename a killed run did not finish: "
@@ -108,8 +137,10 @@ def commit_of(path: str | os.PathLike) -> tuple[str, bool]:
 
 def read_run(path: str | os.PathLike) -> RunRecord:
     """A result file as a ``RunRecord``; one line (``UsageError``) for anything that is not a complete,
-    well-formed hpcbench result file this version can read (``malformed`` lists what is checked). A
-    path that is not a regular file (a fifo, a device, a directory) is refused without opening it."""
+    well-formed hpcbench result file this version can read (``malformed`` lists what is checked), and
+    (``InvalidResult``) for one that holds a value that cannot be what its name means, naming the field and
+    the value (``impossible``). A path that is not a regular file (a fifo, a device, a directory) is
+    refused without opening it."""
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
@@ -143,6 +174,9 @@ def read_run(path: str | os.PathLike) -> RunRecord:
     wrong = malformed(rec)
     if wrong:
         raise not_well_formed(path, wrong)
+    wrong = impossible(rec)
+    if wrong:
+        raise InvalidResult(f"{path} is invalid: {cut(wrong, 2 * SHOWN_CHARS)}")
     return rec
 
 

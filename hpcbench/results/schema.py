@@ -139,6 +139,23 @@ READ_COLUMNS = {"timeline": ("rank", "step", "phase", "t_start", "t_end"),
                 "evals": ("t", "samples", "updates", "loss", "accuracy"), "server": ("t", "worker")}
 # A status older writers left on disk while they wrote (read as a run that did not finish).
 OLD_STATUSES = ("running",)
+# What the numbers mean, by where they are (a table's columns, or the summary's keys); every file read is
+# checked against these (``results/validation.py``), and one that breaks any is refused as invalid.
+# Accuracies: shares within 0..1, NaN where not measured (snapshots not scored, no validation split, no model).
+ACCURACIES = {"evals": ("accuracy", "val_accuracy"),
+              "summary": ("final_accuracy", "best_accuracy", "final_val_accuracy", "target_accuracy")}
+# Counts: finite and >= 0 (steps, bytes, samples, model versions, staleness); the summary's are SUMMARY_COUNTS.
+COUNTS = {"timeline": ("step", "nbytes"), "evals": ("samples", "updates"),
+          "server": ("version_used", "version_applied", "staleness", "echo_bytes", "samples", "samples_lost", "steps",
+                     "updates")}
+# Never negative where measured (NaN where not; a loss is +inf where the model diverged).
+NOT_NEGATIVE = {"evals": ("loss", "val_loss", "consensus"),
+                "server": ("lr", "penalty_mean", "gap_mean", "weight", "recovery_s"),
+                "summary": ("samples_per_s", "bytes_per_sample", "final_loss", "final_val_loss", "final_consensus",
+                            "too_stale", "rank0_cpu_share", *PHASE_FRACTIONS, *DISTRIBUTIONS)}
+# The summary's values that are the last evaluation's (summary key → /evals column), and the best accuracy.
+LAST_EVALUATION = {"samples": "samples", "updates": "updates", "final_accuracy": "accuracy",
+                   "final_val_accuracy": "val_accuracy"}
 
 
 def undeclared(rec: RunRecord) -> list[str]:

@@ -8,6 +8,7 @@ name of its own run. Never a file that reads as complete, and no run's result is
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -18,13 +19,37 @@ import numpy as np
 
 from hpcbench.errors import ResultWriteError
 from hpcbench.results.paths import identity, move_into_place, partial_name, run_id
-from hpcbench.results.reader import commit_of, promote_partials, read_run, result_status, step_cap_of
+from hpcbench.results.reader import (
+    InvalidResult,
+    commit_of,
+    promote_partials,
+    read_run,
+    result_state,
+    result_status,
+    step_cap_of,
+)
 from hpcbench.results.schema import SCHEMA_VERSION, RunRecord, undeclared
 
-__all__ = ["cause", "commit_of", "promote_partials", "read_run", "result_status", "rewrite_run", "step_cap_of",
-           "write_run"]
+__all__ = ["DiskFull", "InvalidResult", "cause", "commit_of", "promote_partials", "read_run", "result_state",
+           "result_status", "rewrite_run", "step_cap_of", "write_run"]
 
 STRING = h5py.string_dtype()
+FULL = (errno.ENOSPC, errno.EDQUOT)  # no room: another file system may have some
+
+
+class DiskFull(ResultWriteError):
+    """The result file could not be written for want of room (no space left, a disk quota): another
+    directory, on another file system, may take it. ``cause``: the system's words."""
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+def write_error(final: Path, exc: OSError) -> ResultWriteError:
+    """The one line of a failed write of ``final``, a ``DiskFull`` where there was no room."""
+    message = f"could not write the result file {str(final)!r}: {cause(exc)}"
+    return DiskFull(message, cause(exc)) if exc.errno in FULL else ResultWriteError(message)
 
 
 def _attr(value: Any) -> Any:
@@ -58,7 +83,11 @@ def write_run(path: str | os.PathLike, rec: RunRecord, overwrite: bool = False) 
     rid = run_id()
     partial = partial_name(final, rid)
     _write_file(partial, rec, final)
-    return move_into_place(partial, final, overwrite, rid)
+    try:
+        return move_into_place(partial, final, overwrite, rid)
+    except OSError as exc:  # a directory with no room for the name: no complete file is left under another
+        partial.unlink(missing_ok=True)
+        raise write_error(final, exc) from None
 
 
 def rewrite_run(path: str | os.PathLike, rec: RunRecord, mine: tuple[int, int] | None = None) -> bool:
@@ -72,7 +101,11 @@ def rewrite_run(path: str | os.PathLike, rec: RunRecord, mine: tuple[int, int] |
     if mine is not None and identity(final) != mine:
         partial.unlink(missing_ok=True)
         return False
-    os.replace(partial, final)
+    try:
+        os.replace(partial, final)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise write_error(final, exc) from None
     return True
 
 
@@ -127,7 +160,7 @@ def _write_file(partial: Path, rec: RunRecord, final: Path) -> None:
     except BaseException as exc:
         partial.unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise ResultWriteError(f"could not write the result file {str(final)!r}: {cause(exc)}") from None
+            raise write_error(final, exc) from None
         raise
 
 

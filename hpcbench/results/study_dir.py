@@ -3,8 +3,8 @@ them (``jobs.tsv``, one "point<TAB>job id" line per submission, appended by ``sw
 ``submit.sh``; the last line for a point is its latest job).
 
 What a point's result is comes from its file: ``ok``, or why not (``missing``, ``partial``: a run
-that never finished left only its temporary file, ``unreadable``: a file no reader takes, or the status
-a failed run wrote).
+that never finished left only its temporary file, ``unreadable``: a file no reader takes, ``invalid``: a
+file that holds an impossible value, or the status a failed run wrote).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcbench.errors import UsageError
-from hpcbench.results.store import promote_partials, result_status
+from hpcbench.results.store import promote_partials, result_state
 
 MANIFEST = "study.json"
 JOBS = "jobs.tsv"
@@ -25,8 +25,9 @@ JOBS = "jobs.tsv"
 @dataclass(frozen=True)
 class PointState:
     stem: str
-    result: str  # ok | missing | partial | unreadable | the status a failed run wrote
+    result: str  # ok | missing | partial | unreadable | invalid | the status a failed run wrote
     jobs: tuple[str, ...]  # Slurm job ids, oldest first
+    why: str = ""  # the reader's line for an invalid file
 
 
 def write_manifest(out_dir: Path, points: list[dict[str, Any]], settings: dict[str, Any]) -> None:
@@ -91,22 +92,26 @@ def recorded_jobs(out_dir: Path) -> dict[str, list[str]]:
     return out
 
 
-def result_of(out_dir: Path, stem: str) -> str:
+def result_of(out_dir: Path, stem: str) -> tuple[str, str]:
+    """(the point's result, the reader's line where its file is invalid)."""
     promote_partials(out_dir / f"{stem}.h5")
-    status = result_status(out_dir / f"{stem}.h5")
+    status, why = result_state(out_dir / f"{stem}.h5")
     if status is not None:
-        return status
+        return status, why if status == "invalid" else ""
     if (out_dir / f"{stem}.h5").exists():
-        return "unreadable"
-    return "partial" if any(out_dir.glob(f"{stem}.h5.*.partial")) else "missing"
+        return "unreadable", ""
+    return ("partial" if any(out_dir.glob(f"{stem}.h5.*.partial")) else "missing"), ""
 
 
 def point_states(out_dir: str | os.PathLike) -> list[PointState]:
     """Every point the study's manifest names, with its result and its jobs."""
     root = Path(out_dir)
     jobs = recorded_jobs(root)
-    return [PointState(p["stem"], result_of(root, p["stem"]), tuple(jobs.get(p["stem"], ())))
-            for p in read_manifest(root)["points"]]
+    states = []
+    for point in read_manifest(root)["points"]:
+        result, why = result_of(root, point["stem"])
+        states.append(PointState(point["stem"], result, tuple(jobs.get(point["stem"], ())), why))
+    return states
 
 
 def not_ok(out_dir: str | os.PathLike) -> list[PointState]:

@@ -1,5 +1,6 @@
 """What a reader checks of a result file: before reading, what would stop it (``unreadable``); after,
-what in the record it could not rely on (``malformed``), against the declarations of ``results/schema.py``.
+what in the record it could not rely on (``malformed``), and then whether every value can be what its name
+means (``impossible``), against the declarations of ``results/schema.py``.
 """
 from __future__ import annotations
 
@@ -12,16 +13,21 @@ import numpy as np
 from hpcbench.memory import memory_bytes
 from hpcbench.results.paths import mib
 from hpcbench.results.schema import (
+    ACCURACIES,
     ATTR_TYPES,
     CONFIG_LEAST,
+    COUNTS,
     GROUPS,
+    LAST_EVALUATION,
     MODES,
+    NOT_NEGATIVE,
     OLD_STATUSES,
     PROVENANCE_PER_RANK,
     READ_COLUMNS,
     SCHEMA_VERSION,
     STATUSES,
     SUMMARY_COUNTS,
+    UPDATES,
     RunRecord,
 )
 
@@ -86,7 +92,8 @@ def numeric(column: Any) -> bool:
 def malformed(rec: RunRecord) -> str:
     """What in ``rec`` a reader could not rely on, in a few words ("" when it is well-formed): the
     types, modes and statuses of ``results/schema.py``, counts that add up (workers and ranks, every
-    per-rank list), numbers where readers do arithmetic, columns of numbers of one length each."""
+    per-rank list), numbers where readers do arithmetic, columns of numbers of one length each, one-dimensional.
+    What the values mean is ``impossible``'s to check."""
     a = rec.attrs
     for key, kind in ATTR_TYPES.items():
         if not isinstance(a[key], kind) or (kind is int and isinstance(a[key], bool)):
@@ -105,7 +112,7 @@ def malformed(rec: RunRecord) -> str:
     if not isinstance(schedule, dict) or not is_number(schedule.get("lr", 0.0)):
         return f"config schedule = {schedule!r} is not a schedule"
     for key, value in rec.summary.items():
-        if not is_number(value) or (key in SUMMARY_COUNTS and not value >= 0):
+        if not is_number(value):
             return f"summary {key} = {value!r} is not a {'count' if key in SUMMARY_COUNTS else 'number'}"
     for where, values in (("provenance", rec.provenance), ("simulation", rec.simulation)):
         odd = [k for k, v in values.items() if not isinstance(v, (str, int, float))]
@@ -125,7 +132,7 @@ def malformed(rec: RunRecord) -> str:
             return f"{where} has no {', '.join(missing)}"
         if not all(numeric(c) for c in columns.values()) or len({len(c) for c in columns.values()}) > 1:
             return f"{where}'s columns are not numbers of one length"
-    return model_wrong(rec) or values_wrong(rec)
+    return model_wrong(rec) or shapes_wrong(rec)
 
 
 def whole(column: np.ndarray, low: int, high: int, kinds: str = "iu") -> bool:
@@ -137,40 +144,149 @@ def whole(column: np.ndarray, low: int, high: int, kinds: str = "iu") -> bool:
     return bool(np.all((column >= low) & (column < high)))
 
 
-def values_wrong(rec: RunRecord) -> str:
-    """The values readers compute with, checked against what they can be: ranks and workers within the
-    world, phase and op codes among the names the file gives, finite times that do not run backwards,
-    finite counts (``malformed`` checked their types and lengths first)."""
-    a, tl = rec.attrs, rec.timeline
-    if a["schema_version"] < 1:
-        return f"schema_version {a['schema_version']} is not one hpcbench wrote (1..{SCHEMA_VERSION})"
-    for key in SUMMARY_COUNTS:
-        if key in rec.summary and not math.isfinite(rec.summary[key]):
-            return f"summary {key} = {rec.summary[key]!r} is not a finite count"
-    negative = [k for k, v in rec.summary.items() if k.endswith("_s") and v < 0]
-    if negative:
-        return f"summary {negative[0]} = {rec.summary[negative[0]]!r} is a negative duration"
-    names = {"phases": rec.phases, "ops": rec.ops}
-    for kind, listed in names.items():
+def shapes_wrong(rec: RunRecord) -> str:
+    """The schema version, the timeline's names, and columns of one dimension (``malformed`` checked
+    their types and lengths first)."""
+    if rec.attrs["schema_version"] < 1:
+        return f"schema_version {rec.attrs['schema_version']} is not one hpcbench wrote (1..{SCHEMA_VERSION})"
+    for kind, listed in (("phases", rec.phases), ("ops", rec.ops)):
         if not listed or not all(isinstance(n, str) for n in listed):
             return f"timeline's {kind} attribute {list(listed)!r} is not a list of names"
-    columns = [*tl.values(), *rec.evals.values(), *(c for t in rec.tables.values() for c in t.values())]
+    columns = [*rec.timeline.values(), *rec.evals.values(), *(c for t in rec.tables.values() for c in t.values())]
     if any(c.ndim != 1 for c in columns):
         return "a timeline, evals or server column is not one-dimensional"
+    return ""
+
+
+def shown(value: Any) -> str:
+    """A value from a file as a refusal names it: 7.0, -5, nan, inf."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
+def first_row(where: str, column: np.ndarray, bad: np.ndarray, why: str) -> str:
+    """The first row of ``column`` that ``bad`` marks, named with its value and ``why`` ("" when none)."""
+    rows = np.flatnonzero(bad)
+    if not rows.size:
+        return ""
+    i = int(rows[0])
+    more = f" (and {rows.size - 1} more row{'s' if rows.size > 2 else ''})" if rows.size > 1 else ""
+    return f"{where} = {shown(column[i])} at row {i}{more}: {why}"
+
+
+def as_float(column: np.ndarray) -> np.ndarray:
+    return np.asarray(column, dtype=np.float64)
+
+
+def impossible(rec: RunRecord) -> str:
+    """The first value in ``rec`` that cannot be what its name means, named with where it is and the value
+    ("" when none): ranks and workers within the world, phase and op codes among the names the file gives,
+    finite times that do not run backwards (a timeline row ends after it starts, evaluations come in time
+    order), counts that are finite and not negative (``schema.COUNTS``, ``SUMMARY_COUNTS``), accuracies
+    within 0..1 (NaN where not measured: ``schema.ACCURACIES``), losses, rates and the like never negative
+    (``schema.NOT_NEGATIVE``), durations not negative, and what one part of the file repeats from another
+    the same (the summary's last evaluation and best accuracy, a staleness and its versions). ``malformed``
+    checked the types, lengths and shapes first."""
+    return codes_wrong(rec) or times_wrong(rec) or columns_wrong(rec) or summary_wrong(rec) or repeats_wrong(rec)
+
+
+def codes_wrong(rec: RunRecord) -> str:
+    a, tl = rec.attrs, rec.timeline
     for name, high in (("rank", a["world_size"]), ("phase", len(rec.phases)), ("op", len(rec.ops))):
         if not whole(tl[name], 0, high):
-            return f"timeline/{name} holds values outside 0..{high - 1} (or not whole numbers)"
-    if not (np.all(np.isfinite(tl["t_start"])) and np.all(np.isfinite(tl["t_end"]))):
-        return "timeline/t_start or t_end holds a time that is not finite"
-    if np.any(tl["t_end"] < tl["t_start"]):
-        return "timeline/t_end is before t_start (a negative duration)"
-    if not all(np.all(np.isfinite(rec.evals[k])) for k in ("t", "samples", "updates")):
-        return "evals/t, samples or updates holds a value that is not finite"
+            column = as_float(tl[name])
+            bad = ~(np.isfinite(column) & (column == np.floor(column)) & (column >= 0) & (column < high))
+            return first_row(f"timeline/{name}", tl[name], bad, f"not a whole number within 0..{high - 1}") or \
+                f"timeline/{name} holds values outside 0..{high - 1} (or not whole numbers)"
     for name, table in rec.tables.items():
-        if not whole(table["worker"], 0, a["world_size"], "iuf") or not np.all(np.isfinite(table["t"])):
-            return f"server/{name} names a worker outside 1..{a['workers']} or a time that is not finite"
-    if not np.all(np.isfinite(rec.clock_offsets)):
-        return "timeline/clock_offset_s holds an offset that is not finite"
+        if not whole(table["worker"], 0, a["world_size"], "iuf"):
+            column = as_float(table["worker"])
+            bad = ~(np.isfinite(column) & (column == np.floor(column)) & (column >= 0) & (column < a["world_size"]))
+            return first_row(f"server/{name}/worker", table["worker"], bad,
+                             f"names a worker outside 1..{a['workers']}")
+    return ""
+
+
+def times_wrong(rec: RunRecord) -> str:
+    tl, evals = rec.timeline, rec.evals
+    for where, column in (("timeline/t_start", tl["t_start"]), ("timeline/t_end", tl["t_end"]),
+                          ("evals/t", evals["t"]), ("timeline/clock_offset_s", rec.clock_offsets),
+                          *((f"server/{name}/t", table["t"]) for name, table in rec.tables.items())):
+        said = first_row(where, column, ~np.isfinite(as_float(column)), "a time that is not finite")
+        if said:
+            return said
+    start, end = as_float(tl["t_start"]), as_float(tl["t_end"])
+    said = first_row("timeline/t_end", tl["t_end"], end < start, "before the row's t_start (a negative duration)")
+    if said:
+        i = int(np.flatnonzero(end < start)[0])
+        return f"{said}, t_start = {shown(tl['t_start'][i])}"
+    t = as_float(evals["t"])
+    back = np.flatnonzero(np.diff(t) < 0)
+    if back.size:
+        i = int(back[0]) + 1
+        return (f"evals/t = {shown(evals['t'][i])} at row {i}: before the evaluation above it "
+                f"({shown(evals['t'][i - 1])}); evaluation times do not run backwards")
+    return ""
+
+
+def columns_wrong(rec: RunRecord) -> str:
+    """Each column against ``schema.COUNTS``, ``ACCURACIES`` and ``NOT_NEGATIVE`` (server tables by column name)."""
+    parts = [("timeline", "timeline", rec.timeline), ("evals", "evals", rec.evals),
+             *((f"server/{name}", "server", table) for name, table in rec.tables.items())]
+    for where, kind, columns in parts:
+        for name, column in columns.items():
+            values = as_float(column)
+            if name in COUNTS.get(kind, ()):
+                said = first_row(f"{where}/{name}", column, ~(np.isfinite(values) & (values >= 0)),
+                                 "not a count (finite and never negative)")
+            elif name in ACCURACIES.get(kind, ()):
+                said = first_row(f"{where}/{name}", column, ~(np.isnan(values) | ((values >= 0) & (values <= 1))),
+                                 "not an accuracy (0 to 1, NaN where not measured)")
+            elif name in NOT_NEGATIVE.get(kind, ()):
+                said = first_row(f"{where}/{name}", column, values < 0, "negative, which it never is")
+            else:
+                continue
+            if said:
+                return said
+    return ""
+
+
+def summary_wrong(rec: RunRecord) -> str:
+    for key, value in rec.summary.items():
+        if key in SUMMARY_COUNTS and not (math.isfinite(value) and value >= 0):
+            return f"summary {key} = {shown(value)} is not a finite count (never negative)"
+        if key.endswith("_s") and value < 0:
+            return f"summary {key} = {shown(value)} is a negative duration"
+        if key in ACCURACIES["summary"] and not (math.isnan(value) or 0 <= value <= 1):
+            return f"summary {key} = {shown(value)} is not an accuracy (0 to 1, NaN where not measured)"
+        if key in NOT_NEGATIVE["summary"] and value < 0:
+            return f"summary {key} = {shown(value)} is negative, which it never is"
+    return ""
+
+
+def same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-6, abs_tol=0.0)
+
+
+def repeats_wrong(rec: RunRecord) -> str:
+    """What the summary repeats of the evaluations, and each update's staleness of its versions."""
+    s, evals = rec.summary, rec.evals
+    if len(evals["t"]):
+        for key, column in LAST_EVALUATION.items():
+            if key in s and not same(float(s[key]), float(evals[column][-1])):
+                return (f"summary {key} = {shown(s[key])}, but the last evaluation's {column} is "
+                        f"{shown(evals[column][-1])} (the summary repeats it)")
+        best = float(np.max(as_float(evals["accuracy"])))
+        if "best_accuracy" in s and not same(float(s["best_accuracy"]), best):
+            return (f"summary best_accuracy = {shown(s['best_accuracy'])}, but the evaluations' best accuracy is "
+                    f"{shown(best)}")
+    updates = rec.tables.get(UPDATES, {})
+    if all(k in updates for k in ("staleness", "version_used", "version_applied")):
+        expected = as_float(updates["version_applied"]) - as_float(updates["version_used"])
+        said = first_row("server/updates/staleness", updates["staleness"], as_float(updates["staleness"]) != expected,
+                         "not version_applied - version_used")
+        if said:
+            i = int(np.flatnonzero(as_float(updates["staleness"]) != expected)[0])
+            return f"{said} ({shown(updates['version_applied'][i])} - {shown(updates['version_used'][i])})"
     return ""
 
 

@@ -5,16 +5,21 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hpcbench.config import RunConfig
+from hpcbench.config import RunConfig, cut_by_cap
+from hpcbench.memory import amount
 from hpcbench.results.paths import NameHold, identity, run_id, sibling, utc_stamp
 from hpcbench.results.schema import RunRecord
-from hpcbench.runtime.assemble import Run, assemble
+from hpcbench.runtime.assemble import MODEL_COPIES, Run, assemble, model_bytes
 from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.record import resolved_config
 from hpcbench.signals import stops_deferred
+
+if TYPE_CHECKING:
+    from hpcbench.results.store import DiskFull
 
 
 def default_out(cfg: RunConfig, workers: int, mode: str = "mpi") -> str:
@@ -37,42 +42,88 @@ class ResultFile:
         self.hold: NameHold | None = None
 
     def write(self, rec: RunRecord, last: bool = False) -> str:
-        """Write ``rec``; → where it went. ``last``: the run's final write (the name is let go after it)."""
-        from hpcbench.results.store import rewrite_run, write_run  # here: workers never load h5py
+        """Write ``rec``; → where it went. ``last``: the run's final write (the name is let go after it).
+        A final write that finds no room (no space left, a disk quota) goes to another directory
+        (``fallback_dirs``) and says where in one line; the file written before stays as it was (its
+        status says the run had not finished)."""
+        from hpcbench.results.store import DiskFull  # here: workers never load h5py
 
         # A stop signal waits until the file and the identity this run keeps of it agree: one landing
         # between a rename and the identity's update would make the next write take its own file for
         # another's and move the result again.
         with stops_deferred():
-            # Still the file this run wrote (checked again just before the rename): rewritten; else left alone.
-            if not (self.path and identity(self.path) == self.written and rewrite_run(self.path, rec, self.written)):
-                lost = self.path
-                want = Path(lost or self.wanted)
-                if lost:
-                    want = sibling(want, run_id())
-                want = self.room_for(want)
-                hold = NameHold(want)
-                if not hold.take():  # another live run holds the name
-                    want = sibling(want, run_id())
-                    hold = NameHold(want)
-                    hold.take()
-                path = str(write_run(want, rec, self.overwrite and not lost))
-                if path != str(want):  # the name was taken meanwhile: hold the one the file got
-                    hold.release()
-                    hold = NameHold(Path(path))
-                    hold.take()
-                self.release()
-                self.path, self.hold = path, hold
-                if lost:
-                    print(f"hpcbench: {lost} is no longer the file this run wrote (something replaced or removed it); "
-                          f"it is left alone and the result goes to {path}", file=sys.stderr, flush=True)
-                elif path != self.wanted:
-                    print(f"hpcbench: {self.wanted} appeared while this run was set up; the result goes to {path}",
-                          file=sys.stderr, flush=True)
+            try:
+                self.write_here(rec)
+            except DiskFull as exc:
+                if not last:
+                    raise
+                self.write_elsewhere(rec, exc)
             self.written = identity(self.path)
             if last:
                 self.release()
             return self.path
+
+    def write_here(self, rec: RunRecord) -> None:
+        """``rec`` over this run's file, or where the run's result goes now (its first write, or its file
+        replaced or removed meanwhile)."""
+        from hpcbench.results.store import rewrite_run
+
+        # Still the file this run wrote (checked again just before the rename): rewritten; else left alone.
+        if self.path and identity(self.path) == self.written and rewrite_run(self.path, rec, self.written):
+            return
+        lost = self.path
+        want = Path(lost or self.wanted)
+        if lost:
+            want = sibling(want, run_id())
+        path = self.claim(self.room_for(want), rec, self.overwrite and not lost)
+        if lost:
+            print(f"hpcbench: {lost} is no longer the file this run wrote (something replaced or removed it); "
+                  f"it is left alone and the result goes to {path}", file=sys.stderr, flush=True)
+        elif path != self.wanted:
+            print(f"hpcbench: {self.wanted} appeared while this run was set up; the result goes to {path}",
+                  file=sys.stderr, flush=True)
+
+    def claim(self, want: Path, rec: RunRecord, overwrite: bool) -> str:
+        """Hold ``want`` (a sibling name where another live run holds it) and write ``rec`` there, never over
+        another run's file; → where it went, the name this run now holds (the one it held before let go)."""
+        from hpcbench.results.store import write_run
+
+        hold = NameHold(want)
+        if not hold.take():  # another live run holds the name
+            want = sibling(want, run_id())
+            hold = NameHold(want)
+            hold.take()
+        try:
+            path = str(write_run(want, rec, overwrite))
+        except BaseException:
+            hold.release()
+            raise
+        if path != str(want):  # the name was taken meanwhile: hold the one the file got
+            hold.release()
+            hold = NameHold(Path(path))
+            hold.take()
+        self.release()
+        self.path, self.hold = path, hold
+        return path
+
+    def write_elsewhere(self, rec: RunRecord, full: DiskFull) -> None:
+        """The final write found no room where the result goes (``full``): the record goes to the first of
+        ``fallback_dirs`` with room, under the same name, said in one line; none: one line naming each try."""
+        from hpcbench.errors import ResultWriteError
+
+        before, here = self.path, Path(self.path or self.wanted)
+        tried = [str(full)]
+        for directory in fallback_dirs():
+            try:
+                path = self.claim(directory / here.name, rec, False)
+            except (ResultWriteError, OSError) as exc:
+                tried.append(f"nor in {directory}: {exc}")
+                continue
+            kept = f"; {before} keeps the run as of its last write (status 'incomplete')" if before else ""
+            print(f"hpcbench: {here.parent} has no room for the result ({full.cause}); the result goes to "
+                  f"{path}{kept}", file=sys.stderr, flush=True)
+            return
+        raise ResultWriteError("; ".join(tried))
 
     def room_for(self, want: Path) -> Path:
         """``want``, its directory made again if it was removed while the run went on; where that cannot
@@ -98,6 +149,17 @@ class ResultFile:
             self.hold = None
 
 
+def fallback_dirs() -> list[Path]:
+    """Where a final write that found no room goes instead, in this order, those that are directories: the
+    system's temporary directory ($TMPDIR, else /tmp), /var/tmp, /dev/shm (often other file systems)."""
+    found: list[Path] = []
+    for name in (tempfile.gettempdir(), "/var/tmp", "/dev/shm"):
+        where = Path(name)
+        if where.is_dir() and where.resolve() not in [f.resolve() for f in found]:
+            found.append(where)
+    return found
+
+
 def expected_bytes(run: Run) -> int:
     """A rough size of the run's result file: the timeline rows of every step on every rank, the
     server's rows, the evaluations and the final model (used to refuse a disk that is too full)."""
@@ -111,19 +173,24 @@ def expected_bytes(run: Run) -> int:
 
 def dry_run_text(plan: Plan, workers: int) -> str:
     """What ``run --dry-run`` prints: the configuration resolved for ``workers`` workers, as the result
-    file would record it (steps, budget, schedule, straggler ranks, the algorithm's options)."""
-    run = assemble(plan, workers)
-    config = resolved_config(run, run.workload.size)
+    file would record it (steps, budget, schedule, straggler ranks, the algorithm's options), and the
+    memory a rank's copies of the model take; checked and resolved from the model's sizes, never its values."""
+    run = assemble(plan, workers, values=False)
+    size = run.workload.size
+    config = resolved_config(run, size)
     return (f"{plan.algo.name} with {workers} workers (world size {workers + 1}): "
             f"{config['budget_samples']} samples, {config['steps_per_worker']} steps per worker, "
-            f"{config['schedule']['text']}\n{json.dumps(config, indent=1)}")
+            f"{config['schedule']['text']}, about {amount(model_bytes(size))} a rank ({MODEL_COPIES} copies of "
+            f"{size} parameters)\n{json.dumps(config, indent=1)}")
 
 
 def result_line(rec: RunRecord, path: str) -> str:
     s = rec.summary
     virtual = " of virtual time" if rec.mode == "sim" else ""
     trained = s["final_accuracy"] == s["final_accuracy"]  # NaN: no model (payload, or numerics off)
-    line = (f"{rec.algorithm} ({rec.mode}, {rec.workers} workers): {s['samples']} samples in {s['wall_s']:.1f} s"
+    lost = int(s.get("workers_lost", 0) or 0)  # workers that died and the run went on without (ULFM, a simulation)
+    who = f"{rec.workers} workers" + (f", {lost} of {rec.workers} lost" if lost else "")
+    line = (f"{rec.algorithm} ({rec.mode}, {who}): {s['samples']} samples in {s['wall_s']:.1f} s"
             f"{virtual} = {s['samples_per_s']:.0f} samples/s, "
             + (f"final accuracy {s['final_accuracy']:.3f}" if trained else "timing only (no model trained)"))
     if trained and not np.isfinite(rec.final_params).all():
@@ -135,6 +202,7 @@ def result_line(rec: RunRecord, path: str) -> str:
         if s["echoed_updates"]:
             line += f" ({s['echoed_updates']} applied with Δ echoed by their worker)"
     schedule = f" [{rec.attrs['config']['schedule']['text']}]" if trained else ""
-    cap = rec.attrs["config"].get("max_steps", 0)
-    capped = f" [capped at {cap} steps per worker by max_steps: a smoke test, not a measurement]" if cap else ""
+    cap = rec.attrs["config"].get("max_steps", 0)  # said where the cap cut the run, not where it had room
+    capped = f" [capped at {cap} steps per worker by max_steps: a smoke test, not a measurement]" \
+        if cut_by_cap(rec.attrs["config"], rec.workers) else ""
     return f"{line}{schedule}{capped} -> {path}"

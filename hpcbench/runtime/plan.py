@@ -14,7 +14,7 @@ import numpy as np
 from hpcbench.algorithms import ALGORITHMS, Algorithm, Context
 from hpcbench.algorithms.compressors import COMPRESSORS, acts_only_with
 from hpcbench.algorithms.schedule import Schedule, lr_scale
-from hpcbench.config import Faults, RunConfig, Stragglers, validate_numbers
+from hpcbench.config import Faults, RunConfig, Stragglers, asked_steps, validate_numbers
 from hpcbench.errors import UsageError
 from hpcbench.options import TABLES, resolve
 from hpcbench.options.sim import SimConfig
@@ -22,7 +22,6 @@ from hpcbench.results.paths import check_target
 from hpcbench.workload.datasets import DATASETS
 from hpcbench.workload.models import MODELS
 
-DEFAULT_STEPS = 100
 MAX_SAMPLES = 2**53  # sample counts beyond this are no longer exact in the float64 columns of a result file
 DEFAULT_TIME_LIMIT_S = 7 * 24 * 3600.0  # the longest a run may take outside Slurm, unless time_limit_s says
 
@@ -138,9 +137,10 @@ def run_workers(cfg: RunConfig, dry_run: bool, workers: int | None, size: int | 
         return workers
     if workers is not None:
         raise UsageError("--workers goes with --dry-run; a run's workers are its world size minus 1")
-    if size is None:  # started as one plain process, by no MPI launcher
-        raise UsageError("hpcbench run trains as MPI ranks (rank 0 and the workers) started by a launcher: "
-                         f"mpiexec -n 3 hpcbench run --algo {cfg.algo} ... (hpcbench simulate needs no MPI)")
+    if size is None:  # started as one plain process, by no MPI launcher: the README's command
+        ranks = max(5, ALGORITHMS.get(cfg.algo).min_workers + 1)
+        raise UsageError(f"run needs MPI ranks: mpiexec -n {ranks} python -m mpi4py -m hpcbench run --algo {cfg.algo} "
+                         "... (or simulate)")
     return None
 
 
@@ -215,16 +215,11 @@ def idle_settings(plan: Plan) -> list[str]:
 
 def steps_per_worker(cfg: RunConfig, workers: int, train_size: int) -> int:
     """Each worker's equal share of the sample budget, in batches (at most ``max_steps``, when set)."""
-    if cfg.steps is not None:
-        steps = cfg.steps
-    elif cfg.epochs is not None:
-        exact = cfg.epochs * train_size / (workers * cfg.batch_size)
-        if not math.isfinite(exact):  # (a large finite budget is refused, with its numbers, by the budget check)
-            raise UsageError(f"--epochs {cfg.epochs:g} over {train_size} samples is {exact:g} steps per worker, more "
-                             "than can be counted exactly (2^53) or run; lower --epochs")
-        steps = max(1, math.ceil(exact))
-    else:
-        steps = DEFAULT_STEPS
+    exact = asked_steps(cfg.steps, cfg.epochs, cfg.batch_size, workers, train_size)
+    if not math.isfinite(exact):  # (a large finite budget is refused, with its numbers, by the budget check)
+        raise UsageError(f"--epochs {cfg.epochs:g} over {train_size} samples is {exact:g} steps per worker, more "
+                         "than can be counted exactly (2^53) or run; lower --epochs")
+    steps = int(exact)
     return min(steps, cfg.max_steps) if cfg.max_steps else steps
 
 

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import shlex
+import unicodedata
 from dataclasses import dataclass, field
 
-from hpcbench.errors import UsageError, is_control
+from hpcbench.errors import UsageError, is_unseen
 
 # The option each field comes from, for the one line that refuses its value.
 FLAGS = {"tasks_per_node": "--tasks-per-node", "cpus_per_task": "--cpus-per-task", "gpus_per_task": "--gpus-per-task",
@@ -18,16 +19,20 @@ LONGEST = 4096
 
 
 def plain(flag: str, value: object, longest: int | None = LONGEST) -> str:
-    """``value`` when it is text that stays on its line in a script (and, unless ``longest`` is None, is
-    at most that many characters); otherwise one line naming ``flag``, without all of a long value."""
+    """``value`` when it is text that stays on its line in a script and reads as it runs (and, unless
+    ``longest`` is None, is at most that many characters); otherwise one line naming ``flag``, without all
+    of a long value. Refused: control characters (a newline would start a command) and format characters
+    (bidi overrides and isolates such as U+202E and U+2066, zero-width spaces), which reorder or hide the
+    text around them, so that a script would not read as what it runs."""
     if not isinstance(value, str):
         raise UsageError(f"{flag} {value!r} is not text")
     if longest is not None and len(value) > longest:
         raise UsageError(f"{flag} {value[:40]!r}... is {len(value):,} characters long; a job script takes at most "
                          f"{longest:,}")
-    bad = next((c for c in value if is_control(c)), "")
+    bad = next((c for c in value if is_unseen(c)), "")
     if bad:
-        raise UsageError(f"{flag} {value!r} holds the control character {bad!r}: a job script line cannot carry it")
+        kind = "format" if unicodedata.category(bad) == "Cf" else "control"
+        raise UsageError(f"{flag} {value!r} holds the {kind} character {bad!r}: a job script line cannot carry it")
     return value
 
 
@@ -115,6 +120,7 @@ def path_value(flag: str, path: str) -> str:
 
 
 def header(name: str, nodes: int, res: Resources, log: str) -> list[str]:
+    name = plain("the job name", name)
     log = path_value("--out-dir", log)
     lines = [
         "#!/bin/bash",
@@ -150,7 +156,7 @@ def run_job(name: str, nodes: int, res: Resources, run_args: list[str], log: str
         plain("a run option", arg, longest=None)  # (the run checks its own values)
     program = "python -m mpi4py -m hpcbench " + " ".join(map(shlex.quote, run_args))
     if res.mpi == "pmix" and kills(run_args):
-        launch = f'mpirun --with-ft ulfm -n "$SLURM_NTASKS" --map-by slot {program}'
+        launch = f'mpirun --with-ft ulfm --pmixmca plog \'^stdfd\' -n "$SLURM_NTASKS" --map-by slot {program}'
     else:
         # "slot": one GPU per task, Slurm sets each task's CUDA_VISIBLE_DEVICES, so every rank sees cuda:0.
         distribution = " --distribution=block" if res.rank0 == "extra" else ""

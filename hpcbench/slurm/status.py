@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from hpcbench.errors import one_line
 from hpcbench.results.study_dir import point_states, recorded_jobs
 
 
@@ -57,4 +58,6 @@ def status_text(out_dir: str) -> str:
     ok = sum(p.result == "ok" for p in points)
     table = tabulate(rows, headers=["point", "result", "latest job", "Slurm state", "submissions"],
                      disable_numparse=True)
-    return f"{out_dir}: {ok} of {len(points)} points have an ok result\n\n{table}"
+    text = f"{out_dir}: {ok} of {len(points)} points have an ok result\n\n{table}"
+    invalid = [one_line(p.why) for p in points if p.why]  # each invalid file, the field and the value that make it so
+    return "\n\n".join([text, "\n".join(invalid)]) if invalid else text

@@ -96,6 +96,7 @@ class Countdown:
         self.left, self.done_weight, self.done, self.total = float(sum(weights)), 0.0, 0, len(weights)
         self.clock = clock
         self.start = clock()
+        self.left_s = float("nan")
 
     def finished(self, weight: float) -> str:
         """Count one run of ``weight`` as done; → "[k/N, T so far, about U left]"."""
@@ -105,4 +106,10 @@ class Countdown:
         elapsed = self.clock() - self.start
         left = elapsed * self.left / self.done_weight if self.done_weight > 0 else float("nan")
         ahead = "" if self.done == self.total else f", about {clock_text(left)} left"
+        self.left_s = left
         return f"[{self.done}/{self.total}, {clock_text(elapsed)} so far{ahead}]"
+
+    def shorter(self) -> list[str]:
+        """The last count in short, for a line with little room: "[k/N, ~U left]", then "[k/N]"."""
+        count = f"{self.done}/{self.total}"
+        return ([] if self.done == self.total else [f"[{count}, ~{clock_text(self.left_s)} left]"]) + [f"[{count}]"]

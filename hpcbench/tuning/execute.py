@@ -80,6 +80,15 @@ def start(job: Job, mode: str) -> subprocess.Popen:
                             start_new_session=True)
 
 
+def not_ok(path: Path) -> str:
+    """Why the file of a run that ended well is not ok ("" when it is): it holds an impossible value, or
+    something else is there (a run whose disk filled kept its result elsewhere and said so)."""
+    from hpcbench.results.store import result_state
+
+    status, why = result_state(path)
+    return "" if status == "ok" else why or f"its result file {str(path)!r} says {status!r}"
+
+
 def why_failed(code: int, stderr: str) -> str:
     from hpcbench.launch.local import own_lines
 
@@ -95,10 +104,13 @@ def weight(job: Job, mode: str) -> float:
 
 def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float) -> dict[Path, str]:
     """Run every job; → for each result file, "" when it is ok (run now or kept), else why it failed.
+    Ok means every reader takes the file whole: a kept file that holds an impossible value is said in one
+    line and run again, and a run whose file is not ok when it ends counts as failed, with the reason.
 
-    Prints one line per job as it ends: ``[k/N, T so far, about U left] label: the run's result line``
-    (or FAILED), counting the runs to do (those kept are said once)."""
-    from hpcbench.results.store import result_status
+    Prints one line per job as it ends: ``[k/N, T so far, about U left] label: its result`` (or FAILED),
+    counting the runs to do (those kept are said once)."""
+    from hpcbench.errors import one_line
+    from hpcbench.results.store import result_state
 
     width = 1 if mode == "mpi" else max(1, parallel)
     outcome: dict[Path, str] = {}
@@ -106,9 +118,12 @@ def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float) -> d
     for job in jobs:
         if job.path in outcome or job in todo:
             continue
-        if result_status(job.path) == "ok":
+        status, why = result_state(job.path)
+        if status == "ok":
             outcome[job.path] = ""
         else:
+            if status == "invalid":
+                print(f"hpcbench: {one_line(why)}; it is run again", file=sys.stderr, flush=True)
             todo.append(job)
     done = len(outcome)
     total = done + len(todo)
@@ -142,9 +157,9 @@ def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float) -> d
                         why, out = f"killed after {timeout:g} s", ""
                     else:
                         out, err = proc.communicate()
-                        why = "" if code == 0 else why_failed(code, err)
+                        why = not_ok(job.path) if code == 0 else why_failed(code, err)
                     outcome[job.path] = why
-                    say(countdown.finished(weight(job, mode)), job, why, out)
+                    say([countdown.finished(weight(job, mode)), *countdown.shorter()], job, why, out)
         finally:
             for _, proc, _ in running:
                 stop(proc)
@@ -164,23 +179,26 @@ def inline(job: Job, countdown: Countdown) -> str:
     try:
         with contextlib.redirect_stdout(out):
             simulate(prepare(job.cfg.with_updates(threads=1), "simulate", job.sim))
-        why = ""
+        why = not_ok(job.path)
     except UsageError as exc:
         why = str(exc)
     except Exception as exc:  # a deadlock or a bug in one run must not lose the others
         why = f"{type(exc).__name__}: {exc}"
-    say(countdown.finished(weight(job, "sim")), job, why, out.getvalue())
+    say([countdown.finished(weight(job, "sim")), *countdown.shorter()], job, why, out.getvalue())
     return why
 
 
-def say(count: str, job: Job, why: str, stdout: str) -> None:
-    """One progress line for a finished run: the count and time left, its result line (without the file),
-    or why it failed."""
+def say(counts: Sequence[str], job: Job, why: str, stdout: str) -> None:
+    """One progress line for a finished run, in the terminal's 120 columns: the count and time left (``counts``:
+    the longest first, the first that fits), its label and its result (``terminal.result_briefs``: the run's
+    own line less what the label says); or why it failed, whole, in as many lines as it takes."""
+    from hpcbench.terminal import fitted, result_briefs, wrapped
+
     if why:
-        print(f"{count} {job.label}: FAILED: {why}", file=sys.stderr, flush=True)
+        print(wrapped(f"{counts[0]} {job.label}: FAILED: {why}"), file=sys.stderr, flush=True)
     else:
         last = (stdout.strip().splitlines() or [""])[-1]
-        print(f"{count} {job.label}: {last.split(' -> ')[0]}", flush=True)
+        print(fitted(counts, job.label, result_briefs(last)), flush=True)
 
 
 def stop(proc: subprocess.Popen) -> None:

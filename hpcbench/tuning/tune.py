@@ -8,6 +8,7 @@ OUT_DIR/tune.json the same as data, and OUT_DIR/best/ALGO-nN.toml the chosen rec
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from tabulate import tabulate
 from hpcbench.config import toml_literal
 from hpcbench.errors import NO_MATPLOTLIB, UsageError
 from hpcbench.report.strict_json import dumps
+from hpcbench.terminal import for_terminal, wrapped
 from hpcbench.tuning.execute import Job, run_jobs
 from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, at_edge, best_per_group, past_edges, ties
 
@@ -45,13 +47,36 @@ def grid_jobs(settings: Mapping[Group, Sequence[Setting]], seeds: Sequence[int],
             for (a, n), group in settings.items() for st in group for s in seeds]
 
 
-def validation_scores(outcome: Mapping[Path, str]) -> dict[Path, float]:
-    """Each run's final validation accuracy, read once (NaN for a failed run or one without a split):
-    the only number a choice reads."""
+def cut_cap(outcome: Mapping[Path, str]) -> int:
+    """The step cap (HPCBENCH_MAX_STEPS) that cut any of the runs that ended well, as their files say; 0 where
+    none was cut (no cap, or one the runs' budgets stayed under): only then is a tune called capped."""
+    from hpcbench.config import cut_by_cap
     from hpcbench.results.store import read_run
 
-    return {path: float(read_run(path).summary.get("final_val_accuracy", math.nan)) if not why else math.nan
-            for path, why in outcome.items()}
+    for path, why in outcome.items():
+        if not why:
+            rec = read_run(path)
+            if cut_by_cap(rec.attrs["config"], rec.workers):
+                return int(rec.attrs["config"]["max_steps"])
+    return 0
+
+
+def validation_scores(outcome: Mapping[Path, str]) -> dict[Path, float]:
+    """Each run's final validation accuracy, read once (NaN for a failed run or one without a split):
+    the only number a choice reads. A file no reader takes (one that holds an impossible value) is said in
+    one line and scores NaN, as a failed run does: it never moves a choice."""
+    from hpcbench.errors import one_line
+    from hpcbench.results.store import read_run
+
+    scores = {}
+    for path, why in outcome.items():
+        scores[path] = math.nan
+        if not why:
+            try:
+                scores[path] = float(read_run(path).summary.get("final_val_accuracy", math.nan))
+            except UsageError as exc:
+                print(f"hpcbench: {one_line(str(exc))}; it counts as a failed run", file=sys.stderr, flush=True)
+    return scores
 
 
 def trials_of(settings: Mapping[Group, Sequence[Setting]], seeds: Sequence[int], runs: Path,
@@ -162,9 +187,9 @@ def tune(grid: Grid, run_args: Sequence[str], base: Mapping[str, Any], options: 
         raise UsageError(f"cannot make {out}: {exc.strerror}") from None
     settings = {(a, n): list(grid.settings) for a in grid.algos for n in grid.workers}
     total = len(grid_jobs(settings, grid.seeds, runs, run_args))
-    print(f"tune: {len(grid.algos)} algorithm(s) x {len(grid.workers)} size(s) x {len(grid.settings)} setting(s) x "
-          f"{len(grid.seeds)} seed(s) = {total} runs ({mode}, {jobs if mode == 'sim' else 1} at a time); "
-          f"result files in {runs}/", flush=True)
+    print(wrapped(f"tune: {len(grid.algos)} algorithm(s) x {len(grid.workers)} size(s) x {len(grid.settings)} "
+                  f"setting(s) x {len(grid.seeds)} seed(s) = {total} runs ({mode}, {jobs if mode == 'sim' else 1} at a "
+                  f"time); result files in {runs}/"), flush=True)
     t0 = time.monotonic()
     outcome: dict[Path, str] = {}
     scores: dict[Path, float] = {}
@@ -179,13 +204,15 @@ def tune(grid: Grid, run_args: Sequence[str], base: Mapping[str, Any], options: 
         if not added:
             break
         grew += [f"{a} at {n} workers: {st.label()}" for (a, n), st in added]
-        print("the grid grows past its edge: " + "; ".join(f"{a} at {n} workers: lr {st.lr:g}" for (a, n), st in added),
-              flush=True)
+        print(wrapped("the grid grows past its edge: " + "; ".join(f"{a} at {n} workers: lr {st.lr:g}"
+                                                                    for (a, n), st in added)), flush=True)
     all_jobs = list(outcome)
     chosen = best_per_group(trials)
     failed = sorted(f"{p.name}: {why}" for p, why in outcome.items() if why)
     text = table(trials, chosen)
     plot_file = plot(trials, out / "tune.png", "hpcbench tune: validation accuracy by rate")
+    if not cut_cap(outcome):  # a cap the runs stayed under did not make them a smoke test
+        base = {k: v for k, v in base.items() if k != "max_steps"}
     files = {}
     for (a, n), t in chosen.items():
         path = out / "best" / f"{a}-n{n}.toml"
@@ -220,5 +247,6 @@ def tune(grid: Grid, run_args: Sequence[str], base: Mapping[str, Any], options: 
                                             ties([y for y in trials if (y.algo, y.workers) == (t.algo, t.workers)]))}
                    for t in trials],
     }, indent=1), encoding="utf-8")
-    print("\n" + "\n".join(chosen_lines) + f"\n\n{text}\n\nreport: {out / 'tune.md'}", flush=True)
+    shown = for_terminal("\n".join(chosen_lines) + f"\n\n{text}", str(out / "tune.md"))
+    print(f"\n{shown}\n\nreport: {out / 'tune.md'}", flush=True)
     return 1 if failed else 0

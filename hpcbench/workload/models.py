@@ -35,7 +35,7 @@ class ModelSpec:
     text: str
     build: Callable[[Needs], Workload]
     network: Network | None = None
-    # Its sizes and shapes without its values (a simulation with numerics off); None: ``build``.
+    # Its sizes and shapes without its values (a simulation with numerics off, a dry run); None: ``build``.
     sized: Callable[[Needs], Workload] | None = None
 
     @property
@@ -59,9 +59,15 @@ def payload(needs: Needs) -> Workload:
     return Payload(needs.tables["payload"], needs.data, needs.workers, needs.seed)
 
 
+def payload_sized(needs: Needs) -> Workload:
+    from hpcbench.workload.payload import Payload
+
+    return Payload(needs.tables["payload"], needs.data, needs.workers, needs.seed, values=False)
+
+
 MODELS: Registry[ModelSpec] = Registry("model")
 for _name, _network in NETWORKS.items():
     MODELS.register(_name)(ModelSpec(_network.text, trainer, _network, sized=sized))
 MODELS.register("payload")(ModelSpec(
     "no network and no torch: real messages of payload.params float32 and modeled compute (--compute), for "
-    "scale tests and message-size studies; accuracy is NaN", payload))
+    "scale tests and message-size studies; accuracy is NaN", payload, sized=payload_sized))

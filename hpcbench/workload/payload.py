@@ -36,14 +36,16 @@ class PayloadOptions:
 class Payload:
     """What a worker computes with, for ``--model payload``: the ``Trainer`` interface without a model."""
 
-    def __init__(self, options: PayloadOptions, data: Dataset, workers: int, seed: int) -> None:
+    def __init__(self, options: PayloadOptions, data: Dataset, workers: int, seed: int, values: bool = True) -> None:
+        """``values``: False for its sizes, shapes and compute model without its initial vector (a dry run,
+        a simulation with numerics off), which at the largest size is 2 GiB."""
         self.options = options
         self.data = data
         # Each worker's compute times: the simulator's model, with the same seeded streams.
         self.compute: ComputeModel | None = ComputeModel(PlainSpec(workers, options.compute_shape,
                                                                  options.compute_mean_s), seed, {})
         self.size = options.params
-        self.initial = np.zeros(self.size, np.float32)
+        self.initial = np.zeros(self.size if values else 0, np.float32)
         # No parameters: pieces of PIECE floats stand in for them, so buckets come out near their size.
         self.bounds = tuple(range(0, self.size, PIECE)) + (self.size,)
         # Each whole piece a square matrix, as a layer's weights are; the rest a vector.
