@@ -293,3 +293,13 @@ def test_every_number_in_a_reading_is_one_its_verdict_states(study):
         pytest.skip(f"{study}: its reading is of an earlier verdict and is left out of the findings ({why})")
     missing = sorted(numbers(reading) - numbers(verdict), key=lambda x: (len(x), x))
     assert not missing, f"{study}/reading.md states numbers its verdict.json does not: {', '.join(missing)}"
+
+
+def test_the_time_of_a_study_counts_only_what_was_recorded_and_says_what_was_not():
+    """A study resumed after an invocation that was stopped before it wrote a verdict: only the runs of
+    invocations that wrote one are timed, and the text says how many were not."""
+    v = {"runs": 342, "kept": 217, "jobs": 2, "invocations": [{"elapsed_s": 3774.0, "ran": 125, "jobs": 2}]}
+    assert findings.minutes(v) == ("342 runs (125 of them in 62.9 min, 2 at a time; the other 217 were made by an "
+                                   "invocation stopped before it wrote a verdict, whose time was not recorded)")
+    v["invocations"].insert(0, {"elapsed_s": 6000.0, "ran": 217, "jobs": 2})
+    assert findings.minutes(v) == "342 runs in 162.9 min, 2 at a time, over 2 invocations"

@@ -43,7 +43,7 @@ HALF_POINT_SOURCE = ("declared minimum effect: half a point of test accuracy, ab
 GA_SOURCE = "Barkai, Hakimi, Schuster, ICLR 2020 (arXiv 1909.10802)"
 GA_SETTING = ("CIFAR-10/100, ImageNet and WikiText-103, up to 128 workers, momentum 0.9, the usual step "
               "schedules; the abstract states the claims without one headline number")
-GA_ROWS = "every size the study runs, 8–128 workers: the paper's range"
+GA_ROWS = "every size the study runs (the paper's runs go up to 128 workers)"
 GA_OVER_SA = Claim("ga-over-sa", "GA beats SA",
                    "GA outperforms the currently acceptable gradient penalization method, in final test accuracy",
                    f"{GA_SOURCE}, abstract", GA_SETTING,

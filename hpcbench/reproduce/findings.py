@@ -90,6 +90,10 @@ def minutes(v: Mapping[str, Any]) -> str:
     """How long the study took: every invocation that ran its runs (a resumed study took their sum)."""
     runs, kept, jobs = v.get("runs", 0), v.get("kept", 0), v.get("jobs", 1)
     took = spent(v)
+    timed = sum(int(x.get("ran", 0)) for x in v.get("invocations") or [])
+    if took and timed < runs:  # an invocation stopped before it wrote a verdict leaves no record of its time
+        return (f"{runs} runs ({timed} of them in {took}; the other {runs - timed} were made by an invocation "
+                "stopped before it wrote a verdict, whose time was not recorded)")
     if took:
         return f"{runs} runs in {took}"
     ran = f"{runs - kept} run in {v.get('elapsed_s', 0) / 60:.1f} min, {jobs} at a time"
@@ -292,8 +296,8 @@ def study_section(name: str, v: Mapping[str, Any], reading: str | None, plots: S
              f"**In short** ({label(v)} study{stale_text(stale)}): {headline(v)}", ""]
     if isinstance(v.get("ceiling"), (int, float)):
         lines += [f"The sequential recipe reaches {100 * v['ceiling']:.1f}% (validation accuracy at the study's "
-                  "budget): a row whose reference ends more than 5 points below it did not train, and is not "
-                  "meaningful.", ""]
+                  "budget): a row whose reference ends more than 5 points below it compares unfinished training "
+                  "and is not meaningful (its numbers are shown, not counted).", ""]
     lines += [f"`{command(name, v)}`: {minutes(v)}."
               + (f" Made with commit{'s' * (len(v['made_with']['commits']) > 1)} "
                  f"{', '.join(c[:10] for c in v['made_with']['commits'])}"
@@ -376,7 +380,8 @@ def findings_md(studies: Mapping[str, Mapping[str, Any]], readings: Mapping[str,
              "paper's own setting (rows beyond it are reported beside the verdict): a row *holds* or *does not "
              "hold* when the 95% interval over seeds of its difference clears or misses the claim's practical "
              "margin, is *inconclusive* when it straddles it or rests on fewer than three seeds, and is *not "
-             "meaningful* where its reference did not train; a claim of k rows holds when all hold and does not "
+             "meaningful* where its reference ended more than 5 points below the sequential recipe (unfinished "
+             "training; its numbers are shown, not counted); a claim of k rows holds when all hold and does not "
              "hold when one misses at 1 − 0.05/k. *Not reproduced by the model*: a claim about time that the "
              "simulator's cost model does not bear out; *cannot be tested here*: the arm cannot test it by "
              "construction. Arms with the same evidence are named together (`shared = momentum 0.9`) and count "

@@ -224,8 +224,8 @@ def untrained(cells: Sequence[ResilienceCell], ceiling: float | None) -> str:
         acc = mean(p.accuracy for p in c.pairs)
         if acc < ceiling - VALID_GAP:
             return (f"{c.algo} without failures ends at {100 * acc:.1f}%, more than {100 * VALID_GAP:g} points below "
-                    f"the sequential recipe's {100 * ceiling:.1f}%: it did not train, so what failures cost its "
-                    "accuracy says nothing")
+                    f"the sequential recipe's {100 * ceiling:.1f}%: it did not come close to it, so what failures cost "
+                    "its accuracy decides nothing")
     return ""
 
 

@@ -349,25 +349,27 @@ def pts(iv: Interval | None) -> str:
     return iv.text(100.0, " pts") if iv else "no interval"
 
 
-def trained(claim: Claim, where: str, workers: int, reference: Cell, ceiling: float | None) -> Evidence | None:
+def trained(claim: Claim, where: str, workers: int, reference: Cell, ceiling: float | None,
+            shown: str = "") -> Evidence | None:
     """None where ``reference`` trained (its accuracy within VALID_GAP of the sequential recipe's
-    ``ceiling``; no ceiling: no gate); else the row that says it is not meaningful, and why."""
+    ``ceiling``; no ceiling: no gate); else the row that says it is not meaningful, and why (``shown``: the
+    comparison's numbers, reported beside, not counted)."""
     if ceiling is None or reference.acc >= ceiling - VALID_GAP:
         return None
-    return void(where, NOT_MEANINGFUL, f"{reference.algo} ends at {100 * reference.acc:.1f}%, more than "
-                f"{100 * VALID_GAP:g} points below the sequential recipe's {100 * ceiling:.1f}%: it did not train, "
-                "so the comparison says nothing", claim, workers)
+    why = (f"{reference.algo} ends at {100 * reference.acc:.1f}%, more than {100 * VALID_GAP:g} points below the "
+           f"sequential recipe's {100 * ceiling:.1f}%: it did not come close to it, so the row compares unfinished "
+           "training and does not decide the claim")
+    return void(where, NOT_MEANINGFUL, f"{shown} (not counted: {why})" if shown else why, claim, workers)
 
 
 def ahead(claim: Claim, where: str, workers: int, a: Cell, b: Cell, what: str,
           ceiling: float | None = None) -> Evidence:
     """``a`` ends more accurate than ``b`` by the claim's margin: the interval of a − b, seed by seed, above
     the margin; only where the better of the two trained."""
-    gate = trained(claim, where, workers, max((a, b), key=lambda c: c.acc), ceiling)
-    if gate:
-        return gate
     test = Bounds.exact(differences(a, b), claim.margin)
-    return decide(claim, where, test, f"{what} {pts(test.shown())}", workers, effect=pts(test.shown()))
+    numbers = f"{what} {pts(test.shown())}"
+    return (trained(claim, where, workers, max((a, b), key=lambda c: c.acc), ceiling, numbers)
+            or decide(claim, where, test, numbers, workers, effect=pts(test.shown())))
 
 
 def within(claim: Claim, where: str, workers: int, a: Cell, ref: Cell, ceiling: float | None) -> Evidence:
@@ -375,8 +377,8 @@ def within(claim: Claim, where: str, workers: int, a: Cell, ref: Cell, ceiling: 
     Only where ``ref`` itself trained (two methods that both failed to train match trivially)."""
     test = Bounds.exact(differences(a, ref), -claim.margin)
     numbers = f"{a.algo} {100 * a.acc:.1f}%, {ref.algo} {100 * ref.acc:.1f}%: {pts(test.shown())}"
-    return trained(claim, where, workers, ref, ceiling) or decide(claim, where, test, numbers, workers,
-                                                                  effect=pts(test.shown()))
+    return trained(claim, where, workers, ref, ceiling, numbers) or decide(claim, where, test, numbers, workers,
+                                                                           effect=pts(test.shown()))
 
 
 def sooner(ref: Cell, alt: Cell, threshold: float) -> Bounds:
