@@ -322,6 +322,7 @@ def test_a_recheck_it_cannot_make_is_one_line(tmp_path, capsys, study, copy, arg
 
     if copy:
         shutil.copytree(Path(__file__).resolve().parent.parent / "docs" / "reproduce" / copy, tmp_path / "s")
+        (tmp_path / "s" / "recheck.json").unlink(missing_ok=True)
     assert main(["reproduce", study, "--recheck", "--out-dir", str(tmp_path / "s"), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err, err

@@ -206,3 +206,32 @@ def test_the_simulator_loses_what_the_real_run_loses(tmp_path, algo):
         assert a.summary["samples"] == b.summary["samples"] == STEPS * WORKERS * BATCH
     else:  # the step the collective failed in (or one more, where the kill landed after a collective began)
         assert a.summary["samples_lost"] in (32, 64) and b.summary["samples_lost"] in (32, 64)
+
+
+EVERY_WORKER = "kill:1@0.5,kill:2@1,kill:3@1.5,kill:4@2"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("algo", ["asgd", "dana", "allreduce", "local-sgd", "easgd", "sgp", "gossip"])
+def test_a_run_that_loses_every_worker_fails_with_every_death_and_the_samples_trained(tmp_path, algo):
+    """Issue 58: every worker killed, one family at a time (parameter server: asgd, dana; all-reduce;
+    local/elastic: local-sgd, easgd; decentralized: sgp, gossip). No run that lost them all says "ok":
+    rank 0 keeps the record as "failed" with the reason, every death and the samples trained before,
+    says so in its lines without a traceback, and exits non-zero (so mpirun does)."""
+    out = tmp_path / f"{algo}.h5"
+    proc = mpirun(WORKERS + 1, "run", "--algo", algo, *MODEL, "--steps", "400", "--set", f"fault={EVERY_WORKER}",
+                  "--out", str(out), timeout=100)
+    assert proc.returncode != 0, proc.stderr
+    noise = proc.stderr.replace("hpcbench: error: every worker was lost", "")
+    noise_free(noise)
+    [line] = [x for x in proc.stderr.splitlines() if x.startswith("hpcbench: error:")]
+    assert "every worker was lost" in line and str(out) in line, proc.stderr
+    assert "4 of 4 lost" in proc.stdout and "failed: every worker was lost" in proc.stdout, proc.stdout
+    rec = read_run(out)
+    assert rec.attrs["status"] == "failed" and rec.attrs["error"].startswith("every worker was lost"), rec.attrs
+    table = rec.tables["failures"]
+    assert sorted(table["worker"].tolist()) == [1, 2, 3, 4] and rec.summary["workers_lost"] == 4
+    assert sorted(table["t_death"].tolist()) == [0.5, 1.0, 1.5, 2.0]
+    trained = int(table["samples"].sum())
+    assert 0 < trained < rec.attrs["config"]["budget_samples"]
+    assert rec.summary["wall_s"] >= 2.0  # until rank 0 knew of the last death (at 2 s), not 0.2 s

@@ -185,6 +185,9 @@ def coordinate(ctx: Context, synchronous: bool, centre: Centre | None = None) ->
                                                    None if on_worker else centre)))
             next_eval = (total // ctx.eval_every + 1) * ctx.eval_every
     ranks, finals = yield from read_survivors("model", tuple(r for r in ctx.worker_ranks if r not in failed), failed)
+    if not ranks:  # every worker failed: no model is left to read (their snapshots died with them)
+        yield from every_worker_lost(ctx, synchronous, reported, failed, team_lost)
+        return
     final_centre = None
     if centre is not None:
         [raw] = (yield from read_survivors("centre", (ranks[0],) if on_worker else (SERVER,), failed))[1]
@@ -208,7 +211,26 @@ def coordinate(ctx: Context, synchronous: bool, centre: Centre | None = None) ->
     # Samples lost with the failed workers: a synchronous team's (its survivors counted them); where the
     # workers claim batches from the budget, the claims no report accounts for (nor any survivor trained).
     unclaimed = ctx.budget - sum(frame.integer(raw, "samples") for raw in finals) - sum(reported[r] for r in failed)
-    lost = team_lost if synchronous else max(0, unclaimed)
+    yield from record_failures(reported, failed, team_lost if synchronous else max(0, unclaimed))
+
+
+def every_worker_lost(ctx: Context, synchronous: bool, reported: list[int], failed: list[int],
+                      team_lost: int) -> Program:
+    """Rank 0 when no worker is left: each failure recorded with the samples its reports said it had
+    trained, and the samples lost with them: a synchronous team's as its last report counted them; where
+    the workers claim batches from the budget, the claims (rank 0's own counter, read with an add of 0)
+    no report accounts for. The run's record then says it failed (``runtime.record``)."""
+    if synchronous:
+        lost = team_lost
+    else:
+        claimed = yield FetchAdd("budget", SERVER, 0)
+        lost = max(0, min(int(claimed), ctx.budget) - sum(reported[r] for r in failed))
+    yield from record_failures(reported, failed, lost)
+
+
+def record_failures(reported: list[int], failed: list[int], lost: int) -> Program:
+    """A row of the failures table for each failed worker, in the order rank 0 learned of them: the
+    samples it had reported, and its share of the ``lost`` samples."""
     for i, rank in enumerate(failed):
         yield Record(FAILURES, (rank, reported[rank], lost // len(failed) + (i < lost % len(failed))))
 

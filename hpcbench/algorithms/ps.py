@@ -158,7 +158,7 @@ class ParameterServer(Algorithm):
         if ring is not None:
             ring.put(0, published)
         yield Evaluate(rule.theta, 0, 0)
-        next_eval = ctx.eval_every
+        next_eval, evaluated = ctx.eval_every, 0
         while len(gone) < ctx.workers:
             got = yield Recv("grad")
             if type(got) is Lost:
@@ -202,7 +202,9 @@ class ParameterServer(Algorithm):
                 gone.add(src)
             if applied * batch >= next_eval or done:
                 yield Evaluate(rule.theta, applied * batch, applied)
-                next_eval = (applied * batch // ctx.eval_every + 1) * ctx.eval_every
+                next_eval, evaluated = (applied * batch // ctx.eval_every + 1) * ctx.eval_every, applied
+        if evaluated != applied:  # every worker failed short of the budget: the model as they left it
+            yield Evaluate(rule.theta, applied * batch, applied)
 
     def lose(self, ranks: tuple[int, ...], gone: set[int], applied_from: list[int]) -> Program:
         """Workers that failed: no longer waited for, their state dropped, each with the batch it was

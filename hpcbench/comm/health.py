@@ -23,6 +23,7 @@ HEARTBEAT_TAG = 32_004  # "still here", between rank 0 and each worker while tra
 BEAT = np.zeros(1, dtype=np.uint8)  # what a heartbeat carries (never changes, so a send may outlive its call)
 NOTICE_BYTES = 4096
 ABORT_PAUSE_S = 0.2  # for the launcher to forward what this rank printed before it ends every rank
+CANCEL_TRIES = 3  # waits for the notices' cancelled receive, each after acknowledging the failures known
 TICK_S = 0.001  # notices, heartbeats, faults and flushes are looked at this often, not at every operation
 FAILURE_CHECK_S = 0.005  # under ULFM, how often a rank asks which ranks failed (10 us each time)
 PARENT_CHECK_S = 0.5  # how often a rank looks whether its launcher is still there
@@ -271,7 +272,18 @@ class Health:
         self.world.Abort(code)
 
     def _stop_listening(self) -> None:
-        if self._notice_req is not None:
-            self._notice_req.Cancel()
-            self._notice_req.Wait()
-            self._notice_req = None
+        if self._notice_req is None:
+            return
+        req, self._notice_req = self._notice_req, None
+        req.Cancel()
+        for _ in range(CANCEL_TRIES):
+            try:
+                req.Wait()
+                return
+            except MPI.Exception as exc:
+                # Under ULFM a receive from any source that failures left pending (MPI_ERR_PROC_FAILED_PENDING:
+                # every worker gone, the notices' receive still posted) ends once they are acknowledged.
+                if not ulfm.is_failure(exc):
+                    raise
+                self.world.Ack_failed()
+        # still pending: this rank ends without it (a rank that outlived failures skips MPI_Finalize)

@@ -173,7 +173,7 @@ class LoopbackEndpoint:
         self.world_barrier(math.inf if self.watched else timeout, "the end of the run")
         self.watched = {}
 
-    def finalize(self) -> None:
+    def finalize(self, code: int = 0) -> None:
         self.watched = {}
 
     def open_window(self, name: str, nbytes: int, owned: bool, mode: str = "publish") -> None:

@@ -375,7 +375,9 @@ class MpiComm(Gathering):
         """(rank among the ranks on this node, number of ranks on this node)."""
         return self.local_rank, self.local_size
 
-    def finalize(self) -> None:
+    def finalize(self, code: int = 0) -> None:
+        """As ``Cluster.finalize``: after a failure it outlived, the rank ends here with ``code`` (a run
+        that lost every worker: 1, so that the launcher does not take it as a clean end)."""
         self._stop_heartbeats()
         self._stop_listening()
         self.workers.Free()
@@ -385,7 +387,7 @@ class MpiComm(Gathering):
             # whose run is done and recorded ends without it, which ULFM's launcher takes as a clean end.
             sys.stdout.flush()
             openmpi.settle()
-            os._exit(0)
+            os._exit(code)
         MPI.Finalize()
 
 

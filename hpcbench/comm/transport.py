@@ -132,8 +132,9 @@ class Cluster(Transport, Protocol):
     def close(self, timeout: float) -> None:
         """Collective: wait for outstanding sends, then free channels and windows."""
 
-    def finalize(self) -> None:
-        """This rank is done with the cluster (after ``close``, or after set-up failed)."""
+    def finalize(self, code: int = 0) -> None:
+        """This rank is done with the cluster (after ``close``, or after set-up failed); ``code``: the exit
+        status the rank will end with, for a transport that must end the process itself."""
 
     # --- health -------------------------------------------------------------------------------
     def tick(self) -> None:

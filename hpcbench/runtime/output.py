@@ -190,6 +190,9 @@ def result_line(rec: RunRecord, path: str) -> str:
     trained = s["final_accuracy"] == s["final_accuracy"]  # NaN: no model (payload, or numerics off)
     lost = int(s.get("workers_lost", 0) or 0)  # workers that died and the run went on without (ULFM, a simulation)
     who = f"{rec.workers} workers" + (f", {lost} of {rec.workers} lost" if lost else "")
+    status = rec.attrs.get("status", "ok")
+    if status != "ok":  # a run whose programs ended and still failed (it lost every worker): no rate to give
+        return f"{rec.algorithm} ({rec.mode}, {who}): {status}: {rec.attrs.get('error', '')} -> {path}"
     line = (f"{rec.algorithm} ({rec.mode}, {who}): {s['samples']} samples in {s['wall_s']:.1f} s"
             f"{virtual} = {s['samples_per_s']:.0f} samples/s, "
             + (f"final accuracy {s['final_accuracy']:.3f}" if trained else "timing only (no model trained)"))

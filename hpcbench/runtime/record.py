@@ -84,6 +84,25 @@ def failure_columns(table: Mapping[str, np.ndarray], timeline: Mapping[str, np.n
             "recovery_s": recovery_times(timeline, survivors, since, applied)}
 
 
+EVERY_WORKER_LOST = "every worker was lost"
+FAILED = "failed"
+
+
+def every_worker_lost(tables: Mapping[str, Mapping[str, np.ndarray]], workers: int) -> bool:
+    """Whether every worker failed while the run still needed it (a row each in the failures table)."""
+    return FAILURES in tables and len(tables[FAILURES]["worker"]) >= workers > 0
+
+
+def lost_every_worker(failures: Mapping[str, np.ndarray], workers: int, budget: int) -> str:
+    """The error line of a run that lost every worker, with the samples they had trained as rank 0
+    counted them (applied, or reported: the failures table's ``samples``; the summary repeats the last
+    evaluation, and where no worker's model is left to read that is the one before the failures)."""
+    trained = int(np.asarray(failures["samples"]).sum())
+    last = float(np.nanmax(failures["t_detected"]))
+    return (f"{EVERY_WORKER_LOST} ({workers} of {workers}, the last known {last:.2f} s into the run): "
+            f"{trained} of the budget's {budget} samples trained, no worker left to train the rest")
+
+
 def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], offsets: np.ndarray,
                  origin: float, logs: RunLogs, provenance: dict[str, Any], simulation: dict[str, Any] | None = None,
                  model_parameters: int = 0, failure: tuple[str, str, float] | None = None,
@@ -108,13 +127,16 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], 
         cols["t_end"] = cols["t_end"] + shift
         shifted.append(cols)
     timeline = concat(shifted) if shifted else {c: np.zeros(0) for c in COLUMNS}
-    # Training time: until the last worker is done (rank 0's final snapshot comes after it).
-    if failure is None:
-        wall = max(p.end - float(offsets[p.rank]) for p in parts if p.rank > 0) - origin
-    else:
-        wall = failure[2] - origin
     evals = logs.eval_columns(-origin)
     tables = logs.all_tables(-origin)
+    lost_all = failure is None and stopped is None and every_worker_lost(tables, ctx.workers)
+    # Training time: until the last worker is done (rank 0's final snapshot comes after it); where every
+    # worker failed, until rank 0's program had learned of the last failure and ended.
+    if failure is None:
+        ended = [p for p in parts if p.rank == 0] if lost_all else [p for p in parts if p.rank > 0]
+        wall = max(p.end - float(offsets[p.rank]) for p in ended) - origin
+    else:
+        wall = failure[2] - origin
     if FAILURES in tables:
         found = {r: (t - origin, how) for r, (t, how) in (detected or {}).items()}
         applied = tables[UPDATES]["t"] if UPDATES in tables else None
@@ -122,6 +144,8 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], 
                                            cfg.batch_size)
     summary = summarize(timeline, evals, tables.get(UPDATES, {}), ctx.workers, wall, cfg.target_accuracy)
     summary.update(failure_summary(tables.get(FAILURES, {})))
+    if lost_all:
+        failure = (FAILED, lost_every_worker(tables[FAILURES], ctx.workers, ctx.budget), wall)
     summary["server_state_bytes"] = algo.state_bytes()
     summary["warmup_s"] = max(p.warmup_s for p in parts)
     own = parts[0]  # rank 0's processor time over its part of the training (MPI runs; NaN simulated or failed)

@@ -258,6 +258,11 @@ def execute(plan: Plan, comm: Cluster) -> int:
             assert gathered is not None
             final, path = keeper.finish(gathered)
             print(result_line(final, path), flush=True)
+            if final.attrs["status"] != "ok":  # it lost every worker: its record is kept, and it failed
+                print(f"hpcbench: error: {final.attrs['error']}; what rank 0 recorded is in {path} "
+                      f"(status {final.attrs['status']!r})", file=sys.stderr, flush=True)
+                comm.finalize(1)
+                return 1
     except Reported:
         raise
     except BaseException as exc:

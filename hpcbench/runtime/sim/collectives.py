@@ -155,6 +155,8 @@ class Collectives(Transfers):
             self.failing.remove(flight)
             survivors = [a for a in flight.arrivals if not self.dead[a[0]]]
             self.members = tuple(r for r in self.members if not self.dead[r])
+            if not survivors:  # every member died: no one is left to begin it again
+                continue
             start = max(self.now, flight.landed) + 3 * barrier_s(len(self.members), self.cfg.alpha_s)
             if len(survivors[0]) == 4:
                 op = self.reducing_op

@@ -10,7 +10,7 @@ import numpy as np
 from hpcbench.algorithms.api import PARAMETER_SERVER
 from hpcbench.algorithms.ops import Gradient
 from hpcbench.algorithms.rules import diverging
-from hpcbench.errors import TimeLimitPassed
+from hpcbench.errors import RuntimeFailure, TimeLimitPassed
 from hpcbench.options.sim import SimConfig
 from hpcbench.results.paths import check_room
 from hpcbench.results.schema import RunRecord
@@ -192,4 +192,7 @@ def simulate(plan: Plan) -> int:
         raise TimeLimitPassed(f"{cut}; what it simulated is in {path} (status {cut.status!r})") from None
     path = result.write(record, last=True)
     print(result_line(record, path) + f" [{work}]", flush=True)
+    if record.attrs["status"] != "ok":  # it lost every worker: what it simulated is kept, and it failed
+        raise RuntimeFailure(f"{record.attrs['error']}; what it simulated is in {path} "
+                             f"(status {record.attrs['status']!r})")
     return 0
