@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from hpcbench import __version__
 from hpcbench.commands import COMMANDS
-from hpcbench.errors import Escaping, HungUp, RuntimeFailure, UsageError, one_line
+from hpcbench.errors import Escaping, HungUp, NoLauncher, RuntimeFailure, UsageError, one_line
 from hpcbench.launch.arguments import Parser
 from hpcbench.launch.local import env_rank, leave_launch_together
 
@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = Escaping(sys.stdout), Escaping(sys.stderr)  # type: ignore[assignment]
     try:
-        return dispatch(parse(build_parser(), argv))
+        return dispatch(parse(build_parser(), argv), list(sys.argv[1:] if argv is None else argv))
     finally:
         sys.stdout, sys.stderr = streams
 
@@ -55,13 +55,15 @@ def command_parser(parser: Parser, command: str) -> argparse.ArgumentParser:
     return parser
 
 
-def dispatch(args: argparse.Namespace) -> int:
+def dispatch(args: argparse.Namespace, argv: Sequence[str] = ()) -> int:
+    """Run the parsed command (``argv``: its command line, which a refusal may repeat)."""
     handler: Callable[[argparse.Namespace], int] = args.func
     try:
         return handler(args)
     except UsageError as exc:
+        text = exc.text(argv) if isinstance(exc, NoLauncher) and argv[:1] == ["run"] else str(exc)
         if env_rank() == 0:
-            print(f"hpcbench: error: {one_line(str(exc))}", file=sys.stderr, flush=True)
+            print(f"hpcbench: error: {one_line(text)}", file=sys.stderr, flush=True)
         leave_launch_together()
         return 2
     except RuntimeFailure as exc:  # what a run that failed did not say itself (a simulation's)

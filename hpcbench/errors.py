@@ -58,6 +58,21 @@ class UsageError(HpcbenchError):
     """Bad input: unknown names, impossible sizes, missing data, malformed config."""
 
 
+class NoLauncher(UsageError):
+    """``run`` started as one plain process, by no MPI launcher: the command that starts it under one, with the
+    user's own arguments where the command line is known (``text``)."""
+
+    def __init__(self, ranks: int, algo: str) -> None:
+        self.ranks, self.algo = ranks, algo
+        super().__init__(self.text(["run", "--algo", algo, "..."]))
+
+    def text(self, argv: Sequence[str]) -> str:
+        import shlex
+
+        return (f"run needs MPI ranks: mpiexec -n {self.ranks} python -m mpi4py -m hpcbench {shlex.join(argv)} "
+                "(or simulate, which needs none)")
+
+
 class ResultWriteError(HpcbenchError):
     """The result file could not be written (a full disk, a file-size limit, a permission)."""
 

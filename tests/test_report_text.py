@@ -333,10 +333,18 @@ def test_group_names_hold_only_the_settings_that_tell_the_groups_apart_never_nul
                                                   "warmup_epochs": 0.0}),
             configured("asgd", "asgd.h5", **base)]
     names = labels_of(runs)
-    assert names == {"plain.h5": "ga-asgd", "killed.h5": "ga-asgd fault=kill:2@1", "epochs.h5": "ga-asgd epochs=2.0",
-                     "asgd.h5": "asgd"}
+    assert names == {"plain.h5": "ga-asgd", "killed.h5": "ga-asgd fault=kill:2@1 model=payload",
+                     "epochs.h5": "ga-asgd epochs=2.0", "asgd.h5": "asgd"}  # (what a run learned always named)
     rows = [line for line in report_text(runs, "md", target=0.85).splitlines() if line.startswith("|")]
-    assert not any("null" in row for row in rows) and max(map(len, rows)) < 120
+    assert not any("null" in row for row in rows) and max(map(len, rows)) <= 120
+
+
+def test_a_group_that_learned_another_model_says_so():
+    """A payload run beside a capped mlp run: the cap alone tells them apart, but what a group learned is
+    never left unsaid: the payload group is not named plain asgd."""
+    runs = [configured("asgd", "payload.h5", model="payload"), configured("asgd", "mlp.h5", max_steps=20)]
+    names = labels_of(runs)
+    assert names == {"payload.h5": "asgd model=payload", "mlp.h5": "asgd max_steps=20"}, names
 
 
 def test_group_names_stay_unique_where_the_values_that_differ_are_null_a_default_or_cut_short():
@@ -418,6 +426,31 @@ def test_with_many_groups_the_accuracy_panels_colour_the_most_accurate_few_and_g
     fig = draw_lines(plt, figure, styles(plt, sorted(built.labels.values())))
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert len(legend) == 6 and legend[-1] == "10 other groups (grey)"
+    plt.close(fig)
+
+
+def test_a_legend_of_long_group_names_stays_inside_the_figure(missing):
+    """Long group names (settings that differ) wrap onto several lines of one column: no entry is cut at
+    the figure's edge, and the figure grows to hold them."""
+    pytest.importorskip("matplotlib")
+    from hpcbench.report.document import build
+    from hpcbench.report.plots import DPI, WIDTH_PX, draw_lines, pyplot, styles
+
+    plt = pyplot()
+    figure = next(f for f in build(missing, target=0.85).figures if f.name == "time-to-target")
+    long = {s.label: f"{s.label} lr_scaling=sqrt warmup_epochs=0.25 lr_decay_epochs=[0.5, 0.75] momentum=0.9 "
+            f"compress=powersgd" for s in figure.series}
+    for s in figure.series:
+        object.__setattr__(s, "label", long[s.label])
+    fig = draw_lines(plt, figure, styles(plt, sorted(long.values())))
+    fig.savefig(io.BytesIO(), dpi=DPI)  # lays the figure out
+    box = fig.bbox
+    texts = fig.legends[0].get_texts()
+    assert len(texts) == 3 and all("\n" in t.get_text() for t in texts)
+    for t in texts:
+        extent = t.get_window_extent()
+        assert box.x0 <= extent.x0 and extent.x1 <= box.x1 and box.y0 <= extent.y0, (t.get_text(), extent, box)
+    assert round(fig.get_figwidth() * DPI) == WIDTH_PX
     plt.close(fig)
 
 

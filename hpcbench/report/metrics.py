@@ -288,6 +288,7 @@ def clip(text: str, width: int = 40) -> str:
 
 
 UNSET = ("null", "-")  # a setting without a value, or one a run's file does not hold
+LEARNED = ("model", "dataset")  # named wherever they differ between groups (a default stays unnamed)
 
 
 @functools.cache
@@ -351,6 +352,9 @@ def telling(groups: Sequence[Settings], algorithm: str) -> list[list[str]]:
         chosen.append(best)
         classes = [part for c in classes for part in split(c, texts[best])]
     shown = [{i: texts[i][g] for i in chosen} for g in range(len(groups))]
+    for i in (i for i in keys if groups[0][i][0] in LEARNED):  # what a group learned is never left unsaid
+        for g, s in enumerate(shown):
+            s[i] = texts[i][g]
     for c in (c for c in classes if len(c) > 1):
         for i in (i for i in keys if len({groups[g][i][1] for g in c}) > 1):
             for g in c:

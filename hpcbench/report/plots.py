@@ -45,19 +45,32 @@ def styles(plt, labels: Sequence[str]) -> dict[str, dict]:
                     "linestyle": ("-", "--", ":")[(i // len(colours)) % 3]} for i, label in enumerate(labels)}
 
 
-def columns(entries: int) -> int:
-    return 2 if entries > 4 else 1
+# Characters of 10-point legend text that fit across WIDTH_PX, the handles and margins taken off.
+LEGEND_CHARS = 84
 
 
-def legend(fig, handles: list, names: list[str], ncol: int = 0) -> None:
-    """Below the plot, in columns, inside the figure (the layout leaves it room)."""
-    fig.legend(handles, names, loc="outside lower center", ncol=ncol or columns(len(names)), fontsize=10,
-               frameon=False)
+def columns(names: Sequence[str]) -> int:
+    """Two columns for more than four entries that each fit in half the width; else one."""
+    return 2 if len(names) > 4 and max(map(len, names)) <= LEGEND_CHARS // 2 - 6 else 1
 
 
-def legend_in(entries: int, ncol: int = 0) -> float:
-    """The height, in inches, a legend of ``entries`` needs below the plot."""
-    return 0.2 + 0.24 * math.ceil(entries / (ncol or columns(entries)))
+def laid_out(names: Sequence[str], ncol: int = 0) -> tuple[list[str], int]:
+    """The legend's entries, each wrapped to its column's width (a long group name on several lines, never
+    cut at the figure's edge), and the columns."""
+    ncol = ncol or columns(names)
+    width = LEGEND_CHARS // ncol - (6 if ncol > 1 else 0)
+    return [textwrap.fill(n, width, subsequent_indent="  ", break_on_hyphens=False) for n in names], ncol
+
+
+def legend(fig, handles: list, names: list[str], ncol: int) -> None:
+    """Below the plot, in columns, inside the figure (the layout leaves it room: ``legend_in``)."""
+    fig.legend(handles, names, loc="outside lower center", ncol=ncol, fontsize=10, frameon=False)
+
+
+def legend_in(names: Sequence[str], ncol: int) -> float:
+    """The height, in inches, a legend of ``names`` (as ``laid_out`` wraps them) needs below the plot."""
+    rows = [names[i:i + ncol] for i in range(0, len(names), ncol)]
+    return 0.2 + 0.24 * sum(max(n.count("\n") + 1 for n in row) for row in rows)
 
 
 def draw_never(ax, figure: Figure, panel: int, style: dict[str, dict]) -> None:
@@ -92,8 +105,9 @@ def draw_lines(plt, figure: Figure, style: dict[str, dict]):
     panels = figure.panels()
     named = list(dict.fromkeys(s.label for s in figure.series if s.highlight))
     grey = {s.label for s in figure.series} - set(named)
-    entries = len(named) + bool(grey)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(WIDTH_IN, 3.0 * len(panels) + 0.7 + legend_in(entries)),
+    names, ncol = laid_out([legend_name(figure, label) for label in named]
+                           + ([f"{len(grey)} other group{'s' * (len(grey) > 1)} (grey)"] if grey else []))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(WIDTH_IN, 3.0 * len(panels) + 0.7 + legend_in(names, ncol)),
                              squeeze=False, sharex=len(panels) > 1, layout="constrained")
     handles: dict[str, object] = {}
     for ax, panel in zip(axes[:, 0], panels):
@@ -120,17 +134,17 @@ def draw_lines(plt, figure: Figure, style: dict[str, dict]):
             ax.set_title(f"{panel} workers", fontsize=11, loc="left")
     axes[-1, 0].set_xlabel(figure.x, fontsize=11)
     fig.suptitle(textwrap.fill(figure.title, TITLE_CHARS), fontsize=11)
-    names = [legend_name(figure, label) for label in handles]
+    shown = [(handles[label], name) for label, name in zip(named, names) if label in handles]
     if grey:
-        handles["grey"] = plt.Line2D([], [], color=GREY, linewidth=1)
-        names.append(f"{len(grey)} other group{'s' * (len(grey) > 1)} (grey)")
-    legend(fig, list(handles.values()), names)
+        shown.append((plt.Line2D([], [], color=GREY, linewidth=1), names[-1]))
+    legend(fig, [h for h, _ in shown], [n for _, n in shown], ncol)
     return fig
 
 
 def draw_bars(plt, figure: Figure):
     names = [s.label for s in figure.series]
-    fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.32 * len(names) + 1.2 + legend_in(len(PHASES), len(PHASES))),
+    phases, ncol = laid_out(PHASES, len(PHASES))
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.32 * len(names) + 1.2 + legend_in(phases, ncol)),
                            layout="constrained")
     left = [0.0] * len(names)
     colours = ["tab:blue", "tab:orange", "tab:green", "lightgray"]
@@ -144,7 +158,7 @@ def draw_bars(plt, figure: Figure):
     ax.tick_params(axis="y", labelsize=10)
     ax.invert_yaxis()
     fig.suptitle(textwrap.fill(figure.title, TITLE_CHARS), fontsize=11)
-    legend(fig, handles, list(PHASES), len(PHASES))
+    legend(fig, handles, phases, ncol)
     return fig
 
 

@@ -15,7 +15,7 @@ from hpcbench.algorithms import ALGORITHMS, Algorithm, Context
 from hpcbench.algorithms.compressors import COMPRESSORS, acts_only_with
 from hpcbench.algorithms.schedule import Schedule, lr_scale
 from hpcbench.config import Faults, RunConfig, Stragglers, asked_steps, validate_numbers
-from hpcbench.errors import UsageError
+from hpcbench.errors import NoLauncher, UsageError
 from hpcbench.options import TABLES, resolve
 from hpcbench.options.sim import SimConfig
 from hpcbench.results.paths import check_target
@@ -139,8 +139,7 @@ def run_workers(cfg: RunConfig, dry_run: bool, workers: int | None, size: int | 
         raise UsageError("--workers goes with --dry-run; a run's workers are its world size minus 1")
     if size is None:  # started as one plain process, by no MPI launcher: the README's command
         ranks = max(5, ALGORITHMS.get(cfg.algo).min_workers + 1)
-        raise UsageError(f"run needs MPI ranks: mpiexec -n {ranks} python -m mpi4py -m hpcbench run --algo {cfg.algo} "
-                         "... (or simulate)")
+        raise NoLauncher(ranks, cfg.algo)  # the command line's own arguments are put in where it is known
     return None
 
 
