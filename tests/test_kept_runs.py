@@ -115,7 +115,7 @@ hold.release()
         time.sleep(0.05)
     files, failures = run_local(["asgd"], [3], RunConfig(dataset="digits", steps=2), str(tmp_path), timeout=30)
     orphan.wait(10)
-    said = capsys.readouterr().out
+    said = " ".join(capsys.readouterr().out.split())  # (lines wrapped to 120 columns)
     assert f"still writes {out} (pid {orphan.pid}); waiting for it to end" in said
     assert "kept (an ok result is already in" in said and files == [out] and not failures
     assert result_status(out) == "ok"

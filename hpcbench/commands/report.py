@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"cannot write plots to --plot {args.plot!r}: {exc.strerror or exc}") from None
         for name, labels in written.items():
-            print(f"plot: {args.plot}/{name} ({len(labels)} curves: {', '.join(labels)})")
+            said = f"plot: {args.plot}/{name} ({len(labels)} curve{'s' * (len(labels) != 1)}"
+            print(f"{said}: {', '.join(labels)})" if len(said) + 4 + len(", ".join(labels)) <= 120 else said + ")")
     return strictly(args, skipped, 0)
 
 

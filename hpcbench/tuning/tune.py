@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -122,19 +123,21 @@ def plot(trials: Sequence[Trial], path: Path, title: str) -> str:
     for t in trials:
         rest = ", ".join(t.setting.label().split(", ")[1:])
         lines.setdefault(f"{t.algo}, n={t.workers}" + (f", {rest}" if rest else ""), []).append(t)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    # The legend below the plot, each name wrapped to the width (a grid of many settings has long names).
+    names = {name: textwrap.fill(name, 84, subsequent_indent="  ") for name in lines}
+    rows = sum(n.count("\n") + 1 for n in names.values())
+    fig, ax = plt.subplots(figsize=(7.2, 4.5 + 0.2 + 0.2 * rows), layout="constrained")
     for name, group in lines.items():
         group = sorted(group, key=lambda t: t.setting.lr)
         ax.errorbar([t.setting.lr for t in group], [100 * t.score if math.isfinite(t.score) else math.nan
                                                     for t in group],
-                    yerr=[100 * t.spread for t in group], marker="o", capsize=3, label=name)
+                    yerr=[100 * t.spread for t in group], marker="o", capsize=3, label=names[name])
     ax.set_xscale("log")
     ax.set_xlabel("learning rate (single-worker recipe)")
     ax.set_ylabel("final validation accuracy (%)")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="x-small")
-    fig.tight_layout()
+    fig.legend(loc="outside lower center", fontsize="small", frameon=False)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path.name
