@@ -147,6 +147,22 @@ def test_a_kept_run_with_an_impossible_value_is_run_again_and_never_scored(tmp_p
     assert validation_scores({job.path: ""})[job.path] == score  # the run made again: the same number
 
 
+def test_sweep_local_says_it_runs_a_kept_invalid_file_again(tmp_path, monkeypatch, capsys):
+    import hpcbench.launch.local as local
+    from hpcbench.config import RunConfig
+    from hpcbench.launch.local_study import run_local
+
+    kept = tmp_path / "asgd-w2.h5"
+    shutil.copy(good_file(), kept)
+    edited(kept, cell("evals/accuracy", 1, 7.0))
+    launched = []
+    monkeypatch.setattr(local, "run_many", lambda launches, *a, **k: launched.extend(launches) or iter(()))
+    run_local(["asgd"], [3], RunConfig(dataset="digits", steps=2), str(tmp_path), timeout=30)
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"hpcbench: {kept} is invalid: evals/accuracy = 7.0 at row 1" in err and "it is run again" in err, err
+    assert len(launched) == 1  # the point is run again
+
+
 def test_a_run_that_ends_well_with_a_file_that_is_not_ok_counts_as_failed(tmp_path, monkeypatch, capsys):
     from hpcbench.runtime.sim import session
     from hpcbench.tuning.execute import Job, run_jobs

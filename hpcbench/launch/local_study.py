@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from hpcbench.config import RunConfig
-from hpcbench.errors import UsageError
+from hpcbench.errors import UsageError, one_line
 from hpcbench.telemetry.progress_line import Countdown
 
 # The demo: every algorithm on the real digits data, small enough for 2 cores in a few minutes.
@@ -48,7 +48,7 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
     from hpcbench.algorithms import ALGORITHMS
     from hpcbench.launch.local import run_many, why_failed
     from hpcbench.launch.preflight import check_launches
-    from hpcbench.results.store import result_status
+    from hpcbench.results.store import result_state
     from hpcbench.results.study_dir import write_manifest
     from hpcbench.terminal import fitted, result_briefs, wrapped
 
@@ -78,10 +78,13 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
             failures.append(f"{label}: {still}")
             print(wrapped(f"[{i}/{len(points)}] {label}: FAILED: {still}"), file=sys.stderr, flush=True)
             continue
-        if result_status(out) == "ok" and not replace:
+        status, why = result_state(out) if out.exists() else (None, "")
+        if status == "ok" and not replace:
             done.append(out)
             print(wrapped(f"[{i}/{len(points)}] {label}: kept (an ok result is already in {out})"), flush=True)
             continue
+        if status == "invalid":  # a file whose numbers cannot be what they mean: never kept
+            print(wrapped(f"hpcbench: {one_line(why)}; it is run again"), file=sys.stderr, flush=True)
         point = configs[algo].with_updates(out=str(out), overwrite=replace or out.exists(),
                                            seed=repeat if repeats > 1 else cfg.seed)
         todo.append((i, label, world, ["run", *point.to_argv()], out))
