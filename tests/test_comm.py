@@ -2,6 +2,8 @@
 times made from known parameters, and a real sweep under MPI written, read back and taken by
 ``simulate --network FILE`` and ``calibrate --network FILE``."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -180,3 +182,45 @@ def test_a_sweep_refuses_on_every_rank_to_replace_a_file_without_overwrite(tmp_p
     proc = mpirun(3, "comm", "-e", "64", "--out", str(out))
     assert proc.returncode != 0 and proc.stderr.count("exists; choose another --out or add --overwrite") == 1
     assert out.read_bytes() == b"x"
+
+
+def a_sweep_file(path):
+    """A sweep's file as ``hpcbench comm`` writes it (two sizes of sendrecv, its fit)."""
+    from hpcbench.results.commfile import CommFile, CommRow, write_comm
+
+    rows = [CommRow("sendrecv", INTRA, 1, n, t, t * 0.9, t * 1.2, n / t, n / t) for n, t in ((8, 2e-6), (8192, 1e-5))]
+    fit = LinkFit(INTRA, 1e-6, 1e9, 0.05, 2, "sendrecv")
+    write_comm(path, CommFile({"world_size": 2, "iters": 3, "warmup": 1, "mpi_library_version": "MPICH 5",
+                               "hosts": "a,a"}, rows, np.array([[r.time_s] * 3 for r in rows]), [fit]))
+    return path
+
+
+@pytest.mark.parametrize("where, value, says", [
+    ("rows/time_s", -1e-6, "rows/time_s = -1e-06 at row 0"),
+    ("rows/algbw", np.inf, "rows/algbw = inf at row 0"),
+    ("rows/min_s", 1.0, "are not in order"),
+    ("rows/peer", 7, "rows/peer = 7 at row 0: not a rank of the world"),
+    ("seconds", np.nan, "seconds is not one row of finite times"),
+    ("fits/bandwidth", 0.0, "fits at row 0"),
+    ("fits/noise", -0.5, "fits at row 0"),
+])
+def test_a_sweep_file_with_an_impossible_value_is_refused_in_one_line_by_whatever_reads_it(tmp_path, capsys, where,
+                                                                                          value, says):
+    import h5py
+
+    from hpcbench.cli import main
+    from hpcbench.results.commfile import read_comm
+
+    path = a_sweep_file(tmp_path / "net.h5")
+    assert read_comm(path).fits[0].bandwidth == 1e9  # the file as written reads back
+    with h5py.File(path, "r+") as f:
+        group, _, column = where.partition("/")
+        if column:
+            f[group][column][0] = value
+        else:
+            f[group][0, 0] = value
+    with pytest.raises(UsageError, match=f"net.h5 is invalid: .*{re.escape(says)}"):
+        read_comm(path)
+    assert main(["simulate", "--algo", "asgd", "--workers", "2", "--steps", "2", "--network", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "is invalid" in err and "Traceback" not in err, err

@@ -105,7 +105,39 @@ def read_comm(path: str | os.PathLike) -> CommFile:
             seconds = np.asarray(f["seconds"][()], dtype=np.float64)
         except KeyError as exc:
             raise UsageError(f"{path} is a comm file without {exc.args[0]!r}: written by something else") from None
-    return CommFile(attrs, rows, seconds, fits)
+        except (ValueError, TypeError, OverflowError) as exc:  # a number that is not one (int(nan), text)
+            raise UsageError(f"{path} is invalid: a value of its rows or fits is not a number ({exc})") from None
+    data = CommFile(attrs, rows, seconds, fits)
+    wrong = impossible(data)
+    if wrong:
+        raise UsageError(f"{path} is invalid: {wrong}")
+    return data
+
+
+def impossible(data: CommFile) -> str:
+    """The first value of a sweep's file that cannot be what its name means ("" when none): sizes and
+    times not negative and finite, min <= mean <= max, bandwidths not negative, a peer within the world,
+    a time per row of the table, fits of a positive bandwidth and a latency and noise not negative."""
+    world = data.attrs.get("world_size")
+    for i, r in enumerate(data.rows):
+        numbers = {"bytes": r.bytes, "time_s": r.time_s, "min_s": r.min_s, "max_s": r.max_s, "algbw": r.algbw,
+                   "busbw": r.busbw}
+        bad = next((k for k, v in numbers.items() if not (np.isfinite(v) and v >= 0)), None)
+        if bad:
+            return f"rows/{bad} = {numbers[bad]!r} at row {i}: not a size, time or rate (finite, never negative)"
+        if not r.min_s <= r.time_s <= r.max_s:
+            return f"rows at row {i}: min_s {r.min_s!r}, time_s {r.time_s!r}, max_s {r.max_s!r} are not in order"
+        if r.peer < -1 or (isinstance(world, int) and r.peer >= world):
+            return f"rows/peer = {r.peer} at row {i}: not a rank of the world (or -1, every rank)"
+    if data.seconds.ndim != 2 or len(data.seconds) != len(data.rows) or not np.all(np.isfinite(data.seconds)) \
+            or np.any(data.seconds < 0):
+        return "seconds is not one row of finite times, never negative, per row of the table"
+    for i, fit in enumerate(data.fits):
+        if not (np.isfinite(fit.alpha_s) and fit.alpha_s >= 0 and np.isfinite(fit.bandwidth) and fit.bandwidth > 0
+                and np.isfinite(fit.noise) and fit.noise >= 0 and fit.sizes >= 1):
+            return (f"fits at row {i}: alpha_s {fit.alpha_s!r}, bandwidth {fit.bandwidth!r}, noise {fit.noise!r}, "
+                    f"sizes {fit.sizes} is not a link (latency and noise not negative, bandwidth positive)")
+    return ""
 
 
 def measured_link(path: str | os.PathLike) -> LinkFit:
