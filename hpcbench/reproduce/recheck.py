@@ -77,6 +77,7 @@ def recheck(name: str, out_dir: str, jobs: int = 1, timeout: float = 1800.0) -> 
     """Make one run per algorithm of the study in ``out_dir`` again with the code here, compare each with its
     verdict, write recheck.json; → 0 when every run came out the same, 1 when one did not."""
     from hpcbench.reproduce.runner import cell_of, planned, sized
+    from hpcbench.reproduce.verdict_file import cell_name
     from hpcbench.results.reader import commit_of
     from hpcbench.tuning.execute import run_jobs
 
@@ -101,8 +102,7 @@ def recheck(name: str, out_dir: str, jobs: int = 1, timeout: float = 1800.0) -> 
         outcome = run_jobs([p.job for p in plans], "sim", jobs, timeout)
         rows = []
         for p, (cell, setting, seed, was) in zip(plans, runs):
-            row = {"cell": f"{cell[0]} n={cell[1]}" + (f" {cell[2]}" if cell[2] else ""), "setting": setting.values(),
-                   "seed": seed, "was": was}
+            row = {"cell": cell_name(cell), "setting": setting.values(), "seed": seed, "was": was}
             if outcome.get(p.job.path):
                 row |= {"now": None, "why": outcome[p.job.path], "same": False}
             else:

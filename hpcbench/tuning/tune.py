@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import sys
-import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -123,10 +122,12 @@ def plot(trials: Sequence[Trial], path: Path, title: str) -> str:
     for t in trials:
         rest = ", ".join(t.setting.label().split(", ")[1:])
         lines.setdefault(f"{t.algo}, n={t.workers}" + (f", {rest}" if rest else ""), []).append(t)
-    # The legend below the plot, each name wrapped to the width (a grid of many settings has long names).
-    names = {name: textwrap.fill(name, 84, subsequent_indent="  ") for name in lines}
-    rows = sum(n.count("\n") + 1 for n in names.values())
-    fig, ax = plt.subplots(figsize=(7.2, 4.5 + 0.2 + 0.2 * rows), layout="constrained")
+    # The legend below the plot as the report lays its legends out (a grid of many settings has long names).
+    from hpcbench.report.plots import laid_out, legend_in
+
+    wrapped_names, ncol = laid_out(list(lines), 1)
+    names = dict(zip(lines, wrapped_names))
+    fig, ax = plt.subplots(figsize=(7.2, 4.5 + legend_in(wrapped_names, ncol)), layout="constrained")
     for name, group in lines.items():
         group = sorted(group, key=lambda t: t.setting.lr)
         ax.errorbar([t.setting.lr for t in group], [100 * t.score if math.isfinite(t.score) else math.nan
