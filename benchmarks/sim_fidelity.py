@@ -27,7 +27,7 @@ import numpy as np
 from tabulate import tabulate
 
 from hpcbench.algorithms import ALGORITHMS
-from hpcbench.launch.emulated import bring_up, real_and_simulated, resimulated, simulate_like, take_down
+from hpcbench.launch.emulated import bring_up, launching_as, real_and_simulated, resimulated, simulate_like, take_down
 from hpcbench.results.store import read_run
 from hpcbench.runtime.sim.costs import link_bandwidth
 
@@ -122,7 +122,7 @@ def main() -> None:
         p.error("--resimulate needs --keep DIR, where the real runs were kept")
     worlds = [int(x) for x in args.ranks.split(",")]
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, launching_as("sim_fidelity"):
         keep = args.keep or Path(tmp)
         keep.mkdir(parents=True, exist_ok=True)
         for rate in args.rates.split(","):

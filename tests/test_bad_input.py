@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from hpcbench.launch.local import own_lines
+from hpcbench.launch.local import EMULATED_LAUNCHER, own_lines
 from hpcbench.workload.datasets import file_datasets
 
 from conftest import mpirun, requires_mpi
@@ -211,6 +211,54 @@ def test_a_sweep_across_emulated_nodes_needs_local_and_a_cluster_that_is_up(tmp_
     refused_here(capsys, [*study, "--local", "--emulated"], None,
                  "--emulated: no emulated cluster is up; start one as root with jobs/local/emulated-cluster.sh up")
     assert not (tmp_path / "study").exists()  # refused before the study directory was made
+
+
+def test_a_sweep_launches_only_on_its_owners_emulated_cluster(tmp_path, capsys, monkeypatch):
+    from hpcbench.launch import local as launch
+    from hpcbench.launch.emulated import launching_as
+
+    state = tmp_path / "cluster"
+    state.write_text("state=up\nnodes=3\nrate=50mbit\nburst=256kb\nowner=alice\n")
+    monkeypatch.setattr(launch, "EMULATED_STATE", state)
+    monkeypatch.delenv("HPCBENCH_EMULATED_OWNER", raising=False)
+    study = ["sweep", "--algos", "asgd", "--steps", "5", "--local", "--emulated", "--out-dir", str(tmp_path / "study")]
+    refused_here(capsys, study, None, "--emulated: the emulated cluster up now is 'alice''s, not 'user''s: it may be "
+                 "reshaped or taken down under your runs; launch on it as its owner with HPCBENCH_EMULATED_OWNER=alice")
+    assert not (tmp_path / "study").exists()
+    with launching_as("alice"):
+        assert launch.emulated_nodes() == 3
+    assert "HPCBENCH_EMULATED_OWNER" not in os.environ  # put back as it was
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("state, me, message", [
+    ("state=up\nnodes=3\nrate=50mbit\nowner=alice\n", None,
+     "the emulated cluster up now is 'alice''s, not 'user''s: it may be reshaped or taken down under your run; "
+     "launch on it as its owner with HPCBENCH_EMULATED_OWNER=alice"),
+    ("state=up\nnodes=3\nrate=50mbit\n", "bob", "the emulated cluster up now is 'user''s, not 'bob''s"),
+    ("state=building\nnodes=3\nowner=alice\n", "alice", "the emulated cluster is half-built"),
+    ("", None, "no emulated cluster is up"),
+])
+def test_the_emulated_launcher_refuses_a_cluster_that_is_not_the_launchers(tmp_path, state, me, message):
+    (tmp_path / "cluster").write_text(state)
+    env = {k: v for k, v in os.environ.items() if k != "HPCBENCH_EMULATED_OWNER"}
+    env |= {"HPCBENCH_EMULATED_STATE": str(tmp_path / "cluster"), "MPIEXEC": "/bin/echo"}
+    env |= {"HPCBENCH_EMULATED_OWNER": me} if me else {}
+    proc = subprocess.run([str(EMULATED_LAUNCHER), "-n", "2", "true"], env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc
+    assert proc.stderr.startswith("mpiexec-emulated: ") and message in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_the_emulated_launcher_launches_its_owners_runs_across_every_node(tmp_path):
+    (tmp_path / "cluster").write_text("state=up\nnodes=3\nrate=50mbit\nburst=256kb\nowner=alice\n")
+    env = os.environ | {"HPCBENCH_EMULATED_STATE": str(tmp_path / "cluster"), "MPIEXEC": "/bin/echo",
+                        "HPCBENCH_EMULATED_OWNER": "alice"}
+    proc = subprocess.run([str(EMULATED_LAUNCHER), "-n", "2", "true"], env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 0 and "-hosts enode1,enode2,enode3" in proc.stdout, proc
+    assert "HPCBENCH_EMULATED nodes=3,rate=50mbit,burst=256kb -n 2 true" in proc.stdout
 
 
 @pytest.mark.parametrize("argv, message", [

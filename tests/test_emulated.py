@@ -100,6 +100,14 @@ def test_bad_options_are_one_line_and_change_nothing(nodes):
     assert "3 nodes, links 50mbit" in cluster("status").stdout
 
 
+def test_a_run_launches_only_on_its_owners_cluster(nodes, tmp_path):
+    args = ["run", "--algo", "asgd", "--model", "payload", "--steps", "2", "--out", str(tmp_path / "r.h5")]
+    env = {**launch_env(3), "MPIEXEC": mpiexec_path(), "HPCBENCH_EMULATED_OWNER": "someone-else"}
+    proc = subprocess.run(mpi_command(3, args, emulated=True), env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "the emulated cluster up now is 'user''s, not 'someone-else''s" in proc.stderr
+    assert not (tmp_path / "r.h5").exists() and "3 nodes, links 50mbit" in cluster("status").stdout
+
+
 @pytest.mark.parametrize("algo", ["asgd", "gossip", "allreduce"])
 def test_a_run_across_nodes_records_its_placement_and_its_traffic_crosses_the_links(nodes, tmp_path, algo):
     rec, crossed = run_across(tmp_path, algo)

@@ -3,9 +3,11 @@ prediction of the same runs: one payload run per point, then ``simulate`` with i
 the links' rate. Needs root (the cluster is brought up, and reshaped, here)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +44,21 @@ def take_down(me: str) -> None:
     """Take down the cluster ``me`` brought up; one brought up by anyone else is left as it is."""
     if owner() == me:
         cluster("down", "--owner", me)
+
+
+@contextmanager
+def launching_as(me: str) -> Iterator[None]:
+    """Runs started inside launch on the cluster ``me`` brought up (jobs/local/mpiexec-emulated launches
+    only its owner's runs, named by HPCBENCH_EMULATED_OWNER)."""
+    before = os.environ.get("HPCBENCH_EMULATED_OWNER")
+    os.environ["HPCBENCH_EMULATED_OWNER"] = me
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["HPCBENCH_EMULATED_OWNER"]
+        else:
+            os.environ["HPCBENCH_EMULATED_OWNER"] = before
 
 
 @dataclass(frozen=True)

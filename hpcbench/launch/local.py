@@ -129,6 +129,12 @@ def emulated_state() -> dict[str, str] | None:
         return None
 
 
+def launching_owner() -> str:
+    """Whose emulated cluster this process launches on (HPCBENCH_EMULATED_OWNER, default "user" as
+    jobs/local/emulated-cluster.sh's --owner); jobs/local/mpiexec-emulated refuses anyone else's."""
+    return os.environ.get("HPCBENCH_EMULATED_OWNER") or "user"
+
+
 def emulated_nodes() -> int:
     """How many nodes the emulated cluster (jobs/local/emulated-cluster.sh) has up; UsageError if none."""
     state = emulated_state() or {}
@@ -140,6 +146,11 @@ def emulated_nodes() -> int:
     if state.get("state", "up") != "up":
         raise UsageError("--emulated: the emulated cluster is half-built (its up did not finish): as root, "
                          "jobs/local/emulated-cluster.sh down, then up again")
+    owner, me = state.get("owner", "user"), launching_owner()
+    if owner != me:
+        raise UsageError(f"--emulated: the emulated cluster up now is '{owner}''s, not '{me}''s: it may be reshaped "
+                         f"or taken down under your runs; launch on it as its owner with "
+                         f"HPCBENCH_EMULATED_OWNER={owner}, or bring up your own when it is free")
     if not EMULATED_LAUNCHER.exists():
         raise UsageError(f"--emulated needs the repository's launcher {EMULATED_LAUNCHER} (run from a checkout)")
     return nodes

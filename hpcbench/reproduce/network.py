@@ -37,8 +37,7 @@ OWNER = "reproduce"  # the cluster's --owner: one brought up by anyone else is n
 def run(s: Study, out: Path, preset: str, timeout: float) -> list[Point]:
     """Every algorithm of ``s`` at each rate; the cluster is brought up for it and taken down after (one
     someone else brought up is left as it is, and the study says so in one line)."""
-    from hpcbench.launch.emulated import bring_up, real_and_simulated, take_down
-    from hpcbench.results.store import read_run
+    from hpcbench.launch.emulated import bring_up, launching_as, take_down
     from hpcbench.runtime.sim.costs import link_bandwidth
 
     # One evaluation: a payload has no accuracy, and each evaluation reads every worker's 4 MB model
@@ -47,25 +46,32 @@ def run(s: Study, out: Path, preset: str, timeout: float) -> list[Point]:
             "--steps", str(STEPS[preset]), "--set", "evals=1"]
     points = []
     (out / "emulated").mkdir(parents=True, exist_ok=True)
-    try:
-        for rate in RATES:
-            bring_up(OWNER, WORKERS + 1, rate)
-            bandwidth = link_bandwidth(f"rate={rate}")
-            assert bandwidth is not None
-            for algo in s.algos:
-                pair = real_and_simulated(algo, WORKERS + 1, args, bandwidth, out / "emulated" / f"{algo}-{rate}",
-                                          timeout)
-                if pair.failure:
-                    points.append(Point(rate, algo, float("nan"), float("nan"), pair.failure))
-                else:
-                    points.append(Point(rate, algo, float(read_run(pair.real).summary["samples_per_s"]),
-                                        float(read_run(pair.simulated).summary["samples_per_s"])))
-                print(wrapped(f"emulated {rate}, {algo}: real {points[-1].real:.0f} samples/s, simulated "
-                              f"{points[-1].simulated:.0f}{' (' + points[-1].failure + ')' if pair.failure else ''}"),
-                      flush=True)
-    finally:
-        take_down(OWNER)
+    with launching_as(OWNER):
+        try:
+            for rate in RATES:
+                bring_up(OWNER, WORKERS + 1, rate)
+                bandwidth = link_bandwidth(f"rate={rate}")
+                assert bandwidth is not None
+                for algo in s.algos:
+                    points.append(point(algo, rate, args, bandwidth, out / "emulated" / f"{algo}-{rate}", timeout))
+                    print(wrapped(f"emulated {rate}, {algo}: real {points[-1].real:.0f} samples/s, simulated "
+                                  f"{points[-1].simulated:.0f}"
+                                  f"{' (' + points[-1].failure + ')' if points[-1].failure else ''}"), flush=True)
+        finally:
+            take_down(OWNER)
     return points
+
+
+def point(algo: str, rate: str, args: Sequence[str], bandwidth: float, out: Path, timeout: float) -> Point:
+    """``algo`` for real across the cluster that is up and simulated beside it: both runs' samples/s."""
+    from hpcbench.launch.emulated import real_and_simulated
+    from hpcbench.results.store import read_run
+
+    pair = real_and_simulated(algo, WORKERS + 1, args, bandwidth, out, timeout)
+    if pair.failure:
+        return Point(rate, algo, float("nan"), float("nan"), pair.failure)
+    return Point(rate, algo, float(read_run(pair.real).summary["samples_per_s"]),
+                 float(read_run(pair.simulated).summary["samples_per_s"]))
 
 
 def section(points: Sequence[Point]) -> list[str]:
