@@ -87,6 +87,20 @@ def test_a_slowed_rank_finishes_ok_and_computes_slower(tmp_path, algo):
     assert median[1] > 2 * median[2], median
 
 
+@pytest.mark.parametrize("algo", first_under_both(["asgd", "allreduce"], count=1))
+def test_faults_due_after_training_are_said_and_counted_as_not_fired(tmp_path, algo):
+    """Issue 58: faults a run never reached (a slowdown and a stop due at 99 s of a run of about a
+    second; a slowdown from 0 s beside them did come): one warning line names those that did not fire
+    and the file counts them in faults_unfired, on whichever rank they were due."""
+    proc, out, _ = faulty(tmp_path, algo, "slow:1@0:2,stop:2@99,raise:0@1000000", steps=20)
+    assert proc.returncode == 0, proc.stderr
+    [warning] = [line for line in proc.stderr.splitlines() if "did not fire" in line]
+    assert warning.startswith("hpcbench: warning: fault ") and "stop:2@99" in warning and "raise:0@1000000" in warning
+    assert "slow:1@0:2" not in warning and "before it was due" in warning
+    rec = read_run(out)
+    assert rec.attrs["status"] == "ok" and rec.summary["faults_unfired"] == 2
+
+
 # stalled in set-up or in the final gather: waits of every kind, named (a worker and rank 0 under both)
 @pytest.mark.parametrize("fault, named", first_under_both([("stop:2@setup", "rank 2 on"), ("stop:0@setup", "rank 0"),
                                                            ("stop:1@gather", "rank 1 on")], count=2))

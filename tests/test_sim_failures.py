@@ -126,11 +126,41 @@ def test_any_kill_schedule_ends_ok_and_accounts_for_every_failure(tmp_path, name
         assert t_death == pytest.approx(died[int(worker)], abs=2e-3) or t_death > died[int(worker)]
         assert t_detected >= t_death and DETECTED_BY[how] == "simulated"
     assert rec.summary["workers_lost"] == len(table["worker"]) and rec.summary["samples_lost"] >= 0
-    budget = rec.attrs["config"]["budget_samples"]
+    budget, kept, lost = rec.attrs["config"]["budget_samples"], rec.summary["samples"], rec.summary["samples_lost"]
     if name in SERVERS:
-        assert rec.summary["samples"] == budget  # the survivors applied all of it
+        assert kept == budget  # the survivors applied all of it
     else:  # the work lost with a worker is done again, and each worker's last step may pass the budget
-        assert rec.summary["samples"] <= budget + rec.summary["samples_lost"] + workers * 32
+        assert kept <= budget + lost + workers * 32
+    # Issue 58: every family keeps the budget within one team step, and what it lacks is accounted as lost.
+    assert kept >= budget - workers * 32 and kept + lost >= budget, (kept, lost, budget)
+
+
+def test_a_step_lost_with_a_worker_no_survivor_saw_die_is_accounted(tmp_path):
+    """Issue 58: sgp's worker 3 dies in its last step's exchange, after the others had ended (so no survivor
+    learned of it): the step it took is neither kept nor retrained, and the file counts it as lost."""
+    out = tmp_path / "sgp.h5"
+    assert main(["simulate", "--algo", "sgp", "--workers", "6", "--steps", "20", "--numerics", "off",
+                 "--set", "fault=kill:3@1.052", "--out", str(out)]) == 0
+    rec = read_run(out)
+    [(worker, steps)] = zip(rec.tables["failures"]["worker"].tolist(), rec.tables["failures"]["steps"].tolist())
+    assert (worker, steps) == (3, 19)  # it had reported 19 of its 20 steps
+    budget = rec.attrs["config"]["budget_samples"]
+    assert rec.summary["samples"] == budget - 32 and rec.summary["samples_lost"] == 32
+
+
+def test_a_kill_after_the_run_is_over_is_said_and_recorded_as_not_fired(tmp_path, capsys):
+    """Issue 58: a fault due after training ended (kill:2@99 in a run of about 1 s) cannot happen: one warning
+    line names it, the file counts it in faults_unfired, and the run is the failure-free one it was."""
+    out = tmp_path / "late.h5"
+    argv = ["simulate", "--algo", "asgd", "--workers", "3", "--steps", "10", "--numerics", "off", "--out", str(out)]
+    assert main([*argv, "--set", "fault=kill:1@0.2,kill:2@99"]) == 0
+    [warning] = capsys.readouterr().err.strip().splitlines()
+    assert warning.startswith("hpcbench: warning: fault kill:2@99 did not fire: training ended at ") and \
+        "before it was due" in warning, warning
+    rec = read_run(out)
+    assert rec.summary["faults_unfired"] == 1 and rec.tables["failures"]["worker"].tolist() == [1]
+    assert main([*argv, "--set", "fault=kill:1@0.2", "--overwrite"]) == 0  # one that came: no word
+    assert capsys.readouterr().err == "" and read_run(out).summary["faults_unfired"] == 0
 
 
 def test_a_kill_the_simulator_cannot_model_is_one_line(capsys):

@@ -208,10 +208,12 @@ def coordinate(ctx: Context, synchronous: bool, centre: Centre | None = None) ->
     for rank, raw in zip(ranks, finals):
         yield Record(FINAL_MODELS, (rank, frame.integer(raw, "samples"), frame.integer(raw, "updates"),
                                       frame.real(raw, "weight"), frame.real(raw, "mass")))
-    # Samples lost with the failed workers: a synchronous team's (its survivors counted them); where the
-    # workers claim batches from the budget, the claims no report accounts for (nor any survivor trained).
-    unclaimed = ctx.budget - sum(frame.integer(raw, "samples") for raw in finals) - sum(reported[r] for r in failed)
-    yield from record_failures(reported, failed, team_lost if synchronous else max(0, unclaimed))
+    # Samples lost with the failed workers: a synchronous team's (its survivors counted them, and a step
+    # a worker took before it died unseen — the survivors had ended — leaves the team short of the
+    # budget by it); where the workers claim batches from the budget, the claims no report accounts for
+    # (nor any survivor trained).
+    short = ctx.budget - sum(frame.integer(raw, "samples") for raw in finals) - sum(reported[r] for r in failed)
+    yield from record_failures(reported, failed, max(team_lost, short) if synchronous else max(0, short))
 
 
 def every_worker_lost(ctx: Context, synchronous: bool, reported: list[int], failed: list[int],

@@ -21,6 +21,7 @@ from hpcbench.comm import openmpi, ulfm
 from hpcbench.comm.channels import Channel
 from hpcbench.comm.collectives import spoken
 from hpcbench.comm.gathering import Gathering
+from hpcbench.comm.health import ABORT_PAUSE_S
 from hpcbench.comm.mpilib import MPI, pkl5
 from hpcbench.comm.polling import (
     FIRST_SLEEP_S,
@@ -381,11 +382,15 @@ class MpiComm(Gathering):
         self._stop_heartbeats()
         self._stop_listening()
         self.workers.Free()
-        if self.failures is not None and self.failures.known:
+        if self.failures is not None:
             # Open MPI 5.0's fault-tolerant MPI_Finalize (it agrees over the survivors, then fences with the
-            # runtime) hung in 1 of 12 runs that had outlived a worker here, every survivor inside it: a rank
-            # whose run is done and recorded ends without it, which ULFM's launcher takes as a clean end.
+            # runtime) hung in 1 of 12 runs that had outlived a worker here, every survivor inside it, and in
+            # 1 of 7 where a worker died after training, which the other workers may never hear of: under
+            # ULFM a rank whose run is done and recorded ends without it, which ULFM's launcher takes as a
+            # clean end.
             sys.stdout.flush()
+            if code:  # a failed run's line, just printed: for the launcher to pass it on before this rank ends
+                time.sleep(ABORT_PAUSE_S)
             openmpi.settle()
             os._exit(code)
         MPI.Finalize()

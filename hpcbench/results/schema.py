@@ -21,7 +21,9 @@ import numpy as np
 # 6: /server/failures (workers lost during the run, where the MPI lets the others go on, and in the
 #    simulator); /summary gained workers_lost, recovery_s and samples_lost; the timeline phase "recover".
 #    Later, without a bump (names grew, none changed): an algorithm may add per-update means (NAME_mean) to
-#    /server/updates, and their distributions to /summary (dc-asgd's compensation_mean).
+#    /server/updates, and their distributions to /summary (dc-asgd's compensation_mean); /summary gained
+#    lost_after_training (workers that died after they had trained, whose timelines are not in the file)
+#    and faults_unfired (faults asked for that never came: the run ended first); read as 0 where absent.
 SCHEMA_VERSION = 6
 
 # Every name a result file holds is declared here, once; the writer refuses any other, the reader,
@@ -105,7 +107,8 @@ SUMMARY_KEYS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "
                 "target_accuracy", "time_to_target_s", "median_step_s", "step_p90_s", "step_p99_s",
                 "step_worker_min_s", "step_worker_max_s", "eval_s", "final_consensus", "bytes_per_sample",
                 *PHASE_FRACTIONS, *DISTRIBUTIONS, "server_state_bytes", "too_stale", "warmup_s",
-                "rank0_cpu_share", "workers_lost", "recovery_s", "samples_lost")
+                "rank0_cpu_share", "workers_lost", "recovery_s", "samples_lost", "lost_after_training",
+                "faults_unfired")
 # The summary a family of algorithms adds, beside the tables it is computed from
 # (``telemetry.summary.family_summary``). A parameter server's log accounts for every gradient the
 # workers computed: applied (UPDATES), answered as late (LATE), or "too_stale" (dropped, which must be 0).
@@ -133,7 +136,7 @@ CONFIG_LEAST = {"steps_per_worker": 0, "budget_samples": 0, "eval_every": 1, "pa
                 "max_steps": 0, "straggler_factor": 1.0}
 # Summary counts: at least 0 (every other summary value is a number, NaN where there is none).
 SUMMARY_COUNTS = ("samples", "updates", "late_gradients", "echoed_updates", "echo_bytes", "server_state_bytes",
-                  "workers_lost", "samples_lost")
+                  "workers_lost", "samples_lost", "lost_after_training", "faults_unfired")
 # The columns every file since schema 1 has (those added later read as their neutral values).
 READ_COLUMNS = {"timeline": ("rank", "step", "phase", "t_start", "t_end"),
                 "evals": ("t", "samples", "updates", "loss", "accuracy"), "server": ("t", "worker")}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -184,12 +185,24 @@ def dry_run_text(plan: Plan, workers: int) -> str:
             f"{size} parameters)\n{json.dumps(config, indent=1)}")
 
 
+def warn_unfired(faults: Sequence[str], rec: RunRecord) -> None:
+    """One warning line where faults asked for never came (``RankResult.unfired``; the simulator's kills
+    after the end): the record is of a run without them (its summary's ``faults_unfired`` says so too)."""
+    if faults:
+        virtual = " (virtual time)" if rec.mode == "sim" else ""
+        print(f"hpcbench: warning: fault {','.join(faults)} did not fire: training ended at "
+              f"{rec.summary['wall_s']:.1f} s{virtual}, before it was due, so this run had no failure from it",
+              file=sys.stderr, flush=True)
+
+
 def result_line(rec: RunRecord, path: str) -> str:
     s = rec.summary
     virtual = " of virtual time" if rec.mode == "sim" else ""
     trained = s["final_accuracy"] == s["final_accuracy"]  # NaN: no model (payload, or numerics off)
     lost = int(s.get("workers_lost", 0) or 0)  # workers that died and the run went on without (ULFM, a simulation)
-    who = f"{rec.workers} workers" + (f", {lost} of {rec.workers} lost" if lost else "")
+    after = int(s.get("lost_after_training", 0) or 0)  # died once they had trained: the run lost only their rows
+    who = (f"{rec.workers} workers" + (f", {lost} of {rec.workers} lost" if lost else "")
+           + (f", {after} lost after training (not in the timeline)" if after else ""))
     status = rec.attrs.get("status", "ok")
     if status != "ok":  # a run whose programs ended and still failed (it lost every worker): no rate to give
         return f"{rec.algorithm} ({rec.mode}, {who}): {status}: {rec.attrs.get('error', '')} -> {path}"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -36,12 +36,13 @@ class RankResult:
     # runs; NaN elsewhere): reading and averaging evaluation snapshots afterwards is measurement.
     cpu_s: float = math.nan
     cpu_end: float = math.nan
+    unfired: str = ""  # the fault asked of this rank during training that had not come when training ended
 
     def timed(self, start: float, end: float, timeline: Mapping[str, np.ndarray], warmup_s: float = 0.0,
-              cpu_s: float = math.nan, cpu_end: float = math.nan) -> RankResult:
+              cpu_s: float = math.nan, cpu_end: float = math.nan, unfired: str = "") -> RankResult:
         """This placement with what the rank measured."""
         return dataclasses.replace(self, start=start, end=end, timeline=timeline, warmup_s=warmup_s, cpu_s=cpu_s,
-                                   cpu_end=cpu_end)
+                                   cpu_end=cpu_end, unfired=unfired)
 
 
 def resolved_config(run: Run, parameters: int) -> dict[str, Any]:
@@ -107,7 +108,8 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], 
                  origin: float, logs: RunLogs, provenance: dict[str, Any], simulation: dict[str, Any] | None = None,
                  model_parameters: int = 0, failure: tuple[str, str, float] | None = None,
                  stopped: tuple[str, str] | None = None, detected: Mapping[int, tuple[float, str]] | None = None,
-                 deaths: Mapping[int, float] | None = None) -> RunRecord:
+                 deaths: Mapping[int, float] | None = None, unfired: Sequence[str] = (),
+                 missing: Sequence[int] = ()) -> RunRecord:
     """``parts``: every rank's part, its times on its own clock (``offsets``: each clock minus rank 0's).
 
     ``model_parameters``: the model's size when the algorithms ran on a stand-in (simulation
@@ -115,7 +117,9 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], 
     error line, when on rank 0's clock) for the record of a run that did not finish. ``stopped``:
     (status, error line) of a run stopped after it trained: every row is there, the status says how
     it ended. ``detected``: the workers that failed, when (rank 0's clock) and how rank 0's MPI said
-    so; ``deaths``: when they died, in seconds since the run began, where that is known.
+    so; ``deaths``: when they died, in seconds since the run began, where that is known. ``unfired``:
+    the faults asked for that never came (the run ended first). ``missing``: the workers whose parts
+    are empty because they were lost (those not lost during training were lost after it).
     """
     cfg, algo, ctx = run.cfg, run.algo, run.algo.ctx
     parts = sorted(parts, key=lambda p: p.rank)
@@ -144,13 +148,17 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], 
                                            cfg.batch_size)
     summary = summarize(timeline, evals, tables.get(UPDATES, {}), ctx.workers, wall, cfg.target_accuracy)
     summary.update(failure_summary(tables.get(FAILURES, {})))
+    after = sorted(set(missing) - set(int(w) for w in tables.get(FAILURES, {}).get("worker", ())))
+    summary["lost_after_training"] = len(after)
+    summary["faults_unfired"] = len(unfired)
     if lost_all:
         failure = (FAILED, lost_every_worker(tables[FAILURES], ctx.workers, ctx.budget), wall)
     summary["server_state_bytes"] = algo.state_bytes()
     summary["warmup_s"] = max(p.warmup_s for p in parts)
     own = parts[0]  # rank 0's processor time over its part of the training (MPI runs; NaN simulated or failed)
     summary["rank0_cpu_share"] = own.cpu_s / (own.cpu_end - own.start) if own.cpu_end > own.start else math.nan
-    summary.update(family_summary(family_of(tables), timeline, tables, ctx.workers, complete=failure is None))
+    summary.update(family_summary(family_of(tables), timeline, tables, ctx.workers, complete=failure is None,
+                                  unrecorded=after))
     final = logs.last_params if logs.last_params is not None else ctx.params
     attrs = {
         "hpcbench_version": hpcbench.__version__,

@@ -1,7 +1,7 @@
 """Run summary arithmetic from the timeline, evaluations and server log (pure functions)."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -71,14 +71,16 @@ def dropped_gradients(tl: Mapping[str, np.ndarray], survivors: np.ndarray, appli
 
 
 def family_summary(family: str, tl: Mapping[str, np.ndarray], tables: Mapping[str, Mapping[str, np.ndarray]],
-                   workers: int, complete: bool) -> dict[str, float]:
+                   workers: int, complete: bool, unrecorded: Sequence[int] = ()) -> dict[str, float]:
     """What a family of algorithms adds to the summary (``results.schema.FAMILY_SUMMARIES``), and
     ``too_stale``, which every run has. ``complete``: the timeline holds every worker's rows (a failed
-    run's holds rank 0's only, so the gradients the workers computed are unknown)."""
+    run's holds rank 0's only, so the gradients the workers computed are unknown); ``unrecorded``: the
+    workers lost after training, whose rows are not in it (their gradients are counted by no one)."""
     if family != "server":
         return {"too_stale": 0}  # decentralised workers apply every gradient they compute themselves
     updates, late = tables[UPDATES], tables[LATE]["worker"]
-    survivors = np.setdiff1d(np.arange(1, workers + 1), tables.get(FAILURES, {}).get("worker", np.zeros(0)))
+    gone = np.concatenate([tables.get(FAILURES, {}).get("worker", np.zeros(0)), np.asarray(unrecorded)])
+    survivors = np.setdiff1d(np.arange(1, workers + 1), gone)
     return {"late_gradients": len(late),
             "too_stale": dropped_gradients(tl, survivors, updates["worker"], late) if complete else float("nan"),
             "echoed_updates": int((updates["echo_bytes"] > 0).sum()),

@@ -40,7 +40,7 @@ from hpcbench.runtime.mpi.driver import MpiDriver
 from hpcbench.runtime.mpi.faults import Injector
 from hpcbench.runtime.mpi.placement import choose_device
 from hpcbench.runtime.mpi.selfcheck import oversubscribed_nodes, shared_gpus, slurm_world_mismatch
-from hpcbench.runtime.output import ResultFile, default_out, expected_bytes, result_line
+from hpcbench.runtime.output import ResultFile, default_out, expected_bytes, result_line, warn_unfired
 from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.record import RankResult, build_record
 from hpcbench.runtime.threads import cpu_count, set_threads, thread_count
@@ -86,9 +86,24 @@ def open_layout(comm: Cluster, layout: Layout, workers: int) -> None:
 
 def agree(comm: Cluster, error: str | None, timeout: float) -> tuple[int, str, str] | None:
     """Collective: the first rank's set-up error, if any rank had one."""
-    errors = comm.exchange(None if error is None else (comm.rank, comm.host, error), timeout,
-                           "agreeing that set-up went well")
-    return next((e for e in errors if e is not None), None)
+    errors = comm.exchange((comm.rank, comm.host, error or ""), timeout, "agreeing that set-up went well")
+    every_rank(comm, errors, "set-up")
+    return next(((r, h, e) for r, h, e in errors if e), None)
+
+
+def every_rank(comm: Cluster, parts: list[Any], what: str) -> None:
+    """Before training, every rank is needed (the run is the world it was asked for): a rank that failed
+    (its part None, where the MPI outlives it) ends the run, named on every rank's line."""
+    lost = [r for r, part in enumerate(parts) if part is None]
+    if lost:
+        names = ", ".join(f"rank {r}" + (f" on {comm.hosts[r]}" if comm.hosts[r] else "") for r in lost)
+        raise LostBeforeTraining(f"{names} failed during {what}, before training began: the run did not start "
+                                 f"(it needs every rank of the {len(parts)} it was launched with)")
+
+
+class LostBeforeTraining(PeerFailure):
+    """A rank failed before training (where the MPI outlives it): every rank knows it from the same
+    exchange and ends by itself, with nothing to record."""
 
 
 def place(comm: Cluster, device: str, threads: int, timeout: float) -> list[RankResult]:
@@ -96,6 +111,7 @@ def place(comm: Cluster, device: str, threads: int, timeout: float) -> list[Rank
     oversubscribed nodes (the run goes on)."""
     reports = comm.exchange((comm.rank, comm.host, device, comm.local_size, cpu_count(), threads, comm.local_rank),
                             timeout, "the placement report")
+    every_rank(comm, reports, "the placement report")
     if comm.rank == 0:
         nodes = {host: (ranks, cores) for _, host, _, ranks, cores, *_ in reports}
         for warning in shared_gpus([(r, h, d) for r, h, d, *_ in reports]) + oversubscribed_nodes(nodes):
@@ -125,6 +141,10 @@ def run_on(plan: Plan, comm: Cluster) -> int:
     try:
         with stop_on_signals(), diverging():
             return execute(plan, comm)
+    except LostBeforeTraining as exc:  # every rank says so and ends; no one waits for anyone
+        report(exc, comm)
+        comm.finalize(1)
+        return 1
     except BaseException as exc:
         with signals_held(), ending(comm):
             if not isinstance(exc, Reported):
@@ -251,13 +271,15 @@ def execute(plan: Plan, comm: Cluster) -> int:
         comm.close(cfg.timeout_s)
         injector.at_phase("gather")
         gathered = comm.collect(placed[rank].timed(start, end, timeline.columns(), warmup_s=warmup_s,
-                                                   cpu_s=cpu_at - cpu_start, cpu_end=cpu_end),
+                                                   cpu_s=cpu_at - cpu_start, cpu_end=cpu_end,
+                                                   unfired=injector.unfired()),
                                 cfg.timeout_s, "the final gather of timelines")
         injector.at_phase("final")
         if keeper is not None:
             assert gathered is not None
             final, path = keeper.finish(gathered)
             print(result_line(final, path), flush=True)
+            warn_unfired([p.unfired for p in gathered if p is not None and p.unfired], final)
             if final.attrs["status"] != "ok":  # it lost every worker: its record is kept, and it failed
                 print(f"hpcbench: error: {final.attrs['error']}; what rank 0 recorded is in {path} "
                       f"(status {final.attrs['status']!r})", file=sys.stderr, flush=True)
@@ -329,7 +351,8 @@ class Keeper:
 
     def record(self, parts: list[RankResult | None], failure: tuple[str, str, float] | None,
                stopped: tuple[str, str] | None = None) -> RunRecord:
-        """``parts``: every rank's, None for a rank that failed (where the run outlived it)."""
+        """``parts``: every rank's, None for a rank that failed (where the run outlived it); when they are
+        the final gather's, a None is a worker whose timeline was lost with it."""
         placed = [p if p is not None else self.placed[r].timed(self.start, self.start, Timeline(r).columns())
                   for r, p in enumerate(parts)]
         detected = self.comm.failure_log()
@@ -337,7 +360,9 @@ class Keeper:
         return build_record(self.run, mode="mpi", world_size=self.comm.size, parts=placed, offsets=self.offsets,
                             origin=self.start, logs=self.logs, provenance=self.provenance, failure=failure,
                             stopped=stopped, detected=detected,
-                            deaths={r: kills[r] for r in detected if r in kills})
+                            deaths={r: kills[r] for r in detected if r in kills},
+                            unfired=[p.unfired for p in parts if p is not None and p.unfired],
+                            missing=[r for r, p in enumerate(parts) if p is None] if failure is None else ())
 
     def own_parts(self, now: float) -> list[RankResult | None]:
         """Rank 0's timeline; the workers' are gathered only at the end."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -10,13 +11,14 @@ import numpy as np
 from hpcbench.algorithms.api import PARAMETER_SERVER
 from hpcbench.algorithms.ops import Gradient
 from hpcbench.algorithms.rules import diverging
+from hpcbench.config import Faults
 from hpcbench.errors import RuntimeFailure, TimeLimitPassed
 from hpcbench.options.sim import SimConfig
 from hpcbench.results.paths import check_room
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime.assemble import Run, assemble
 from hpcbench.runtime.logs import RunLogs
-from hpcbench.runtime.output import ResultFile, expected_bytes, result_line
+from hpcbench.runtime.output import ResultFile, expected_bytes, result_line, warn_unfired
 from hpcbench.runtime.plan import Plan, prepare
 from hpcbench.runtime.provenance import software
 from hpcbench.runtime.record import RankResult, build_record
@@ -146,6 +148,8 @@ def simulated_record(plan: Plan, sim: SimConfig | None = None, show_progress: bo
             progress.close()
         wall = time.perf_counter() - wall0
         record = engine_record(run, engine, sim, logs, wall, gradients)
+    if show_progress:  # (a simulation that talks to the console: simulate's)
+        warn_unfired(unfired_kills(cfg.fault, engine.died), record)
     return record, f"{engine.events} events simulated in {wall:.1f} s of wall-clock time"
 
 
@@ -178,7 +182,12 @@ def engine_record(run: Run, engine: Engine, sim: SimConfig, logs: RunLogs, wall:
     return build_record(run, mode="sim", world_size=n + 1, parts=parts, offsets=np.zeros(n + 1), origin=0.0,
                         logs=logs, provenance=provenance, simulation=simulation, model_parameters=workload.size,
                         detected={r: (t, "simulated") for r, t in engine.known.items()}, deaths=engine.died,
-                        failure=failure)
+                        failure=failure, unfired=unfired_kills(run.cfg.fault, engine.died))
+
+
+def unfired_kills(faults: Faults, died: Mapping[int, float]) -> list[str]:
+    """The kills a simulation asked for that never came (the run was over before they were due)."""
+    return [str(f) for f in faults.items if f.kind == "kill" and f.rank not in died]
 
 
 def simulate(plan: Plan) -> int:
