@@ -192,18 +192,25 @@ def impossible(rec: RunRecord) -> str:
 def codes_wrong(rec: RunRecord) -> str:
     a, tl = rec.attrs, rec.timeline
     for name, high in (("rank", a["world_size"]), ("phase", len(rec.phases)), ("op", len(rec.ops))):
-        if not whole(tl[name], 0, high):
-            column = as_float(tl[name])
-            bad = ~(np.isfinite(column) & (column == np.floor(column)) & (column >= 0) & (column < high))
-            return first_row(f"timeline/{name}", tl[name], bad, f"not a whole number within 0..{high - 1}") or \
-                f"timeline/{name} holds values outside 0..{high - 1} (or not whole numbers)"
+        said = code_wrong(f"timeline/{name}", tl[name], high, "iu", f"not a whole number within 0..{high - 1}")
+        if said:
+            return said
     for name, table in rec.tables.items():
-        if not whole(table["worker"], 0, a["world_size"], "iuf"):
-            column = as_float(table["worker"])
-            bad = ~(np.isfinite(column) & (column == np.floor(column)) & (column >= 0) & (column < a["world_size"]))
-            return first_row(f"server/{name}/worker", table["worker"], bad,
-                             f"names a worker outside 1..{a['workers']}")
+        said = code_wrong(f"server/{name}/worker", table["worker"], a["world_size"], "iuf",
+                          f"names a worker outside 1..{a['workers']}")
+        if said:
+            return said
     return ""
+
+
+def code_wrong(where: str, column: np.ndarray, high: int, kinds: str, why: str) -> str:
+    """Where ``column`` is not whole numbers of ``kinds`` within 0..high-1 (``whole``): its first row that is
+    not, with ``why``; a column of another type, in a line of its own ("" when it is)."""
+    if whole(column, 0, high, kinds):
+        return ""
+    values = as_float(column)
+    bad = ~(np.isfinite(values) & (values == np.floor(values)) & (values >= 0) & (values < high))
+    return first_row(where, column, bad, why) or f"{where} holds values outside 0..{high - 1} (or not whole numbers)"
 
 
 def times_wrong(rec: RunRecord) -> str:
