@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hpcbench.commands.shared import print_report
+from hpcbench.commands.shared import print_report, refuse_own_options
 from hpcbench.commands.values import at_least, seconds, slurm_time
 from hpcbench.config import RunConfig
 from hpcbench.errors import UsageError
@@ -70,7 +70,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("sweep needs --algos and --out-dir (or --resubmit-failed STUDY_DIR)")
     algos = sweep.parse_algos(args.algos)
     cfg, sim = configs_from_args(args)
-    refuse_own_options(cfg)
+    # out and overwrite are the sweep's own: given for every run, a Slurm study's points would all write the one
+    # file, and a local one would ignore them.
+    refuse_own_options(cfg, "a sweep's", "each point writes its own file under --out-dir (and --resume keeps the "
+                       "ok ones)")
     # Each algorithm's run options, its own table and no other's, checked before anything is written or
     # submitted (the job script names the algorithm).
     plans = [prepare(cfg.for_algo(a), sim=sim) for a in algos]
@@ -112,15 +115,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"submitted runs: {' '.join(ids)}")
         print(f"report job: {report_id} (after all runs end; writes {out_dir / 'report.md'})")
     return 0
-
-
-def refuse_own_options(cfg: RunConfig) -> None:
-    """``out`` and ``overwrite`` are the sweep's own: each point writes its own file under --out-dir, and
-    the sweep decides which to replace (a failed one; --resume keeps the ok ones). Given for every run, a
-    Slurm study's points would all write the one file, and a local one would ignore them."""
-    from hpcbench.commands.shared import refuse_own_options as refused
-
-    refused(cfg, "a sweep's", "each point writes its own file under --out-dir (and --resume keeps the ok ones)")
 
 
 def dropped_tables(cfg: RunConfig, algos: list[str]) -> list[str]:
