@@ -105,8 +105,7 @@ class Health:
                     print(f"hpcbench: error: rank {self.rank} on {self.host}: the launcher that started it (pid "
                           f"{self.parent}) has gone and this rank is stuck; it ends now", file=sys.stderr, flush=True)
                 finally:
-                    openmpi.settle()
-                    os._exit(1)
+                    openmpi.exit_now(1)
 
     def check_launcher(self) -> None:
         """Raise ``LauncherGone`` if the process that started this rank has died (this rank was
@@ -263,8 +262,7 @@ class Health:
         # end this process directly.
         if self.orphaned or (self.failures is not None and 0 in self.failures.known):
             time.sleep(ABORT_PAUSE_S)
-            openmpi.settle()
-            os._exit(code)
+            openmpi.exit_now(code)
         # Hydra reads a rank's stderr and its abort on different sockets: a line printed just before
         # MPI_Abort was lost in 3 of 40 runs here (and once in CI, leaving a failed run with no reason).
         time.sleep(ABORT_PAUSE_S)

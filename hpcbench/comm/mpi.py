@@ -391,8 +391,7 @@ class MpiComm(Gathering):
             sys.stdout.flush()
             if code:  # a failed run's line, just printed: for the launcher to pass it on before this rank ends
                 time.sleep(ABORT_PAUSE_S)
-            openmpi.settle()
-            os._exit(code)
+            openmpi.exit_now(code)
         MPI.Finalize()
 
 

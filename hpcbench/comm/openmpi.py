@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import MutableMapping
+from typing import NoReturn
 
 TRUE = ("1", "true", "yes", "on", "enabled")
 # Open MPI's UCX one-sided component fails its selection query unless UCX also carries the
@@ -114,6 +115,13 @@ def quiet_collectives(environ: MutableMapping[str, str]) -> None:
     (once a process)."""
     if ulfm_requested(environ) and not QUIET:
         QUIET.append(QuietCollectives())
+
+
+def exit_now(code: int) -> NoReturn:
+    """End this process at once, without Python's exit (no MPI_Finalize, no atexit handlers), what it wrote to
+    stderr passed on whole first (``settle``)."""
+    settle()
+    os._exit(code)
 
 
 def settle() -> None:

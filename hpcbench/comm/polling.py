@@ -75,8 +75,7 @@ def leave_together(timeout_s: float) -> None:
     done = MPI.COMM_WORLD.Ibarrier()
     if wait_for(lambda: True if done.Test() else None, timeout_s, "the others", fail=False, spin=0.0) is None:
         sys.stdout.flush()
-        openmpi.settle()
-        os._exit(2)
+        openmpi.exit_now(2)
     MPI.Finalize()  # so that mpi4py's runner exits with the code instead of aborting the job
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcbench.errors import UsageError
-from hpcbench.launch.local import EMULATED_LAUNCHER, emulated_state, run_ranks, why_failed
+from hpcbench.launch.local import EMULATED_LAUNCHER, OWNER_VAR, emulated_state, run_ranks, why_failed
 
 CLUSTER = EMULATED_LAUNCHER.parent / "emulated-cluster.sh"
 # One way, 8 bytes, MPI over TCP between two emulated nodes: 8.7 µs (median of 180 round trips).
@@ -50,15 +50,15 @@ def take_down(me: str) -> None:
 def launching_as(me: str) -> Iterator[None]:
     """Runs started inside launch on the cluster ``me`` brought up (jobs/local/mpiexec-emulated launches
     only its owner's runs, named by HPCBENCH_EMULATED_OWNER)."""
-    before = os.environ.get("HPCBENCH_EMULATED_OWNER")
-    os.environ["HPCBENCH_EMULATED_OWNER"] = me
+    before = os.environ.get(OWNER_VAR)
+    os.environ[OWNER_VAR] = me
     try:
         yield
     finally:
         if before is None:
-            del os.environ["HPCBENCH_EMULATED_OWNER"]
+            del os.environ[OWNER_VAR]
         else:
-            os.environ["HPCBENCH_EMULATED_OWNER"] = before
+            os.environ[OWNER_VAR] = before
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ OPENMPI_OVERSUBSCRIBED = {"PRTE_MCA_rmaps_default_mapping_policy": ":oversubscri
 # The emulated cluster (jobs/local/emulated-cluster.sh) and its launcher, in the repository beside the package.
 EMULATED_STATE = Path("/run/hpcbench-emulated/cluster")
 EMULATED_LAUNCHER = Path(__file__).resolve().parents[2] / "jobs" / "local" / "mpiexec-emulated"
+OWNER_VAR = "HPCBENCH_EMULATED_OWNER"  # whose emulated cluster a launch is for (the launcher refuses anyone else's)
 OPENMPI_AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
@@ -132,7 +133,7 @@ def emulated_state() -> dict[str, str] | None:
 def launching_owner() -> str:
     """Whose emulated cluster this process launches on (HPCBENCH_EMULATED_OWNER, default "user" as
     jobs/local/emulated-cluster.sh's --owner); jobs/local/mpiexec-emulated refuses anyone else's."""
-    return os.environ.get("HPCBENCH_EMULATED_OWNER") or "user"
+    return os.environ.get(OWNER_VAR) or "user"
 
 
 def emulated_nodes() -> int:
@@ -150,7 +151,7 @@ def emulated_nodes() -> int:
     if owner != me:
         raise UsageError(f"--emulated: the emulated cluster up now is '{owner}''s, not '{me}''s: it may be reshaped "
                          f"or taken down under your runs; launch on it as its owner with "
-                         f"HPCBENCH_EMULATED_OWNER={owner}, or bring up your own when it is free")
+                         f"{OWNER_VAR}={owner}, or bring up your own when it is free")
     if not EMULATED_LAUNCHER.exists():
         raise UsageError(f"--emulated needs the repository's launcher {EMULATED_LAUNCHER} (run from a checkout)")
     return nodes
