@@ -140,6 +140,10 @@ class Faults:
         """Each rank killed during training, and when (seconds into the timed window)."""
         return {f.rank: f.at for f in self.items if f.kind == "kill" and not f.phase}
 
+    def killed(self) -> set[int]:
+        """Every rank killed, during training or at a phase (set-up, the final gather, rank 0's last write)."""
+        return {f.rank for f in self.items if f.kind == "kill"}
+
     def __bool__(self) -> bool:
         return bool(self.items)
 

@@ -53,6 +53,15 @@ def test_kill_leaves_a_readable_incomplete_file_with_what_was_measured(tmp_path,
     assert not list(tmp_path.glob("*.partial"))
 
 
+def test_a_kill_after_training_is_warned_of_where_the_mpi_ends_every_rank(tmp_path):
+    """A worker killed at the final gather, under an MPI that ends every rank when one dies: said first in
+    the warning a kill during training gets, and the run ends non-zero with rank 0's last record."""
+    proc, out, _ = faulty(tmp_path, "asgd", "kill:2@gather", steps=20)
+    assert proc.returncode != 0
+    assert "hpcbench: warning: fault = kill:2@gather kills a worker, and this MPI ends every rank" in proc.stderr
+    assert read_run(out).attrs["status"] in ("incomplete", "aborted")
+
+
 @pytest.mark.parametrize("algo, victim", first_under_both([("asgd", 2), ("allreduce", 1), ("gossip", 1)]))
 def test_a_stopped_rank_is_named_and_the_run_ends_as_timeout(tmp_path, algo, victim):
     proc, out, took = faulty(tmp_path, algo, f"stop:{victim}@0.5", steps=100000)

@@ -190,7 +190,7 @@ def kills(args: Sequence[str]) -> bool:
     for flag, value in zip(args, list(args[1:]) + [""]):
         if flag == "--set" and value.startswith("fault="):
             try:
-                return any(f.kind == "kill" for f in Faults.parse(value.partition("=")[2]).items)
+                return bool(Faults.parse(value.partition("=")[2]).killed())
             except UsageError:
                 return False  # the run itself says what is wrong with it
     return False

@@ -199,7 +199,7 @@ def set_up(plan: Plan, comm: Cluster) -> tuple[Run, str, int, float] | None:
         run = prepared[0]
         if rank == 0:
             check_room(cfg.out or default_out(cfg, workers), expected_bytes(run))
-            if any(r > 0 for r in cfg.fault.kills()) and not comm.survives_failures:
+            if any(r > 0 for r in cfg.fault.killed()) and not comm.survives_failures:
                 print(f"hpcbench: warning: fault = {cfg.fault} kills a worker, and this MPI ends every rank when one "
                       "fails: the run ends there, with its record (Open MPI launched with mpirun --with-ft ulfm "
                       "lets the others go on)", file=sys.stderr, flush=True)
