@@ -379,19 +379,21 @@ class MpiComm(Gathering):
     def finalize(self, code: int = 0) -> None:
         """As ``Cluster.finalize``: after a failure it outlived, the rank ends here with ``code`` (a run
         that lost every worker: 1, so that the launcher does not take it as a clean end)."""
-        self._stop_heartbeats()
-        self._stop_listening()
-        self.workers.Free()
         if self.failures is not None:
             # Open MPI 5.0's fault-tolerant MPI_Finalize (it agrees over the survivors, then fences with the
             # runtime) hung in 1 of 12 runs that had outlived a worker here, every survivor inside it, and in
             # 1 of 7 where a worker died after training, which the other workers may never hear of: under
             # ULFM a rank whose run is done and recorded ends without it, which ULFM's launcher takes as a
-            # clean end.
+            # clean end. Nothing is tidied for a Finalize that will not come (a wait on a request that a
+            # failure left pending is one more place to hang: once in CI, every survivor of a death in set-up
+            # had printed its line and the run never ended).
             sys.stdout.flush()
             if code:  # a failed run's line, just printed: for the launcher to pass it on before this rank ends
                 time.sleep(ABORT_PAUSE_S)
             openmpi.exit_now(code)
+        self._stop_heartbeats()
+        self._stop_listening()
+        self.workers.Free()
         MPI.Finalize()
 
 
