@@ -55,7 +55,8 @@ class Stragglers:
 
 
 FAULT_KINDS = ("kill", "stop", "term", "raise", "slow")
-FAULT_FORMS = ("kill:RANK@SECONDS, stop:RANK@SECONDS, term:RANK@SECONDS, raise:RANK@STEP, slow:RANK@SECONDS:FACTOR "
+FAULT_FORMS = ("kill:RANK@SECONDS, stop:RANK@SECONDS[:FOR_SECONDS], term:RANK@SECONDS, raise:RANK@STEP, "
+               "slow:RANK@SECONDS:FACTOR "
                "(kill, stop, term and raise also @setup, @gather or @final; several, one a rank, joined by commas)")
 # Outside training: during set-up, at the final gather, in the final window (rank 0 scoring the
 # evaluations and writing the file).
@@ -66,7 +67,8 @@ FAULT_PHASES = ("setup", "gather", "final")
 class Fault:
     """``--set fault=KIND:RANK@WHEN[:FACTOR]``, parsed once: a fault injected into a real run.
 
-    kill: SIGKILL at ``at`` seconds into the timed window · stop: SIGSTOP then · term: SIGTERM then (what
+    kill: SIGKILL at ``at`` seconds into the timed window · stop: SIGSTOP then (for ``lasts`` seconds, then
+    SIGCONT; 0: for good) · term: SIGTERM then (what
     Slurm's time limit and scancel send) · raise: an exception at
     the rank's step ``at`` · slow: every compute from ``at`` seconds on lasts ``factor`` times as long.
     ``phase`` "setup", "gather" or "final": kill, stop, term or raise there instead of during training.
@@ -77,6 +79,7 @@ class Fault:
     at: float = 0.0
     factor: float = 1.0
     phase: str = ""
+    lasts: float = 0.0
 
     @classmethod
     def parse(cls, spec: str) -> Fault:
@@ -93,12 +96,15 @@ class Fault:
         try:
             rank, at = int(rank_text), float(when)
             factor = float(factor_text) if kind == "slow" else 1.0
+            lasts = float(factor_text) if kind == "stop" and factor_text else 0.0
         except ValueError:
             raise wrong from None
-        if (kind == "slow") != bool(factor_text) or rank < 0 or not (math.isfinite(at) and at >= 0) \
-                or not (math.isfinite(factor) and factor >= 1) or (kind == "raise" and at != int(at)):
+        numbered = {"slow": True, "stop": bool(factor_text)}.get(kind, False)  # which kinds take a third number
+        if numbered != bool(factor_text) or rank < 0 or not (math.isfinite(at) and at >= 0) \
+                or not (math.isfinite(factor) and factor >= 1) or (kind == "raise" and at != int(at)) \
+                or not (math.isfinite(lasts) and (lasts > 0 or not factor_text or kind != "stop")):
             raise wrong
-        return cls(kind, rank, at, factor)
+        return cls(kind, rank, at, factor, lasts=lasts)
 
     def __bool__(self) -> bool:
         return bool(self.kind)
@@ -109,7 +115,8 @@ class Fault:
         if self.phase:
             return f"{self.kind}:{self.rank}@{self.phase}"
         when = f"{int(self.at)}" if self.kind == "raise" else f"{self.at:g}"
-        return f"{self.kind}:{self.rank}@{when}" + (f":{self.factor:g}" if self.kind == "slow" else "")
+        return f"{self.kind}:{self.rank}@{when}" + (f":{self.factor:g}" if self.kind == "slow" else "") \
+            + (f":{self.lasts:g}" if self.lasts else "")
 
 
 @dataclass(frozen=True)
@@ -224,6 +231,8 @@ class Operations:
 
     # longest any blocking wait may last before the run fails
     timeout_s: float = bounded(120.0, above=0, unit="seconds")
+    # a worker silent this long (no heartbeat), then heard again, is recorded as a stall (at most timeout_s / 2)
+    stall_s: float = bounded(10.0, above=0, unit="seconds")
     # rank 0 rewrites the result file (status "incomplete") this often (less when large)
     flush_s: float = bounded(10.0, above=0, unit="seconds")
     # longest the run may take

@@ -128,6 +128,11 @@ class PeerFailure(RuntimeFailure):
         self.status = status
 
 
+class RunEnded(RuntimeFailure):
+    """Rank 0 ended the run (under ULFM, where MPI_Abort ends no other rank): it has said why and kept the
+    run's record, so this worker ends without a line of its own."""
+
+
 # What a command that draws plots says when matplotlib is missing: the ``plot`` extra, as a clone installs it.
 NO_MATPLOTLIB = 'plots need matplotlib: pip install -e ".[plot]" in the clone (or pip install matplotlib)'
 

@@ -204,8 +204,10 @@ def test_a_run_that_lost_workers_says_so_on_its_result_line(tmp_path):
     code, out, err = cli("simulate", "--numerics", "off", "--steps", "40", "--algo", "asgd", "--workers", "4",
                          "--set", "fault=kill:2@0.05", "--out", str(tmp_path / "lost.h5"))
     assert code == 0, err
-    assert int(read_run(tmp_path / "lost.h5").summary["workers_lost"]) == 1
-    assert out.startswith("asgd (sim, 4 workers, 1 of 4 lost): "), out
+    rec = read_run(tmp_path / "lost.h5")
+    assert int(rec.summary["workers_lost"]) == 1
+    recovery_ms = 1000 * rec.tables["failures"]["recovery_s"][0]  # the one failure's, as the file has it
+    assert out.startswith(f"asgd (sim, 4 workers, 1 of 4 lost (recovery {recovery_ms:.0f} ms)): "), out
     code, out, err = cli("simulate", "--numerics", "off", "--steps", "40", "--algo", "asgd", "--workers", "4",
                          "--out", str(tmp_path / "whole.h5"))
     assert code == 0 and out.startswith("asgd (sim, 4 workers): "), out

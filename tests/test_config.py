@@ -263,14 +263,19 @@ def test_the_duration_refusal_states_its_hours_and_milliseconds_to_three_figures
     ("term:2@1.5", Fault("term", 2, 1.5)),
     ("raise:1@gather", Fault("raise", 1, phase="gather")),
     ("slow:1@0.5:3", Fault("slow", 1, 0.5, 3.0)),
+    ("stop:2@1.5:30", Fault("stop", 2, 1.5, lasts=30.0)),  # stopped 30 s, then continued
+    ("stop:2@1.5", Fault("stop", 2, 1.5)),  # for good
 ])
 def test_a_fault_spec_parses_into_its_parts_and_prints_back(spec, fault):
     assert Fault.parse(spec) == fault and str(fault) == spec
 
 
-@pytest.mark.parametrize("spec", ["term:0@final:2", "slow:1@final", "term:-1@2", "term:1@later", "hang:1@2"])
+@pytest.mark.parametrize("spec", ["term:0@final:2", "slow:1@final", "term:-1@2", "term:1@later", "hang:1@2",
+                                  "stop:2@1:0", "stop:2@1:-3", "stop:2@1:inf", "stop:2@1:nan", "stop:2@setup:3",
+                                  "kill:2@1:3", "stop:2@1:x"])
 def test_a_malformed_fault_spec_names_the_forms(spec):
-    with pytest.raises(UsageError, match=r"is not one of kill:RANK@SECONDS, stop:RANK@SECONDS, term:RANK@SECONDS"):
+    with pytest.raises(UsageError, match=r"is not one of kill:RANK@SECONDS, stop:RANK@SECONDS\[:FOR_SECONDS\], "
+                                         r"term:RANK@SECONDS"):
         Fault.parse(spec)
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from hpcbench.launch.local import mpi_family, mpiexec_path
 from hpcbench.results.store import read_run
+from hpcbench.telemetry.timeline import PHASES
 
 from conftest import first_under_both, mpirun, requires_mpi
 
@@ -68,6 +69,10 @@ def test_a_stopped_rank_is_named_and_the_run_ends_as_timeout(tmp_path, algo, vic
     assert proc.returncode != 0
     assert took < TIMEOUT_S + 10 + 8  # + start-up of 4 ranks on 2 cores
     assert f"rank {victim} on" in proc.stderr and "stopped answering" in proc.stderr, proc.stderr
+    # Issue 58: rank 0 tells every worker the run has ended before its abort, so no other rank says a line
+    # of its own (Open MPI's launcher stops them with SIGTERM, and each said "stopped by SIGTERM").
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("hpcbench: error:")]
+    assert all(f"rank {victim} on" in line for line in lines), proc.stderr
     rec = read_run(out)
     assert rec.attrs["status"] == "timeout"
     assert f"rank {victim} on" in rec.attrs["error"]
@@ -185,3 +190,26 @@ def test_a_run_past_its_time_limit_ends_as_timeout_with_its_record(tmp_path):
     assert rec.attrs["status"] == "timeout"
     assert "the run passed the 3 s it may take (time_limit_s)" in rec.attrs["error"]
     assert 2.5 < rec.summary["wall_s"] < 10 and rec.tables["updates"]["t"].size > 0
+
+
+@pytest.mark.parametrize("algo", first_under_both(["asgd"]))
+def test_a_worker_stalled_then_back_is_recorded_and_the_rate_says_it_includes_the_wait(tmp_path, algo):
+    """Issue 58: rank 2 stopped 6 s (SIGSTOP, then SIGCONT) while the other worker finishes the budget: the
+    run ends ok, the file keeps the stall (rank 2, about 6 s, from its last heartbeat before, up to a heartbeat
+    interval (1 s) before it was stopped), and the result
+    line says the time includes the wait after the budget was done, which the timeline shows: the last
+    compute of the worker that did not stall ended seconds before the run did."""
+    out = tmp_path / "stall.h5"
+    proc = mpirun(3, "run", "--algo", algo, "--model", "payload", "--set", "payload.params=20000", "--compute",
+                  "gamma:shape=100,mean=0.005", "--steps", "200", "--set", "stall_s=2",
+                  "--set", "fault=stop:2@0.5:6", "--out", str(out), timeout=120, tolerate=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = read_run(out)
+    stalls, s, tl = rec.tables["stalls"], rec.summary, rec.timeline
+    assert stalls["worker"].tolist() == [2] and 5.0 <= stalls["duration_s"][0] <= 8.0, stalls
+    assert 0.0 <= stalls["t"][0] <= 2.0 and s["stalls"] == 1 and s["longest_stall_s"] == stalls["duration_s"][0]
+    other_done = tl["t_end"][(tl["rank"] == 1) & (tl["phase"] == PHASES.index("compute"))].max()
+    assert s["wall_s"] - other_done > 2.0  # the run waited on rank 2 after worker 1 had trained the rest
+    assert s["wait_after_budget_s"] > 2.0 and s["wait_after_budget_s"] <= s["wall_s"] - other_done + 0.5
+    line = next(line for line in proc.stdout.splitlines() if line.startswith(f"{algo} (mpi"))
+    assert "waiting after the budget was done" in line and "rank 2 stalled" in line, line

@@ -5,6 +5,8 @@ repeats. Such a file is refused as invalid in one line naming the file, the fiel
 reader: report, diff, check, trace, calibrate, status, a study's kept runs and a tune's choice."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import shutil
@@ -78,7 +80,19 @@ IMPOSSIBLE = {  # → the words of the one line, after "bad.h5 is invalid: "
     "negative bytes per sample": (attr("bytes_per_sample", -7.0), "summary bytes_per_sample = -7.0 is negative"),
     "a negative time to target": (attr("time_to_target_s", -0.5), "summary time_to_target_s = -0.5 is a negative "
                                                                   "duration"),
+    "a negative count of stalls": (attr("stalls", -1), "summary stalls = -1 is not a finite count"),
+    "a negative wait after the budget": (attr("wait_after_budget_s", -2.0),
+                                         "summary wait_after_budget_s = -2.0 is a negative duration"),
+    "a stall that lasted a negative time": (lambda f: stalls_table(f, [1.0, -4.0]),
+                                            "server/stalls/duration_s = -4.0 at row 1: negative"),
 }
+
+
+def stalls_table(f, seconds):
+    """A /server/stalls table (worker 1, at 0.5 s and 2 s) whose stalls lasted ``seconds``."""
+    group = f["server"].create_group("stalls")
+    group["t"], group["worker"] = np.array([0.5, 2.0]), np.array([1, 1])
+    group["duration_s"] = np.array(seconds)
 
 
 @pytest.mark.parametrize("name", IMPOSSIBLE)
@@ -265,3 +279,26 @@ def test_every_reader_refuses_any_impossible_value_in_one_line_naming_the_field_
         status, why = result_state(bad)
         assert status == "invalid" and says in why, (change, why)
         assert math.isnan(validation_scores({bad: ""})[bad])
+
+
+def test_a_files_stalls_are_listed_by_report_with_the_wait_they_added(tmp_path):
+    """A file whose stalls table is sound: report lists each stall (rank, host, from when, how long) beside
+    the run's wait after its budget, in text and in json."""
+    path = tmp_path / "stalled.h5"
+    shutil.copy(good_file(), path)
+    edited(path, lambda f: (stalls_table(f, [1.5, 3.25]), attr("stalls", 2)(f), attr("longest_stall_s", 3.25)(f),
+                            attr("wait_after_budget_s", 2.0)(f)))
+    text = printed(["report", str(path), "--wide"])
+    assert "Workers that stalled (2:" in text, text
+    rows = [line.split() for line in text.splitlines() if line.startswith("ga-asgd") and "stalled.h5" in line]
+    assert [r[-3:] for r in rows][-2:] == [["0.500", "1.500", "2.000"], ["2.000", "3.250", "2.000"]], text
+    doc = printed(["report", str(path), "--format", "json"])
+    listed = [(s["worker"], s["t"], s["duration_s"]) for s in json.loads(doc)["stalls"]]
+    assert listed == [(1, 0.5, 1.5), (1, 2.0, 3.25)]
+
+
+def printed(argv: list[str]) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(argv) == 0
+    return out.getvalue()

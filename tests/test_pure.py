@@ -11,7 +11,7 @@ from hpcbench.algorithms.frames import Frame
 from hpcbench.algorithms.rules import sgd_step
 from hpcbench.algorithms.schedule import Schedule
 from hpcbench.report.metrics import RunRow, scaling, speedup_efficiency, spread
-from hpcbench.telemetry.summary import phase_fractions, step_times, time_to_target
+from hpcbench.telemetry.summary import phase_fractions, step_times, time_to_target, wait_after_budget
 from hpcbench.telemetry.timeline import PHASE_CODE, Timeline, concat
 
 
@@ -316,3 +316,14 @@ def test_a_runs_own_error_line_is_found_among_open_mpis_notices():
         "[vm:01234] Set MCA parameter \"orte_base_help_aggregate\" to 0 to see all help / error messages\n")
     assert why_failed(subprocess.CompletedProcess([], 1, "", stderr)) == "hpcbench: error: rank 2 on vm: the run failed"
     assert why_failed(subprocess.CompletedProcess([], 3, "", "\x00\n")) == "exit code 3"
+
+
+@pytest.mark.parametrize("t, samples, wall, wait", [
+    ([0.0, 1.0, 2.0, 3.0], [0, 10, 20, 20], 9.0, 7.0),  # the count last grew at 2 s: the rest of the 9 s waited
+    ([0.0, 1.0, 2.0], [0, 10, 20], 2.0, 0.0),  # a run that ended with its last sample
+    ([0.0, 1.0, 2.5], [0, 10, 20], 2.0, 0.0),  # the final evaluation noted after the end: no wait, never < 0
+    ([], [], 5.0, math.nan),  # no evaluation: nothing to say
+])
+def test_the_wait_after_the_budget_is_the_time_after_the_sample_count_last_grew(t, samples, wall, wait):
+    got = wait_after_budget(np.array(t), np.array(samples), wall)
+    assert (math.isnan(got) and math.isnan(wait)) or got == pytest.approx(wait)

@@ -65,12 +65,14 @@ def test_every_summary_name_the_report_reads_is_declared():
 
     read = {f.name for f in dataclasses.fields(RunRow)} - {"algorithm", "mode", "workers", "nodes", "path", "settings",
                                                            "peak_lr", "evals",
-                                                            "result", "error", "lr_recipe", "reached", "lost"}
+                                                            "result", "error", "lr_recipe", "reached", "lost",
+                                                            "stalled"}
     assert read <= set(schema.SUMMARY_KEYS)
-    from hpcbench.report.metrics import Loss  # a row per worker lost: the failures table's columns, and its host
+    from hpcbench.report.metrics import Loss, Stall  # a row per worker lost or stalled: its table's columns, its host
 
     failures = schema.TABLES[schema.FAILURES] + schema.DERIVED_COLUMNS[schema.FAILURES]
     assert {f.name for f in dataclasses.fields(Loss)} - {"host"} <= set(failures)
+    assert {f.name for f in dataclasses.fields(Stall)} - {"host"} <= set(schema.TABLES[schema.STALLS])
 
 
 def test_every_undeclared_name_is_listed_at_once_whatever_part_it_is_in(tmp_path):

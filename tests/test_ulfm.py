@@ -278,3 +278,24 @@ def test_a_worker_killed_in_set_up_ends_every_rank_at_once_each_naming_it(tmp_pa
     assert len(lines) == WORKERS and all("rank 2 on " in line and "failed during set-up, before training began"
                                          in line for line in lines), proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("fault", ["raise:1@20", "stop:2@1:8"])
+def test_a_run_that_fails_under_ulfm_ends_every_rank_soon_each_line_naming_the_rank_at_fault(tmp_path, fault):
+    """Issue 58: under ULFM rank 0's MPI_Abort ends no other rank (they went on to their own timeouts, 20-30 s,
+    and blamed rank 0 for the wait): rank 0 keeps the record, tells every worker the run has ended and they
+    end at once, saying nothing of their own. A worker stopped past timeout_s (SIGSTOP, then SIGCONT 8 s on)
+    is named by rank 0 and ends as soon as it runs again."""
+    out = tmp_path / "failed.h5"
+    began = time.monotonic()
+    proc = mpirun(WORKERS + 1, "run", "--algo", "asgd", *MODEL, "--steps", "400", "--set", "timeout_s=4",
+                  "--set", f"fault={fault}", "--out", str(out), timeout=90, tolerate=True)
+    took = time.monotonic() - began
+    victim = fault.split(":")[1].split("@")[0]
+    assert proc.returncode != 0 and took < 25, (proc.returncode, took, proc.stderr[-2000:])
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("hpcbench: error:")]
+    assert lines and all(f"rank {victim} on " in line for line in lines), proc.stderr
+    assert not any("from rank 0" in line for line in lines), proc.stderr
+    rec = read_run(out)
+    assert rec.attrs["status"] == ("failed" if fault.startswith("raise") else "timeout") and \
+        f"rank {victim} on " in rec.attrs["error"]

@@ -9,14 +9,12 @@ import numpy as np
 
 from hpcbench.comm.health import Health
 from hpcbench.comm.mpilib import MPI, pkl5
+from hpcbench.comm.transport import WORKER_MARGIN_S
 
 GONE = object()  # a probe's answer when the rank probed for has failed
 CLOCK_TAG = 32_000
 GATHER_TAG = 32_002  # set-up and final exchanges through rank 0 (which names a rank that never arrives)
 SCATTER_TAG = 32_003
-# A worker waits for rank 0 this much longer than rank 0 waits for a worker: when a worker stalls,
-# rank 0's deadline passes first and it names the rank; when rank 0 stalls, the workers name it.
-WORKER_MARGIN_S = 5.0
 
 
 class Gathering(Health):

@@ -46,6 +46,7 @@ class Loopback:
         self.start = time.monotonic()
         self.collectives: dict[int, list[Any]] = {}  # the k-th exchange's values, by rank
         self.heard: dict[int, float] = {}  # when each rank last ticked: its heartbeat
+        self.stalls: list[tuple[int, float, float]] = []  # (worker, its clock when it fell silent, seconds)
         self.notices: deque[tuple[int, str, str]] = deque()  # (worker, status, error line) for rank 0
         self.ended_by: int | None = None  # the rank that ended every rank (``abort``)
 
@@ -66,6 +67,7 @@ class LoopbackEndpoint:
         self.collectives = 0  # how many exchanges this rank has entered
         self.watched: dict[int, float] = {}  # peers whose heartbeats this rank listens for → since when
         self.beat_deadline = 0.0
+        self.stall_s = math.inf
 
     def wtime(self) -> float:
         return time.monotonic() - self.hub.start
@@ -84,7 +86,12 @@ class LoopbackEndpoint:
     def tick(self) -> None:
         """A heartbeat; an ended run ends here; rank 0 raises a worker's failure notice; ``on_wait``."""
         hub = self.hub
-        hub.heard[self.rank] = time.monotonic()
+        now = time.monotonic()
+        last = hub.heard.get(self.rank)
+        if self.rank and self.watched and last is not None and now - last > self.stall_s:
+            with hub.lock:  # a worker silent past the threshold, heard again (as a heartbeat's stamp tells it)
+                hub.stalls.append((self.rank, last - hub.start, now - last))
+        hub.heard[self.rank] = now
         if hub.ended_by is not None and hub.ended_by != self.rank:
             raise PeerFailure(f"rank {hub.ended_by} ended every rank", "aborted")
         if self.rank == 0 and hub.notices:
@@ -96,10 +103,13 @@ class LoopbackEndpoint:
         if self.on_wait is not None:
             self.on_wait()
 
-    def start_heartbeats(self, every: float, deadline: float) -> None:
+    def start_heartbeats(self, every: float, deadline: float, stall: float = math.inf) -> None:
         now = time.monotonic()
         self.watched = {peer: now for peer in (range(1, self.size) if self.rank == 0 else (0,))}
-        self.beat_deadline = deadline
+        self.beat_deadline, self.stall_s = deadline, stall
+
+    def stall_log(self) -> list[tuple[int, float, float]]:
+        return list(self.hub.stalls)
 
     def silent(self, longer_than: float) -> list[tuple[int, float]]:
         now = time.monotonic()

@@ -9,12 +9,18 @@ over MPI, ``comm/loopback.py`` over threads of one process.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
 
 from hpcbench.lost import Lost
+
+# A worker waits for rank 0 this much longer than the run's timeout, which rank 0 waits for a worker: when a
+# worker stalls, rank 0's deadline passes first and it names the rank (the other workers, waiting on rank 0
+# meanwhile, would name rank 0); when rank 0 stalls, the workers name it.
+WORKER_MARGIN_S = 5.0
 
 
 def message_bytes(data: np.ndarray, given: bool) -> np.ndarray:
@@ -140,12 +146,17 @@ class Cluster(Transport, Protocol):
     def tick(self) -> None:
         """Between operations and while waiting: heartbeats, failure notices (rank 0), ``on_wait``."""
 
-    def start_heartbeats(self, every: float, deadline: float) -> None:
+    def start_heartbeats(self, every: float, deadline: float, stall: float = math.inf) -> None:
         """Rank 0 and every worker tell each other every ``every`` s that they are there; a peer silent
-        for ``deadline`` s ends the run naming it."""
+        for ``deadline`` s ends the run naming it; a worker silent for over ``stall`` s that is heard
+        again is a stall (``stall_log``)."""
 
     def silent(self, longer_than: float) -> list[tuple[int, float]]:
         """The peers not heard from for ``longer_than`` s, as (rank, seconds), longest first."""
+
+    def stall_log(self) -> list[tuple[int, float, float]]:
+        """Rank 0: the workers that fell silent past the stall threshold and were heard again, as (rank,
+        when it fell silent on that rank's clock, seconds)."""
 
     def failure_log(self) -> dict[int, tuple[float, str]]:
         """The ranks known to have failed: when this rank learned it (its clock) and by what."""

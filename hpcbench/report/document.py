@@ -27,6 +27,7 @@ from hpcbench.report.tables import (
     SCALE_COLUMNS,
     SCALE_KEY,
     SCALE_REST,
+    STALL_COLUMNS,
     TABLES,
     TEXT,
     UNFINISHED_COLUMNS,
@@ -40,6 +41,7 @@ from hpcbench.report.tables import (
     render,
     resolution,
     setting_columns,
+    stall_rows,
 )
 from hpcbench.results.schema import RunRecord
 
@@ -108,7 +110,7 @@ def json_document(report: Report, target: float, table: str | None,
                   failed: Sequence[tuple[str, str, str]]) -> dict[str, Any]:
     """``report --format json``: the headline, each plot's curves, the tables and their units."""
     tables = {"runs": machine_rows(report.rows, report.keys), "scaling": machine_rows(report.points, report.keys),
-              "failures": failure_rows(report.rows)}
+              "failures": failure_rows(report.rows), "stalls": stall_rows(report.rows)}
     present = {column for table_rows in tables.values() for row in table_rows for column in row}
     document = {"target_accuracy": target, "grouped_by": report.keys, "grouping": report.grouping,
                 "capped_runs": [r.path for r in report.capped],
@@ -182,6 +184,10 @@ def report_text(records: Sequence[RunRecord], fmt: str = "text", target: float =
     if gone and table is None:
         parts += [title(f"Workers lost ({len(gone)}; times in seconds since each run began, died: where the run "
                         "knows, detected: when rank 0's MPI said so)"), render(LOSS_COLUMNS, gone, fmt)]
+    stalled = [(r, stall) for r in rows for stall in r.stalled]
+    if stalled and table is None:
+        parts += [title(f"Workers that stalled ({len(stalled)}: silent past stall_s, then heard again; samples/s "
+                        "includes the run's wait after its budget was done)"), render(STALL_COLUMNS, stalled, fmt)]
     unfinished = [r for r in rows if r.result != "ok"]
     if unfinished:
         parts += [title(f"Runs that did not finish ({len(unfinished)}; shown above without numbers)")]

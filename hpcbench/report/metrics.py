@@ -19,6 +19,7 @@ from hpcbench.results.schema import (
     FAILURES,
     FAMILY_SUMMARIES,
     LEARNING_RATE,
+    STALLS,
     SUMMARY_KEYS,
     UPDATES,
     RunRecord,
@@ -75,6 +76,23 @@ class Loss:
     samples_lost: int
 
 
+@dataclass(frozen=True)
+class Stall:
+    """One time a worker fell silent past stall_s and was heard again, from the file's stalls table."""
+
+    worker: int
+    host: str
+    t: float  # seconds since the run began: its last heartbeat before the silence
+    duration_s: float
+
+
+def stalls(rec: RunRecord) -> tuple[Stall, ...]:
+    t = rec.tables.get(STALLS, {})
+    hosts = rec.per_rank["hostnames"]
+    return tuple(Stall(int(w), str(hosts[int(w)]) if int(w) < len(hosts) else "", float(at), float(d))
+                 for at, w, d in zip(t.get("t", ()), t.get("worker", ()), t.get("duration_s", ())))
+
+
 def losses(rec: RunRecord) -> tuple[Loss, ...]:
     t = rec.tables.get(FAILURES)
     if not t:  # a file from before schema 6
@@ -120,6 +138,8 @@ class RunRow:
     lr_recipe: str = ""  # the learning-rate schedule as the run resolved it (warm-up, scaling, decay)
     reached: str = ""  # a run that did not finish: how far it got, from what its file holds
     lost: tuple[Loss, ...] = ()  # each worker it went on without
+    stalled: tuple[Stall, ...] = ()  # each time a worker fell silent and came back
+    wait_after_budget_s: float = 0.0  # what samples_per_s includes after the last sample was counted
 
 
 def how_far(rec: RunRecord) -> str:
@@ -163,7 +183,8 @@ def run_row(rec: RunRecord, target: float) -> RunRow:
         workers_lost=get("workers_lost"), recovery_s=get("recovery_s"), path=rec.path,
         settings=settings(rec), result=result, error=str(rec.attrs.get("error", "")),
         lr_recipe=str(schedule.get("text", "")),
-        reached="" if result == "ok" else how_far(rec), lost=losses(rec),
+        reached="" if result == "ok" else how_far(rec), lost=losses(rec), stalled=stalls(rec),
+        wait_after_budget_s=float(s.get("wait_after_budget_s", 0.0)),
     )
 
 

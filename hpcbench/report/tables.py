@@ -56,6 +56,11 @@ UNITS = {
     "t_death": "seconds since the run began (null: not known)", "t_detected": "seconds since the run began",
     "detected_by": "how rank 0 learned of the failure", "samples_lost": "samples of the lost worker's work no "
     "survivor or server kept",
+    "wait_after_budget_s": "seconds of the run after its last sample was counted, waiting on a worker with "
+                           "nothing left to train (samples_per_s includes them)",
+    # "stalls": one entry per time a worker fell silent past stall_s and was heard again
+    "t": "seconds since the run began: the worker's last heartbeat before the silence",
+    "duration_s": "seconds the worker was silent, until its next heartbeat",
 }
 
 
@@ -267,7 +272,8 @@ def machine_rows(items: Sequence[RunRow] | Sequence[ScalePoint], keys: Sequence[
     out = []
     for item in items:
         values = {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
-        values.pop("lost", None)  # a table of its own (json: "failures")
+        values.pop("lost", None)  # tables of their own (json: "failures", "stalls")
+        values.pop("stalled", None)
         settings = dict(values.pop("settings", ()) or values.pop("group", ()))
         values.pop("group", None)
         out.append({"algorithm": values.pop("algorithm"), "mode": values.pop("mode"),
@@ -312,8 +318,22 @@ LOSS_COLUMNS: list[Column] = [
 ]
 
 
+STALL_COLUMNS: list[Column] = [
+    ("algorithm", lambda x: x[0].algorithm, TEXT), ("workers", lambda x: x[0].workers, TEXT),
+    ("run", lambda x: Path(x[0].path).name, TEXT), ("rank", lambda x: x[1].worker, TEXT),
+    ("host", lambda x: x[1].host, TEXT), ("silent from s", lambda x: x[1].t, fmt_num(3)),
+    ("for s", lambda x: x[1].duration_s, fmt_num(3)),
+    ("run's wait after its budget s", lambda x: x[0].wait_after_budget_s, fmt_num(3)),
+]
+
+
 def failure_rows(rows: Sequence[RunRow]) -> list[dict[str, Any]]:
     return [{"path": r.path, **dataclasses.asdict(loss)} for r in rows for loss in r.lost]
+
+
+def stall_rows(rows: Sequence[RunRow]) -> list[dict[str, Any]]:
+    return [{"path": r.path, **dataclasses.asdict(stall), "wait_after_budget_s": r.wait_after_budget_s}
+            for r in rows for stall in r.stalled]
 
 
 UNFINISHED_COLUMNS: list[Column] = [("algorithm", lambda r: r.algorithm, TEXT), ("workers", lambda r: r.workers, TEXT),

@@ -23,7 +23,9 @@ import numpy as np
 #    Later, without a bump (names grew, none changed): an algorithm may add per-update means (NAME_mean) to
 #    /server/updates, and their distributions to /summary (dc-asgd's compensation_mean); /summary gained
 #    lost_after_training (workers that died after they had trained, whose timelines are not in the file)
-#    and faults_unfired (faults asked for that never came: the run ended first); read as 0 where absent.
+#    and faults_unfired (faults asked for that never came: the run ended first); read as 0 where absent;
+#    /server/stalls (workers silent past stall_s that came back) and /summary stalls, longest_stall_s and
+#    wait_after_budget_s (the part of wall_s after the last sample was counted); read as 0 where absent.
 SCHEMA_VERSION = 6
 
 # Every name a result file holds is declared here, once; the writer refuses any other, the reader,
@@ -58,6 +60,7 @@ LATE = "late"  # gradients that arrived after the budget was spent
 FINAL_MODELS = "final_models"  # each decentralised worker's end
 LEARNING_RATE = "learning_rate"  # the rate each worker reported using
 FAILURES = "failures"  # each worker lost during the run, as rank 0 learned of it
+STALLS = "stalls"  # each time a worker fell silent past stall_s and was heard again (MPI runs)
 TABLES = {
     UPDATES: ("t", "worker", "version_used", "version_applied", "staleness", "penalty_mean", "gap_mean", "lr",
               "echo_bytes"),
@@ -68,6 +71,8 @@ TABLES = {
     # that reached no survivor or server (the batch it was computing, its steps since its team's last
     # collective, its claims from the budget no report accounts for)
     FAILURES: ("t", "worker", "samples", "samples_lost"),
+    # t: when the worker fell silent (its last heartbeat before the silence, on rank 0's clock)
+    STALLS: ("t", "worker", "duration_s"),
 }
 # Columns a table gains when the record is built (from the transport's and the timelines' knowledge):
 # steps: the steps the worker had completed, as rank 0 had counted them; t_detected: when rank 0's MPI
@@ -108,7 +113,7 @@ SUMMARY_KEYS = ("wall_s", "samples", "samples_per_s", "updates", "final_loss", "
                 "step_worker_min_s", "step_worker_max_s", "eval_s", "final_consensus", "bytes_per_sample",
                 *PHASE_FRACTIONS, *DISTRIBUTIONS, "server_state_bytes", "too_stale", "warmup_s",
                 "rank0_cpu_share", "workers_lost", "recovery_s", "samples_lost", "lost_after_training",
-                "faults_unfired")
+                "faults_unfired", "stalls", "longest_stall_s", "wait_after_budget_s")
 # The summary a family of algorithms adds, beside the tables it is computed from
 # (``telemetry.summary.family_summary``). A parameter server's log accounts for every gradient the
 # workers computed: applied (UPDATES), answered as late (LATE), or "too_stale" (dropped, which must be 0).
@@ -136,7 +141,7 @@ CONFIG_LEAST = {"steps_per_worker": 0, "budget_samples": 0, "eval_every": 1, "pa
                 "max_steps": 0, "straggler_factor": 1.0}
 # Summary counts: at least 0 (every other summary value is a number, NaN where there is none).
 SUMMARY_COUNTS = ("samples", "updates", "late_gradients", "echoed_updates", "echo_bytes", "server_state_bytes",
-                  "workers_lost", "samples_lost", "lost_after_training", "faults_unfired")
+                  "workers_lost", "samples_lost", "lost_after_training", "faults_unfired", "stalls")
 # The columns every file since schema 1 has (those added later read as their neutral values).
 READ_COLUMNS = {"timeline": ("rank", "step", "phase", "t_start", "t_end"),
                 "evals": ("t", "samples", "updates", "loss", "accuracy"), "server": ("t", "worker")}
@@ -153,7 +158,7 @@ COUNTS = {"timeline": ("step", "nbytes"), "evals": ("samples", "updates"),
                      "updates")}
 # Never negative where measured (NaN where not; a loss is +inf where the model diverged).
 NOT_NEGATIVE = {"evals": ("loss", "val_loss", "consensus"),
-                "server": ("lr", "penalty_mean", "gap_mean", "weight", "recovery_s"),
+                "server": ("lr", "penalty_mean", "gap_mean", "weight", "recovery_s", "duration_s"),
                 "summary": ("samples_per_s", "bytes_per_sample", "final_loss", "final_val_loss", "final_consensus",
                             "too_stale", "rank0_cpu_share", *PHASE_FRACTIONS, *DISTRIBUTIONS)}
 # The summary's values that are the last evaluation's (summary key → /evals column), and the best accuracy.

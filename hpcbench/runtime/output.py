@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -13,7 +14,7 @@ import numpy as np
 from hpcbench.config import RunConfig, cut_by_cap
 from hpcbench.memory import amount
 from hpcbench.results.paths import NameHold, identity, run_id, sibling, utc_stamp
-from hpcbench.results.schema import RunRecord
+from hpcbench.results.schema import STALLS, RunRecord
 from hpcbench.runtime.assemble import MODEL_COPIES, Run, assemble, model_bytes
 from hpcbench.runtime.plan import Plan
 from hpcbench.runtime.record import resolved_config
@@ -195,19 +196,33 @@ def warn_unfired(faults: Sequence[str], rec: RunRecord) -> None:
               file=sys.stderr, flush=True)
 
 
+def stalled(rec: RunRecord) -> str:
+    """What the rate includes that is not training: the wait after the budget was done (where it is a
+    second and more, and a twentieth of the run), and each worker that stalled."""
+    s, table = rec.summary, rec.tables.get(STALLS, {})
+    wait = s.get("wait_after_budget_s", 0.0)
+    parts = [f"rank {int(r)} stalled {d:.1f} s at {t:.1f} s"
+             for t, r, d in zip(table.get("t", ()), table.get("worker", ()), table.get("duration_s", ()))]
+    if wait >= max(1.0, s["wall_s"] / 20):
+        parts.insert(0, f"including {wait:.1f} s waiting after the budget was done")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def result_line(rec: RunRecord, path: str) -> str:
     s = rec.summary
     virtual = " of virtual time" if rec.mode == "sim" else ""
     trained = s["final_accuracy"] == s["final_accuracy"]  # NaN: no model (payload, or numerics off)
     lost = int(s.get("workers_lost", 0) or 0)  # workers that died and the run went on without (ULFM, a simulation)
     after = int(s.get("lost_after_training", 0) or 0)  # died once they had trained: the run lost only their rows
+    recovered = s.get("recovery_s", math.nan)
     who = (f"{rec.workers} workers" + (f", {lost} of {rec.workers} lost" if lost else "")
+           + (f" (recovery {1000 * recovered:.0f} ms)" if lost and math.isfinite(recovered) else "")
            + (f", {after} lost after training (not in the timeline)" if after else ""))
     status = rec.attrs.get("status", "ok")
     if status != "ok":  # a run whose programs ended and still failed (it lost every worker): no rate to give
         return f"{rec.algorithm} ({rec.mode}, {who}): {status}: {rec.attrs.get('error', '')} -> {path}"
     line = (f"{rec.algorithm} ({rec.mode}, {who}): {s['samples']} samples in {s['wall_s']:.1f} s"
-            f"{virtual} = {s['samples_per_s']:.0f} samples/s, "
+            f"{virtual} = {s['samples_per_s']:.0f} samples/s{stalled(rec)}, "
             + (f"final accuracy {s['final_accuracy']:.3f}" if trained else "timing only (no model trained)"))
     if trained and not np.isfinite(rec.final_params).all():
         line += " (the model diverged: its parameters are no longer finite)"

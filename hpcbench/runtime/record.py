@@ -12,10 +12,10 @@ import numpy as np
 
 import hpcbench
 from hpcbench.options import TABLES
-from hpcbench.results.schema import DETECTED_BY, FAILURES, UPDATES, RunRecord, family_of
+from hpcbench.results.schema import DETECTED_BY, FAILURES, STALLS, UPDATES, RunRecord, family_of
 from hpcbench.runtime.assemble import Run
 from hpcbench.runtime.logs import RunLogs
-from hpcbench.telemetry.summary import failure_summary, family_summary, recovery_times, summarize
+from hpcbench.telemetry.summary import failure_summary, family_summary, recovery_times, stall_summary, summarize
 from hpcbench.telemetry.timeline import COLUMNS, OPS, PHASES, concat
 
 
@@ -109,7 +109,7 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], 
                  model_parameters: int = 0, failure: tuple[str, str, float] | None = None,
                  stopped: tuple[str, str] | None = None, detected: Mapping[int, tuple[float, str]] | None = None,
                  deaths: Mapping[int, float] | None = None, unfired: Sequence[str] = (),
-                 missing: Sequence[int] = ()) -> RunRecord:
+                 missing: Sequence[int] = (), stalls: Sequence[tuple[int, float, float]] = ()) -> RunRecord:
     """``parts``: every rank's part, its times on its own clock (``offsets``: each clock minus rank 0's).
 
     ``model_parameters``: the model's size when the algorithms ran on a stand-in (simulation
@@ -119,7 +119,9 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], 
     it ended. ``detected``: the workers that failed, when (rank 0's clock) and how rank 0's MPI said
     so; ``deaths``: when they died, in seconds since the run began, where that is known. ``unfired``:
     the faults asked for that never came (the run ended first). ``missing``: the workers whose parts
-    are empty because they were lost (those not lost during training were lost after it).
+    are empty because they were lost (those not lost during training were lost after it). ``stalls``:
+    (worker, when it fell silent on its own clock, seconds) for each time one was silent past
+    ``stall_s`` and was heard again.
     """
     cfg, algo, ctx = run.cfg, run.algo, run.algo.ctx
     parts = sorted(parts, key=lambda p: p.rank)
@@ -133,6 +135,10 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], 
     timeline = concat(shifted) if shifted else {c: np.zeros(0) for c in COLUMNS}
     evals = logs.eval_columns(-origin)
     tables = logs.all_tables(-origin)
+    if stalls:
+        ranks = np.array([r for r, _, _ in stalls], dtype=np.int64)
+        tables[STALLS] = {"t": np.array([t - float(offsets[r]) - origin for r, t, _ in stalls]), "worker": ranks,
+                          "duration_s": np.array([d for _, _, d in stalls])}
     lost_all = failure is None and stopped is None and every_worker_lost(tables, ctx.workers)
     # Training time: until the last worker is done (rank 0's final snapshot comes after it); where every
     # worker failed, until rank 0's program had learned of the last failure and ended.
@@ -148,6 +154,7 @@ def build_record(run: Run, mode: str, world_size: int, parts: list[RankResult], 
                                            cfg.batch_size)
     summary = summarize(timeline, evals, tables.get(UPDATES, {}), ctx.workers, wall, cfg.target_accuracy)
     summary.update(failure_summary(tables.get(FAILURES, {})))
+    summary.update(stall_summary(tables.get(STALLS, {})))
     after = sorted(set(missing) - set(int(w) for w in tables.get(FAILURES, {}).get("worker", ())))
     summary["lost_after_training"] = len(after)
     summary["faults_unfired"] = len(unfired)

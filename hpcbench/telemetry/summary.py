@@ -128,6 +128,7 @@ def summarize(tl: Mapping[str, np.ndarray], evals: Mapping[str, np.ndarray], upd
         "eval_s": float(((tl["t_end"] - tl["t_start"])[(tl["rank"] == 0) & (tl["phase"] == PHASE_CODE["eval"])]).sum()),
         "final_consensus": float(evals["consensus"][-1]) if len(evals["consensus"]) else float("nan"),
         "bytes_per_sample": wire_bytes(tl) / samples if samples else float("nan"),
+        "wait_after_budget_s": wait_after_budget(evals["t"], evals["samples"], wall_s),
     }
     out.update(step_times(tl, worker_ranks))
     out.update(phase_fractions(tl, worker_ranks))
@@ -135,6 +136,21 @@ def summarize(tl: Mapping[str, np.ndarray], evals: Mapping[str, np.ndarray], upd
         values = np.asarray(updates.get(column, np.zeros(0)), dtype=np.float64)
         out.update(zip(distribution_keys(column), percentiles(values)))
     return out
+
+
+def wait_after_budget(t: np.ndarray, samples: np.ndarray, wall_s: float) -> float:
+    """The part of ``wall_s`` after the run's last sample was counted (its first evaluation at the final
+    count): waiting on a worker that had nothing left to train (one that stalled); ~0 otherwise."""
+    if not len(t):
+        return float("nan")
+    done = float(t[int(np.argmax(samples >= samples[-1]))])
+    return max(0.0, wall_s - done)
+
+
+def stall_summary(stalls: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """How many times a worker fell silent past the stall threshold and came back, and the longest."""
+    seconds = np.asarray(stalls.get("duration_s", np.zeros(0)), dtype=np.float64)
+    return {"stalls": int(seconds.size), "longest_stall_s": float(seconds.max()) if seconds.size else 0.0}
 
 
 def recovery_times(tl: Mapping[str, np.ndarray], survivors: np.ndarray, since: np.ndarray,

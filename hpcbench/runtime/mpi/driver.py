@@ -36,7 +36,7 @@ from hpcbench.algorithms.ops import (
     Workers,
     handler_name,
 )
-from hpcbench.comm.transport import Shrunk, Transport
+from hpcbench.comm.transport import WORKER_MARGIN_S, Shrunk, Transport
 from hpcbench.errors import WaitTimeout
 from hpcbench.runtime.logs import RunLogs
 from hpcbench.telemetry.progress_line import ProgressLine
@@ -195,6 +195,8 @@ class MpiDriver:
 
     def recv(self, op: Recv) -> tuple[int, np.ndarray] | Lost | None:
         timeout = self.timeout if op.timeout is None else op.timeout
+        if op.timeout is None and op.src == 0 and self.comm.rank != 0:
+            timeout += WORKER_MARGIN_S  # a worker stalls: rank 0 names it before the others blame rank 0
         t0 = self.clock()
         got = self.comm.recv(op.channel, op.src, timeout, frozenset(self.told))
         if got is None and op.timeout is None:

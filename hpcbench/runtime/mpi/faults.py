@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 
 from hpcbench.config import Fault, Faults
 from hpcbench.errors import InjectedFault
@@ -42,7 +43,11 @@ class Injector:
         if kind == "kill" and now - self.start >= at:
             os.kill(os.getpid(), signal.SIGKILL)
         elif kind in ("stop", "term") and now - self.start >= at:
-            self.fault = Fault()  # once: after SIGCONT the rank goes on; SIGTERM ends the run its own way
+            lasts, self.fault = self.fault.lasts, Fault()  # once: after SIGCONT the rank goes on; SIGTERM
+            if lasts:  # ends the run its own way. A stopped rank cannot wake itself: a process of its own does
+                subprocess.Popen(["/bin/sh", "-c", f"sleep {lasts:g}; kill -CONT {os.getpid()}"],
+                                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
             os.kill(os.getpid(), SIGNALS[kind])
         elif kind == "raise" and step >= at:
             text, self.fault = str(self.fault), Fault()

@@ -26,6 +26,7 @@ from hpcbench.errors import (
     LauncherGone,
     PeerFailure,
     ResultWriteError,
+    RunEnded,
     Stopped,
     TimeLimitPassed,
     UsageError,
@@ -145,6 +146,9 @@ def run_on(plan: Plan, comm: Cluster) -> int:
         report(exc, comm)
         comm.finalize(1)
         return 1
+    except RunEnded:  # rank 0 has said why and kept the record
+        comm.abort(1)
+        return 1
     except BaseException as exc:
         with signals_held(), ending(comm):
             if not isinstance(exc, Reported):
@@ -257,7 +261,7 @@ def execute(plan: Plan, comm: Cluster) -> int:
             keeper.maybe_flush(driver.step)
 
     comm.on_wait = on_wait
-    comm.start_heartbeats(min(1.0, cfg.timeout_s / 10), cfg.timeout_s)
+    comm.start_heartbeats(min(1.0, cfg.timeout_s / 10), cfg.timeout_s, min(cfg.stall_s, cfg.timeout_s / 2))
     gathered: list[RankResult | None] | None = None
     try:
         if keeper is not None:
@@ -359,7 +363,7 @@ class Keeper:
         kills = self.run.cfg.fault.kills()
         return build_record(self.run, mode="mpi", world_size=self.comm.size, parts=placed, offsets=self.offsets,
                             origin=self.start, logs=self.logs, provenance=self.provenance, failure=failure,
-                            stopped=stopped, detected=detected,
+                            stopped=stopped, detected=detected, stalls=self.comm.stall_log(),
                             deaths={r: kills[r] for r in detected if r in kills},
                             unfired=[p.unfired for p in parts if p is not None and p.unfired],
                             missing=[r for r, p in enumerate(parts) if p is None] if failure is None else ())
