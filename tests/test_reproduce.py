@@ -313,7 +313,7 @@ def test_an_unknown_study_is_one_line(tmp_path, capsys):
     ("gap-aware", None, [], "cannot read a verdict to recheck"),
     ("jin", "teacher-gap-aware", [], "is study 'gap-aware''s verdict, not 'jin''s"),
     ("jin", "teacher-jin", [], "does not record the compute model its runs were given"),
-    ("resilience", "teacher-resilience", [], "a recheck makes a claims study's cells again"),
+    ("resilience", "teacher-gap-aware", [], "is study 'gap-aware''s verdict, not 'resilience''s"),
     ("gap-aware", "teacher-gap-aware", ["--rejudge"], "--rejudge and --recheck are two things"),
 ])
 def test_a_recheck_it_cannot_make_is_one_line(tmp_path, capsys, study, copy, args, words):

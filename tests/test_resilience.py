@@ -243,6 +243,20 @@ def test_the_toy_study_reports_what_its_files_say(tmp_path):
     assert code == 0, err
     assert (again["headline"], again["claims"], again["cells"]) == \
         (verdict["headline"], verdict["claims"], verdict["cells"])
+    # Made again with the code here (--recheck): each family's run at the most workers without failures and
+    # with its first scenario's, their schedule drawn again from the recorded failure-free duration: the same.
+    code, _, err = cli("reproduce", "resilience", "--recheck", "--out-dir", str(out))
+    recheck = json.loads((out / "recheck.json").read_text())
+    assert code == 0 and recheck["same"], err
+    assert [r["cell"] for r in recheck["runs"]] == [f"{a} n=4{v}" for a in ("allreduce", *FAMILIES)
+                                                    for v in ("", " failures-burst")]
+    burst = next(c for c in again["cells"] if (c["algo"], c["workers"], c["scenario"]) == ("easgd", 4, "burst"))
+    assert recheck["runs"][5]["was"] == {"accuracy": burst["seeds"][0]["accuracy_failing"],
+                                         "wall": burst["seeds"][0]["wall_failing"]}
+    burst["seeds"][0]["wall_failing"] += 1.0  # a verdict its runs no longer give: the recheck says so
+    (out / "verdict.json").write_text(json.dumps(again))
+    code, text, _ = cli("reproduce", "resilience", "--recheck", "--out-dir", str(out))
+    assert code == 1 and "easgd n=4 failures-burst, seed 0: DIFFERS" in text and "1 of 8 run(s) differ" in text
 
 
 @requires_mpi

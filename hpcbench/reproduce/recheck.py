@@ -59,6 +59,30 @@ def numbers(cell: Any) -> dict[str, Any]:
             "time_to_target": None if math.isinf(cell.time_to_target[0]) else cell.time_to_target[0]}
 
 
+def failing_runs(v: Mapping[str, Any], algos: Sequence[str]) -> list[tuple[CellKey, Setting, int, dict[str, Any], str]]:
+    """The resilience study's runs to make again: for each algorithm, its cell at the most workers in the first
+    scenario, first seed: the run without failures and the one with the scenario's failures (drawn again from
+    that run's duration, as the study drew them); → (cell, setting, seed, the numbers the verdict holds, fault)."""
+    from hpcbench.reproduce.resilience import schedule
+
+    best = next(Setting.of(r["setting"]) for r in v["recipe_grid"] if r.get("chosen"))
+    mtbf = v.get("node_mtbf_s")
+    out = []
+    for algo in algos:
+        cells = sorted((c for c in v["cells"] if c["algo"] == algo and c["seeds"]),
+                       key=lambda c: (-int(c["workers"]), str(c["scenario"])))
+        if not cells:
+            continue
+        c, p = cells[0], cells[0]["seeds"][0]
+        n, seed, scenario = int(c["workers"]), int(p["seed"]), str(c["scenario"])
+        fault = schedule(scenario, n, float(p["wall"]), seed, math.inf if mtbf is None else float(mtbf))
+        out.append(((algo, n, ""), best, seed, {"accuracy": p["accuracy"], "wall": p["wall"]}, ""))
+        if fault:
+            out.append(((algo, n, f"failures-{scenario}"), best, seed,
+                        {"accuracy": p["accuracy_failing"], "wall": p["wall_failing"]}, fault))
+    return out
+
+
 def verdict_at(out_dir: Path) -> dict[str, Any]:
     path = out_dir / "verdict.json"
     try:
@@ -67,9 +91,13 @@ def verdict_at(out_dir: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: cannot read a verdict to recheck ({exc})") from None
     if not isinstance(v, dict) or not isinstance(v.get("arms"), list):
         raise UsageError(f"{path}: not a study's verdict (hpcbench reproduce writes one)")
-    if not all(isinstance(a, dict) and isinstance(a.get("cells"), list) for a in v["arms"]):
-        raise UsageError(f"{path}: a recheck makes a claims study's cells again (gap-aware, jin, sgp, diloco); this "
-                         "verdict's arms hold none: run the study again")
+    if v.get("study") == "resilience":
+        if not isinstance(v.get("cells"), list) or not any(r.get("chosen") for r in v.get("recipe_grid", [])):
+            raise UsageError(f"{path}: a resilience verdict without its cells or its chosen recipe: run the study "
+                             "again")
+    elif not all(isinstance(a, dict) and isinstance(a.get("cells"), list) for a in v["arms"]):
+        raise UsageError(f"{path}: a recheck makes a claims study's cells again (gap-aware, jin, sgp, diloco, "
+                         "resilience); this verdict's arms hold none: run the study again")
     return v
 
 
@@ -92,22 +120,28 @@ def recheck(name: str, out_dir: str, jobs: int = 1, timeout: float = 1800.0) -> 
         raise UsageError(f"{out / 'verdict.json'} does not record the compute model its runs were given (the "
                          "calibration's flags): run the study again to recheck it later")
     s = sized(name, str(v.get("preset")), "sim")
-    runs = chosen(v, s.algos)
     tmp = Path(tempfile.mkdtemp(prefix="hpcbench-recheck-"))
     try:
-        plans = [planned(s, str(v["preset"]), tmp, cell, setting, seed, "sim", tuple(v.get("run_flags", ())))
-                 for cell, setting, seed, _ in runs]
-        print(wrapped(f"recheck of {out}: {len(plans)} run(s), one per algorithm, made again with the code here"),
-              flush=True)
+        if name == "resilience":
+            remade = [(planned(s, str(v["preset"]), tmp, cell, setting, seed, "sim",
+                               ("--set", f"fault={fault}") if fault else ()), was)
+                      for cell, setting, seed, was, fault in failing_runs(v, s.algos)]
+            what = "each algorithm's without failures and with them"
+        else:
+            remade = [(planned(s, str(v["preset"]), tmp, cell, setting, seed, "sim", tuple(v.get("run_flags", ()))),
+                       was) for cell, setting, seed, was in chosen(v, s.algos)]
+            what = "one per algorithm"
+        plans = [p for p, _ in remade]
+        print(wrapped(f"recheck of {out}: {len(plans)} run(s), {what}, made again with the code here"), flush=True)
         outcome = run_jobs([p.job for p in plans], "sim", jobs, timeout)
         rows = []
-        for p, (cell, setting, seed, was) in zip(plans, runs):
-            row = {"cell": cell_name(cell), "setting": setting.values(), "seed": seed, "was": was}
+        for p, was in remade:
+            row = {"cell": cell_name(p.cell), "setting": p.setting.values(), "seed": p.seed, "was": was}
             if outcome.get(p.job.path):
                 row |= {"now": None, "why": outcome[p.job.path], "same": False}
             else:
-                now = numbers(cell_of(cell, [p.job.path], s.target))
-                row |= {"now": now, "same": all(same(was[k], now[k]) for k in COMPARED)}
+                now = numbers(cell_of(p.cell, [p.job.path], s.target))
+                row |= {"now": now, "same": all(same(was[k], now[k]) for k in was)}
             rows.append(row)
         commits = {commit_of(p.job.path) for p in plans if not outcome.get(p.job.path)}
     finally:

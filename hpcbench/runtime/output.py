@@ -214,9 +214,10 @@ def result_line(rec: RunRecord, path: str) -> str:
     trained = s["final_accuracy"] == s["final_accuracy"]  # NaN: no model (payload, or numerics off)
     lost = int(s.get("workers_lost", 0) or 0)  # workers that died and the run went on without (ULFM, a simulation)
     after = int(s.get("lost_after_training", 0) or 0)  # died once they had trained: the run lost only their rows
-    recovered = s.get("recovery_s", math.nan)
+    ms = 1000 * s.get("recovery_s", math.nan)
     who = (f"{rec.workers} workers" + (f", {lost} of {rec.workers} lost" if lost else "")
-           + (f" (recovery {1000 * recovered:.0f} ms)" if lost and math.isfinite(recovered) else "")
+           + (f" (recovery {ms:.2g} ms)" if lost and ms < 10 else f" (recovery {ms:.0f} ms)" if lost and ms >= 10
+              else "")
            + (f", {after} lost after training (not in the timeline)" if after else ""))
     status = rec.attrs.get("status", "ok")
     if status != "ok":  # a run whose programs ended and still failed (it lost every worker): no rate to give
