@@ -283,8 +283,10 @@ def recheck_text(r: Mapping[str, Any] | None) -> str:
     commits = ", ".join(c[:10] for c in r["made_with"].get("commits", [])) or "unknown"
     n, differ = len(r["runs"]), sum(not x.get("same") for x in r["runs"])
     if not differ:
-        return (f" Rechecked with commit {commits}: {n} run{'s' * (n > 1)} (one per algorithm) made again came out "
-                "the same to the last digit.")
+        each = ("each algorithm's without failures and with them" if r.get("study") == "resilience"
+                else "one per algorithm")
+        return (f" Rechecked with commit {commits}: {n} run{'s' * (n > 1)} ({each}) made again came out the same to "
+                "the last digit.")
     return f" A recheck with commit {commits} found {differ} of {n} run{'s' * (n > 1)} made again came out otherwise."
 
 
