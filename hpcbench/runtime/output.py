@@ -214,10 +214,9 @@ def result_line(rec: RunRecord, path: str) -> str:
     trained = s["final_accuracy"] == s["final_accuracy"]  # NaN: no model (payload, or numerics off)
     lost = int(s.get("workers_lost", 0) or 0)  # workers that died and the run went on without (ULFM, a simulation)
     after = int(s.get("lost_after_training", 0) or 0)  # died once they had trained: the run lost only their rows
-    ms = 1000 * s.get("recovery_s", math.nan)
-    who = (f"{rec.workers} workers" + (f", {lost} of {rec.workers} lost" if lost else "")
-           + (f" (recovery {ms:.2g} ms)" if lost and ms < 10 else f" (recovery {ms:.0f} ms)" if lost and ms >= 10
-              else "")
+    ms = 1000 * s.get("recovery_s", math.nan)  # a few ms keep their digits (0.88 ms, not 0 ms)
+    recovery = f" (recovery {ms:.2g} ms)" if ms < 10 else f" (recovery {ms:.0f} ms)" if ms >= 10 else ""
+    who = (f"{rec.workers} workers" + (f", {lost} of {rec.workers} lost{recovery}" if lost else "")
            + (f", {after} lost after training (not in the timeline)" if after else ""))
     status = rec.attrs.get("status", "ok")
     if status != "ok":  # a run whose programs ended and still failed (it lost every worker): no rate to give
