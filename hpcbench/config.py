@@ -99,10 +99,10 @@ class Fault:
             lasts = float(factor_text) if kind == "stop" and factor_text else 0.0
         except ValueError:
             raise wrong from None
-        numbered = {"slow": True, "stop": bool(factor_text)}.get(kind, False)  # which kinds take a third number
-        if numbered != bool(factor_text) or rank < 0 or not (math.isfinite(at) and at >= 0) \
+        third = {"slow": (True,), "stop": (False, True)}.get(kind, (False,))  # may a third number come, or must it
+        if bool(factor_text) not in third or rank < 0 or not (math.isfinite(at) and at >= 0) \
                 or not (math.isfinite(factor) and factor >= 1) or (kind == "raise" and at != int(at)) \
-                or not (math.isfinite(lasts) and (lasts > 0 or not factor_text or kind != "stop")):
+                or not (math.isfinite(lasts) and (lasts > 0) == (kind == "stop" and bool(factor_text))):
             raise wrong
         return cls(kind, rank, at, factor, lasts=lasts)
 
