@@ -165,6 +165,19 @@ def test_calibrate_does_not_fit_the_network_to_overlapped_all_reduces(runs):
     assert calibrate(runs["allreduce-3-buckets"])["bandwidth"] != calibrate(runs["allreduce-3"])["bandwidth"]
 
 
+def test_calibrate_given_runs_that_lost_no_worker_says_there_is_no_failure_cost_to_fit(runs, capsys):
+    """With one run it fits the rest and leaves the failure costs at their defaults; given more runs for
+    the failure costs, none of which lost a worker, it says so in one line."""
+    from hpcbench.cli import main
+
+    assert main(["calibrate", str(runs["allreduce-3"].path)]) == 0
+    assert "failure costs" not in capsys.readouterr().out
+    assert main(["calibrate", str(runs["allreduce-3"].path), str(runs["allreduce-5"].path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "hpcbench: error: none of the 2 runs lost a worker: there is no failure cost to fit (runs under Open MPI's "
+        "--with-ft ulfm with --set fault=kill:RANK@SECONDS)")
+
+
 def test_calibrate_simulates_with_the_links_noise_it_is_given(runs, capsys):
     """The noise is not fitted: calibrate takes it, prints it in both forms and fits the jitter over it;
     a noise that is not a finite number >= 0 is one error line."""

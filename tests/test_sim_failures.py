@@ -221,6 +221,11 @@ def test_recovery_is_the_first_update_after_the_death_that_did_not_need_the_fail
     # a team of one: regrouped at 1.03, it sums nothing and goes on
     alone = timeline((1, "recover", "Allreduce", 1.0, 1.03), (1, "compute", "Compute", 1.03, 1.08))
     assert recovery_times(alone, np.array([1]), np.array([0.99])).tolist() == pytest.approx([0.04])
+    # a team of one whose try has two rows (cut short until 1.01, agreement and shrink until 1.03): regrouped
+    # at the second's end, not the first's
+    shrunk = timeline((1, "recover", "Allreduce", 1.0, 1.01), (1, "recover", "Shrink", 1.01, 1.03),
+                      (1, "compute", "Compute", 1.03, 1.08))
+    assert recovery_times(shrunk, np.array([1]), np.array([0.99])).tolist() == pytest.approx([0.04])
     # asynchronous workers that never waited for it: the first step a survivor finished
     free = timeline((1, "compute", "Compute", 0.98, 1.01), (3, "compute", "Compute", 0.99, 1.02))
     assert recovery_times(free, np.array([1, 3]), np.array([1.0])).tolist() == pytest.approx([0.01])
@@ -281,3 +286,55 @@ def test_the_report_never_headlines_a_run_that_lost_every_worker(tmp_path):
     [lost] = [r for r in document["runs"] if r["algorithm"] == "dc-asgd"]
     assert lost["result"] == "failed" and lost["samples_per_s"] is None and "every worker was lost" in lost["error"]
     assert lost["reached"].startswith("608 of 1536 samples"), lost
+
+
+COSTS = {"detect_s": 0.04, "regroup_s": 0.002, "regroup_log_s": 0.003}
+
+
+def simulated_loss(tmp_path, algo, workers, kill, **costs):
+    """A simulated run with modeled computes of 20 ms that loses worker 2 at ``kill`` s."""
+    out = tmp_path / f"{algo}-{workers}.h5"
+    args = ["simulate", "--algo", algo, "--workers", str(workers), "--model", "payload", "--steps", "40",
+            "--compute", "gamma:shape=100,mean=0.02", "--set", f"fault=kill:2@{kill}", "--out", str(out)]
+    assert main([*args, *(f"--set=sim.{k}={v}" for k, v in costs.items())]) == 0
+    return read_run(out)
+
+
+def recover_rows(rec, op):
+    tl = rec.timeline
+    rows = (tl["phase"] == rec.phases.index("recover")) & (tl["op"] == rec.ops.index(op))
+    return tl["rank"][rows], tl["t_start"][rows], tl["t_end"][rows]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("algo", ["allreduce", "local-sgd", "easgd-sync"])
+@pytest.mark.parametrize("workers", [2, 4, 8])
+def test_the_survivors_learn_after_detect_s_and_regroup_in_the_time_the_law_gives(tmp_path, algo, workers):
+    """Issue 58: each survivor's failed collective is cut short no sooner than detect_s after the death, and
+    the survivors' agreement and shrink (their "Shrink" rows) take regroup_s + regroup_log_s · log2 p for p
+    survivors: 2 ms at 1, 2 + 3·log2 3 = 6.75 ms at 3, 2 + 3·log2 7 = 10.42 ms at 7."""
+    rec = simulated_loss(tmp_path, algo, workers, 0.3, **COSTS)
+    ranks, start, end = recover_rows(rec, "Shrink")
+    assert sorted(ranks.tolist()) == [r for r in range(1, workers + 1) if r != 2]  # once each
+    assert end - start == pytest.approx(np.full(workers - 1, {2: 0.002, 4: 0.00675489, 8: 0.01042207}[workers]))
+    _, cut_start, cut_end = recover_rows(rec, "Allreduce")
+    assert (cut_end >= 0.3 + 0.04 - 1e-9).all() and (cut_end == start).all()
+    table = rec.tables["failures"]
+    assert table["t_detected"][0] - table["t_death"][0] == pytest.approx(0.04)
+
+
+@pytest.mark.fast
+def test_the_failure_costs_fitted_from_runs_are_those_that_made_them(tmp_path):
+    """calibrate's fit (runtime/sim/failurefit.py) reads detection and regrouping back from the runs alone:
+    from simulated runs at 2, 4 and 8 workers made with known costs it finds those costs; from one size
+    only, it keeps the slope it is given and puts the rest in the constant."""
+    from hpcbench.runtime.sim.failurefit import fit_failures
+
+    recs = [simulated_loss(tmp_path, "allreduce", n, 0.3 + 0.007 * n, **COSTS) for n in (2, 4, 8)]
+    fit = fit_failures(recs, default_log_s=0.0)
+    assert fit is not None and sorted(p for p, _ in fit.regroups) == [1, 3, 7]
+    assert fit.settings() == pytest.approx(COSTS)
+    one = fit_failures(recs[1:2], default_log_s=0.001)
+    assert one is not None and one.regroup_log_s == 0.001
+    assert one.regroup_s == pytest.approx(0.00675489 - 0.001 * np.log2(3))
+    assert fit_failures([simulated_loss(tmp_path, "asgd", 3, 0.3, **COSTS)], 0.0).regroups == ()  # no collective

@@ -208,6 +208,32 @@ def test_the_simulator_loses_what_the_real_run_loses(tmp_path, algo):
         assert a.summary["samples_lost"] in (32, 64) and b.summary["samples_lost"] in (32, 64)
 
 
+def test_a_real_loss_is_measured_as_the_simulator_models_it_and_calibrate_fits_its_costs(tmp_path):
+    """Issue 58: each survivor's failed collective has two "recover" rows, the collective
+    cut short and the agreement and shrink ("Shrink"), as the simulator writes them; and calibrate fits the
+    simulator's failure costs from such runs (at 2 and 4 workers: 1 and 3 survivors)."""
+    from conftest import cli
+
+    paths = []
+    for workers in (2, 4):
+        paths.append(tmp_path / f"real{workers}.h5")
+        ok(mpirun(workers + 1, "run", "--algo", "allreduce", *PAYLOAD, "--set", "fault=kill:2@0.51",
+                  "--out", str(paths[-1])))
+        rec = read_run(paths[-1])
+        table = rec.tables["failures"]
+        assert 0 < table["t_detected"][0] - table["t_death"][0] < 0.2
+        tl = rec.timeline
+        recover = tl["phase"] == rec.phases.index("recover")
+        shrink = recover & (tl["op"] == rec.ops.index("Shrink"))
+        assert sorted(tl["rank"][shrink].tolist()) == [r for r in range(1, workers + 1) if r != 2]
+        assert recover.sum() == 2 * shrink.sum()  # each Shrink row follows its collective cut short
+    code, out, err = cli("calibrate", *map(str, paths))
+    assert code == 0, err
+    assert re.search(r"failure costs from 2 run\(s\): detection [0-9.]+ ms \(median of 2\); agreement and shrink "
+                     r"[0-9.]+ ms \+ [0-9.]+ ms x log2\(survivors\) \(2 shrinks at 1, 3 survivors\)", out), out
+    assert "--set sim.detect_s=" in out and "regroup_log_s = " in out
+
+
 EVERY_WORKER = "kill:1@0.5,kill:2@1,kill:3@1.5,kill:4@2"
 
 

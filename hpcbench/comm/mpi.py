@@ -336,11 +336,12 @@ class MpiComm(Gathering):
                 wait(lambda: True if ulfm.ended(req) else None, "the failed collective to end")
         if self.failures is None:
             return
+        regrouping = self.wtime()
         if ulfm.agree(self.workers, ok, lambda test: wait(test, f"the survivors to agree on {what}")):
             return
         self.workers = ulfm.shrink(self.workers)
         self.members = ulfm.members(self.workers, self.world)
-        raise Shrunk()
+        raise Shrunk(regrouping)
 
     def _wait(self, test: Callable[[], T | None], timeout: float, what: str, fail: bool = True,
               spin: float = SPIN_S, peer: int | None = None, nap: float | None = None,

@@ -32,7 +32,13 @@ def message_bytes(data: np.ndarray, given: bool) -> np.ndarray:
 
 class Shrunk(Exception):
     """A workers' collective ended because workers failed: the survivors agreed so, and the workers'
-    collectives now span only them. Start it again (``Transport.members`` says whom it spans)."""
+    collectives now span only them. Start it again (``Transport.members`` says whom it spans).
+    ``regrouping``: when (this rank's clock) the failed collective had ended here and the agreement and
+    the shrink began."""
+
+    def __init__(self, regrouping: float) -> None:
+        super().__init__(regrouping)
+        self.regrouping = regrouping
 
 
 class Transport(Protocol):

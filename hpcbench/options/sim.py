@@ -81,9 +81,15 @@ class SimConfig:
     # after when the worker count is not a power of two) or "ring" (Open MPI's and NCCL's for large ones).
     allreduce: str = choice("rabenseifner", ALLREDUCE_ALGORITHMS)
     # A worker that fails (--set fault=kill:RANK@SECONDS,...): how long until the others learn of it
-    # (ULFM's notification, measured 10-16 ms on one node); the survivors of a collective then agree
-    # and regroup in the time of three barriers.
-    detect_s: float = bounded(0.015, low=0, high=MAX_MESSAGE_S, unit="seconds")
+    # (ULFM's notification); the survivors of a collective then agree on it and shrink their
+    # communicator in regroup_s + regroup_log_s * log2(survivors): ULFM's agreement runs over a tree
+    # of the survivors (its depth, log2 of their number, is the rounds of messages), and the shrink
+    # is one more agreement and a new communicator. `hpcbench calibrate` fits all three from real runs
+    # that lost a worker; these defaults are its fit of Open MPI 5.0 ULFM on one node
+    # (benchmarks/failure_costs.py, docs/failures.md).
+    detect_s: float = bounded(0.018, low=0, high=MAX_MESSAGE_S, unit="seconds")
+    regroup_s: float = bounded(0.000165, low=0, high=MAX_MESSAGE_S, unit="seconds")
+    regroup_log_s: float = bounded(0.00009, low=0, high=MAX_MESSAGE_S, unit="seconds")
     # Wall-clock time a simulation may take: one still going then ends as "timeout", with its record.
     deadline_s: float = bounded(21_600.0, above=0, unit="seconds")
 

@@ -164,6 +164,8 @@ def recovery_times(tl: Mapping[str, np.ndarray], survivors: np.ndarray, since: n
     mine = np.isin(tl["rank"], survivors)
     recover = mine & (tl["phase"] == PHASE_CODE["recover"])
     collective = mine & np.isin(tl["op"], [OP_CODE["Allreduce"], OP_CODE["Barrier"]]) & ~recover
+    shrunk = recover & (tl["op"] == OP_CODE["Shrink"])  # where a failed try has two rows, the second's end
+    recover = shrunk if shrunk.any() else recover
     computes = mine & (tl["phase"] == PHASE_CODE["compute"])
     for i, t0 in enumerate(since):
         if applied is not None:

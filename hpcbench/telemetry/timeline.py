@@ -12,8 +12,9 @@ from hpcbench.algorithms.ops import TIMED_OPS
 # recover: a workers' collective that failed with a worker, and the survivors agreeing and regrouping.
 PHASES = ("data", "compute", "communicate", "wait", "apply", "update", "eval", "flush", "recover")
 PHASE_CODE = {name: i for i, name in enumerate(PHASES)}
-# The operation a row belongs to ("none": the program's own math between operations).
-OPS = ("none",) + tuple(op.__name__ for op in TIMED_OPS)
+# The operation a row belongs to ("none": the program's own math between operations; "Shrink": the
+# survivors of a failed collective agreeing on it and shrinking their communicator, a "recover" row).
+OPS = ("none",) + tuple(op.__name__ for op in TIMED_OPS) + ("Shrink",)
 OP_CODE = {name: i for i, name in enumerate(OPS)}
 COLUMNS = ("rank", "step", "phase", "op", "t_start", "t_end", "nbytes")
 ROW_WIDTH = 6  # numbers in a row as a Timeline keeps it

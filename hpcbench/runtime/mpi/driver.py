@@ -39,6 +39,7 @@ from hpcbench.algorithms.ops import (
 from hpcbench.comm.transport import WORKER_MARGIN_S, Shrunk, Transport
 from hpcbench.errors import WaitTimeout
 from hpcbench.runtime.logs import RunLogs
+from hpcbench.runtime.mpi.faults import Injector
 from hpcbench.telemetry.progress_line import ProgressLine
 from hpcbench.telemetry.timeline import Timeline
 from hpcbench.workload.base import Workload
@@ -64,15 +65,17 @@ class MpiDriver:
                  stream: BatchStream | None = None, slow_factor: float = 1.0, logs: RunLogs | None = None,
                  progress: ProgressLine | None = None, tick: Callable[[], None] | None = None,
                  slowdown: Callable[[float], float] | None = None,
-                 modeled: Callable[[], float] | None = None) -> None:
+                 modeled: Callable[[], float] | None = None, fault: Injector | None = None) -> None:
         """``tick``: called before every operation (notices, heartbeats, faults, flushes); ``slowdown``:
         an injected fault's factor on the compute time at a given time; ``modeled``: each compute's
-        length drawn from a model (the payload workload) instead of the time the gradient took."""
+        length drawn from a model (the payload workload) instead of the time the gradient took;
+        ``fault``: the rank's injected fault (a modeled compute's sleep wakes when it is due)."""
         self.comm = comm
         self.timeline = timeline
         self.timeout = timeout
         self.workload = workload
         self.modeled = modeled
+        self.fault = fault
         self.stream = stream
         self.slow_factor = slow_factor
         self.logs = logs
@@ -159,17 +162,22 @@ class MpiDriver:
         try:
             self.comm.finish_allreduces(started, self.timeout)
             self.timeline.add(self.step, "communicate", t2, self.clock(), grad.nbytes, "Allreduce")
-        except Shrunk:  # workers failed during the overlapped all-reduces: the survivors sum the whole again
-            self.timeline.add(self.step, "recover", t2, self.clock(), 0, "Allreduce")
+        except Shrunk as shrunk:  # workers failed during the overlapped all-reduces: the survivors sum the whole again
+            self._recovered(t2, shrunk, "Allreduce")
             reduced = self._collective(lambda: self.comm.collective("Allreduce", grad, self.timeout), grad.nbytes)
         return Gradient(reduced, loss, len(indices), correct)
 
     def _until(self, t: float, started: list[Any]) -> None:
-        """Sleep until local time ``t``, letting ``started`` all-reduces advance meanwhile."""
-        while (left := t - self.clock()) > 0:
+        """Sleep until local time ``t``, letting ``started`` all-reduces advance meanwhile, and waking
+        for an injected fault due before then."""
+        while (left := t - (now := self.clock())) > 0:
             if started:
                 self.comm.advance(started)
-            time.sleep(min(left, PROGRESS_NAP_S) if started else left)
+            due = self.fault.due() if self.fault is not None else math.inf
+            nap = min(left, PROGRESS_NAP_S) if started else left
+            time.sleep(min(nap, max(due - now, PROGRESS_NAP_S)))
+            if self.fault is not None and self.clock() >= due:
+                self.fault.check(self.clock(), self.step)
 
     def publish(self, op: Publish) -> None:
         self._timed("communicate", op.data.nbytes, op, lambda: self.comm.publish(op.window, op.data, op.offset))
@@ -220,16 +228,22 @@ class MpiDriver:
     def _collective(self, run: Callable[[], Any], nbytes: int, phase: str = "communicate",
                     op: str = "Allreduce") -> Any:
         """A workers' collective, begun again over the survivors for as long as workers fail during it
-        (each failed try a "recover" row: the collective cut short, the agreement, the regrouping)."""
+        (each failed try two "recover" rows: ``_recovered``)."""
         while True:
             t0 = self.clock()
             try:
                 out = run()
-            except Shrunk:
-                self.timeline.add(self.step, "recover", t0, self.clock(), 0, op)
+            except Shrunk as shrunk:
+                self._recovered(t0, shrunk, op)
                 continue
             self.timeline.add(self.step, phase, t0, self.clock(), nbytes, op)
             return out
+
+    def _recovered(self, t0: float, shrunk: Shrunk, op: str) -> None:
+        """A collective begun at ``t0`` that failed with a worker: two "recover" rows, the collective cut
+        short (as ``op``) and the survivors' agreement and shrink ("Shrink")."""
+        self.timeline.add(self.step, "recover", t0, shrunk.regrouping, 0, op)
+        self.timeline.add(self.step, "recover", shrunk.regrouping, self.clock(), 0, "Shrink")
 
     def evaluate(self, op: Evaluate) -> None:
         assert self.logs is not None

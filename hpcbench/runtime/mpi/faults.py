@@ -1,6 +1,7 @@
 """Faults injected on purpose (``--set fault=...``), so failures can be reproduced and measured."""
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -52,6 +53,13 @@ class Injector:
         elif kind == "raise" and step >= at:
             text, self.fault = str(self.fault), Fault()
             raise InjectedFault(f"injected fault {text}")
+
+    def due(self) -> float:
+        """When (this rank's clock) a kill, stop or term due at a time comes: a rank sleeping through a
+        modeled compute wakes then, so that it dies when its fault says, as the simulator's does (a real
+        gradient is not cut short: the fault comes when it ends); inf where none is pending."""
+        fault = self.fault
+        return self.start + fault.at if fault.kind in SIGNALS and not fault.phase else math.inf
 
     def unfired(self) -> str:
         """The fault asked of this rank during training, where training ended before it came (a kill at

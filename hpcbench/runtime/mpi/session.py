@@ -249,7 +249,7 @@ def execute(plan: Plan, comm: Cluster) -> int:
     injector = Injector(cfg.fault, rank, start)
     driver = MpiDriver(comm, timeline, cfg.timeout_s, run.workload, stream, run.slow_factor(rank),
                        keeper.logs if keeper is not None else None, progress, tick=comm.tick,
-                       slowdown=injector.slow_factor, modeled=run.modeled(rank))
+                       slowdown=injector.slow_factor, modeled=run.modeled(rank), fault=injector)
 
     def on_wait() -> None:
         now = comm.wtime()

@@ -12,12 +12,15 @@ the real one, found by simulating the run without numerics (the network fit take
 puts back the slow tail the simulator does not model itself, such as ranks sharing cores).
 The links' noise is not fitted (one run cannot tell it from the jitter); ``--noise CV`` sets it, as
 ``benchmarks/bare_exchange.py`` measures it, and the jitter is then fitted on top.
+failures: from every run given that lost a worker under ULFM, detection and the survivors' agreement
+and shrink (``failurefit.py``).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +36,7 @@ from hpcbench.options.sim import SimConfig
 from hpcbench.results.schema import RunRecord
 from hpcbench.runtime import plan
 from hpcbench.runtime.sim.costs import allreduce_terms, link_bandwidth
+from hpcbench.runtime.sim.failurefit import FailureFit, fit_failures
 from hpcbench.runtime.sim.session import simulated_record
 
 DEFAULT_ALPHA_S = SimConfig().alpha_s
@@ -250,6 +254,18 @@ def set_flag(key: str, value: Any) -> str:
     return "--set " + shlex.quote(f"{key}={toml_literal(value)}")
 
 
+def failure_line(fit: FailureFit, files: int) -> str:
+    """What the failure costs were fitted from, in one line."""
+    parts = []
+    if fit.detections:
+        parts.append(f"detection {1e3 * fit.detect_s:.1f} ms (median of {len(fit.detections)})")
+    if fit.regroups:
+        parts.append(f"agreement and shrink {1e3 * fit.regroup_s:.2f} ms + {1e3 * fit.regroup_log_s:.2f} ms "
+                     f"x log2(survivors) ({len(fit.regroups)} shrinks at "
+                     f"{', '.join(str(p) for p in sorted({p for p, _ in fit.regroups}))} survivors)")
+    return f"failure costs from {files} run(s): " + "; ".join(parts)
+
+
 def simulate_command(rec: RunRecord, sim: dict[str, Any]) -> str:
     keys, tables = run_settings(rec)
     defaults = RunConfig().to_dict()  # as a result file records them
@@ -262,6 +278,7 @@ def simulate_command(rec: RunRecord, sim: dict[str, Any]) -> str:
         f"--heterogeneity {g(sim['heterogeneity'])}",
         f"--set sim.apply_s={g(sim['apply_s'])}", f"--set sim.update_s={g(sim['update_s'])}",
         f"--set sim.progress={sim['progress']}", f"--set sim.allreduce={sim['allreduce']}",
+        *(f"--set sim.{k}={g(v)}" for k, v in sim.get("failures", {}).items()),
     ]
     parts += [set_flag(k, v) for k, v in keys.items() if k not in FLAGS and v != defaults[k]]
     parts += [set_flag(f"{table}.{k}", v) for table, options in tables.items() for k, v in options.items()]
@@ -271,7 +288,8 @@ def simulate_command(rec: RunRecord, sim: dict[str, Any]) -> str:
 def as_toml(rec: RunRecord, sim: dict[str, Any]) -> str:
     """A --config file that simulates the run: its settings, its option tables and the fitted [sim]."""
     keys, tables = run_settings(rec)
-    fitted = {k: float(g(v)) if isinstance(v, float) else v for k, v in sim.items()}  # as the command shows them
+    fitted = {k: float(g(v)) if isinstance(v, float) else v for k, v in sim.items()
+              if k != "failures"}  # as the command shows them
     lines = [f"{k} = {toml_literal(v)}" for k, v in keys.items()]
     for table, options in {**tables, "sim": fitted}.items():
         if options:
@@ -288,11 +306,21 @@ def overlapped(rec: RunRecord) -> bool:
             and FLOAT_BYTES * cfg["parameters"] > opts.get("bucket_mb", 25.0) * 2**20)
 
 
-def describe(rec: RunRecord, noise: float = 0.0, link: LinkFit | None = None) -> str:
+def describe(rec: RunRecord, noise: float = 0.0, link: LinkFit | None = None, more: Sequence[RunRecord] = ()) -> str:
     sim = calibrate(rec, noise, link)
     s = rec.summary
     head = (f"# calibrated from {rec.path}: {rec.algorithm}, {rec.workers} workers, "
             f"{g(s['samples_per_s'])} samples/s on {rec.per_rank['hostnames'][0]}")
+    fit = fit_failures([rec, *more], SimConfig().regroup_log_s)
+    if fit is None:
+        if more:
+            raise UsageError(f"none of the {1 + len(more)} runs lost a worker: there is no failure cost to fit "
+                             "(runs under Open MPI's --with-ft ulfm with --set fault=kill:RANK@SECONDS)")
+    else:
+        fitted = {k: v for k, v in fit.settings().items() if not math.isnan(v)}
+        sim.update(fitted)
+        sim["failures"] = fitted
+        head += "\n# " + failure_line(fit, 1 + len(more))
     if overlapped(rec):
         head += ("\n# its all-reduces overlapped the backward pass in buckets: the network was not fitted from "
                  "them (calibrate from a run with --set allreduce.overlap=false)")

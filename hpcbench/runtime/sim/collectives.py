@@ -1,10 +1,13 @@
 """The workers' collectives in virtual time: all-reduce, all-gather and barrier (all arrive, then all
 leave together after the collective's cost), and a bucketed compute's all-reduce overlapping the
 backward pass. A member that dies while one is under way makes it fail for every member; once the
-survivors know, they agree on it and begin again among themselves (three barriers' time, each
-one's "recover" row), and from then on they are the collectives' members.
+survivors know, they agree on it and shrink to themselves (``regroup_s``), and begin again among
+themselves (each one's two "recover" rows: the collective cut short, and the agreement and shrink),
+and from then on they are the collectives' members.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -67,7 +70,8 @@ class Collectives(Transfers):
         p = len(self.members)
         cost = self.collective_s(self.collective_op, p)
         start = max([begin] + [t for _, t, _ in arrivals])
-        self.fly(Flight(arrivals, start + cost, start + cost, start, self.collective_op, recovered=p < before))
+        self.fly(Flight(arrivals, start + cost, start + cost, start, self.collective_op,
+                        regrouping=self.now if p < before else None))
         return BLOCKED
 
     def finish_reducing(self) -> object:
@@ -75,7 +79,7 @@ class Collectives(Transfers):
         bucket k's all-reduce starts once the last worker's backward pass has finished it and bucket
         k−1's has ended; each worker goes on when its compute and the last all-reduce are done (the
         exposed part is its "communicate" row). When workers failed before, the survivors regroup
-        first and all-reduce the whole gradient once their computes are done."""
+        once their computes are done, then all-reduce the whole gradient."""
         before = len(self.members)
         begin = self.regrouped(len(self.reducing))
         if begin is None:
@@ -84,10 +88,11 @@ class Collectives(Transfers):
         assert op is not None
         arrivals, self.reducing = sorted(self.reducing, key=lambda a: a[0]), []
         last_done = max(done for _, _, done, _ in arrivals)
-        if len(self.members) < before:
-            start = max(begin, last_done)
+        if len(self.members) < before:  # each survivor comes to the agreement when its compute is done
+            regrouping = max(self.now, last_done)
+            start = regrouping + begin - self.now
             end = start + self.whole_allreduce_s(op)
-            self.fly(Flight(arrivals, end, end, start, recovered=True))
+            self.fly(Flight(arrivals, end, end, start, regrouping=regrouping))
             return BLOCKED
         p, cfg = len(self.members), self.cfg
         # The buckets partition the model's parameters; count them at the modeled message size.
@@ -125,8 +130,8 @@ class Collectives(Transfers):
         total = summed([result.grad for result in results])
         for (rank, t, done, _), result in zip(flight.arrivals, results):
             self.row(rank, "compute", t, done, 0, "Compute")
-            if flight.recovered:
-                self.row(rank, "recover", done, flight.start, 0, "Allreduce")
+            if flight.regrouping is not None:
+                self.recovered(rank, done, flight, "Allreduce")
             if flight.end > max(done, flight.start):
                 self.row(rank, "communicate", max(done, flight.start), flight.end, self.modeled(result.grad.nbytes),
                          "Allreduce")
@@ -140,11 +145,23 @@ class Collectives(Transfers):
             nbytes = self.wire_of(op)
         phase, name = ("wait", "Barrier") if result is None else ("communicate", type(op).__name__)
         for r, t, _ in flight.arrivals:
-            if flight.recovered:
-                self.row(r, "recover", t, flight.start, 0, name)
+            if flight.regrouping is not None:
+                self.recovered(r, t, flight, name)
                 t = flight.start
             self.row(r, phase, t, flight.end, nbytes, name)
             self.later(r, flight.end, None if result is None else result.copy())
+
+    def recovered(self, rank: int, t: float, flight: Flight, op: str) -> None:
+        """A member's two "recover" rows from ``t`` on, as a real run's: its collective cut short (``op``)
+        until the survivors began to regroup, then their agreement and shrink ("Shrink")."""
+        assert flight.regrouping is not None
+        regrouping = max(t, flight.regrouping)
+        self.row(rank, "recover", t, regrouping, 0, op)
+        self.row(rank, "recover", regrouping, max(regrouping, flight.start), 0, "Shrink")
+
+    def regroup_s(self, survivors: int) -> float:
+        """Seconds the survivors of a failed collective take to agree on it and shrink to themselves."""
+        return self.cfg.regroup_s + self.cfg.regroup_log_s * math.log2(max(survivors, 1))
 
     def retry(self) -> None:
         """Collectives that failed with members that died while they were under way: once the survivors
@@ -157,14 +174,15 @@ class Collectives(Transfers):
             self.members = tuple(r for r in self.members if not self.dead[r])
             if not survivors:  # every member died: no one is left to begin it again
                 continue
-            start = max(self.now, flight.landed) + 3 * barrier_s(len(self.members), self.cfg.alpha_s)
+            regrouping = max(self.now, flight.landed)
+            start = regrouping + self.regroup_s(len(self.members))
             if len(survivors[0]) == 4:
                 op = self.reducing_op
                 assert op is not None
                 end = start + self.whole_allreduce_s(op)
             else:
                 end = start + self.collective_s(flight.op, len(self.members))
-            self.fly(Flight(survivors, end, end, start, flight.op, recovered=True))
+            self.fly(Flight(survivors, end, end, start, flight.op, regrouping=regrouping))
 
     def regrouped(self, arrived: int) -> float | None:
         """A workers' collective that ``arrived`` live members have joined: None while a live member has
@@ -178,18 +196,18 @@ class Collectives(Transfers):
         if any(r not in self.known for r in self.members if self.dead[r]):
             return None
         self.members = live
-        return self.now + 3 * barrier_s(len(live), self.cfg.alpha_s)
+        return self.now + self.regroup_s(len(live))
 
 
 class Flight:
     """A workers' collective under way: who joined it (``arrivals``: (rank, joined, data) for an
     all-reduce or barrier, (rank, joined, compute done, gradient) for a bucketed compute), when it lands
-    (its computes and its all-reduce all done), when its all-reduce began and ended, and whether the
-    survivors regrouped before it (their "recover" rows)."""
+    (its computes and its all-reduce all done), when its all-reduce began and ended, and when the
+    survivors began to regroup before it (None where they did not: no "recover" rows)."""
 
-    __slots__ = ("arrivals", "landed", "end", "start", "op", "recovered")
+    __slots__ = ("arrivals", "landed", "end", "start", "op", "regrouping")
 
     def __init__(self, arrivals: list, landed: float, end: float, start: float,
-                 op: Allreduce | Allgather | Barrier | None = None, recovered: bool = False) -> None:
+                 op: Allreduce | Allgather | Barrier | None = None, regrouping: float | None = None) -> None:
         self.arrivals, self.landed, self.end, self.start = arrivals, landed, end, start
-        self.op, self.recovered = op, recovered  # the collective (None: a bucketed compute's all-reduce)
+        self.op, self.regrouping = op, regrouping  # the collective (None: a bucketed compute's all-reduce)

@@ -14,8 +14,8 @@ collective, else when the operation it is in ends, so never inside a lock or a r
 nowhere, and ``detect_s`` later the others
 learn of it: a receive waiting for it (or, from any rank, for news of a failure) gets ``Lost``, reads
 of and adds into its windows get ``Lost``, and a workers' collective it did not join is agreed on and
-begun again by the survivors (three barriers' time), who from then on are the workers' collectives'
-members.
+begun again by the survivors (after ``regroup_s`` + ``regroup_log_s``·log2 of their number), who from
+then on are the workers' collectives' members.
 
 The engine is put together from its parts, each in a module of its own: the event loop and the state
 they share (``core``), transfers over the links (``transfers``), the one-sided windows (``windows``),

