@@ -13,9 +13,11 @@ stays that verdict's).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -134,7 +136,7 @@ def recheck(name: str, out_dir: str, jobs: int = 1, timeout: float = 1800.0) -> 
         plans = [p for p, _ in remade]
         print(wrapped(f"recheck of {out}: {len(plans)} run(s), {what}, made again with the code here"), flush=True)
         outcome = run_jobs([p.job for p in plans], "sim", jobs, timeout)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for p, was in remade:
             row = {"cell": cell_name(p.cell), "setting": p.setting.values(), "seed": p.seed, "was": was}
             if outcome.get(p.job.path):
@@ -144,22 +146,83 @@ def recheck(name: str, out_dir: str, jobs: int = 1, timeout: float = 1800.0) -> 
                 row |= {"now": now, "same": all(same(was[k], now[k]) for k in was)}
             rows.append(row)
         commits = {commit_of(p.job.path) for p in plans if not outcome.get(p.job.path)}
+        machine = ""
+        if any(not r["same"] and r["now"] is not None for r in rows):
+            machine = machine_or_code(v, plans, rows, s.target, jobs, timeout)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     record = made_with.record(commits, s.algorithms(), simulated=True)
     result = {"study": name, "preset": v.get("preset"), "of": versions_of(v), "same": all(r["same"] for r in rows),
-              "runs": rows, "made_with": record}
+              "runs": rows, "made_with": record} | ({"machine": machine} if machine else {})
     (out / FILE).write_text(json.dumps(result, indent=1), encoding="utf-8")
     for r in rows:
         found = r["now"] if r["now"] is not None else r["why"]
-        print(wrapped(f"  {r['cell']}, seed {r['seed']}: " + ("the same" if r["same"] else
-                                                              f"DIFFERS: was {r['was']}, now {found}")))
+        if r["same"] and "then_here" in r and not all(same(r["was"][k], r["now"][k]) for k in r["was"]):
+            said = f"as the verdict's code makes it here: {found} (the verdict holds {r['was']})"
+        else:
+            said = "the same" if r["same"] else f"DIFFERS: was {r['was']}, now {found}"
+        print(wrapped(f"  {r['cell']}, seed {r['seed']}: {said}"))
     differ = sum(not r["same"] for r in rows)
     again = f"run it again (hpcbench reproduce {name} --preset {v.get('preset')})"
+    if machine:
+        print(wrapped(f"  {machine}"))
     print(wrapped(f"{out / FILE}: " + ("every run came out the same: the verdict stands for the code here" if not differ
                                        else f"{differ} of {len(rows)} run(s) differ: the code here changes the study's "
                                        f"numbers; {again}")))
     return 1 if differ else 0
+
+
+def machine_or_code(v: Mapping[str, Any], plans: Sequence[Any], rows: list[dict[str, Any]], target: float,
+                    jobs: int, timeout: float) -> str:
+    """Where runs came out otherwise, whether the code or the machine made the difference: the same runs made
+    here again with the code the verdict was made with (its commit, from this checkout's git). A row whose
+    run that code makes as the code here does, to the last digit, counts as the same: the code here did not
+    change it, this machine's arithmetic did (a CPU with other vector units rounds otherwise); → a sentence
+    saying what was found ("" where it could not be tried)."""
+    from hpcbench.reproduce.runner import cell_of
+    from hpcbench.tuning.execute import run_jobs
+
+    tmp = Path(tempfile.mkdtemp(prefix="hpcbench-recheck-then-"))
+    try:
+        commit = code_of(v.get("made_with") or {}, tmp)
+        if not commit:
+            return ""
+        again = [dataclasses.replace(p.job, cfg=p.job.cfg.with_updates(out=str(tmp / p.job.path.name)),
+                                     path=tmp / p.job.path.name) for p in plans]
+        outcome = run_jobs(again, "sim", jobs, timeout, package=tmp)
+        agreed = 0
+        for p, job, row in zip(plans, again, rows):
+            if outcome.get(job.path):
+                return f"commit {commit}, which the verdict was made with, could not make its runs here"
+            row["then_here"] = then = numbers(cell_of(p.cell, [job.path], target))
+            if not row["same"] and row["now"] is not None and all(same(then[k], row["now"][k]) for k in row["was"]):
+                row["same"] = True
+                agreed += 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not agreed:
+        return f"made here with commit {commit} (the verdict's), they come out otherwise: the code here changed them"
+    return (f"{agreed} run(s) differ from the verdict, and commit {commit} (the verdict's) gives here what the code "
+            "here gives, to the last digit: this machine's arithmetic made the difference (floating point rounds "
+            "otherwise on another CPU), not the code")
+
+
+def code_of(made: Mapping[str, Any], tmp: Path) -> str:
+    """Put in ``tmp`` the package as the commit the verdict's runs were made with holds it (one of the commits
+    its files name whose files are the digests the verdict recorded, from this checkout's git); → the
+    commit's first 10 digits, "" where none is (not a git checkout, or runs made with uncommitted code)."""
+    repo = made_with.package().parent
+    for commit in made.get("commits") or []:
+        shutil.rmtree(tmp / "hpcbench", ignore_errors=True)
+        archive = subprocess.run(["git", "-C", str(repo), "archive", commit, "hpcbench"], capture_output=True,
+                                 timeout=120)
+        if archive.returncode != 0:
+            continue
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True, timeout=120)
+        there = made_with.digests(tmp / "hpcbench")
+        if all(there.get(path) == digest for path, digest in (made.get("files") or {"": ""}).items()):
+            return str(commit)[:10]
+    return ""
 
 
 def versions_of(v: Mapping[str, Any]) -> Any:

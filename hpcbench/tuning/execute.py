@@ -67,17 +67,18 @@ def jobs_or_cores(jobs: int) -> int:
     return jobs or cpu_count()
 
 
-def start(job: Job, mode: str) -> subprocess.Popen:
+def start(job: Job, mode: str, package: Path | None = None) -> subprocess.Popen:
+    """``job`` in a process of its own (simulated: with the package in ``package`` where given)."""
     from hpcbench.launch.local import launch_env, mpi_command
 
     if mode == "sim":
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "OMP_NUM_THREADS": "1"} | ({"PYTHONPATH": str(package)} if package else {})
         argv = [sys.executable, "-m", "hpcbench", *job.argv(mode), "--set", "threads=1"]
     else:
         env = launch_env(job.workers + 1)
         argv = mpi_command(job.workers + 1, job.argv(mode))
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, cwd=package)
 
 
 def not_ok(path: Path) -> str:
@@ -102,13 +103,15 @@ def weight(job: Job, mode: str) -> float:
     return job.workers + 1 if mode == "mpi" else 1.0
 
 
-def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float) -> dict[Path, str]:
+def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float,
+             package: Path | None = None) -> dict[Path, str]:
     """Run every job; → for each result file, "" when it is ok (run now or kept), else why it failed.
     Ok means every reader takes the file whole: a kept file that holds an impossible value is said in one
     line and run again, and a run whose file is not ok when it ends counts as failed, with the reason.
 
     Prints one line per job as it ends: ``[k/N, T so far, about U left] label: its result`` (or FAILED),
-    counting the runs to do (those kept are said once)."""
+    counting the runs to do (those kept are said once). ``package``: simulate with the package there (another
+    commit's, which ``reproduce --recheck`` compares with the code here), each run in a process of its own."""
     from hpcbench.errors import one_line
     from hpcbench.results.store import result_state
 
@@ -132,7 +135,7 @@ def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float) -> d
     countdown = Countdown([weight(job, mode) for job in todo])
     if todo:
         print(f"{len(todo)} runs to do, {width} at a time: the count and the time left follow each", flush=True)
-    if mode == "sim" and width == 1:  # one at a time: in this process, without a start-up per run
+    if mode == "sim" and width == 1 and package is None:  # one at a time: in this process, without a start-up per run
         for job in todo:
             outcome[job.path] = inline(job, countdown)
         return outcome
@@ -144,7 +147,7 @@ def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float) -> d
             while queue or running:
                 while queue and len(running) < width:
                     job = queue.pop(0)
-                    running.append((job, start(job, mode), time.monotonic()))
+                    running.append((job, start(job, mode, package), time.monotonic()))
                 time.sleep(0.05)
                 for entry in list(running):
                     job, proc, t0 = entry
