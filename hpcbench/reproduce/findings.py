@@ -285,8 +285,7 @@ def recheck_text(r: Mapping[str, Any] | None) -> str:
     if not differ:
         each = ("each algorithm's without failures and with them" if r.get("study") == "resilience"
                 else "one per algorithm")
-        machine = sum(bool(x.get("then_here")) and x.get("was") != {k: x["now"][k] for k in x["was"]}
-                      for x in r["runs"])
+        machine = sum(bool(x.get("by_machine")) for x in r["runs"])
         return (f" Rechecked with commit {commits}: {n} run{'s' * (n > 1)} ({each}) made again came out the same to "
                 "the last digit" + (f" ({machine} as the verdict's own code makes them on the machine of the recheck, "
                                     "whose floating point rounds otherwise than the study's)" if machine else "") + ".")

@@ -157,7 +157,7 @@ def recheck(name: str, out_dir: str, jobs: int = 1, timeout: float = 1800.0) -> 
     (out / FILE).write_text(json.dumps(result, indent=1), encoding="utf-8")
     for r in rows:
         found = r["now"] if r["now"] is not None else r["why"]
-        if r["same"] and "then_here" in r and not all(same(r["was"][k], r["now"][k]) for k in r["was"]):
+        if r.get("by_machine"):
             said = f"as the verdict's code makes it here: {found} (the verdict holds {r['was']})"
         else:
             said = "the same" if r["same"] else f"DIFFERS: was {r['was']}, now {found}"
@@ -196,7 +196,7 @@ def machine_or_code(v: Mapping[str, Any], plans: Sequence[Any], rows: list[dict[
                 return f"commit {commit}, which the verdict was made with, could not make its runs here"
             row["then_here"] = then = numbers(cell_of(p.cell, [job.path], target))
             if not row["same"] and row["now"] is not None and all(same(then[k], row["now"][k]) for k in row["was"]):
-                row["same"] = True
+                row["same"] = row["by_machine"] = True
                 agreed += 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -211,8 +211,8 @@ def code_of(made: Mapping[str, Any], tmp: Path) -> str:
     """Put in ``tmp`` the package as the commit the verdict's runs were made with holds it (one of the commits
     its files name whose files are the digests the verdict recorded, from this checkout's git); → the
     commit's first 10 digits, "" where none is (not a git checkout, or runs made with uncommitted code)."""
-    repo = made_with.package().parent
-    for commit in made.get("commits") or []:
+    repo, files = made_with.package().parent, made.get("files") or {}
+    for commit in made.get("commits") or [] if files else []:
         shutil.rmtree(tmp / "hpcbench", ignore_errors=True)
         archive = subprocess.run(["git", "-C", str(repo), "archive", commit, "hpcbench"], capture_output=True,
                                  timeout=120)
@@ -220,7 +220,7 @@ def code_of(made: Mapping[str, Any], tmp: Path) -> str:
             continue
         subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True, timeout=120)
         there = made_with.digests(tmp / "hpcbench")
-        if all(there.get(path) == digest for path, digest in (made.get("files") or {"": ""}).items()):
+        if all(there.get(path) == digest for path, digest in files.items()):
             return str(commit)[:10]
     return ""
 
