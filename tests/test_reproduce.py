@@ -1,11 +1,12 @@
 """``hpcbench reproduce``: verdicts computed from the data, and each study end to end at toy sizes."""
 import json
 import re
+import shutil
 
 import pytest
 
 from hpcbench.cli import main
-from hpcbench.reproduce import findings
+from hpcbench.reproduce import findings, made_with, recheck
 from hpcbench.reproduce.runner import reproduce
 from hpcbench.reproduce.verdicts import FAILS, HOLDS, UNCLEAR, UNTESTABLE
 from hpcbench.results.store import read_run, rewrite_run
@@ -111,7 +112,8 @@ def copy_seeds(runs, seeds, accuracy_of):
 
 @pytest.mark.slow  # a study at toy size: about 2 minutes
 @pytest.mark.timeout(240)
-def test_gap_aware_at_toy_size_reports_what_its_files_say_and_each_claim_flips_with_them(tmp_path, capsys):
+def test_gap_aware_at_toy_size_reports_what_its_files_say_and_each_claim_flips_with_them(tmp_path, capsys,
+                                                                                          monkeypatch):
     out = tmp_path / "ga"
     assert reproduce("gap-aware", str(out), "toy", extensions=1) == 0  # a toy grid grows only when asked
     text, verdict = report_of(out)
@@ -167,7 +169,25 @@ def test_gap_aware_at_toy_size_reports_what_its_files_say_and_each_claim_flips_w
     assert main(["reproduce", "gap-aware", "--recheck", "--out-dir", str(out), "--jobs", "2"]) == 1
     said = capsys.readouterr().out
     assert "ga-asgd n=4, seed 0: DIFFERS" in said and "1 of 4 run(s) differ" in said, said
-    assert not json.loads((out / "recheck.json").read_text())["same"]
+    rechecked = json.loads((out / "recheck.json").read_text())
+    assert not rechecked["same"] and "made on a machine like this one" in rechecked["machine"], rechecked
+    # The same verdict made on another CPU: its own code (here a copy of this one, as git would give it) makes
+    # here what the code here makes, so this machine's arithmetic made the difference, not the code.
+    edited["made_with"]["machine"] = "another CPU (AVX2); torch 0.0, numpy 0.0"
+    (out / "verdict.json").write_text(json.dumps(edited))
+
+    def code_of(made, tmp):
+        shutil.copytree(made_with.package(), tmp / "hpcbench")
+        return "0123456789"
+
+    monkeypatch.setattr(recheck, "code_of", code_of)
+    assert main(["reproduce", "gap-aware", "--recheck", "--out-dir", str(out), "--jobs", "2"]) == 0
+    rechecked = json.loads((out / "recheck.json").read_text())
+    row = next(r for r in rechecked["runs"] if r["cell"] == "ga-asgd n=4")
+    assert rechecked["same"] and row["by_machine"] and row["then_here"] == row["now"] != row["was"], row
+    assert "commit 0123456789 (the verdict's) gives here what the code here gives" in rechecked["machine"]
+    assert "came out the same to the last digit (1 as the verdict's own code makes them on the machine of the " \
+        "recheck" in findings.recheck_text(rechecked)
     # Three seeds whose files make every claim true: every claim holds in every arm (every run kept).
     margin = {2: 0.02, 4: 0.08}
     base = {"asgd": 0.5, "sa-asgd": 0.6, "ga-asgd": 0.61, "dana-ga": 0.7}

@@ -119,7 +119,24 @@ def record(commits: Iterable[tuple[str, bool]], algos: Iterable[str] | None = No
         files.update({rel: str(d) for rel, d in then.items() if rel in files})
     pairs = set(commits)
     return {"commits": sorted({c for c, _ in pairs}), "dirty": any(d for _, d in pairs), "versions": versions(files),
-            "files": files}
+            "files": files, "machine": machine()}
+
+
+def machine() -> str:
+    """What a simulated run's numbers depend on besides the code: the CPU and the vector units torch uses on
+    it (another rounds otherwise), and the numerical libraries' versions."""
+    import platform
+
+    import numpy as np
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return f"{cpu} ({torch.backends.cpu.get_cpu_capability()}); torch {torch.__version__}, numpy {np.__version__}"
 
 
 NO_RECORD = "no record of the code its files were made with"

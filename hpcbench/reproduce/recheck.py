@@ -177,14 +177,19 @@ def machine_or_code(v: Mapping[str, Any], plans: Sequence[Any], rows: list[dict[
     """Where runs came out otherwise, whether the code or the machine made the difference: the same runs made
     here again with the code the verdict was made with (its commit, from this checkout's git). A row whose
     run that code makes as the code here does, to the last digit, counts as the same: the code here did not
-    change it, this machine's arithmetic did (a CPU with other vector units rounds otherwise); → a sentence
+    change it, this machine's arithmetic did (a CPU with other vector units rounds otherwise). A verdict
+    recorded as made on a machine like this one is not tried: the machine cannot explain it. → A sentence
     saying what was found ("" where it could not be tried)."""
     from hpcbench.reproduce.runner import cell_of
     from hpcbench.tuning.execute import run_jobs
 
+    made = v.get("made_with") or {}
+    if made.get("machine") == made_with.machine():
+        return (f"the verdict was made on a machine like this one ({made['machine']}): its numbers are not what "
+                "its runs give here, the code or the verdict changed")
     tmp = Path(tempfile.mkdtemp(prefix="hpcbench-recheck-then-"))
     try:
-        commit = code_of(v.get("made_with") or {}, tmp)
+        commit = code_of(made, tmp)
         if not commit:
             return ""
         again = [dataclasses.replace(p.job, cfg=p.job.cfg.with_updates(out=str(tmp / p.job.path.name)),
