@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from hpcbench.launch.local import launch_env, mpi_command
 from hpcbench.results.schema import RunRecord
 from hpcbench.results.store import read_run
@@ -44,3 +46,28 @@ def in_turn(rounds: int, runs: Callable[[int], dict[str, Callable[[], Any]]]) ->
 
 def fmt(value: float, digits: int = 3) -> str:
     return "-" if value != value else f"{value:.{digits}f}"
+
+
+def residual_wait(times: np.ndarray, before: float) -> float:
+    """The mean wait from a moment drawn at random to the next of the events ``times``, as their gaps before
+    ``before`` give it: sum(g^2) / (2 sum(g)) (a long gap is more likely to hold the moment); NaN where
+    fewer than two events came before."""
+    t = np.sort(np.asarray(times, dtype=np.float64))
+    gaps = np.diff(t[t < before])
+    return float((gaps ** 2).sum() / (2 * gaps.sum())) if gaps.size and gaps.sum() > 0 else float("nan")
+
+
+def cadence_wait(rec: RunRecord) -> float:
+    """What the survivors' own cadence makes anyone wait for their next update, at a run's first failure:
+    the residual wait of the events its recovery counts to (the gradients a parameter server applied,
+    else the finished steps), the survivors' alone, before the first death."""
+    failures = rec.tables["failures"]
+    died = float(np.nanmin(failures["t_death"]))
+    survivors = np.setdiff1d(np.arange(1, rec.workers + 1), failures["worker"])
+    if "updates" in rec.tables:
+        updates = rec.tables["updates"]
+        events = updates["t"][np.isin(updates["worker"], survivors)]
+    else:
+        tl = rec.timeline
+        events = tl["t_end"][np.isin(tl["rank"], survivors) & (tl["phase"] == rec.phases.index("compute"))]
+    return residual_wait(events, died)

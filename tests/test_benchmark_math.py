@@ -1,0 +1,25 @@
+"""The arithmetic the benchmarks judge by, against cases worked by hand and a simulation of its meaning."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from common import residual_wait  # noqa: E402
+
+
+def test_the_residual_wait_of_even_events_is_half_their_gap_and_bunching_lengthens_it():
+    assert residual_wait(np.arange(10.0), 100.0) == pytest.approx(0.5)
+    # gaps 1, 0.1, 1, 0.1: a moment falls in a long gap 10 times in 11, and waits half of it there
+    assert residual_wait(np.array([0.0, 1.0, 1.1, 2.1, 2.2]), 100.0) == pytest.approx(2.02 / 4.4)
+    assert residual_wait(np.array([3.0, 0.0, 1.0, 50.0]), 2.0) == pytest.approx(0.5)  # only events before 2 s
+    assert np.isnan(residual_wait(np.array([1.0]), 5.0)) and np.isnan(residual_wait(np.array([1.0, 1.0]), 5.0))
+
+
+def test_the_residual_wait_is_what_moments_drawn_at_random_wait():
+    rng = np.random.default_rng(0)
+    events = np.cumsum(rng.exponential(1.0, 2000) * rng.choice([0.2, 3.0], 2000))
+    moments = rng.uniform(events[0], events[-1], 20000)
+    waited = events[np.searchsorted(events, moments)] - moments
+    assert residual_wait(events, events[-1] + 1) == pytest.approx(waited.mean(), rel=0.05)
