@@ -216,12 +216,19 @@ class Experiment:
     seed: int = bounded(0, low=0, high=MAX_SEED)  # torch's and numpy's seeds are at most 2^63 - 1
     evals: int = bounded(20, low=1, unit="evaluations")  # evaluations of the global model spread over the sample budget
     eval_samples: int = bounded(2000, low=1, unit="samples")  # per split, each evaluation but the last (it reads all)
+    # of the validation split at each evaluation but the last (0: the last only, where a choice reads it)
+    val_eval_samples: int | None = bounded(None, low=0, unit="samples", resolves="eval_samples")
     # training samples held out as the validation split, the same for every seed
     val_fraction: float = bounded(0.0, low=0, high=MAX_VAL_FRACTION)
     target_accuracy: float = bounded(0.9, above=0, high=1)
     stragglers: Stragglers = rule(Stragglers(), "none")  # from "FRACTION:FACTOR"
     # the option tables by name (an algorithm's, a model's, a dataset's): ``--set NAME.KEY=VALUE``
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def eval_limits(self) -> tuple[int, int]:
+        """Samples of the test set and of the validation split scored at each evaluation but the last."""
+        return self.eval_samples, self.eval_samples if self.val_eval_samples is None else self.val_eval_samples
 
 
 @dataclass(frozen=True)

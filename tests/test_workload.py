@@ -153,7 +153,7 @@ def test_flat_gradient_matches_autograd_on_a_fresh_model():
     for k, idx in enumerate((np.arange(16), np.arange(16, 40), np.arange(40, 48))):
         params = trainer.initial + np.float32(0.01 * (k + 1))
         if k == 2:
-            trainer.evaluate(params, 50)
+            trainer.evaluate(params, 50, 50)
         grad, loss, correct = trainer.gradient(params, *trainer.batch(idx))
         ref = build_model("mlp", data.input_shape, 10, seed=0)
         torch.nn.utils.vector_to_parameters(torch.from_numpy(params), ref.parameters())
@@ -171,7 +171,7 @@ def test_a_gradient_after_an_evaluation_is_taken_in_training_mode():
     data = load_dataset("synthetic")
     trainer = Trainer("resnet20", data, seed=0)  # BatchNorm: its statistics differ between the modes
     idx = np.arange(8)
-    trainer.evaluate(trainer.initial, 16)
+    trainer.evaluate(trainer.initial, 16, 16)
     grad, _, _ = trainer.gradient(trainer.initial, *trainer.batch(idx))
     ref = build_model("resnet20", data.input_shape, data.classes, seed=0)
     torch.nn.utils.vector_to_parameters(torch.from_numpy(trainer.initial), ref.parameters())
@@ -208,7 +208,7 @@ def test_a_gradient_asked_into_a_buffer_is_written_there_and_is_the_same_gradien
 def test_evaluate_reports_loss_and_accuracy_and_recalibrates_batchnorm(tmp_path):
     data = load_dataset("cifar10", str(write_tiny_cifar(tmp_path / "c")))
     trainer = Trainer("resnet20", data, seed=0)
-    loss, acc, val_loss, val_acc = trainer.evaluate(trainer.initial, limit=20)
+    loss, acc, val_loss, val_acc = trainer.evaluate(trainer.initial, 20, 20)
     assert np.isfinite(loss) and 0.0 <= acc <= 1.0
     assert np.isnan(val_loss) and np.isnan(val_acc)  # no validation split was held out
     bn = next(m for m in trainer.model.modules() if isinstance(m, torch.nn.BatchNorm2d))
@@ -270,3 +270,23 @@ def test_the_readme_and_list_name_every_model_and_dataset_as_the_registries_do()
         assert row is not None and row.group(1).split("\\|") == registry.names(), (flag, row)
         table = listed.split(f"\n\n{title}\n\n", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
         assert sorted(line.split()[0] for line in table) == sorted(registry.names())
+
+
+@pytest.mark.fast
+def test_evaluations_on_the_channels_last_copy_score_what_the_model_itself_scores():
+    """A convolutional network without BatchNorm is scored on a channels-last copy of the parameters given:
+    the same accuracy as the training model at those parameters, the loss to float rounding; a network
+    with BatchNorm keeps its own model (its statistics are rebuilt in it)."""
+    data = load_dataset("synthetic", val_fraction=0.2)
+    trainer = Trainer("cnn-tiny", data, seed=0)
+    assert trainer.scorer is not None and Trainer("resnet20", data, seed=0).scorer is None
+    rng = np.random.default_rng(1)
+    for scale in (0.0, 0.05, 0.5):
+        params = trainer.initial + (scale * rng.standard_normal(trainer.size)).astype(np.float32)
+        copy = trainer.evaluate(params, 10**9, 10**9)
+        scorer, trainer.scorer = trainer.scorer, None
+        own = trainer.evaluate(params, 10**9, 10**9)
+        trainer.scorer = scorer
+        assert copy[1] == own[1] and copy[3] == own[3]
+        np.testing.assert_allclose(copy[::2], own[::2], rtol=1e-5)
+    assert all(p.is_contiguous() for p in trainer.model.parameters())  # training keeps its flat views

@@ -12,6 +12,8 @@ from hpcbench.algorithms.ops import Evaluate, Record
 from hpcbench.results.schema import EVAL_COLUMNS, TABLES
 
 EVERY = sys.maxsize  # an evaluation of every sample of the test set and validation split
+# (params, test samples, validation samples) -> (loss, accuracy, validation loss, validation accuracy)
+Evaluator = Callable[[np.ndarray, int, int], tuple[float, float, float, float]]
 
 
 class RunLogs:
@@ -27,17 +29,18 @@ class RunLogs:
     def snapshot(self, t: float, op: Evaluate) -> None:
         self.snapshots.append((t, Evaluate(op.params.copy(), op.samples, op.updates, op.consensus)))
 
-    def score(self, evaluate: Callable[[np.ndarray, int], tuple[float, float, float, float]], limit: int,
-              seconds: float = math.inf) -> None:
-        """Evaluate every snapshot not scored yet, in order, with ``evaluate(params, samples) -> (loss,
-        accuracy, val_loss, val_accuracy)``: at most ``limit`` samples of each split for the snapshots during
-        training, every sample for the last one (the run's final accuracy). After ``seconds`` the rest are
-        kept unscored (NaN). Scoring cut short (a stop signal) goes on where it stopped when called again."""
+    def score(self, evaluate: Evaluator, limits: tuple[int, int], seconds: float = math.inf) -> None:
+        """Evaluate every snapshot not scored yet, in order, with ``evaluate(params, test samples, validation
+        samples) -> (loss, accuracy, val_loss, val_accuracy)``: at most ``limits`` samples of the test set and
+        the validation split for the snapshots during training, every sample for the last one (the run's final
+        accuracy). After ``seconds`` the rest are kept unscored (NaN). Scoring cut short (a stop signal) goes on
+        where it stopped when called again."""
         deadline = time.monotonic() + seconds
         last = len(self.snapshots) - 1
         for i, (t, op) in enumerate(self.snapshots[len(self.evals):], start=len(self.evals)):
             loss, accuracy, val_loss, val_accuracy = \
-                evaluate(op.params, EVERY if i == last else limit) if time.monotonic() < deadline else (math.nan,) * 4
+                evaluate(op.params, *((EVERY, EVERY) if i == last else limits)) if time.monotonic() < deadline \
+                else (math.nan,) * 4
             self.evals.append((t, op.samples, op.updates, loss, accuracy, op.consensus, val_loss, val_accuracy))
 
     @property

@@ -40,9 +40,9 @@ class Workload(Protocol):
         """Untimed gradients before the run; → seconds the last one took (NaN for none)."""
         ...
 
-    def evaluate(self, params: np.ndarray, limit: int) -> tuple[float, float, float, float]:
-        """(loss, accuracy, validation loss, validation accuracy) of ``params`` on at most ``limit``
-        samples of the test set and of the validation split (NaN where there is none)."""
+    def evaluate(self, params: np.ndarray, test: int, val: int) -> tuple[float, float, float, float]:
+        """(loss, accuracy, validation loss, validation accuracy) of ``params`` on at most ``test`` samples
+        of the test set and ``val`` of the validation split (NaN where there is none or none is scored)."""
         ...
 
 

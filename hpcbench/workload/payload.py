@@ -75,5 +75,5 @@ class Payload:
         """Seconds the last of ``steps`` gradients took to write (the modeled compute comes on top)."""
         return last_of(steps, lambda: self.gradient(self.initial, indices, None))
 
-    def evaluate(self, params: np.ndarray, limit: int) -> tuple[float, float, float, float]:
+    def evaluate(self, params: np.ndarray, test: int, val: int) -> tuple[float, float, float, float]:
         return (float("nan"),) * 4

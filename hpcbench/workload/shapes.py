@@ -94,7 +94,7 @@ class Sized:
     def warm_up(self, indices: np.ndarray, steps: int) -> float:
         raise self.untrained()
 
-    def evaluate(self, params: np.ndarray, limit: int) -> tuple[float, float, float, float]:
+    def evaluate(self, params: np.ndarray, test: int, val: int) -> tuple[float, float, float, float]:
         raise self.untrained()
 
     @staticmethod

@@ -5,6 +5,7 @@ pinned buffers on CUDA), runs forward/backward, and hands the flat gradient back
 """
 from __future__ import annotations
 
+import copy
 from functools import partial
 
 import numpy as np
@@ -51,6 +52,16 @@ class Trainer:
         self.compute: ComputeModel | None = None  # gradients take as long as they take
         self.device = torch.device(device)
         self.model = build_model(model_name, data.input_shape, data.classes, seed).to(self.device)
+        self.has_batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules())
+        # Evaluations of a convolutional network without BatchNorm run on a copy in channels-last order: its
+        # forward pass takes 0.7 of the time here (cnn-tiny: 30,000 against 21,000 samples a second, one
+        # thread). Training keeps the flat views; BatchNorm's statistics are the model's own.
+        self.scorer = copy.deepcopy(self.model) if len(data.input_shape) == 3 and not self.has_batchnorm else None
+        if self.scorer is not None:
+            for p in self.scorer.parameters():
+                p.requires_grad_(False)
+                if p.dim() == 4:
+                    p.data = p.data.contiguous(memory_format=torch.channels_last)
         params = list(self.model.parameters())
         self.size = sum(p.numel() for p in params)
         self.flat = torch.zeros(self.size, dtype=torch.float32, device=self.device)
@@ -72,7 +83,6 @@ class Trainer:
         self.shapes = tuple(tuple(p.shape) for p in params)
         self._bucketing: Bucketing | None = None  # while a bucketed gradient is computed
         self.initial = self.flat.cpu().numpy().copy()
-        self.has_batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules())
         self.cuda = self.device.type == "cuda"
         self._host_grad = (torch.empty(self.size, dtype=torch.float32, pin_memory=True) if self.cuda
                            else self.flat_grad)
@@ -167,26 +177,31 @@ class Trainer:
             self.model(x)
 
     @torch.no_grad()
-    def evaluate(self, params: np.ndarray, limit: int) -> tuple[float, float, float, float]:
-        """(loss, accuracy, validation loss, validation accuracy) of ``params`` on the first ``limit``
-        samples of the test and of the validation split (NaN for a split that is empty)."""
+    def evaluate(self, params: np.ndarray, test: int, val: int) -> tuple[float, float, float, float]:
+        """(loss, accuracy, validation loss, validation accuracy) of ``params`` on the first ``test`` samples
+        of the test set and ``val`` of the validation split (NaN for a split that is empty or not scored)."""
         self.load(params)
         if self.has_batchnorm:
             self.recalibrate_batchnorm()
-        self.model.eval()
-        return (*self._score(self.data.x_test, self.data.y_test, limit),
-                *self._score(self.data.x_val, self.data.y_val, limit))
+        model = self.model if self.scorer is None else self.scorer
+        if self.scorer is not None:
+            for mine, p in zip(self.scorer.parameters(), self._params):
+                mine.copy_(p)  # into its own layout
+        model.eval()
+        return (*self._score(model, self.data.x_test, self.data.y_test, test),
+                *self._score(model, self.data.x_val, self.data.y_val, val))
 
-    def _score(self, xs: np.ndarray, ys: np.ndarray, limit: int) -> tuple[float, float]:
+    def _score(self, model: nn.Module, xs: np.ndarray, ys: np.ndarray, limit: int) -> tuple[float, float]:
         n = min(limit, len(ys))
         if n == 0:
             return float("nan"), float("nan")
         loss_sum, correct = 0.0, 0
+        layout = torch.contiguous_format if self.scorer is None else torch.channels_last
         for start in range(0, n, EVAL_CHUNK):
             stop = min(start + EVAL_CHUNK, n)
-            x = torch.from_numpy(self.data.normalise(xs[start:stop])).to(self.device)
+            x = torch.from_numpy(self.data.normalise(xs[start:stop])).to(self.device).contiguous(memory_format=layout)
             y = torch.from_numpy(ys[start:stop]).to(self.device)
-            out = self.model(x)
+            out = model(x)
             loss_sum += float(F.cross_entropy(out, y, reduction="sum"))
             correct += int((out.argmax(1) == y).sum())
         return loss_sum / n, correct / n

@@ -419,7 +419,7 @@ class Keeper:
 
     def score(self, seconds: float = math.inf) -> None:
         """Rank 0's evaluations scored (the last on the whole test set and validation split)."""
-        self.logs.score(self.run.workload.evaluate, self.run.cfg.eval_samples, seconds)
+        self.logs.score(self.run.workload.evaluate, self.run.cfg.eval_limits, seconds)
 
     def keep_stopped(self, gathered: list[RankResult | None], exc: Stopped) -> None:
         """Stopped after the final gather (scoring, writing): every row the ranks measured, as

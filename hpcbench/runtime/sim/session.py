@@ -167,9 +167,9 @@ def engine_record(run: Run, engine: Engine, sim: SimConfig, logs: RunLogs, wall:
     error line, virtual time) of one that did not finish."""
     cfg, workload, algo, n = run.cfg, run.workload, run.algo, sim.workers
     if sim.numerics:
-        logs.score(workload.evaluate, cfg.eval_samples)
+        logs.score(workload.evaluate, cfg.eval_limits)
     else:
-        logs.score(lambda p, limit: (float("nan"),) * 4, cfg.eval_samples)
+        logs.score(lambda p, test, val: (float("nan"),) * 4, cfg.eval_limits)
     parts = [RankResult(r, "virtual", "virtual", 1, r, 0.0, engine.end[r], engine.timelines[r].columns())
              for r in range(n + 1)]
     provenance: dict[str, Any] = {**software(), "mpi_library_version": "none (simulated)", "mpi_vendor": "none",
