@@ -387,3 +387,30 @@ def test_quick_with_another_preset_is_refused_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--quick is --preset quick" in err and "teacher-quick" in err
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.fast
+def test_runs_made_with_the_verdicts_commit_leave_out_what_only_scores_the_validation_split(tmp_path, monkeypatch):
+    """The verdict's commit may predate a key that chooses only what is scored of the validation split
+    (val_eval_samples, which the Fashion-MNIST studies set): the runs it is asked to make leave it at its
+    default, so an older commit can make them; everything else they set is as the study's."""
+    from types import SimpleNamespace
+
+    from hpcbench.tuning.execute import Job
+
+    job = Job.of("asgd", 2, ("--dataset", "digits", "--steps", "5", "--set", "val_eval_samples=0", "--lr", "0.02"),
+                 tmp_path / "a.h5", "asgd")
+    asked = []
+
+    def run_jobs(jobs, mode, width, timeout, package=None):
+        asked.extend(jobs)
+        return {j.path: "failed" for j in jobs}
+
+    monkeypatch.setattr("hpcbench.tuning.execute.run_jobs", run_jobs)
+    monkeypatch.setattr(recheck, "code_of", lambda made, tmp: "0123456789")
+    v = {"made_with": {"machine": "another machine", "commits": ["0123456789"], "files": {"x": "y"}}}
+    line = recheck.machine_or_code(v, [SimpleNamespace(job=job)], [{"same": False}], 0.9, 1, 60)
+    assert "could not make its runs" in line
+    argv = asked[0].argv("sim")
+    assert "val_eval_samples=0" in job.argv("sim") and not any("val_eval_samples" in a for a in argv)
+    assert asked[0].cfg.lr == 0.02 and asked[0].cfg.steps == 5 and asked[0].path != job.path

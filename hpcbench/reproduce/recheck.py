@@ -172,6 +172,11 @@ def recheck(name: str, out_dir: str, jobs: int = 1, timeout: float = 1800.0) -> 
     return 1 if differ else 0
 
 
+# Keys that choose only what is scored of the validation split during training, nothing a recheck compares: at
+# their defaults in runs made with the verdict's commit, which may not know them.
+SCORING_ONLY = {"val_eval_samples": None}
+
+
 def machine_or_code(v: Mapping[str, Any], plans: Sequence[Any], rows: list[dict[str, Any]], target: float,
                     jobs: int, timeout: float) -> str:
     """Where runs came out otherwise, whether the code or the machine made the difference: the same runs made
@@ -192,7 +197,7 @@ def machine_or_code(v: Mapping[str, Any], plans: Sequence[Any], rows: list[dict[
         commit = code_of(made, tmp)
         if not commit:
             return ""
-        again = [dataclasses.replace(p.job, cfg=p.job.cfg.with_updates(out=str(tmp / p.job.path.name)),
+        again = [dataclasses.replace(p.job, cfg=p.job.cfg.with_updates(out=str(tmp / p.job.path.name), **SCORING_ONLY),
                                      path=tmp / p.job.path.name) for p in plans]
         outcome = run_jobs(again, "sim", jobs, timeout, package=tmp)
         agreed = 0
