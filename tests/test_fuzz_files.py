@@ -324,14 +324,15 @@ def test_a_trace_writes_an_accuracy_that_was_not_measured_as_null(tmp_path):
     assert len([e for e in events if e["name"] == "accuracy"]) == len(scored) - 2
 
 
-@pytest.mark.parametrize("column", ["timeline/t_end", "evals/t"])
-def test_a_trace_refuses_times_too_large_for_microseconds_in_one_line_and_leaves_no_file(tmp_path, column):
+@pytest.mark.parametrize("column, words", [("timeline/t_end", "too large"),
+                                           ("evals/t", "after the run's end")])  # (its validation says so first)
+def test_a_trace_refuses_times_too_large_for_microseconds_in_one_line_and_leaves_no_file(tmp_path, column, words):
     def change(f):
         f[column][-1] = 1e305
     (tmp_path / "t.json").write_text("before")
     code, err = trace_of(tmp_path, change)
     lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1 and "odd.h5" in lines[0] and "too large" in lines[0], err
+    assert code == 2 and len(lines) == 1 and "odd.h5" in lines[0] and words in lines[0], err
     assert (tmp_path / "t.json").read_text() == "before"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["odd.h5", "t.json"]
 
@@ -347,3 +348,33 @@ def test_a_trace_that_cannot_be_written_whole_leaves_what_was_there(tmp_path, mo
     code, err = quietly(["trace", str(good_file()), "-o", str(tmp_path / "t.json")])
     assert code == 2 and "cannot write the trace to" in err and "No space left on device" in err, err
     assert (tmp_path / "t.json").read_text() == "before" and [p.name for p in tmp_path.iterdir()] == ["t.json"]
+
+
+def sparse_timeline(f):
+    del f["timeline/t_start"]
+    f["timeline"].create_dataset("t_start", shape=(12_000_000,), dtype="f8", chunks=(100_000,))  # none on disk
+
+
+def zeros_bomb(f):
+    f["model"].create_dataset("bomb", data=np.zeros(10_000_000), chunks=(1_000_000,), compression="gzip",
+                              compression_opts=9)  # 80 MB of zeros in about 80 KB
+
+
+@pytest.mark.parametrize("change", [sparse_timeline, zeros_bomb])
+def test_a_file_that_declares_far_more_than_it_holds_is_refused_whatever_the_memory(tmp_path, change):
+    """Reading is bounded by what the file holds: a timeline of chunks never written or a gzip bomb, well within
+    half this machine's memory, is refused before anything is read (it would take 100 MB for 100 KB)."""
+    every_reader_refuses(tmp_path, change, "times what it holds")
+
+
+def test_hpcbench_files_hold_far_more_than_the_refusal_asks(tmp_path):
+    """A long simulated run's file (its timeline gzipped as hpcbench writes it) declares a few times its size."""
+    from hpcbench.results.validation import HELD_RATIO, read_bytes
+
+    path = tmp_path / "long.h5"
+    assert quietly(["simulate", "--algo", "allreduce", "--workers", "64", "--steps", "400", "--numerics", "off",
+                    "--out", str(path)])[0] == 0
+    with h5py.File(path) as f:
+        declared = []
+        f.visititems(lambda name, obj: declared.append(read_bytes(obj)) if isinstance(obj, h5py.Dataset) else None)
+    assert sum(declared) > 3 << 20 and sum(declared) < HELD_RATIO / 5 * path.stat().st_size

@@ -61,6 +61,14 @@ IMPOSSIBLE = {  # → the words of the one line, after "bad.h5 is invalid: "
     "evaluation times that run backwards": (cell("evals/t", 2, 0.01), "evals/t = 0.01 at row 2: before the "
                                                                       "evaluation above it"),
     "a NaN evaluation time": (cell("evals/t", 1, np.nan), "evals/t = nan at row 1: a time that is not finite"),
+    "evaluation times before the run began (all of them, in order)": (
+        lambda f: f["evals/t"].write_direct(f["evals/t"][()] - 1000.0),
+        "evals/t = -1000.0 at row 0 (and 3 more rows): before the run began"),
+    "an evaluation long after the run's end": (cell("evals/t", -1, 1e6), "evals/t = 1000000.0 at row 3: after the "
+                                                                         "run's end (wall_s = 0.35"),
+    "a validation split held out and not scored at the last evaluation": (
+        lambda f: f.attrs.modify("config", json.dumps({**json.loads(f.attrs["config"]), "val_size": 100})),
+        "evals/val_accuracy = nan at the last evaluation, which scored the test set"),
     "a timeline row that ends before it starts": (cell("timeline/t_end", 5, -1.0), "timeline/t_end = -1.0 at row 5: "
                                                                                    "before the row's t_start"),
     "a negative byte count": (cell("timeline/nbytes", 0, -5), "timeline/nbytes = -5 at row 0: not a count"),

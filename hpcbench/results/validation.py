@@ -34,13 +34,18 @@ from hpcbench.results.schema import (
 # What reading a variable-length element takes beyond its contents: its pointer and the Python object
 # behind it (bytes, str or an array).
 PY_OBJECT_BYTES = 128
+# Reading is bounded by what a file holds, not what it declares: beyond FREELY_READ bytes, a file may declare
+# at most HELD_RATIO times its size on disk (hpcbench's own hold at least a fifth of what they declare: gzip
+# level 1 on times and codes; chunks never written or compressed zeros hold next to nothing).
+FREELY_READ = 64 << 20
+HELD_RATIO = 50
 
 
 def unreadable(f: h5py.File, depth: int = 4) -> str:
     """What would stop a reader before it reads anything, in a few words ("" when nothing): a soft or
     external link (which can loop or leave the file; hpcbench writes none), groups nested deeper than
     hpcbench's, a dataset where it writes a group, or more than half this machine's memory to read
-    (``read_bytes``)."""
+    (``read_bytes``), or more than it holds allows (``HELD_RATIO``)."""
     budget = memory_bytes() // 2
     declared = stored = 0
     biggest: tuple[int, str] = (0, "")
@@ -63,11 +68,15 @@ def unreadable(f: h5py.File, depth: int = 4) -> str:
                 declared += size
                 stored += member.id.get_storage_size()
                 biggest = max(biggest, (size, f"{member.name} alone {member.shape}"))
-    text = max(0, f.id.get_filesize() - stored)  # attributes and variable-length contents, read as stored
+    size = f.id.get_filesize()
+    text = max(0, size - stored)  # attributes and variable-length contents, read as stored
     if declared + text > budget:
         what = biggest[1] if biggest[0] >= text else f"{mib(text)} of it in attributes and variable-length text"
         return (f"reading it would take {mib(declared + text)}, more than half this machine's memory "
                 f"({mib(2 * budget)}); {what}")
+    if declared > max(FREELY_READ, HELD_RATIO * size):
+        return (f"it declares {mib(declared)} of data in {mib(size)} on disk, more than {HELD_RATIO} times what "
+                f"it holds (chunks never written, or compressed far beyond what hpcbench writes); {biggest[1]}")
     return ""
 
 
@@ -181,10 +190,11 @@ def impossible(rec: RunRecord) -> str:
     """The first value in ``rec`` that cannot be what its name means, named with where it is and the value
     ("" when none): ranks and workers within the world, phase and op codes among the names the file gives,
     finite times that do not run backwards (a timeline row ends after it starts, evaluations come in time
-    order), counts that are finite and not negative (``schema.COUNTS``, ``SUMMARY_COUNTS``), accuracies
+    order, within the run), counts that are finite and not negative (``schema.COUNTS``, ``SUMMARY_COUNTS``), accuracies
     within 0..1 (NaN where not measured: ``schema.ACCURACIES``), losses, rates and the like never negative
     (``schema.NOT_NEGATIVE``), durations not negative, and what one part of the file repeats from another
-    the same (the summary's last evaluation and best accuracy, a staleness and its versions). ``malformed``
+    the same (the summary's last evaluation and best accuracy, a staleness and its versions, the validation
+    split scored with the test set at the last evaluation). ``malformed``
     checked the types, lengths and shapes first."""
     return codes_wrong(rec) or times_wrong(rec) or columns_wrong(rec) or summary_wrong(rec) or repeats_wrong(rec)
 
@@ -227,6 +237,15 @@ def times_wrong(rec: RunRecord) -> str:
         i = int(np.flatnonzero(end < start)[0])
         return f"{said}, t_start = {shown(tl['t_start'][i])}"
     t = as_float(evals["t"])
+    said = first_row("evals/t", evals["t"], t < 0, "before the run began (evaluation times count from its start)")
+    if said:
+        return said
+    wall = rec.summary.get("wall_s", math.nan)
+    known = is_number(wall) and math.isfinite(wall) and wall >= 0  # (a negative one: summary_wrong's to say)
+    late = t > wall + max(1.0, 0.01 * wall) if known else np.zeros(t.shape, bool)
+    said = first_row("evals/t", evals["t"], late, f"after the run's end (wall_s = {shown(wall)})")
+    if said:
+        return said
     back = np.flatnonzero(np.diff(t) < 0)
     if back.size:
         i = int(back[0]) + 1
@@ -282,6 +301,11 @@ def repeats_wrong(rec: RunRecord) -> str:
             if key in s and not same(float(s[key]), float(evals[column][-1])):
                 return (f"summary {key} = {shown(s[key])}, but the last evaluation's {column} is "
                         f"{shown(evals[column][-1])} (the summary repeats it)")
+        held = rec.attrs["config"].get("val_size", 0)
+        last, last_val = float(evals["accuracy"][-1]), float(evals["val_accuracy"][-1])
+        if held > 0 and not math.isnan(last) and math.isnan(last_val):
+            return (f"evals/val_accuracy = nan at the last evaluation, which scored the test set (accuracy "
+                    f"{shown(last)}): a run that holds out a validation split (val_size {shown(held)}) scores it there")
         best = float(np.max(as_float(evals["accuracy"])))
         if "best_accuracy" in s and not same(float(s["best_accuracy"]), best):
             return (f"summary best_accuracy = {shown(s['best_accuracy'])}, but the evaluations' best accuracy is "
