@@ -215,7 +215,9 @@ class Experiment:
     lr_decay_factor: float = bounded(0.1, above=0, high=1)
     seed: int = bounded(0, low=0, high=MAX_SEED)  # torch's and numpy's seeds are at most 2^63 - 1
     evals: int = bounded(20, low=1, unit="evaluations")  # evaluations of the global model spread over the sample budget
-    eval_samples: int = bounded(2000, low=1, unit="samples")  # per split, each evaluation but the last (it reads all)
+    # of the test set (and of the validation split unless val_eval_samples says), each evaluation but the last
+    # (it reads all)
+    eval_samples: int = bounded(2000, low=1, unit="samples")
     # of the validation split at each evaluation but the last (0: the last only, where a choice reads it)
     val_eval_samples: int | None = bounded(None, low=0, unit="samples", resolves="eval_samples")
     # training samples held out as the validation split, the same for every seed

@@ -97,7 +97,11 @@ def check_ranges(obj: Any, owner: str) -> None:
                 raise UsageError(f"{owner}{f.name} must be {limits.text()}{placeholder}, got {shown_value(value)}")
 
 
+SHOWN = 40  # characters of a value an error line shows whole (a 4,000-digit seed is cut)
+
+
 def shown_value(value: Any) -> str:
     if isinstance(value, tuple):
         return "[" + ", ".join(shown_value(v) for v in value) + "]"
-    return str(value)  # a float as Python reads it back (1.0, 1e+300, inf)
+    text = str(value)  # a float as Python reads it back (1.0, 1e+300, inf)
+    return text if len(text) <= SHOWN else f"{text[:SHOWN // 2]}...{text[-8:]} ({len(text):,} characters)"

@@ -7,6 +7,7 @@ import pytest
 
 from hpcbench.config import RunConfig
 from hpcbench.options.sim import SimConfig
+from hpcbench.results.store import read_run, write_run
 from hpcbench.runtime.plan import validate
 from hpcbench.runtime.sim.session import simulated_record
 from hpcbench.workload.datasets import load_dataset
@@ -38,7 +39,7 @@ def test_the_final_accuracy_counts_every_test_and_validation_sample():
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("val_samples", [0, 5])
-def test_the_validation_split_during_training_is_scored_on_its_own_count(val_samples):
+def test_the_validation_split_during_training_is_scored_on_its_own_count(val_samples, tmp_path):
     """``val_eval_samples`` bounds the validation split's evaluations during training on its own (0: only
     the last, where a choice reads it); the test set's keep ``eval_samples``, the last reads both whole."""
     data = load_dataset("digits", val_fraction=0.2)
@@ -53,3 +54,5 @@ def test_the_validation_split_during_training_is_scored_on_its_own_count(val_sam
         assert np.isnan(val_acc[:-1]).all() and np.isnan(val_loss[:-1]).all()
     assert whole(val_acc[-1], len(data.y_val)) and whole(acc[-1], len(data.y_test))
     assert rec.summary["final_val_accuracy"] == pytest.approx(val_acc[-1])
+    write_run(tmp_path / "run.h5", rec)
+    np.testing.assert_array_equal(read_run(tmp_path / "run.h5").evals["val_accuracy"], val_acc)  # a valid file

@@ -310,3 +310,19 @@ def printed(argv: list[str]) -> str:
     with contextlib.redirect_stdout(out):
         assert main(argv) == 0
     return out.getvalue()
+
+
+def test_a_last_evaluation_after_rank_0_read_the_final_models_is_within_the_run(tmp_path):
+    """A decentralised run's last evaluation comes after rank 0 has read every worker's final model, which
+    can take long past wall_s (the workers' end) over a slow network: its timeline's rows say how long."""
+    path = tmp_path / "late.h5"
+    shutil.copy(good_file(), path)
+    with h5py.File(path, "r+") as f:
+        wall = float(f["summary"].attrs["wall_s"])
+        for name, value in (("timeline/t_end", wall + 20.0), ("evals/t", wall + 20.5)):
+            cell(name, -1, value)(f)
+    assert quietly(["report", str(path)])[0] == 0
+    with h5py.File(path, "r+") as f:
+        cell("evals/t", -1, wall + 30.0)(f)  # past the last row as well
+    code, err = quietly(["report", str(path)])
+    assert code == 2 and "after the run's end" in err, err

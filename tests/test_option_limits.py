@@ -131,7 +131,8 @@ def test_every_numeric_option_declares_a_range_its_default_keeps():
     ("", {"lr_decay_epochs": (3.0, -5.0)}, "lr_decay_epochs must be >= 0 epochs, got [3.0, -5.0]"),
     ("", {"max_steps": -1}, "max_steps must be >= 0 steps (0: no cap (HPCBENCH_MAX_STEPS=N sets it)), got -1"),
     ("", {"seed": 2**63}, "seed must be in [0, 9,223,372,036,854,775,807], got 9223372036854775808"),
-    ("", {"seed": 10**400}, "seed must be in [0, 9,223,372,036,854,775,807], got 1" + "0" * 400),
+    ("", {"seed": 10**400}, "seed must be in [0, 9,223,372,036,854,775,807], got 1" + "0" * 19 + "..." + "0" * 8
+     + " (401 characters)"),
     ("sim.", {"apply_s": -2.0}, "sim.apply_s must be between 0 and 1000 seconds (-1: 2 ns per model parameter), "
                                 "got -2.0"),
     ("sim.", {"bandwidth": 0.0}, "sim.bandwidth must be >= 1 bytes/s, got 0.0"),
@@ -225,3 +226,12 @@ def test_a_simulator_spread_past_its_edge_is_refused_by_simulate_in_one_line(tmp
                        "--out", str(tmp_path / "never.h5"))
     assert code == 2 and err.strip() == f"hpcbench: error: {line}", err
     assert not list(tmp_path.iterdir())
+
+
+def test_a_value_thousands_of_characters_long_is_shown_cut_with_its_length():
+    seed = int("9" * 4000)
+    with pytest.raises(UsageError) as refused:
+        plan.validate(RunConfig(algo="asgd", seed=seed))
+    line = str(refused.value)
+    assert line == ("seed must be in [0, 9,223,372,036,854,775,807], got 99999999999999999999...99999999 "
+                    "(4,000 characters)")

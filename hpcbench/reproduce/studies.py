@@ -76,7 +76,7 @@ class Task:
         worker's)."""
         train = epochs * self.train_samples * (1 - VAL_FRACTION) * (self.sequential_factor if sequential else 1.0)
         val = round(VAL_FRACTION * self.train_samples)
-        during = min(self.eval_samples, val) if self.val_eval_samples is None else min(self.val_eval_samples, val)
+        during = min(self.eval_samples if self.val_eval_samples is None else self.val_eval_samples, val)
         scored = (self.evals - 1) * (min(self.eval_samples, self.test_samples) + during) + self.test_samples + val
         return train * self.seconds_per_sample + scored * self.seconds_per_eval_sample
 

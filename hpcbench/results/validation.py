@@ -240,10 +240,16 @@ def times_wrong(rec: RunRecord) -> str:
     said = first_row("evals/t", evals["t"], t < 0, "before the run began (evaluation times count from its start)")
     if said:
         return said
+    # The run ends with wall_s, or with rank 0's last operation where it reads the workers' final models
+    # after them (a decentralised run's last evaluation comes after those reads).
     wall = rec.summary.get("wall_s", math.nan)
-    known = is_number(wall) and math.isfinite(wall) and wall >= 0  # (a negative one: summary_wrong's to say)
-    late = t > wall + max(1.0, 0.01 * wall) if known else np.zeros(t.shape, bool)
-    said = first_row("evals/t", evals["t"], late, f"after the run's end (wall_s = {shown(wall)})")
+    if is_number(wall) and math.isfinite(wall) and wall >= 0:  # (a negative one is summary_wrong's to say)
+        last = max(wall, float(np.max(end))) if end.size else wall
+        late = t > last + max(1.0, 0.01 * last)
+    else:
+        late = np.zeros(t.shape, bool)
+    said = first_row("evals/t", evals["t"], late, f"after the run's end (wall_s = {shown(wall)}, its last "
+                                                   "timeline row ends before)")
     if said:
         return said
     back = np.flatnonzero(np.diff(t) < 0)
