@@ -7,10 +7,13 @@ keep a cut at the time rank 0 asks: each worker after the step during which the 
 """
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hpcbench.algorithms import decentral, ops
 from hpcbench.config import RunConfig
 from hpcbench.runtime import plan
+from hpcbench.runtime.sim.engine import Engine
 
 from arrivals import SERVERS
 from quadratic import X0, run_quadratic
@@ -121,3 +124,41 @@ def test_rank0_reads_no_kept_snapshot_before_each_worker_says_it_kept_what_was_a
         elif type(op) is ops.Timestamp:
             got = 0.0
     assert said_kept == {1, 2}
+
+
+@pytest.mark.parametrize("name", ["allreduce", "local-sgd", "gossip"])
+def test_rank0_looks_less_often_only_until_the_next_report_it_must_act_on(monkeypatch, name):
+    # At a steady pace (each step 1 s, the network instant) rank 0 may look less often between snapshots
+    # (calm_s: a real coordinator otherwise wakes for every report, 10% of a core on 2 shared cores), but
+    # never past the moment it notes the next one: that moment is a snapshot's time.
+    looks = []
+    recv = Engine.recv
+
+    def spy(self, rank, op):
+        if rank == 0 and op.channel == "progress":
+            looks.append((self.now, op.calm_s))
+        return recv(self, rank, op)
+
+    monkeypatch.setattr(Engine, "recv", spy)
+    ran = run_quadratic(name, 3, 48, {"period": 4} if name == "local-sgd" else {}, evals=8)
+    noted = sorted(t for t, op in ran.logs.snapshots[1:])  # the last: the final models, read after the last report
+    assert len(noted) >= 8
+    calm = [(t, c) for t, c in looks if c > 0]
+    assert len(calm) >= len([t for t, _ in looks if noted[1] <= t < noted[-1]]) // 2, looks
+    for t, c in calm:
+        due = min(n for n in noted if n > t)
+        assert t + c <= due - 0.05 * (noted[1] - noted[0]), (t, c, due, noted)
+
+
+@given(st.floats(0, 1e4), st.floats(1e-3, 1e3), st.integers(1, 10**6), st.integers(1, 10**6),
+       st.integers(0, 10**7), st.floats(0, 1e3))
+def test_the_calm_ends_before_the_due_report_at_the_last_pace_and_never_goes_negative(t0, gap, s0, more, left, since):
+    # (t0, s0) and (t0 + gap, s0 + more): the last two snapshots noted; due: `left` samples after the second
+    now, due = t0 + gap + since, s0 + more + left
+    calm = decentral.calm_until([(t0, s0), (t0 + gap, s0 + more)], now, due)
+    at_pace = t0 + gap + left * gap / more  # when the due report comes if the pace holds
+    assert calm >= 0
+    assert calm == 0 or now + calm <= at_pace - (1 - decentral.CALM_SHARE) * left * gap / more + 1e-6 * (1 + at_pace)
+    if since == 0 and left:
+        assert calm == pytest.approx(decentral.CALM_SHARE * left * gap / more)
+    assert decentral.calm_until([(t0, s0), (t0, s0 + more)], now, due) == 0  # no time between them: no pace

@@ -157,9 +157,12 @@ def coordinate(ctx: Context, synchronous: bool, centre: Centre | None = None) ->
     keeping: set[int] = set()  # done training, still keeping the snapshots asked of them
     failed: list[int] = []  # in the order rank 0 learned of them
     asked: list[Asked] = []
+    noted: list[tuple[float, int]] = []  # (when, samples) of each snapshot noted
     meter = TrainingMeter()
+    calm = 0.0
     while training or keeping:
-        got = yield Recv("progress", timeout=WATCHED)  # reports come as often as the run's pace allows
+        got = yield Recv("progress", timeout=WATCHED, calm_s=calm)  # reports come as the run's pace allows
+        calm = 0.0
         if type(got) is Lost:
             failed += [r for r in got.ranks if r not in failed]
             training.difference_update(got.ranks)
@@ -183,7 +186,10 @@ def coordinate(ctx: Context, synchronous: bool, centre: Centre | None = None) ->
         if total >= next_eval and training:
             asked.append((yield from note_snapshot(ctx, total, synchronous, training, failed,
                                                    None if on_worker else centre)))
+            noted.append((asked[-1].t, total))
             next_eval = (total // ctx.eval_every + 1) * ctx.eval_every
+        if training and len(noted) >= 2:
+            calm = calm_until(noted[-2:], (yield Timestamp()), min(next_eval, ctx.budget))
     ranks, finals = yield from read_survivors("model", tuple(r for r in ctx.worker_ranks if r not in failed), failed)
     if not ranks:  # every worker failed: no model is left to read (their snapshots died with them)
         yield from every_worker_lost(ctx, synchronous, reported, failed, team_lost)
@@ -214,6 +220,22 @@ def coordinate(ctx: Context, synchronous: bool, centre: Centre | None = None) ->
     # (nor any survivor trained).
     short = ctx.budget - sum(frame.integer(raw, "samples") for raw in finals) - sum(reported[r] for r in failed)
     yield from record_failures(reported, failed, max(team_lost, short) if synchronous else max(0, short))
+
+
+CALM_SHARE = 0.9  # of the time the last interval's pace gives until the next report rank 0 must act on
+
+
+def calm_until(last: list[tuple[float, int]], now: float, due: int) -> float:
+    """Seconds from ``now`` for which rank 0 expects no report it must act on promptly (the one that
+    reaches ``due`` samples: the next snapshot, or the budget's end): CALM_SHARE of what the pace
+    between the ``last`` two snapshots noted ((when, samples) each) takes from the second to ``due``,
+    less the time since the second. A driver still looks every few milliseconds meanwhile (the MPI one
+    at most 10 ms apart), so a run that speeds up by more than a tenth has its snapshot noted at most
+    one look late; one that slows down only makes rank 0 look sooner than it needed to."""
+    (t0, s0), (t1, s1) = last
+    if t1 <= t0 or s1 <= s0:
+        return 0.0
+    return max(0.0, CALM_SHARE * (due - s1) * (t1 - t0) / (s1 - s0) - (now - t1))
 
 
 def every_worker_lost(ctx: Context, synchronous: bool, reported: list[int], failed: list[int],

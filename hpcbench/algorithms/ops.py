@@ -123,12 +123,15 @@ class Recv(NamedTuple):
 
     With ``timeout`` (seconds of the driver's clock) it returns None when nothing came in time;
     0 means "only if already here"; ``WATCHED``: no deadline of its own. Without one the run's own
-    timeout applies.
+    timeout applies. ``calm_s``: for about this long no message that needs a prompt answer is
+    expected, so a driver whose looks cost processor time may look less often meanwhile (a message
+    that comes is still taken at the next look; the simulator, where waiting costs nothing, ignores it).
     """
 
     channel: str
     src: int = ANY
     timeout: float | None = None
+    calm_s: float = 0.0
 
 
 class Allreduce(NamedTuple):

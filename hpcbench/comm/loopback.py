@@ -260,8 +260,8 @@ class LoopbackEndpoint:
     def failure_log(self) -> dict[int, tuple[float, str]]:
         return {}
 
-    def recv(self, channel: str, src: int, timeout: float,
-             told: frozenset[int] = frozenset()) -> tuple[int, np.ndarray] | None:
+    def recv(self, channel: str, src: int, timeout: float, told: frozenset[int] = frozenset(),
+             calm: float = 0.0) -> tuple[int, np.ndarray] | None:
         queue = self.hub.queues[(channel, self.rank)]
 
         def take() -> tuple[int, np.ndarray] | None:

@@ -73,10 +73,11 @@ class Transport(Protocol):
         """Nonblocking: ``data`` on ``channel`` to ``dest`` (the buffer may be reused at once, unless
         ``given``: then the caller never touches it again and it is sent as it is)."""
 
-    def recv(self, channel: str, src: int, timeout: float,
-             told: frozenset[int] = frozenset()) -> tuple[int, np.ndarray] | Lost | None:
+    def recv(self, channel: str, src: int, timeout: float, told: frozenset[int] = frozenset(),
+             calm: float = 0.0) -> tuple[int, np.ndarray] | Lost | None:
         """Next message on ``channel`` from ``src`` (-1: any) as (sender, bytes); None after ``timeout``;
-        ``Lost`` when ``src`` has failed, or (any) when workers not in ``told`` have and nothing came."""
+        ``Lost`` when ``src`` has failed, or (any) when workers not in ``told`` have and nothing came.
+        ``calm``: seconds during which nothing needing a prompt answer is expected (``ops.Recv.calm_s``)."""
 
     def failed(self) -> frozenset[int]:
         """The ranks this rank knows to have failed (a run outlives them only where MPI lets it)."""

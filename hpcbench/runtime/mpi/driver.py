@@ -206,7 +206,7 @@ class MpiDriver:
         if op.timeout is None and op.src == 0 and self.comm.rank != 0:
             timeout += WORKER_MARGIN_S  # a worker stalls: rank 0 names it before the others blame rank 0
         t0 = self.clock()
-        got = self.comm.recv(op.channel, op.src, timeout, frozenset(self.told))
+        got = self.comm.recv(op.channel, op.src, timeout, frozenset(self.told), op.calm_s)
         if got is None and op.timeout is None:
             who = "any rank" if op.src < 0 else f"rank {op.src}"
             raise WaitTimeout(f"timed out after {timeout:g} s waiting for a {op.channel!r} message from {who}")
