@@ -8,8 +8,9 @@ sets how long until the survivors next meet), and 4K simulated runs at moments i
 2. each (algorithm, workers): the mean recovery, real (± the standard error of the difference of the
    two means) and simulated with the defaults, and their ratio. With --gate it exits 1 where the ratio
    of a family whose survivors wait for the failure (``WAITING``) is beyond 2x either way and the two
-   means differ by more than twice that error (a mean over a few kills is a draw: the ratio alone
-   would fail at random). The other families' recovery, the time from the death to the survivors' next
+   means differ by more than twice that error, after a cell beyond it was measured again with twice as
+   many kills more (a mean over a few kills is a draw of where each fell in the period: the ratio alone would fail
+   at random). The other families' recovery, the time from the death to the survivors' next
    update, is a phase: it is shown as a multiple of the wait the survivors' own cadence gives a moment
    drawn at random (``common.cadence_wait``), about 1 where the failure costs nothing beyond it.
 
@@ -59,7 +60,12 @@ WAITING = ("allreduce", "local-sgd", "easgd-sync")
 COMPUTE_S = 0.02
 KILL_AT = 0.5
 SPREAD_S = 4 * COMPUTE_S  # the kills' moments span a local-sgd period and an easgd-sync round (4 steps)
-GATE = 2.0  # runs of this benchmark ranged 0.61-1.15 (the phase of a few kills); the old model was 3-3.7x short
+# Beyond this either way a waiting family fails: its recovery is mostly the wait for the survivors' next
+# average, so a mean over a few kills is a draw of where each fell in the period (local-sgd, 8 real kills:
+# the survivors met 52.8 ms after the death on average, 6-92 ms; 41.7 ms in the simulation; detection 20.7
+# against 18.0 ms and the rest 1.3 against 2.2 ms): a ratio of 0.61-0.86 in runs of it. The model before
+# the costs were fitted was 3-3.7x short, which this still fails.
+GATE = 2.0
 SIMULATED = 4  # simulated runs per real one (moments between the real ones', other seeds): they cost ~0.1 s
 
 
@@ -73,6 +79,35 @@ def recovery(rec: RunRecord, algo: str) -> float:
     """A run's recovery as the families are compared: seconds for those whose survivors wait for the failure,
     else in units of the run's own wait for its next update (``cadence_wait``)."""
     return rec.summary["recovery_s"] / (1.0 if algo in WAITING else cadence_wait(rec))
+
+
+def kills(algo: str, n: int, count: int, steps: int, offset: float, tmp: Path, reals: list[RunRecord]) -> tuple[
+        list[float], list[float]]:
+    """The recoveries of ``count`` real runs (added to ``reals``) and SIMULATED times as many simulated ones,
+    the kills at moments spread over the period, shifted by ``offset`` of the real ones' spacing."""
+    got = []
+    for k in range(count):
+        flags = ["--algo", algo, *settings(steps, KILL_AT + SPREAD_S * (k + offset) / count, k)]
+        rec = real(n + 1, flags, tmp / f"{algo}-{n}-{k}-{offset}.h5", timeout=300)
+        reals.append(rec)
+        got.append(recovery(rec, algo))
+    runs, sim = SIMULATED * count, []
+    for k in range(runs):
+        flags = ["--algo", algo, *settings(steps, KILL_AT + SPREAD_S * (k + offset * SIMULATED) / runs, k)]
+        sim.append(recovery(simulated(n, flags, tmp / "sim.h5"), algo))
+    return got, sim
+
+
+def compare(got: list[float], sim: list[float]) -> tuple[float, float]:
+    """(simulated / real mean, the standard error of the difference of the two means)."""
+    error = (statistics.variance(got) / len(got) + statistics.variance(sim) / len(sim)) ** 0.5
+    return statistics.fmean(sim) / statistics.fmean(got), error
+
+
+def beyond_gate(got: list[float], sim: list[float]) -> bool:
+    """The ratio beyond GATE either way, and the means more than twice their error apart."""
+    ratio, error = compare(got, sim)
+    return not 1 / GATE <= ratio <= GATE and abs(statistics.fmean(sim) - statistics.fmean(got)) > 2 * error
 
 
 def measure() -> int:
@@ -94,33 +129,32 @@ def measure() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for algo in algos:
             for n in sizes:
-                got, sim = [], []
-                for k in range(args.kills):
-                    flags = ["--algo", algo, *settings(args.steps, KILL_AT + SPREAD_S * k / args.kills, k)]
-                    rec = real(n + 1, flags, Path(tmp) / f"{algo}-{n}-{k}.h5", timeout=300)
-                    reals.append(rec)
-                    got.append(recovery(rec, algo))
-                runs = SIMULATED * args.kills
-                for k in range(runs):
-                    flags = ["--algo", algo, *settings(args.steps, KILL_AT + SPREAD_S * k / runs, k)]
-                    sim.append(recovery(simulated(n, flags, Path(tmp) / "sim.h5"), algo))
+                got, sim = kills(algo, n, args.kills, args.steps, 0, Path(tmp), reals)
+                ratio, error = compare(got, sim)
+                if algo in WAITING and beyond_gate(got, sim):
+                    # A mean over a few kills is a draw of where each fell in the period: a cell beyond the gate
+                    # is measured again with twice as many kills more, at moments between the first ones', and
+                    # the pooled means decide (local-sgd, 0.8 in most runs, once came out at 0.61 over 4 kills)
+                    print(f"{algo} {n} workers: {ratio:.2f}x over {args.kills} kills; {2 * args.kills} more",
+                          flush=True)
+                    more = kills(algo, n, 2 * args.kills, args.steps, 0.25, Path(tmp), reals)
+                    got, sim = got + more[0], sim + more[1]
+                    ratio, error = compare(got, sim)
+                    if beyond_gate(got, sim):
+                        beyond.append(f"{algo} at {n} workers: {ratio:.2f}x over {len(got)} kills")
                 real_s, sim_s = statistics.fmean(got), statistics.fmean(sim)
-                ratio = sim_s / real_s
-                # A mean over a few kills is a draw: beyond the gate only where also beyond twice its error
-                error = (statistics.variance(got) / len(got) + statistics.variance(sim) / len(sim)) ** 0.5
-                if algo in WAITING and not 1 / GATE <= ratio <= GATE and abs(sim_s - real_s) > 2 * error:
-                    beyond.append(f"{algo} at {n} workers: {ratio:.2f}x")
                 scale, unit = (1e3, "ms") if algo in WAITING else (1.0, "x")
-                rows.append([algo, n, f"{scale * real_s:.2f} ± {scale * error:.2f} {unit}",
+                rows.append([algo, n, len(got), f"{scale * real_s:.2f} ± {scale * error:.2f} {unit}",
                              f"{scale * min(got):.2f}-{scale * max(got):.2f}", f"{scale * sim_s:.2f}", f"{ratio:.2f}"])
                 print(f"{algo} {n} workers: real {scale * real_s:.2f} {unit}, simulated {scale * sim_s:.2f} {unit}",
                       flush=True)
     fit = fit_failures(reals, defaults.regroup_log_s)
     assert fit is not None
-    print(f"\n{args.kills} kills per cell, worker 2 at {KILL_AT}-{KILL_AT + SPREAD_S:.2f} s, computes of "
+    print(f"\n{args.kills} kills per cell (three times as many where the first were beyond the gate), worker 2 at "
+          f"{KILL_AT}-{KILL_AT + SPREAD_S:.2f} s, computes of "
           f"{1e3 * COMPUTE_S:.0f} ms; recovery: mean over the kills, in ms where the survivors wait for the "
           "failure, else as a multiple of the run's own wait for its next update")
-    print(tabulate(rows, headers=["algorithm", "workers", "real ± error", "real range", "simulated",
+    print(tabulate(rows, headers=["algorithm", "workers", "kills", "real ± error", "real range", "simulated",
                                   "simulated / real"]))
     shrink = {s: [c for p, c in fit.regroups if p == s] for s in sorted({p for p, _ in fit.regroups})}
     print(f"\nfitted from the {len(reals)} real runs (defaults in brackets): detect_s {fit.detect_s:.4f} "
