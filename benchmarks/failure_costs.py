@@ -81,19 +81,21 @@ def recovery(rec: RunRecord, algo: str) -> float:
     return rec.summary["recovery_s"] / (1.0 if algo in WAITING else cadence_wait(rec))
 
 
-def kills(algo: str, n: int, count: int, steps: int, offset: float, tmp: Path, reals: list[RunRecord]) -> tuple[
+def kills(algo: str, n: int, count: int, steps: int, first: int, tmp: Path, reals: list[RunRecord]) -> tuple[
         list[float], list[float]]:
     """The recoveries of ``count`` real runs (added to ``reals``) and SIMULATED times as many simulated ones,
-    the kills at moments spread over the period, shifted by ``offset`` of the real ones' spacing."""
+    the kills at moments spread evenly over the period, seeds from ``first`` on (SIMULATED times that for
+    the simulated). A second call (``first`` > 0) kills half a spacing later: between the first call's moments."""
+    shift = 0.5 if first else 0.0
     got = []
     for k in range(count):
-        flags = ["--algo", algo, *settings(steps, KILL_AT + SPREAD_S * (k + offset) / count, k)]
-        rec = real(n + 1, flags, tmp / f"{algo}-{n}-{k}-{offset}.h5", timeout=300)
+        flags = ["--algo", algo, *settings(steps, KILL_AT + SPREAD_S * (k + shift) / count, first + k)]
+        rec = real(n + 1, flags, tmp / f"{algo}-{n}-{first + k}.h5", timeout=300)
         reals.append(rec)
         got.append(recovery(rec, algo))
     runs, sim = SIMULATED * count, []
     for k in range(runs):
-        flags = ["--algo", algo, *settings(steps, KILL_AT + SPREAD_S * (k + offset * SIMULATED) / runs, k)]
+        flags = ["--algo", algo, *settings(steps, KILL_AT + SPREAD_S * (k + shift) / runs, SIMULATED * first + k)]
         sim.append(recovery(simulated(n, flags, tmp / "sim.h5"), algo))
     return got, sim
 
@@ -137,7 +139,7 @@ def measure() -> int:
                     # the pooled means decide (local-sgd, 0.8 in most runs, once came out at 0.61 over 4 kills)
                     print(f"{algo} {n} workers: {ratio:.2f}x over {args.kills} kills; {2 * args.kills} more",
                           flush=True)
-                    more = kills(algo, n, 2 * args.kills, args.steps, 0.25, Path(tmp), reals)
+                    more = kills(algo, n, 2 * args.kills, args.steps, args.kills, Path(tmp), reals)
                     got, sim = got + more[0], sim + more[1]
                     ratio, error = compare(got, sim)
                     if beyond_gate(got, sim):

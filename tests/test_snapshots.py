@@ -144,6 +144,7 @@ def test_rank0_looks_less_often_only_until_the_next_report_it_must_act_on(monkey
     noted = sorted(t for t, op in ran.logs.snapshots[1:])  # the last: the final models, read after the last report
     assert len(noted) >= 8
     calm = [(t, c) for t, c in looks if c > 0]
+    assert len(calm) >= 8, looks
     assert len(calm) >= len([t for t, _ in looks if noted[1] <= t < noted[-1]]) // 2, looks
     for t, c in calm:
         due = min(n for n in noted if n > t)

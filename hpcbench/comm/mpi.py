@@ -245,7 +245,9 @@ class MpiComm(Gathering):
         ``Lost`` naming the others once nothing else is there, one from a failed rank always.
         ``calm``: where nothing needs this rank inside MPI, it sleeps through that long in naps of
         at most IDLE_SLEEP_S before its usual looks (each look after a sleep costs ~0.1 ms of a core
-        on a shared 2-core machine: a coordinator that looked for each report took 10% of a core)."""
+        on a shared 2-core machine: a coordinator that looked for each report took 10% of a core).
+        Not under ULFM: there a rank learns of a failure only when it looks, and the failure costs
+        measured (detection, rank 0's wait) must not grow by a nap."""
         ch = self.channels[channel]
 
         def take() -> tuple[int, np.ndarray] | None:
@@ -269,7 +271,7 @@ class MpiComm(Gathering):
         what = f"a {channel!r} message from {who}"
         if timeout == math.inf and not self.serving():  # nothing needs this rank inside MPI while it waits
             got = None
-            if calm > 0:
+            if calm > 0 and self.failures is None:
                 nap = calm / math.ceil(calm / IDLE_SLEEP_S)
                 got = self._wait(poll, calm, what, fail=False, spin=0.0, patience=0.0, first=nap, nap=nap)
             if got is None:
