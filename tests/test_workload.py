@@ -290,3 +290,24 @@ def test_evaluations_on_the_channels_last_copy_score_what_the_model_itself_score
         assert copy[1] == own[1] and copy[3] == own[3]
         np.testing.assert_allclose(copy[::2], own[::2], rtol=1e-5)
     assert all(p.is_contiguous() for p in trainer.model.parameters())  # training keeps its flat views
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("model", ["cnn-tiny", "cnn-small", "cnn"])
+def test_every_layer_of_the_channels_last_scorer_gets_channels_last_images(model):
+    """A convolution of a one-channel image (digits, Fashion-MNIST) gives its output in the contiguous layout
+    (torch cannot tell the two layouts of one channel apart), and pooling it there took as long as the
+    convolutions: the scorer keeps every image between its layers channels-last, and scores what the model
+    itself scores."""
+    data = load_dataset("digits", val_fraction=0.2)
+    trainer = Trainer(model, data, seed=0)
+    assert trainer.scorer is not None
+    seen = []
+    for layer in trainer.scorer.modules():
+        if not list(layer.children()):
+            layer.register_forward_pre_hook(lambda mod, args: seen.append(
+                (type(mod).__name__, args[0].dim() < 4 or args[0].is_contiguous(memory_format=torch.channels_last))))
+    copy = trainer.evaluate(trainer.initial, 10**9, 10**9)
+    assert seen and all(ok for _, ok in seen), seen
+    trainer.scorer = None
+    assert trainer.evaluate(trainer.initial, 10**9, 10**9)[1::2] == copy[1::2]

@@ -44,6 +44,11 @@ class Bucketing:
             self.launched += 1
 
 
+def channels_last_output(layer: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> torch.Tensor:
+    """A forward hook: the layer's output in the channels-last layout (a no-op where it is already)."""
+    return output.contiguous(memory_format=torch.channels_last)
+
+
 class Trainer:
     """A model whose parameters are views into one flat tensor, plus its data."""
 
@@ -64,6 +69,13 @@ class Trainer:
                 p.requires_grad_(False)
                 if p.dim() == 4:
                     p.data = p.data.contiguous(memory_format=torch.channels_last)
+            # A convolution of one-channel images (digits, Fashion-MNIST) gives its output in the contiguous
+            # layout (torch cannot tell the two layouts of one channel apart), and the pooling after it then
+            # took as long as both convolutions: every convolution's output goes on channels-last (the same
+            # values: cnn-tiny's 500 images 30 -> 23 ms here).
+            for layer in self.scorer.modules():
+                if isinstance(layer, nn.Conv2d):
+                    layer.register_forward_hook(channels_last_output)
         params = list(self.model.parameters())
         self.size = sum(p.numel() for p in params)
         self.flat = torch.zeros(self.size, dtype=torch.float32, device=self.device)
