@@ -23,3 +23,19 @@ def test_the_residual_wait_is_what_moments_drawn_at_random_wait():
     moments = rng.uniform(events[0], events[-1], 20000)
     waited = events[np.searchsorted(events, moments)] - moments
     assert residual_wait(events, events[-1] + 1) == pytest.approx(waited.mean(), rel=0.05)
+
+
+def test_a_kill_is_placed_in_the_other_run_by_rounds_not_seconds():
+    from failure_costs import moment, place
+
+    real = np.array([0.0, 10.0, 20.0, 35.0])  # the survivor's rounds: the one the death falls in drawn out
+    assert place(real, 25.0) == (2, 0.5)  # half the round before it (10 s) after mark 2
+    simulated = np.array([0.0, 8.0, 16.0, 24.0])
+    assert moment(simulated, place(real, 25.0)) == pytest.approx(20.0)  # half a simulated round after mark 2
+    rng = np.random.default_rng(1)
+    marks = np.cumsum(rng.uniform(0.5, 2.0, 50))
+    for t in rng.uniform(marks[1], marks[-1] + 5.0, 100):
+        assert moment(marks, place(marks, t)) == pytest.approx(t)
+    for outside in (marks[0] - 1.0, marks[1] - 1e-9):
+        with pytest.raises(SystemExit, match="falls outside the survivor's rounds"):
+            place(marks, outside)
