@@ -7,9 +7,10 @@ engine's wall seconds (``sim_wall_s``, one thread, on a quiet machine its CPU se
 samples. A ratio ≥ 0.9 means a study's simulated runs cost about what training the model alone costs.
 The loop and the simulations alternate (``common.in_turn``); medians over ``--rounds``. A simulation's
 fixed costs (set-up, sharding, the coordinator's averages) weigh on short runs: measured here (2 cores,
-2026-12-02), 32,768 samples: 0.75-0.90x at 1, 16 and 64 workers; 131,072 samples (a study's run is
-longer): allreduce at 64 workers 1.05x. Convolutions go one worker at a time (``batched.pays``): batched
-they made 0.35-0.55x.
+2026-12-02), cnn-small, 32,768 samples: 0.75-0.90x at 1, 16 and 64 workers; 131,072 samples (a study's
+run is longer): allreduce at 64 workers 1.05x. 2026-12-04, cnn-tiny (the studies' model), 32,768 samples,
+2 rounds: allreduce 1.13 / 1.01 / 0.96x at 1 / 16 / 64 workers, asgd 1.06 / 1.01 / 0.94x. Convolutions
+go one worker at a time (``batched.pays``): batched they made 0.35-0.55x.
 Run by hand: python benchmarks/sim_cnn_speed.py [--samples 32768] [--rounds 3]
 """
 import argparse

@@ -148,6 +148,15 @@ def test_a_step_lost_with_a_worker_no_survivor_saw_die_is_accounted(tmp_path):
     assert rec.summary["samples"] == budget - 32 and rec.summary["samples_lost"] == 32
 
 
+def test_sgp_survivors_train_again_the_step_each_dead_worker_was_credited_with(tmp_path):
+    """Issue 58 (found by the property test above): sgp's workers 2 and 3 die before their first step and
+    worker 1 at 1 s; worker 4 had credited each of them with the step it was taking when it learned of
+    them, and kept none of those, so the run ended 192 samples short (more than one team step)."""
+    rec = simulated(tmp_path, "sgp", 4, "kill:1@1.000,kill:2@0.000,kill:3@0.000")
+    budget, kept, lost = rec.attrs["config"]["budget_samples"], rec.summary["samples"], rec.summary["samples_lost"]
+    assert budget - 4 * 32 <= kept <= budget and kept + lost == budget, (kept, lost, budget)
+
+
 def test_a_kill_after_the_run_is_over_is_said_and_recorded_as_not_fired(tmp_path, capsys):
     """Issue 58: a fault due after training ended (kill:2@99 in a run of about 1 s) cannot happen: one warning
     line names it, the file counts it in faults_unfired, and the run is the failure-free one it was."""

@@ -373,9 +373,12 @@ class Team:
 
     def lose(self, failed: frozenset[int]) -> None:
         """A team that synchronises by messages rather than collectives (sgp): the members it knows to have
-        failed leave it, each with the step it was taking."""
+        failed leave it, each with the step it was taking, which ``stepped`` had counted: taken back, so
+        the survivors train it again."""
         left = tuple(r for r in self.members if r not in failed)
-        self.lost += (len(self.members) - len(left)) * self.ctx.batch_size
+        lost = (len(self.members) - len(left)) * self.ctx.batch_size
+        self.samples -= lost
+        self.lost += lost
         self.members = left
 
     def synchronised(self, steps: int) -> Sub[None]:
