@@ -43,8 +43,8 @@ HERE = "this machine"  # the network of real runs
 MPI_SETUP = "Real runs under mpiexec on this machine: its own compute and network, the model's own message size."
 # Seconds of this machine (one core) per run started, beside its task's compute (``Task.run_seconds``):
 # the basis of the stated running time.
-SECONDS_PER_RUN = 3.0  # a process of its own (runs side by side, or real runs)
-SECONDS_PER_INLINE_RUN = 0.3  # one at a time, simulated in this process
+SECONDS_PER_RUN = 3.0  # a real run: processes of its own
+SECONDS_PER_INLINE_RUN = 0.3  # a simulated run, in a process that simulates one after another
 CALIBRATION_STEPS = {"full": 200, "quick": 100, "teacher": 200, "teacher-quick": 100, "toy": 20}  # every preset
 
 
@@ -83,7 +83,7 @@ def planned(s: Study, preset: str, runs: Path, cell: CellKey, setting: Setting, 
 def expected_seconds(s: Study, preset: str, arm_runs: int, recipe_runs: int, jobs: int, mode: str = "sim") -> float:
     """The running time stated up front (the count after each run then says how much is left)."""
     size = s.sizes[preset]
-    start = SECONDS_PER_INLINE_RUN if mode == "sim" and jobs == 1 else SECONDS_PER_RUN
+    start = SECONDS_PER_INLINE_RUN if mode == "sim" else SECONDS_PER_RUN
     return (arm_runs * (start + size.task.run_seconds(size.epochs))
             + recipe_runs * (start + size.task.run_seconds(size.epochs, sequential=True))) / max(1, jobs)
 

@@ -1,19 +1,25 @@
 """Run many independent runs (simulated or under mpiexec), a few at a time, each to its own result file.
 
 A run whose file already says ``ok`` is kept, so an interrupted study or grid resumes. Simulated
-runs are separate processes with one thread each, so ``jobs`` of them share the cores without
-changing any result; real runs go one at a time (they would time each other).
+runs go to ``jobs`` processes of one thread each that simulate one run after another
+(``tuning.simworker``), so they share the cores without changing any result; real runs go one at a
+time (they would time each other), each in a process of its own.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
+import json
 import os
+import select
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hpcbench.config import RunConfig, table_argv
 from hpcbench.launch.arguments import parse_run
@@ -139,7 +145,8 @@ def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float,
         for job in todo:
             outcome[job.path] = inline(job, countdown)
         return outcome
-    running: list[tuple[Job, subprocess.Popen, float]] = []
+    runner = Workers.here() if mode == "sim" and package is None else OwnProcesses(mode, package)
+    running: list[tuple[Job, Any, float]] = []
     queue = list(todo)
     # Each run has a session of its own (no terminal's signal reaches it): a hangup here stops them.
     with hangup_stops_study():
@@ -147,31 +154,141 @@ def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float,
             while queue or running:
                 while queue and len(running) < width:
                     job = queue.pop(0)
-                    running.append((job, start(job, mode, package), time.monotonic()))
+                    running.append((job, runner.begin(job), time.monotonic()))
                 time.sleep(0.05)
                 for entry in list(running):
-                    job, proc, t0 = entry
-                    code = proc.poll()
-                    if code is None and time.monotonic() - t0 < timeout:
+                    job, handle, t0 = entry
+                    ended = runner.ended(handle)
+                    if ended is None and time.monotonic() - t0 < timeout:
                         continue
                     running.remove(entry)
-                    if code is None:
-                        stop(proc)
+                    if ended is None:
+                        runner.kill(handle)
                         why, out = f"killed after {timeout:g} s", ""
                     else:
-                        out, err = proc.communicate()
+                        code, out, err = ended
                         why = not_ok(job.path) if code == 0 else why_failed(code, err)
                     outcome[job.path] = why
                     say([countdown.finished(weight(job, mode)), *countdown.shorter()], job, why, out)
         finally:
-            for _, proc, _ in running:
-                stop(proc)
+            for _, handle, _ in running:
+                runner.kill(handle)
     return outcome
+
+
+Ended = tuple[int, str, str]  # a run's exit code, what it printed, its errors
+
+
+class OwnProcesses:
+    """Each run in a process of its own: real runs, and simulated ones with another commit's package."""
+
+    def __init__(self, mode: str, package: Path | None) -> None:
+        self.mode, self.package = mode, package
+
+    def begin(self, job: Job) -> subprocess.Popen:
+        return start(job, self.mode, self.package)
+
+    def ended(self, proc: subprocess.Popen) -> Ended | None:
+        code = proc.poll()
+        if code is None:
+            return None
+        out, err = proc.communicate()
+        return code, out, err
+
+    def kill(self, proc: subprocess.Popen) -> None:
+        stop(proc)
+
+
+class SimWorker:
+    """A process of ``hpcbench.tuning.simworker`` (one thread, a session of its own): simulated runs handed
+    over one at a time."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "hpcbench.tuning.simworker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                     start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    def give(self, job: Job) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps([*job.argv("sim")[1:], "--set", "threads=1"]) + "\n")  # less "simulate"
+        self.proc.stdin.flush()
+
+    def hang_up(self) -> None:
+        """No more runs: it ends when the one it is simulating has."""
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):  # it had ended: nothing to tell it
+                self.proc.stdin.close()
+            self.proc.stdin = None
+
+    def ended(self) -> Ended | None:
+        """The run handed over, once it has ended (None before)."""
+        assert self.proc.stdout is not None
+        if not select.select([self.proc.stdout], [], [], 0)[0]:
+            return None
+        line = self.proc.stdout.readline()
+        if not line:
+            code = self.proc.wait()
+            return code or 1, "", f"hpcbench: the process simulating it ended (exit code {code})"
+        reply = json.loads(line)
+        return int(reply["code"]), str(reply["out"]), str(reply["err"])
+
+
+class Workers:
+    """Simulated runs handed to processes that simulate one after another (as many as run at a time):
+    each pays for starting Python and importing torch once, not once per run. A run past its time is
+    stopped with its process, and the next run gets a fresh one. The processes wait for the next
+    ``run_jobs`` of this process (a study calls it once per stage) while the directory and environment
+    they were started in are this process's; they end with it."""
+
+    _kept: Workers | None = None
+
+    def __init__(self) -> None:
+        self.idle: list[SimWorker] = []
+        self.where = (os.getcwd(), sorted(os.environ.items()))
+
+    @classmethod
+    def here(cls) -> Workers:
+        kept = cls._kept
+        if kept is None or kept.where != (os.getcwd(), sorted(os.environ.items())):
+            if kept is not None:
+                kept.end()
+            else:
+                atexit.register(lambda: cls._kept.end() if cls._kept else None)
+            kept = cls._kept = cls()
+        return kept
+
+    def begin(self, job: Job) -> SimWorker:
+        worker = self.idle.pop() if self.idle else SimWorker()
+        try:
+            worker.give(job)
+        except OSError:  # it had ended meanwhile
+            self.kill(worker)
+            worker = SimWorker()
+            worker.give(job)
+        return worker
+
+    def ended(self, worker: SimWorker) -> Ended | None:
+        found = worker.ended()
+        if found is not None and worker.proc.poll() is None:
+            self.idle.append(worker)
+        return found
+
+    def kill(self, worker: SimWorker) -> None:
+        worker.hang_up()  # a run that ends its own way at SIGTERM, writing its record, finds no next one
+        stop(worker.proc)
+
+    def end(self) -> None:
+        for worker in self.idle:
+            try:
+                worker.hang_up()
+                worker.proc.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                stop(worker.proc)
+        self.idle.clear()
 
 
 def inline(job: Job, countdown: Countdown) -> str:
     """Simulate ``job`` in this process; → "" or why it failed (printed as run_jobs prints)."""
-    import contextlib
     import io
 
     from hpcbench.errors import UsageError

@@ -1,0 +1,74 @@
+"""Simulated runs side by side (``run_jobs`` with ``jobs`` > 1): handed to processes that simulate one run
+after another, they make the files a run in this process makes, a run past its time is stopped with its
+process, and the processes serve the next call only while the directory and environment are the same."""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from hpcbench.results.store import read_run
+from hpcbench.tuning.execute import Job, Workers, run_jobs
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # starts processes
+
+
+def job(path, steps=6, algo="asgd", seed=0):
+    return Job.of(algo, 2, ["--dataset", "teacher", "--model", "mlp", "--steps", str(steps), "--set",
+                            f"seed={seed}"], path, f"{algo} seed {seed}")
+
+
+def alive(worker) -> bool:
+    return worker.proc.poll() is None
+
+
+def test_runs_handed_to_worker_processes_make_the_files_a_run_in_this_process_makes(tmp_path):
+    side = [job(tmp_path / "side" / f"{a}-{s}.h5", algo=a, seed=s) for a in ("asgd", "allreduce") for s in (0, 1)]
+    here = [job(tmp_path / "here" / f"{a}-{s}.h5", algo=a, seed=s) for a in ("asgd", "allreduce") for s in (0, 1)]
+    assert run_jobs(side, "sim", 2, 120) == {j.path: "" for j in side}
+    assert run_jobs(here, "sim", 1, 120) == {j.path: "" for j in here}  # one at a time: in this process
+    for a, b in zip(side, here):
+        ra, rb = read_run(a.path), read_run(b.path)
+        assert ra.summary["final_accuracy"] == rb.summary["final_accuracy"]
+        assert np.array_equal(ra.final_params, rb.final_params)
+
+
+def test_a_run_past_its_time_is_stopped_with_its_process_and_the_next_run_gets_a_fresh_one(tmp_path):
+    warm = [job(tmp_path / f"warm-{s}.h5", seed=s) for s in (0, 1)]
+    assert run_jobs(warm, "sim", 2, 120) == {j.path: "" for j in warm}  # both processes started and waiting
+    before = list(Workers.here().idle)
+    assert len(before) == 2 and all(map(alive, before))
+    slow, quick = job(tmp_path / "slow.h5", steps=100_000), job(tmp_path / "quick.h5", seed=2)
+    outcome = run_jobs([slow, quick], "sim", 2, 3)
+    assert outcome == {slow.path: "killed after 3 s", quick.path: ""}
+    assert sum(alive(w) for w in before) == 1  # the slow run's process was stopped with it
+    again = job(tmp_path / "again.h5", seed=3), job(tmp_path / "again2.h5", seed=4)
+    assert run_jobs(list(again), "sim", 2, 120) == {j.path: "" for j in again}  # a fresh process in its place
+    assert read_run(again[1].path).summary["samples"] > 0
+
+
+def test_the_processes_serve_the_next_call_only_while_the_directory_and_environment_are_the_same(tmp_path,
+                                                                                               monkeypatch):
+    first = [job(tmp_path / f"a-{s}.h5", seed=s) for s in (0, 1)]
+    assert run_jobs(first, "sim", 2, 120) == {j.path: "" for j in first}
+    pool = Workers.here()
+    pids = sorted(w.proc.pid for w in pool.idle)
+    second = [job(tmp_path / f"b-{s}.h5", seed=s) for s in (0, 1)]
+    assert run_jobs(second, "sim", 2, 120) == {j.path: "" for j in second}
+    assert Workers.here() is pool and sorted(w.proc.pid for w in pool.idle) == pids  # the same two, again
+    # A run sees the environment of the call that made it (HPCBENCH_MAX_STEPS caps its steps): not a
+    # process started before the change.
+    monkeypatch.setenv("HPCBENCH_MAX_STEPS", "2")
+    capped = [job(tmp_path / f"c-{s}.h5", seed=s) for s in (0, 1)]
+    assert run_jobs(capped, "sim", 2, 120) == {j.path: "" for j in capped}
+    assert Workers.here() is not pool and all(read_run(j.path).summary["samples"] == 2 * 2 * 32 for j in capped)
+    deadline = time.monotonic() + 10
+    while any(w.proc.poll() is None for w in pool.idle) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [w.proc.pid for w in pool.idle if w.proc.poll() is None], "the old processes ended"
+    monkeypatch.chdir(tmp_path)
+    relative = [job(os.path.join("rel", f"d-{s}.h5"), seed=s) for s in (0, 1)]
+    assert run_jobs(relative, "sim", 2, 120) == {j.path: "" for j in relative}
+    assert all((tmp_path / "rel" / f"d-{s}.h5").is_file() for s in (0, 1))
