@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hpcbench.results.store import read_run
-from hpcbench.tuning.execute import Job, Workers, run_jobs
+from hpcbench.tuning.execute import Job, Workers, run_jobs, start
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # starts processes
 
@@ -24,12 +24,18 @@ def alive(worker) -> bool:
     return worker.proc.poll() is None
 
 
-def test_runs_handed_to_worker_processes_make_the_files_a_run_in_this_process_makes(tmp_path):
-    side = [job(tmp_path / "side" / f"{a}-{s}.h5", algo=a, seed=s) for a in ("asgd", "allreduce") for s in (0, 1)]
-    here = [job(tmp_path / "here" / f"{a}-{s}.h5", algo=a, seed=s) for a in ("asgd", "allreduce") for s in (0, 1)]
+def test_runs_handed_to_worker_processes_make_the_files_runs_in_processes_of_their_own_make(tmp_path):
+    """Three runs for two processes: the third follows another run (another algorithm) in its process, and
+    still makes the file a process of its own makes, to the last digit."""
+    side = [job(tmp_path / "side" / f"{a}-{s}.h5", algo=a, seed=s) for a, s in (("asgd", 0), ("allreduce", 1),
+                                                                                  ("asgd", 2))]
+    own = [job(tmp_path / "own" / f"{a}-{s}.h5", algo=a, seed=s) for a, s in (("asgd", 0), ("allreduce", 1),
+                                                                                ("asgd", 2))]
     assert run_jobs(side, "sim", 2, 120) == {j.path: "" for j in side}
-    assert run_jobs(here, "sim", 1, 120) == {j.path: "" for j in here}  # one at a time: in this process
-    for a, b in zip(side, here):
+    for j in own:
+        proc = start(j, "sim")
+        assert proc.wait(120) == 0, proc.communicate()
+    for a, b in zip(side, own):
         ra, rb = read_run(a.path), read_run(b.path)
         assert ra.summary["final_accuracy"] == rb.summary["final_accuracy"]
         assert np.array_equal(ra.final_params, rb.final_params)
@@ -60,14 +66,15 @@ def test_the_processes_serve_the_next_call_only_while_the_directory_and_environm
     assert Workers.here() is pool and sorted(w.proc.pid for w in pool.idle) == pids  # the same two, again
     # A run sees the environment of the call that made it (HPCBENCH_MAX_STEPS caps its steps): not a
     # process started before the change.
+    old = list(pool.idle)
     monkeypatch.setenv("HPCBENCH_MAX_STEPS", "2")
     capped = [job(tmp_path / f"c-{s}.h5", seed=s) for s in (0, 1)]
     assert run_jobs(capped, "sim", 2, 120) == {j.path: "" for j in capped}
     assert Workers.here() is not pool and all(read_run(j.path).summary["samples"] == 2 * 2 * 32 for j in capped)
     deadline = time.monotonic() + 10
-    while any(w.proc.poll() is None for w in pool.idle) and time.monotonic() < deadline:
+    while any(w.proc.poll() is None for w in old) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [w.proc.pid for w in pool.idle if w.proc.poll() is None], "the old processes ended"
+    assert len(old) == 2 and not [w.proc.pid for w in old if w.proc.poll() is None], "the old processes ended"
     monkeypatch.chdir(tmp_path)
     relative = [job(os.path.join("rel", f"d-{s}.h5"), seed=s) for s in (0, 1)]
     assert run_jobs(relative, "sim", 2, 120) == {j.path: "" for j in relative}

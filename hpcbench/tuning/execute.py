@@ -1,9 +1,10 @@
 """Run many independent runs (simulated or under mpiexec), a few at a time, each to its own result file.
 
 A run whose file already says ``ok`` is kept, so an interrupted study or grid resumes. Simulated
-runs go to ``jobs`` processes of one thread each that simulate one run after another
-(``tuning.simworker``), so they share the cores without changing any result; real runs go one at a
-time (they would time each other), each in a process of its own.
+runs go ``jobs`` at a time, each one-threaded, so they share the cores without changing any result:
+one at a time in this process, else to ``jobs`` processes that simulate one run after another
+(``tuning.simworker``; another commit's package: a process per run); real runs go one at a time (they
+would time each other), each in processes of its own.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import os
 import select
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -204,8 +206,9 @@ class SimWorker:
     over one at a time."""
 
     def __init__(self) -> None:
+        self.errors = tempfile.TemporaryFile("w+")  # what it says outside the runs, should it end
         self.proc = subprocess.Popen([sys.executable, "-m", "hpcbench.tuning.simworker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                     stdout=subprocess.PIPE, stderr=self.errors, text=True,
                                      start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
     def give(self, job: Job) -> None:
@@ -220,6 +223,12 @@ class SimWorker:
                 self.proc.stdin.close()
             self.proc.stdin = None
 
+    def close(self) -> None:
+        """After it ended: its pipe and its file of errors."""
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.errors.close()
+
     def ended(self) -> Ended | None:
         """The run handed over, once it has ended (None before)."""
         assert self.proc.stdout is not None
@@ -228,7 +237,9 @@ class SimWorker:
         line = self.proc.stdout.readline()
         if not line:
             code = self.proc.wait()
-            return code or 1, "", f"hpcbench: the process simulating it ended (exit code {code})"
+            self.errors.seek(0)
+            said = self.errors.read()[-4000:]
+            return code or 1, "", f"{said}\nhpcbench: the process simulating it ended (exit code {code})"
         reply = json.loads(line)
         return int(reply["code"]), str(reply["out"]), str(reply["err"])
 
@@ -264,18 +275,26 @@ class Workers:
         except OSError:  # it had ended meanwhile
             self.kill(worker)
             worker = SimWorker()
-            worker.give(job)
+            try:
+                worker.give(job)
+            except OSError:
+                self.kill(worker)
+                raise
         return worker
 
     def ended(self, worker: SimWorker) -> Ended | None:
         found = worker.ended()
-        if found is not None and worker.proc.poll() is None:
-            self.idle.append(worker)
+        if found is not None:
+            if worker.proc.poll() is None:
+                self.idle.append(worker)
+            else:
+                worker.close()
         return found
 
     def kill(self, worker: SimWorker) -> None:
-        worker.hang_up()  # a run that ends its own way at SIGTERM, writing its record, finds no next one
+        worker.hang_up()
         stop(worker.proc)
+        worker.close()
 
     def end(self) -> None:
         for worker in self.idle:
@@ -284,6 +303,7 @@ class Workers:
                 worker.proc.wait(10)
             except (OSError, subprocess.TimeoutExpired):
                 stop(worker.proc)
+            worker.close()
         self.idle.clear()
 
 

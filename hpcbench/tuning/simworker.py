@@ -3,9 +3,10 @@ package are imported once per process rather than once per run (about 2 s of CPU
 small run takes).
 
 The protocol, one JSON line each way: a run's ``simulate`` options in, then ``{"code", "out", "err"}``
-back when it has ended (its exit code, the ends of what it printed). Replies go to the pipe that was
-standard output when the process started; anything else that writes to standard output (a library's C
-code) lands on standard error instead, so it cannot garble a reply.
+back when it has ended (its exit code, the ends of what it printed; a failure in one line, as the
+command says it). Replies go to the pipe that was standard output when the process started; anything
+else that writes to standard output (a library's C code) lands on standard error instead (a file
+``run_jobs`` reads should the process itself end), so it cannot garble a reply.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def simulate(argv: list[str]) -> int:
 
 
 def serve(requests: IO[str], replies: IO[str]) -> None:
-    from hpcbench.errors import UsageError
+    from hpcbench.errors import UsageError, one_line
 
     for line in requests:
         out, err = io.StringIO(), io.StringIO()
@@ -38,12 +39,12 @@ def serve(requests: IO[str], replies: IO[str]) -> None:
             try:
                 code = simulate(json.loads(line))
             except UsageError as exc:
-                print(f"hpcbench: {exc}", file=sys.stderr)
+                print(f"hpcbench: {one_line(str(exc))}", file=sys.stderr)
                 code = 2
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
             except Exception as exc:  # one run's bug must not end the process the next runs need
-                print(f"hpcbench: {type(exc).__name__}: {exc}", file=sys.stderr)
+                print(f"hpcbench: {type(exc).__name__}: {one_line(str(exc))}", file=sys.stderr)
                 code = 1
         replies.write(json.dumps({"code": code, "out": out.getvalue()[-KEPT:], "err": err.getvalue()[-KEPT:]}) + "\n")
         replies.flush()
