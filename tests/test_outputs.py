@@ -49,7 +49,9 @@ def test_the_final_rename_never_replaces_a_file_that_appeared_meanwhile(tmp_path
 
 
 def test_run_ids_are_unique_and_name_the_slurm_job():
-    assert len({run_id({}) for _ in range(200)}) == 200
+    # 24 random bits: 200 ids hold a repeat once in about 840 draws of them (CI met one), two repeats once in
+    # about 1.4 million; the id only separates runs of one name started in the same second
+    assert len({run_id({}) for _ in range(200)}) >= 199
     assert run_id({"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "3"}).startswith("j4242.3-")
 
 
