@@ -168,8 +168,8 @@ def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float,
                         runner.kill(handle)
                         why, out = f"killed after {timeout:g} s", ""
                     else:
-                        code, out, err = ended
-                        why = not_ok(job.path) if code == 0 else why_failed(code, err)
+                        failed, out = ended
+                        why = failed or not_ok(job.path)
                     outcome[job.path] = why
                     say([countdown.finished(weight(job, mode)), *countdown.shorter()], job, why, out)
         finally:
@@ -178,7 +178,7 @@ def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float,
     return outcome
 
 
-Ended = tuple[int, str, str]  # a run's exit code, what it printed, its errors
+Ended = tuple[str, str]  # why a run failed ("" if it did not: its file then says), what it printed
 
 
 class OwnProcesses:
@@ -195,7 +195,7 @@ class OwnProcesses:
         if code is None:
             return None
         out, err = proc.communicate()
-        return code, out, err
+        return ("" if code == 0 else why_failed(code, err)), out
 
     def kill(self, proc: subprocess.Popen) -> None:
         stop(proc)
@@ -213,7 +213,7 @@ class SimWorker:
 
     def give(self, job: Job) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps([*job.argv("sim")[1:], "--set", "threads=1"]) + "\n")  # less "simulate"
+        self.proc.stdin.write(json.dumps(job.argv("sim")[1:]) + "\n")  # less "simulate"
         self.proc.stdin.flush()
 
     def hang_up(self) -> None:
@@ -238,10 +238,10 @@ class SimWorker:
         if not line:
             code = self.proc.wait()
             self.errors.seek(0)
-            said = self.errors.read()[-4000:]
-            return code or 1, "", f"{said}\nhpcbench: the process simulating it ended (exit code {code})"
+            said = why_failed(code, self.errors.read())
+            return f"the process simulating it ended (exit code {code}): {said}", ""
         reply = json.loads(line)
-        return int(reply["code"]), str(reply["out"]), str(reply["err"])
+        return str(reply["failed"]), str(reply["out"])
 
 
 class Workers:
@@ -307,8 +307,8 @@ class Workers:
         self.idle.clear()
 
 
-def inline(job: Job, countdown: Countdown) -> str:
-    """Simulate ``job`` in this process; → "" or why it failed (printed as run_jobs prints)."""
+def simulated_here(cfg: RunConfig, sim: SimConfig) -> tuple[str, str]:
+    """Simulate a run in this process, one-threaded; → (why it failed, "" if it did not, what it printed)."""
     import io
 
     from hpcbench.errors import UsageError
@@ -318,13 +318,19 @@ def inline(job: Job, countdown: Countdown) -> str:
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
-            simulate(prepare(job.cfg.with_updates(threads=1), "simulate", job.sim))
-        why = not_ok(job.path)
+            simulate(prepare(cfg.with_updates(threads=1), "simulate", sim))
+        return "", out.getvalue()
     except UsageError as exc:
-        why = str(exc)
+        return str(exc), out.getvalue()
     except Exception as exc:  # a deadlock or a bug in one run must not lose the others
-        why = f"{type(exc).__name__}: {exc}"
-    say([countdown.finished(weight(job, "sim")), *countdown.shorter()], job, why, out.getvalue())
+        return f"{type(exc).__name__}: {exc}", out.getvalue()
+
+
+def inline(job: Job, countdown: Countdown) -> str:
+    """Simulate ``job`` in this process; → "" or why it failed (printed as run_jobs prints)."""
+    failed, out = simulated_here(job.cfg, job.sim)
+    why = failed or not_ok(job.path)
+    say([countdown.finished(weight(job, "sim")), *countdown.shorter()], job, why, out)
     return why
 
 
