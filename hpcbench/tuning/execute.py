@@ -231,6 +231,8 @@ class SimWorker:
 
     def ended(self) -> Ended | None:
         """The run handed over, once it has ended (None before)."""
+        from hpcbench.launch.local import own_lines
+
         assert self.proc.stdout is not None
         if not select.select([self.proc.stdout], [], [], 0)[0]:
             return None
@@ -238,8 +240,8 @@ class SimWorker:
         if not line:
             code = self.proc.wait()
             self.errors.seek(0)
-            said = why_failed(code, self.errors.read())
-            return f"the process simulating it ended (exit code {code}): {said}", ""
+            said = own_lines(self.errors.read())
+            return f"the process simulating it ended (exit code {code})" + (f": {said[-1]}" if said else ""), ""
         reply = json.loads(line)
         return str(reply["failed"]), str(reply["out"])
 
