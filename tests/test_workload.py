@@ -145,6 +145,24 @@ def test_same_seed_same_initial_parameters():
     assert np.array_equal(a.initial, b.initial) and not np.array_equal(a.initial, c.initial)
 
 
+def test_a_trainer_no_one_holds_is_freed_with_its_data():
+    """A process that simulates run after run (``reproduce --jobs``' workers, ``tune`` in one process) must
+    not keep each run's model and data set: the gradient hooks torch holds on the parameters referred back
+    to the trainer, a cycle the collector cannot see through, and a worker grew 27 MB a Fashion-MNIST run."""
+    import gc
+    import weakref
+
+    data = load_dataset("digits")
+    trainer = Trainer("cnn", replace(data, x_train=data.x_train.copy()), seed=0)
+    x, y = trainer.batch(np.arange(8))
+    trainer.gradient(trainer.initial, x, y, buckets=((0, trainer.bounds[2]), (trainer.bounds[2], trainer.size)),
+                     ready=lambda k, v: None)  # the hooks have run
+    gone, images = weakref.ref(trainer), weakref.ref(trainer.data)
+    del trainer
+    gc.collect()
+    assert gone() is None and images() is None
+
+
 def test_flat_gradient_matches_autograd_on_a_fresh_model():
     data = load_dataset("digits")
     trainer = Trainer("mlp", data, seed=0)

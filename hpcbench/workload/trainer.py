@@ -6,6 +6,7 @@ pinned buffers on CUDA), runs forward/backward, and hands the flat gradient back
 from __future__ import annotations
 
 import copy
+import weakref
 from functools import partial
 
 import numpy as np
@@ -49,6 +50,13 @@ def channels_last_output(layer: nn.Module, inputs: tuple[torch.Tensor, ...], out
     return output.contiguous(memory_format=torch.channels_last)
 
 
+def _grad_ready(trainer: weakref.ref[Trainer], i: int, param: torch.Tensor) -> None:
+    """A parameter's backward hook, holding its trainer weakly (``Trainer._grad_ready``)."""
+    live = trainer()
+    if live is not None:
+        live._grad_ready(i, param)
+
+
 class Trainer:
     """A model whose parameters are views into one flat tensor, plus its data."""
 
@@ -90,7 +98,9 @@ class Trainer:
             p.grad = self.flat_grad[offset:offset + n].view_as(p)
             offsets.append(offset)
             offset += n
-            p.register_post_accumulate_grad_hook(partial(self._grad_ready, i))
+            # torch keeps a parameter's hooks where the collector cannot see them: one that held the trainer
+            # would keep it, its model and its data set alive for the life of the process
+            p.register_post_accumulate_grad_hook(partial(_grad_ready, weakref.ref(self), i))
         self._params = params
         self._offsets = offsets
         self.bounds = tuple(offsets) + (self.size,)
