@@ -529,3 +529,14 @@ def test_a_study_directory_whose_name_no_filesystem_takes_is_one_line(tmp_path):
                            "--mpi", "pmi2", *local)
         assert code == 2 and err.splitlines() == [f"hpcbench: error: {err.strip()[17:]}"], err
         assert "--out-dir" in err and "File name too long" in err and "Traceback" not in err
+
+
+def test_a_study_directory_that_cannot_be_made_is_one_line(tmp_path):
+    """A file in the way of the directory (as a read-only or full file system would be): one line naming
+    the directory that could not be made, exit 2, nothing run (it was a traceback from the mkdir)."""
+    (tmp_path / "file").write_text("")
+    for local in ([], ["--local", "--ranks", "3"]):
+        code, _, err = cli("sweep", "--nodes", "2", "--algos", "asgd", "--steps", "2", "--mpi", "pmi2",
+                           "--out-dir", str(tmp_path / "file" / "study"), *local)
+        assert code == 2 and err.splitlines() == [f"hpcbench: error: {err.strip()[17:]}"], err
+        assert f"cannot make {tmp_path / 'file' / 'study'}" in err and "Not a directory" in err, err

@@ -48,6 +48,7 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
     from hpcbench.algorithms import ALGORITHMS
     from hpcbench.launch.local import run_many, why_failed
     from hpcbench.launch.preflight import check_launches
+    from hpcbench.results.paths import make_dirs
     from hpcbench.results.store import result_state
     from hpcbench.results.study_dir import write_manifest
     from hpcbench.terminal import fitted, result_briefs, wrapped
@@ -59,7 +60,7 @@ def run_local(algos: Sequence[str], ranks: Sequence[int], cfg: RunConfig, out_di
     stems = {p: f"{p[0]}-w{p[1] - 1}" + (f"-r{p[2] + 1}" if repeats > 1 else "") for p in points}
     fits = {p: p[1] - 1 >= ALGORITHMS.get(configs[p[0]].algo).min_workers for p in points}
     check_launches((configs[a], world) for a, world, k in points if fits[a, world, k])  # before anything is made
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    make_dirs(out_dir)
     write_manifest(Path(out_dir), [{"stem": stems[p], "algo": configs[p[0]].algo, "ranks": p[1], "repeat": p[2]}
                                    for p in points if fits[p]],
                    {"base_args": cfg.to_argv(), "local": True, "emulated": emulated})

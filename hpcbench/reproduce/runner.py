@@ -32,6 +32,7 @@ from hpcbench.reproduce.protocol import (
 from hpcbench.reproduce.studies import PRESETS, Study, mpi_args, study
 from hpcbench.reproduce.verdict_file import bookkeeping, cell_name, command_line, publish
 from hpcbench.reproduce.verdicts import Cell
+from hpcbench.results.paths import make_dirs
 from hpcbench.results.store import commit_of, read_run, result_status
 from hpcbench.telemetry.progress_line import clock_text
 from hpcbench.terminal import for_terminal, wrapped
@@ -214,10 +215,7 @@ def run_until_interior(groups: dict[Any, list[Planned]], make: Callable[[CellKey
 
 def prepare(out_dir: str) -> Path:
     runs = Path(out_dir) / "runs"
-    try:
-        runs.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot make {runs}: {exc.strerror}") from None
+    make_dirs(runs)
     if not os.access(runs, os.W_OK):
         raise UsageError(f"cannot write to {runs}")
     return runs

@@ -89,6 +89,16 @@ def mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.2f} MiB"
 
 
+def make_dirs(*dirs: str | os.PathLike) -> None:
+    """Make each directory and its parents; one that cannot be made (a read-only or full file system, a
+    file in the way) is one line naming it and why."""
+    for d in dirs:
+        try:
+            Path(d).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot make {d}: {exc.strerror or exc}") from None
+
+
 def check_study_dir(out_dir: str | os.PathLike, resume: bool) -> None:
     """A study writes into a fresh directory, or adds to one only when asked (``resume``)."""
     found = sorted(Path(out_dir).glob("*.h5"))

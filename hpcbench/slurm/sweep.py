@@ -14,6 +14,7 @@ from typing import Any
 
 from hpcbench.comm.probe import srun_mpi_flag
 from hpcbench.errors import UsageError
+from hpcbench.results.paths import make_dirs
 from hpcbench.results.study_dir import JOBS, read_manifest, record_jobs, write_manifest
 from hpcbench.slurm.jobs import Resources, log_file, report_job, run_job, submit_script
 
@@ -111,8 +112,7 @@ def write_study(out_dir: Path, points: list[Point], res: Resources, base_args: B
     from hpcbench.results.store import result_status
 
     report_log = log_file(str(out_dir), "report")  # (refuses a directory Slurm cannot name, before making it)
-    (out_dir / "runs").mkdir(parents=True, exist_ok=True)
-    (out_dir / "logs").mkdir(exist_ok=True)
+    make_dirs(out_dir / "runs", out_dir / "logs")
     scripts = []
     for p in points:
         out = out_dir / f"{p.stem}.h5"

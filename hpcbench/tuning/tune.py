@@ -20,6 +20,7 @@ from tabulate import tabulate
 from hpcbench.config import toml_literal
 from hpcbench.errors import NO_MATPLOTLIB, UsageError
 from hpcbench.report.strict_json import dumps
+from hpcbench.results.paths import make_dirs
 from hpcbench.terminal import for_terminal, wrapped
 from hpcbench.tuning.execute import Job, run_jobs
 from hpcbench.tuning.grid import MAX_EXTENSIONS, Setting, Trial, at_edge, best_per_group, past_edges, ties
@@ -184,11 +185,7 @@ def tune(grid: Grid, run_args: Sequence[str], base: Mapping[str, Any], options: 
     values, for the chosen recipes' TOML files."""
     out = Path(out_dir)
     runs = out / "runs"
-    try:
-        (out / "best").mkdir(parents=True, exist_ok=True)
-        runs.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot make {out}: {exc.strerror}") from None
+    make_dirs(out / "best", runs)
     settings = {(a, n): list(grid.settings) for a in grid.algos for n in grid.workers}
     total = len(grid_jobs(settings, grid.seeds, runs, run_args))
     print(wrapped(f"tune: {len(grid.algos)} algorithm(s) x {len(grid.workers)} size(s) x {len(grid.settings)} "
