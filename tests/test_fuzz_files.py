@@ -167,7 +167,7 @@ NAMED = {  # → words of the one line
     "worker 99 in the updates": (column("server/updates/worker", lambda d: d + 99), "server/updates"),
     "NaN clock offsets": (column("timeline/clock_offset_s", lambda d: d * np.nan), "clock_offset_s"),
     "samples = inf": (attr("summary", "samples", np.inf), "not a finite count"),
-    "a negative wall time": (attr("summary", "wall_s", -3.0), "negative duration"),
+    "a negative wall time": (attr("summary", "wall_s", -3.0), "summary wall_s = -3.0 is not a duration"),
     "schema 0": (attr("/", "schema_version", 0), "schema_version 0"),
     "a config of 50 MB": (attr("/", "config", json.dumps({"x": "a" * (50 << 20)})), "config attribute of"),
     "a provenance value that is an array": (attr("provenance", "network", np.zeros(3)), "provenance network"),
@@ -329,6 +329,7 @@ def test_a_trace_refuses_times_too_large_for_microseconds_in_one_line_and_leaves
     def change(f):
         f[column][-1] = 1e305
         f["summary"].attrs["wall_s"] = 1e305  # a run that long (an evaluation after its end is refused before)
+        f["summary"].attrs["samples_per_s"] = f["summary"].attrs["samples"] / 1e305
     (tmp_path / "t.json").write_text("before")
     code, err = trace_of(tmp_path, change)
     lines = [line for line in err.splitlines() if line.strip()]

@@ -86,14 +86,28 @@ IMPOSSIBLE = {  # → the words of the one line, after "bad.h5 is invalid: "
                                                                                  "last evaluation's samples is 384"),
     "a negative count in the summary": (attr("echo_bytes", -1), "summary echo_bytes = -1 is not a finite count"),
     "negative bytes per sample": (attr("bytes_per_sample", -7.0), "summary bytes_per_sample = -7.0 is negative"),
-    "a negative time to target": (attr("time_to_target_s", -0.5), "summary time_to_target_s = -0.5 is a negative "
+    "a negative time to target": (attr("time_to_target_s", -0.5), "summary time_to_target_s = -0.5 is not a "
                                                                   "duration"),
     "a negative count of stalls": (attr("stalls", -1), "summary stalls = -1 is not a finite count"),
     "a negative wait after the budget": (attr("wait_after_budget_s", -2.0),
-                                         "summary wait_after_budget_s = -2.0 is a negative duration"),
+                                         "summary wait_after_budget_s = -2.0 is not a duration"),
     "a stall that lasted a negative time": (lambda f: stalls_table(f, [1.0, -4.0]),
                                             "server/stalls/duration_s = -4.0 at row 1: negative"),
+    "an infinite wall time": (attr("wall_s", np.inf), "summary wall_s = inf is not a duration"),
+    "a rate that is not the samples over the wall time": (attr("samples_per_s", 1e30),
+                                                          "summary samples_per_s = 1e+30, but samples / wall_s = "),
+    "no time for the samples kept": (lambda f: (attr("wall_s", 0.0)(f), attr("samples_per_s", np.nan)(f)),
+                                     "summary wall_s = 0 for a run that kept 384 samples"),
+    "more samples than the budget keeps, each field agreeing": (lambda f: kept(f, 10**9),
+                                                                "summary samples = 1000000000, more than a run of "),
 }
+
+
+def kept(f, samples):
+    """The run kept ``samples``: its last evaluation, its summary and its rate all say so."""
+    cell("evals/samples", -1, samples)(f)
+    attr("samples", samples)(f)
+    attr("samples_per_s", samples / f["summary"].attrs["wall_s"])(f)
 
 
 def stalls_table(f, seconds):
@@ -231,7 +245,7 @@ def impossible_values(draw):
         meaning = draw(st.sampled_from(sorted(SUMMARY)))
         key = draw(st.sampled_from(SUMMARY[meaning]))
         value = draw({"count": not_counts, "accuracy": outside_0_1, "not negative": negative,
-                      "duration": negative}[meaning])
+                      "duration": st.one_of(negative, st.just(math.inf))}[meaning])
         return key, None, value, f"summary {key}"
     if kind == "backwards":  # an evaluation before the one above it, or a timeline row that ends before it starts
         where = draw(st.sampled_from(["evals/t", "timeline/t_end"]))

@@ -196,7 +196,8 @@ def impossible(rec: RunRecord) -> str:
     the same (the summary's last evaluation and best accuracy, a staleness and its versions, the validation
     split scored with the test set at the last evaluation). ``malformed``
     checked the types, lengths and shapes first."""
-    return codes_wrong(rec) or times_wrong(rec) or columns_wrong(rec) or summary_wrong(rec) or repeats_wrong(rec)
+    return (codes_wrong(rec) or times_wrong(rec) or columns_wrong(rec) or summary_wrong(rec) or repeats_wrong(rec)
+            or kept_wrong(rec))
 
 
 def codes_wrong(rec: RunRecord) -> str:
@@ -286,12 +287,35 @@ def summary_wrong(rec: RunRecord) -> str:
     for key, value in rec.summary.items():
         if key in SUMMARY_COUNTS and not (math.isfinite(value) and value >= 0):
             return f"summary {key} = {shown(value)} is not a finite count (never negative)"
-        if key.endswith("_s") and value < 0:
-            return f"summary {key} = {shown(value)} is a negative duration"
+        if key.endswith("_s") and not key.endswith("_per_s") and (value < 0 or value == math.inf):
+            return f"summary {key} = {shown(value)} is not a duration (finite and never negative; NaN where not measured)"
         if key in ACCURACIES["summary"] and not (math.isnan(value) or 0 <= value <= 1):
             return f"summary {key} = {shown(value)} is not an accuracy (0 to 1, NaN where not measured)"
         if key in NOT_NEGATIVE["summary"] and value < 0:
             return f"summary {key} = {shown(value)} is negative, which it never is"
+    return ""
+
+
+def kept_wrong(rec: RunRecord) -> str:
+    """The samples a run kept against its time and its budget: ``samples_per_s`` is samples / wall_s, a run
+    that trained took time, and no run keeps more than its budget, one team step over it (each worker's
+    last batch) and what it lost."""
+    s, config = rec.summary, rec.attrs["config"]
+    wall, samples, rate = (s.get(k, math.nan) for k in ("wall_s", "samples", "samples_per_s"))
+    if not (all(is_number(v) for v in (wall, samples, rate)) and math.isfinite(wall) and math.isfinite(samples)):
+        return ""  # (not measured, or not numbers: malformed's to say)
+    if wall == 0 and samples > 0:
+        return f"summary wall_s = 0 for a run that kept {shown(samples)} samples: training takes time"
+    derived = samples / wall if wall > 0 else math.nan
+    if not same(float(rate), derived):
+        return (f"summary samples_per_s = {shown(rate)}, but samples / wall_s = {shown(derived)} "
+                f"({shown(samples)} / {shown(wall)}): it is derived from them")
+    budget, batch = config.get("budget_samples"), config.get("batch_size")
+    if is_number(budget) and is_number(batch) and budget > 0:
+        most = budget + s.get("samples_lost", 0) + rec.attrs["workers"] * batch
+        if samples > most:
+            return (f"summary samples = {shown(samples)}, more than a run of {shown(budget)} samples keeps (at most "
+                    f"{shown(most)}: the budget, one batch more per worker and the samples it lost)")
     return ""
 
 
