@@ -470,3 +470,7 @@ def validate_numbers(cfg: RunConfig) -> None:
     if cfg.data_dir and not DATASETS.get(cfg.dataset).reads_files:
         raise UsageError(f"--data-dir goes with a dataset read from files ({', '.join(file_datasets())}); "
                          f"{cfg.dataset} needs none")
+    if cfg.stall_s > cfg.timeout_s / 2 and cfg.stall_s != Operations.stall_s:  # the default is held to it quietly
+        raise UsageError(f"stall_s = {cfg.stall_s:g} is more than half of timeout_s = {cfg.timeout_s:g}: a worker "
+                         f"silent that long has failed the run before it could be a stall (at most "
+                         f"{cfg.timeout_s / 2:g})")

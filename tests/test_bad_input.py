@@ -60,6 +60,21 @@ def test_impossible_numbers_are_refused_before_mpi(tmp_path, capsys, args, messa
     refused_here(capsys, ["run", "--algo", "ga-asgd", *args, "--out", str(out)], out, message)
 
 
+def test_a_simulation_refuses_more_threads_than_its_cores(tmp_path, capsys):
+    """As a run does: torch's threads beyond the cores only take turns (1,000 made a 4 s simulation 67 s)."""
+    out = tmp_path / "never.h5"
+    cores = len(os.sched_getaffinity(0))
+    refused_here(capsys, ["simulate", "--algo", "asgd", "--workers", "2", "--set", f"threads={cores + 1}", "--out",
+                          str(out)], out, f"threads = {cores + 1} is more than the {cores} cores a simulation here may use")
+
+
+def test_a_stall_threshold_the_timeout_would_pass_first_is_refused(tmp_path, capsys):
+    """It was held to half of timeout_s without a word, the file recording the value given."""
+    out = tmp_path / "never.h5"
+    refused_here(capsys, ["run", "--algo", "asgd", "--workers", "2", "--dry-run", "--set", "timeout_s=10", "--set",
+                          "stall_s=50", "--out", str(out)], out, "stall_s = 50 is more than half of timeout_s = 10")
+
+
 def test_a_config_file_that_is_not_utf8(tmp_path, capsys):
     bad = tmp_path / "latin1.toml"
     bad.write_bytes("algo = 'asgd'\n# caf\xe9\n".encode("latin-1"))

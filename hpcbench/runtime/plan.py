@@ -19,6 +19,7 @@ from hpcbench.errors import NoLauncher, UsageError
 from hpcbench.options import TABLES, resolve
 from hpcbench.options.sim import SimConfig
 from hpcbench.results.paths import check_target
+from hpcbench.runtime.threads import cpu_count
 from hpcbench.workload.datasets import DATASETS
 from hpcbench.workload.models import MODELS
 
@@ -66,8 +67,12 @@ class Plan:
         beyond = [f for f in self.cfg.fault.items if f.rank >= world_size]
         if beyond:
             raise UsageError(f"fault {beyond[0]}: there is no rank {beyond[0].rank} (ranks 0..{world_size - 1})")
+        self.check_threads(cores, "a rank")
+
+    def check_threads(self, cores: int, who: str) -> None:
+        """The torch threads asked for fit in the ``cores`` ``who`` may use here (more only take turns)."""
         if self.cfg.threads > cores:
-            raise UsageError(f"threads = {self.cfg.threads} is more than the {cores} cores a rank here may use")
+            raise UsageError(f"threads = {self.cfg.threads} is more than the {cores} cores {who} here may use")
 
     def check_duration(self, steps: int, step_s: float, now: float) -> None:
         """Refuse a budget that cannot end in the time limit of a run that starts at ``now`` (below)."""
@@ -101,6 +106,7 @@ def prepare(cfg: RunConfig, mode: Mode = "", sim: SimConfig | None = None, worke
     elif mode == "simulate":
         sim = sim if sim is not None else SimConfig()
         check_sim(plan, sim)
+        plan.check_threads(cores or cpu_count(), "a simulation")
         workers = sim.workers
     if workers is not None:
         plan.algo.check(cfg, plan.options, workers)
