@@ -65,7 +65,7 @@ def test_a_simulation_refuses_more_threads_than_its_cores(tmp_path, capsys):
     out = tmp_path / "never.h5"
     cores = len(os.sched_getaffinity(0))
     refused_here(capsys, ["simulate", "--algo", "asgd", "--workers", "2", "--set", f"threads={cores + 1}", "--out",
-                          str(out)], out, f"threads = {cores + 1} is more than the {cores} cores a simulation here may use")
+                          str(out)], out, f"threads = {cores + 1} is more than the {cores} cores a simulation here")
 
 
 def test_a_stall_threshold_the_timeout_would_pass_first_is_refused(tmp_path, capsys):

@@ -288,7 +288,8 @@ def summary_wrong(rec: RunRecord) -> str:
         if key in SUMMARY_COUNTS and not (math.isfinite(value) and value >= 0):
             return f"summary {key} = {shown(value)} is not a finite count (never negative)"
         if key.endswith("_s") and not key.endswith("_per_s") and (value < 0 or value == math.inf):
-            return f"summary {key} = {shown(value)} is not a duration (finite and never negative; NaN where not measured)"
+            return (f"summary {key} = {shown(value)} is not a duration (finite and never negative; NaN where not "
+                    "measured)")
         if key in ACCURACIES["summary"] and not (math.isnan(value) or 0 <= value <= 1):
             return f"summary {key} = {shown(value)} is not an accuracy (0 to 1, NaN where not measured)"
         if key in NOT_NEGATIVE["summary"] and value < 0:
