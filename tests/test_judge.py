@@ -461,3 +461,31 @@ def test_a_verdict_is_judged_again_only_as_a_preset_that_runs_its_task(tmp_path,
     assert "made on teacher with mlp for 20 epochs (target 0.7); preset 'full' now runs fashion-mnist with cnn-tiny " \
            "for 3 (target 0.85)" in err
     assert (out / "report.md").read_text() == before
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda v: v.update(runs=-3), "runs -3 is not a count"),
+    (lambda v: v.update(elapsed_s=-5.0), "elapsed_s -5.0 is outside"),
+    (lambda v: v.update(kept=v["runs"] + 1), "kept"),
+    (lambda v: v["arms"][0]["cells"][0]["accuracy"].__setitem__(0, 1.7), "an accuracy of 1.7 is outside 0..1"),
+    (lambda v: v["recipe_grid"][0]["val_accuracy"].__setitem__(0, -0.2), "validation accuracy -0.2 is outside"),
+])
+def test_a_verdict_holding_an_impossible_number_is_refused_before_its_report_is_written(tmp_path, capsys, edit,
+                                                                                         says):
+    """It was judged again and its report said "-3 runs in 58.3 min"."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from hpcbench.cli import main
+
+    out = tmp_path / "sgp"
+    shutil.copytree(Path(__file__).parent.parent / "docs" / "reproduce" / "teacher-sgp", out)
+    v = json.loads((out / "verdict.json").read_text())
+    edit(v)
+    (out / "verdict.json").write_text(json.dumps(v))
+    before = (out / "report.md").read_text()
+    assert main(["reproduce", "sgp", "--rejudge", "--out-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not a verdict of study 'sgp'" in err and says in err, err
+    assert (out / "report.md").read_text() == before

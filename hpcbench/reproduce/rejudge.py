@@ -34,6 +34,28 @@ def number(x: Any) -> float:
     return math.inf if x is None else float(x)
 
 
+def held_to(values: Sequence[float], low: float, high: float, what: str) -> None:
+    """Each of ``values`` within low..high (NaN: not measured), else the file cannot be what it says."""
+    bad = [x for x in values if not (math.isnan(x) or low <= x <= high)]
+    if bad:
+        raise ValueError(f"{what} {bad[0]!r} is outside {low:g}..{high:g}")
+
+
+def notes_of(v: dict[str, Any]) -> dict[str, Any]:
+    """What verdict.json says of how the study ran, its numbers held to what they can be: counts whole and
+    never negative (no more runs kept than made), seconds finite and never negative."""
+    notes = {k: v[k] for k in NOTES if k in v}
+    for key in ("runs", "kept", "max_steps", "jobs"):
+        if key in notes and (type(notes[key]) is not int or notes[key] < 0):
+            raise ValueError(f"{key} {notes[key]!r} is not a count")
+    if notes.get("kept", 0) > notes.get("runs", math.inf):
+        raise ValueError(f"kept {notes['kept']} of {notes['runs']} runs")
+    for key in ("elapsed_s", "node_mtbf_s"):
+        if key in notes:
+            held_to([float(notes[key])], 0, math.inf if key == "node_mtbf_s" else 1e9, key)
+    return notes
+
+
 def cell_of(c: dict[str, Any], algos: Sequence[str]) -> Cell:
     """A cell as verdict.json holds it; one whose per-seed tuples disagree in length, or of an algorithm the
     study does not run, is refused (a hand-edited file must not be judged as if it were whole)."""
@@ -46,6 +68,8 @@ def cell_of(c: dict[str, Any], algos: Sequence[str]) -> Cell:
         raise ValueError(f"a cell of {cell.algo!r}, which the study does not run (it runs {', '.join(algos)})")
     if len(lengths) != 1 or not cell.accuracy:
         raise ValueError(f"cell {cell.algo} n={cell.workers}: its per-seed values disagree in length or are empty")
+    held_to(cell.accuracy, 0, 1, f"cell {cell.algo} n={cell.workers}: an accuracy of")
+    held_to(cell.wall + cell.time_to_target, 0, math.inf, f"cell {cell.algo} n={cell.workers}: a time of")
     return cell
 
 
@@ -59,6 +83,8 @@ def key_of(name: str) -> CellKey:
 def recipe_of(v: dict[str, Any]) -> tuple[list[Trial], Recipe]:
     trials = [Trial("asgd", 1, Setting.of(t["setting"]), tuple(map(number, t["val_accuracy"])))
               for t in v["recipe_grid"]]
+    for t in trials:
+        held_to(t.val, 0, 1, "the recipe grid's validation accuracy")
     recipe = choose_recipe(trials)
     chosen = [Setting.of(t["setting"]) for t in v["recipe_grid"] if t.get("chosen")]
     if chosen and chosen[0] != recipe.best:
@@ -129,7 +155,7 @@ def rejudge(out_dir: str, name: str) -> int:
         seeds = tuple(v.get("protocol", {}).get("seeds", ())) or s.sizes[preset].seeds
         s = replace(s, sizes={**s.sizes, preset: replace(s.sizes[preset], seeds=seeds)})
         trials, recipe = recipe_of(v)
-        notes = {k: v[k] for k in NOTES if k in v} | {"emulated": [],
+        notes = notes_of(v) | {"emulated": [],
                                                       "fresh_seeds": bool(v.get("protocol", {}).get("test_seeds"))}
         if name == "resilience":
             cells = [resilience.ResilienceCell(str(c["algo"]), int(c["workers"]), tuple(pair(p) for p in c["seeds"]),
