@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from hpcbench import __version__
 from hpcbench.commands import COMMANDS
-from hpcbench.errors import Escaping, HungUp, NoLauncher, RuntimeFailure, UsageError, one_line
+from hpcbench.errors import Escaping, NoLauncher, RuntimeFailure, SignalStop, UsageError, one_line
 from hpcbench.launch.arguments import Parser
 from hpcbench.launch.local import env_rank, leave_launch_together
 
@@ -70,15 +70,14 @@ def dispatch(args: argparse.Namespace, argv: Sequence[str] = ()) -> int:
         if env_rank() == 0:
             print(f"hpcbench: error: {one_line(str(exc))}", file=sys.stderr, flush=True)
         return 1
-    except KeyboardInterrupt as stop:  # Ctrl-C or a hangup in a study: the run under way kept its record ("aborted")
-        hangup = isinstance(stop, HungUp)
+    except KeyboardInterrupt as stop:  # Ctrl-C, a hangup or SIGTERM in a study: the run under way kept its record
+        name = stop.name if isinstance(stop, SignalStop) else "Ctrl-C"
         if env_rank() == 0:
             again = {"sweep": "sweep --local ... --resume runs what is left", "demo": "the demo starts over when run "
                      "again", "tune": "tune run again keeps the finished runs", "reproduce": "reproduce run again "
                      "keeps the finished runs"}.get(args.command, "the run under way kept its record (aborted)")
-            print(f"hpcbench: stopped by {'SIGHUP' if hangup else 'Ctrl-C'} during {args.command}; {again}",
-                  file=sys.stderr)
-        return 128 + (signal.SIGHUP if hangup else signal.SIGINT)
+            print(f"hpcbench: stopped by {name} during {args.command}; {again}", file=sys.stderr)
+        return 128 + (signal.Signals[stop.name] if isinstance(stop, SignalStop) else signal.SIGINT)
     except BrokenPipeError:  # the reader has gone (``| head``): end quietly, as a tool killed by SIGPIPE
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush has nowhere to fail
         return 128 + signal.SIGPIPE

@@ -109,8 +109,13 @@ class Stopped(RuntimeFailure):
     status = "aborted"
 
 
-class HungUp(KeyboardInterrupt):
-    """The terminal went away (SIGHUP) while this process ran a study's runs: stopped as Ctrl-C stops it."""
+class SignalStop(KeyboardInterrupt):
+    """A signal other than Ctrl-C came while this process ran a study's runs (the terminal went away:
+    SIGHUP; a batch job's time limit or kill: SIGTERM): stopped as Ctrl-C stops it."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
 
 
 class LauncherGone(RuntimeFailure):

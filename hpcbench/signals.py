@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from hpcbench.errors import HungUp, Stopped
+from hpcbench.errors import SignalStop, Stopped
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGXCPU")
                      if hasattr(signal, name))
@@ -80,14 +80,15 @@ def signals_held() -> Any:
     return _handled_by(signal.SIG_IGN)
 
 
-def _hung_up(signum: int, frame: FrameType | None) -> None:
-    raise HungUp()
+def _study_stopped(signum: int, frame: FrameType | None) -> None:
+    raise SignalStop(signal.Signals(signum).name)
 
 
-def hangup_stops_study() -> Any:
-    """Within: SIGHUP (the terminal closed) raises ``HungUp``, a KeyboardInterrupt, so a study that
-    runs processes of its own stops them as Ctrl-C would, each run ending "aborted" with its record."""
-    return _handled_by(_hung_up, (signal.SIGHUP,))
+def signals_stop_study() -> Any:
+    """Within: SIGHUP (the terminal closed) or SIGTERM (a batch job's end, ``kill``) raises ``SignalStop``, a
+    KeyboardInterrupt, so a study stops its runs as Ctrl-C would, each run ending "aborted" with its
+    record, and says so (SIGTERM used to end it without a word)."""
+    return _handled_by(_study_stopped, (signal.SIGHUP, signal.SIGTERM))
 
 
 def hangup_ignored() -> Any:

@@ -79,3 +79,49 @@ def test_the_processes_serve_the_next_call_only_while_the_directory_and_environm
     relative = [job(os.path.join("rel", f"d-{s}.h5"), seed=s) for s in (0, 1)]
     assert run_jobs(relative, "sim", 2, 120) == {j.path: "" for j in relative}
     assert all((tmp_path / "rel" / f"d-{s}.h5").is_file() for s in (0, 1))
+
+
+def marked(mark: str) -> list[int]:
+    """The processes whose environment holds ``mark``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if mark.encode() in open(f"/proc/{pid}/environ", "rb").read():
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_sigterm_stops_a_study_with_one_line_and_leaves_no_process(tmp_path, jobs):
+    """A batch job's time limit or ``kill`` sends SIGTERM to the study's process alone: it said nothing and
+    exited 143. Now it stops as Ctrl-C does: one line saying so, 143, and no run or worker process left."""
+    import signal
+    import subprocess
+    import sys
+
+    mark = f"HPCBENCH_TEST_STUDY={os.getpid()}-{jobs}"
+    tune = subprocess.Popen([sys.executable, "-m", "hpcbench", "tune", "--algo", "asgd", "--workers", "2", "--dataset",
+                             "teacher", "--model", "mlp", "--steps", "400", "--lr", "0.01,0.02,0.03,0.05",
+                             "--seeds", "0,1", "--jobs", str(jobs), "--out-dir", str(tmp_path / "t")],
+                            env={**os.environ, mark.split("=")[0]: mark.split("=")[1]}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "t" / "runs").glob("*.h5")) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the first run has ended: the study is under way
+        tune.send_signal(signal.SIGTERM)
+        _, err = tune.communicate(timeout=60)
+    finally:
+        if tune.poll() is None:
+            tune.kill()
+            tune.communicate()
+    assert tune.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "hpcbench: stopped by SIGTERM during tune; tune run again keeps the " \
+                                           "finished runs", err
+    assert "Traceback" not in err
+    deadline = time.monotonic() + 10
+    while marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not marked(mark)

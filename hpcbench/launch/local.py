@@ -17,7 +17,7 @@ from typing import IO, NamedTuple
 
 from hpcbench.errors import UsageError
 from hpcbench.runtime.threads import cpu_count
-from hpcbench.signals import hangup_ignored, hangup_stops_study
+from hpcbench.signals import hangup_ignored, signals_stop_study
 
 POLL_S = 0.05  # how often a launcher looks whether its runs have ended
 STOP_GRACE_S = 60.0  # for a run stopped by Ctrl-C to write its record before it is killed
@@ -309,7 +309,7 @@ def run_many(launches: Sequence[Launch], jobs: int, timeout: float, capture: boo
     as ``stop_run`` does, then raises."""
     queue = list(enumerate(launches))
     running: list[tuple[int, Started, float]] = []
-    with hangup_stops_study():
+    with signals_stop_study():
         try:
             while queue or running:
                 while queue and len(running) < jobs:

@@ -26,7 +26,7 @@ from typing import Any
 from hpcbench.config import RunConfig, table_argv
 from hpcbench.launch.arguments import parse_run
 from hpcbench.options.sim import SimConfig
-from hpcbench.signals import hangup_stops_study
+from hpcbench.signals import signals_stop_study
 from hpcbench.telemetry.progress_line import Countdown
 
 MODES = ("sim", "mpi")
@@ -144,14 +144,15 @@ def run_jobs(jobs: Sequence[Job], mode: str, parallel: int, timeout: float,
     if todo:
         print(f"{len(todo)} runs to do, {width} at a time: the count and the time left follow each", flush=True)
     if mode == "sim" and width == 1 and package is None:  # one at a time: in this process, without a start-up per run
-        for job in todo:
-            outcome[job.path] = inline(job, countdown)
+        with signals_stop_study():
+            for job in todo:
+                outcome[job.path] = inline(job, countdown)
         return outcome
     runner = Workers.here() if mode == "sim" and package is None else OwnProcesses(mode, package)
     running: list[tuple[Job, Any, float]] = []
     queue = list(todo)
-    # Each run has a session of its own (no terminal's signal reaches it): a hangup here stops them.
-    with hangup_stops_study():
+    # Each run has a session of its own (no terminal's signal reaches it): a hangup or SIGTERM here stops them.
+    with signals_stop_study():
         try:
             while queue or running:
                 while queue and len(running) < width:
