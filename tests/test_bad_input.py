@@ -297,7 +297,10 @@ def test_reproduce_across_emulated_nodes_is_the_sgp_study_in_real_runs(tmp_path,
     (["simulate", "--algo", "asgd", "--set", "lr_decay_epochs=[-5, 3]"], "lr_decay_epochs must be >= 0 epochs, got "
                                                                          "[-5.0, 3.0]"),
     (["simulate", "--algo", "asgd", "--set", "lr_decay_epochs=[60, 30]"], "in increasing order, got [60.0, 30.0]"),
-    (["simulate", "--algo", "asgd", "--set", "fault=stop:1@2"], "a simulation kills workers during training"),
+    (["simulate", "--algo", "asgd", "--set", "fault=stop:1@2"], "a simulation kills workers at a time in training"),
+    (["simulate", "--algo", "asgd", "--out", ""], "--out '': give the path of a result file"),
+    (["simulate", "--algo", "asgd", "--set", "fault=kill:2@gather"], "a kill at gather needs the processes of a real "
+                                                                     "run (hpcbench run)"),
     (["simulate", "--algo", "asgd", "--data-dir", "/tmp"],
      f"--data-dir goes with a dataset read from files ({', '.join(file_datasets())}); digits needs none"),
     (["simulate", "--algo", "asgd", "--set", "ga-asgd.beta=0.5"], "ga-asgd.* options go with --algo ga-asgd"),

@@ -99,11 +99,11 @@ def test_unknown_algorithm_option_names_the_valid_ones():
 
 
 def test_wrong_types_are_refused():
-    with pytest.raises(UsageError, match="batch_size = 'many' is not a int"):
+    with pytest.raises(UsageError, match="batch_size = 'many' is not an int"):
         config(sets=["batch_size=many"])
     with pytest.raises(UsageError, match="lr = True is not a float"):
         config(sets=["lr=true"])
-    with pytest.raises(UsageError, match="steps = 'few' is not a int"):  # an optional field: the type inside
+    with pytest.raises(UsageError, match="steps = 'few' is not an int"):  # an optional field: the type inside
         config(sets=["steps=few"])
     with pytest.raises(UsageError, match="lr_decay_epochs = 'x' is not a float"):  # every item of a tuple
         config(sets=['lr_decay_epochs=[30, "x"]'])

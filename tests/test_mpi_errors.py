@@ -28,7 +28,8 @@ def assert_clean_failure(proc, out_path, message):
      f"unknown dataset 'imagenet'; valid: {', '.join(DATASETS.names())}"),
     (3, ["--algo", "asgd", "--dataset", "cifar10", "--data-dir", "/nonexistent/cifar"],
      "cifar10 data dir '/nonexistent/cifar' lacks data_batch_1"),
-    (1, ["--algo", "asgd"], "asgd needs at least 1 worker(s) besides rank 0: launch 2 or more ranks (got 1)"),
+    (1, ["--algo", "asgd"], "asgd needs at least 1 worker(s) besides rank 0 (got 0): "
+     "launch 2 or more ranks, or simulate --workers 1 or more"),
     (3, ["--algo", "asgd", "--steps", "0"], "steps must be >= 1 steps, got 0"),
     (3, ["--algo", "asgd", "--batch-size", "-4"], "batch_size must be >= 1 samples, got -4"),
     (3, ["--algo", "asgd", "--set", "lrr=0.1"], "unknown key 'lrr'; did you mean 'lr'? (hpcbench list shows every "

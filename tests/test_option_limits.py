@@ -38,10 +38,14 @@ def test_nesterov_is_accepted_where_no_look_ahead_is_published():
 
 
 REFUSED = [
-    ("asgd", 0, {}, "asgd needs at least 1 worker(s) besides rank 0: launch 2 or more ranks (got 1)"),
-    ("gossip", 1, {}, "gossip needs at least 2 worker(s) besides rank 0: launch 3 or more ranks (got 2)"),
-    ("sgp", 1, {}, "sgp needs at least 2 worker(s) besides rank 0: launch 3 or more ranks (got 2)"),
-    ("osgp", 1, {}, "osgp needs at least 2 worker(s) besides rank 0: launch 3 or more ranks (got 2)"),
+    ("asgd", 0, {}, "asgd needs at least 1 worker(s) besides rank 0 (got 0): "
+     "launch 2 or more ranks, or simulate --workers 1 or more"),
+    ("gossip", 1, {}, "gossip needs at least 2 worker(s) besides rank 0 (got 1): "
+     "launch 3 or more ranks, or simulate --workers 2 or more"),
+    ("sgp", 1, {}, "sgp needs at least 2 worker(s) besides rank 0 (got 1): "
+     "launch 3 or more ranks, or simulate --workers 2 or more"),
+    ("osgp", 1, {}, "osgp needs at least 2 worker(s) besides rank 0 (got 1): "
+     "launch 3 or more ranks, or simulate --workers 2 or more"),
     ("osgp", 2, {"tau": -1}, "osgp.tau must be >= 0 iterations, got -1"),
     ("easgd", 4, {"tau": 0}, "easgd.tau must be >= 1 local steps, got 0"),
     ("easgd-sync", 4, {"tau": 0}, "easgd-sync.tau must be >= 1 local steps, got 0"),

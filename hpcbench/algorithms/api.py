@@ -151,8 +151,8 @@ class Algorithm:
         ``options``: an instance of ``cls.Options`` (subclasses name their own type)."""
         if workers < cls.min_workers:
             need = cls.min_workers + 1
-            raise UsageError(f"{cls.name} needs at least {cls.min_workers} worker(s) besides rank 0: "
-                             f"launch {need} or more ranks (got {workers + 1})")
+            raise UsageError(f"{cls.name} needs at least {cls.min_workers} worker(s) besides rank 0 (got {workers}): "
+                             f"launch {need} or more ranks, or simulate --workers {cls.min_workers} or more")
 
     def layout(self) -> Layout:
         raise NotImplementedError

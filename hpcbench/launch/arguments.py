@@ -81,6 +81,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[RunConfig, SimConfig]:
     from hpcbench.options.sim import flag_values
     from hpcbench.workload.models import MODELS
 
+    if getattr(args, "out", None) == "":
+        raise UsageError("--out '': give the path of a result file (NAME.h5), or leave --out out for the default name")
     sim_flags = flag_values(**{k: getattr(args, k, None) for k in SIM_FLAG_KEYS})
     sets = environment_sets(os.environ) + list(args.set)  # --set beats the environment
     cfg, sim = from_sources(args.config, {k: getattr(args, k, None) for k in FLAG_KEYS}, sets, sim_flags)

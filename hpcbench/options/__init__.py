@@ -137,7 +137,8 @@ def check_value(owner: str, name: str, value: Any, hint: Any) -> Any:
             return hint.parse(value)
     else:
         return value
-    raise UsageError(f"{owner}{name} = {value!r} is not a {hint.__name__}")
+    kind = hint.__name__
+    raise UsageError(f"{owner}{name} = {value!r} is not {'an' if kind[0] in 'aeiou' else 'a'} {kind}")
 
 
 def build_options(cls: type, values: Mapping[str, Any], owner: str) -> Any:

@@ -180,8 +180,10 @@ def simulated_deaths(faults: Faults, workers: int) -> dict[int, float]:
     """The workers a simulation kills, and when: ``kill`` faults on workers only (one line otherwise)."""
     for fault in faults.items:
         if fault.kind != "kill" or fault.phase:
-            raise UsageError(f"fault {fault}: a simulation kills workers during training (kill:RANK@SECONDS); it has "
-                             "no processes to stop, signal or break: model slow workers with --stragglers or --pauses")
+            what = f"a {fault.kind} at {fault.phase}" if fault.phase else f"a {fault.kind}"
+            raise UsageError(f"fault {fault}: a simulation kills workers at a time in training (kill:RANK@SECONDS); "
+                             f"{what} needs the processes of a real run (hpcbench run): model slow workers in a "
+                             "simulation with --stragglers or --pauses")
         if fault.rank == 0:
             raise UsageError(f"fault {fault}: rank 0 holds the model, and its failure ends a run; a simulation kills "
                              "workers (ranks 1..workers)")
