@@ -98,6 +98,10 @@ def test_diff_fails_above_a_threshold_and_names_the_points(studies):
     assert code == 0
     code, _, err = cli("diff", old, old, "--fail-above", "10", "--metric", "speed")
     assert code == 2 and "unknown --metric 'speed'; valid: samples_per_s, speedup" in err
+    for metric in ("speed", "speedup"):  # without --fail-above it watched nothing and said nothing
+        code, out, err = cli("diff", old, old, "--metric", metric)
+        assert code == 2 and not out and len(err.splitlines()) == 1, (metric, out, err)
+    assert "give --fail-above PCT too" in err
 
 
 def test_check_against_reference_bounds(studies, tmp_path):

@@ -325,6 +325,13 @@ def test_report_latex_and_csv_formats(small_study):
     assert code == 2 and "csv holds one table: add --table runs or --table scaling" in err
     code, _, err = cli("report", str(small_study / "new"), "--format", "pdf")
     assert code == 2 and "unknown format 'pdf'; valid: text, md, latex, csv, json, html" in err
+    (small_study / "bad.h5").write_text("not a result")  # said before any file is read (or skipped)
+    try:
+        code, out, err = cli("report", str(small_study), "--format", "pdf")
+    finally:
+        (small_study / "bad.h5").unlink()
+    assert code == 2 and not out and err.splitlines() == ["hpcbench: error: unknown format 'pdf'; valid: text, md, "
+                                                          "latex, csv, json, html"], err
 
 
 @requires_mpi

@@ -21,8 +21,13 @@ def add(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcbench.report.diff import diff_text, matched, regressions
+    from hpcbench.errors import UsageError, one_of
+    from hpcbench.report.diff import BETTER, diff_text, matched, regressions
 
+    if args.metric not in BETTER:  # the options before anything is read
+        raise one_of("--metric", args.metric, list(BETTER))
+    if args.metric != "samples_per_s" and args.fail_above is None:
+        raise UsageError(f"--metric {args.metric} is what --fail-above watches; give --fail-above PCT too")
     skipped: list[tuple[str, str]] = []
     old, new = readable([args.old], skipped), readable([args.new], skipped)
     gate: list[str] = []

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from hpcbench.commands.shared import readable, strictly
 from hpcbench.commands.values import table_options
-from hpcbench.errors import NO_MATPLOTLIB, UsageError, escaped
+from hpcbench.errors import NO_MATPLOTLIB, UsageError, escaped, one_of
 
 
 def add(sub: Any) -> None:
@@ -28,10 +29,19 @@ def add(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from hpcbench.report import plots
     from hpcbench.report.document import build, report_text
+    from hpcbench.report.tables import FORMATS
+    from hpcbench.results.paths import make_dirs
     from hpcbench.results.study_dir import not_ok
 
-    if args.plot and not plots.have_matplotlib():  # before anything is read or printed
-        raise UsageError(NO_MATPLOTLIB)
+    # The options themselves, before anything is read or printed
+    if args.format not in FORMATS:
+        raise one_of("format", args.format, list(FORMATS))
+    if args.plot:
+        if not plots.have_matplotlib():
+            raise UsageError(NO_MATPLOTLIB)
+        make_dirs(args.plot)
+        if not os.access(args.plot, os.W_OK):
+            raise UsageError(f"cannot write plots to --plot {args.plot!r}: not writable")
     failed = [(p.stem, p.result, p.jobs[-1] if p.jobs else "-")
               for d in args.paths if Path(d).is_dir() for p in not_ok(d)]
     skipped: list[tuple[str, str]] = []
