@@ -155,8 +155,7 @@ def rejudge(out_dir: str, name: str) -> int:
         seeds = tuple(v.get("protocol", {}).get("seeds", ())) or s.sizes[preset].seeds
         s = replace(s, sizes={**s.sizes, preset: replace(s.sizes[preset], seeds=seeds)})
         trials, recipe = recipe_of(v)
-        notes = notes_of(v) | {"emulated": [],
-                                                      "fresh_seeds": bool(v.get("protocol", {}).get("test_seeds"))}
+        notes = notes_of(v) | {"emulated": [], "fresh_seeds": bool(v.get("protocol", {}).get("test_seeds"))}
         if name == "resilience":
             cells = [resilience.ResilienceCell(str(c["algo"]), int(c["workers"]), tuple(pair(p) for p in c["seeds"]),
                                                str(c.get("scenario", ""))) for c in v["cells"]]
