@@ -30,7 +30,6 @@ def run(args: argparse.Namespace) -> int:
     from hpcbench.report import plots
     from hpcbench.report.document import build, report_text
     from hpcbench.report.tables import FORMATS
-    from hpcbench.results.paths import make_dirs
     from hpcbench.results.study_dir import not_ok
 
     # The options themselves, before anything is read or printed
@@ -39,7 +38,10 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         if not plots.have_matplotlib():
             raise UsageError(NO_MATPLOTLIB)
-        make_dirs(args.plot)
+        try:
+            Path(args.plot).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot write plots to --plot {args.plot!r}: {exc.strerror or exc}") from None
         if not os.access(args.plot, os.W_OK):
             raise UsageError(f"cannot write plots to --plot {args.plot!r}: not writable")
     failed = [(p.stem, p.result, p.jobs[-1] if p.jobs else "-")
