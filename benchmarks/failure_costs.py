@@ -142,10 +142,15 @@ def compare(got: list[float], sim: list[float]) -> tuple[float, float]:
     return statistics.fmean(sim) / statistics.fmean(got), error
 
 
+def outside(ratio: float) -> bool:
+    """Beyond GATE either way."""
+    return not 1 / GATE <= ratio <= GATE
+
+
 def beyond_gate(got: list[float], sim: list[float]) -> bool:
     """The ratio beyond GATE either way, and the means more than twice their error apart."""
     ratio, error = compare(got, sim)
-    return not 1 / GATE <= ratio <= GATE and abs(statistics.fmean(sim) - statistics.fmean(got)) > 2 * error
+    return outside(ratio) and abs(statistics.fmean(sim) - statistics.fmean(got)) > 2 * error
 
 
 def measure() -> int:
@@ -169,7 +174,7 @@ def measure() -> int:
             for n in sizes:
                 got, sim = kills(algo, n, args.kills, args.steps, 0, Path(tmp), reals)
                 ratio, error = compare(got, sim)
-                if not 1 / GATE <= ratio <= GATE:
+                if outside(ratio):
                     # A mean over a few kills is a draw of where each fell in the period, and one real run's
                     # stall moves it: a cell beyond 1.5x is measured again with twice as many kills more, at
                     # moments between the first ones', and the pooled means decide (local-sgd, 0.8 in most

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     old, new = readable([args.old], skipped), readable([args.new], skipped)
     gate: list[str] = []
     within: list[str] = []
-    if args.fail_above is not None:  # checked before printing: a bad --metric is one line, not a table
+    if args.fail_above is not None:  # what the gate finds, said after the table
         _, before, after = matched(old, new, args.target)
         gate, within = regressions(before, after, args.metric, args.fail_above)
     print(diff_text(old, new, args.format, args.target))

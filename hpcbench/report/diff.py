@@ -84,9 +84,7 @@ def regressions(before: dict[Key, ScalePoint], after: dict[Key, ScalePoint], met
     """(a line for each point in both studies whose ``metric`` got worse by more than ``fail_above``
     percent and, where both have repeats, by more than their spread; a line for each point worse by more
     than ``fail_above`` but within the spread, which passes). A value that is no longer there, such as a
-    target no longer reached, counts as worse."""
-    if metric not in BETTER:
-        raise one_of("--metric", metric, list(BETTER))
+    target no longer reached, counts as worse. ``metric``: one of BETTER (the command checks it first)."""
     failing, passing = [], []
     for key in sorted(set(before) & set(after)):
         old, new = getattr(before[key], metric), getattr(after[key], metric)
