@@ -86,6 +86,14 @@ def test_a_config_file_may_hold_other_algorithms_tables_and_the_chosen_one_appli
     cfg, _ = from_sources(str(path), {"algo": "dana-ga"}, ["easgd.tau=4"], {})
     with pytest.raises(UsageError, match=r"^easgd\.\* options go with --algo easgd \(the algo is 'dana-ga'\)$"):
         plan.validate(cfg)
+    # the others are left, not unread: a typo or an impossible value in one is said whichever algorithm runs
+    path.write_text('[dana-ga]\nhistory = 64\n[easgd]\ntua = 8\n')
+    with pytest.raises(UsageError, match=r"unknown option 'easgd\.tua'; valid: easgd\.alpha, easgd\.tau; did you "
+                                         r"mean 'easgd\.tau'\?"):
+        from_sources(str(path), {"algo": "dana-ga"}, [], {})
+    path.write_text('[dana-ga]\nhistory = 64\n[easgd]\ntau = -8\n')
+    with pytest.raises(UsageError, match=r"^easgd\.tau must be >= 1 local steps, got -8$"):
+        from_sources(str(path), {"algo": "dana-ga"}, [], {})
     path.write_text('[teacher]\nnoise = 0.2\n')  # a dataset's table still goes with its dataset only
     cfg, _ = from_sources(str(path), {"algo": "asgd"}, [], {})
     with pytest.raises(UsageError, match=r"^teacher\.\* options go with --dataset teacher"):

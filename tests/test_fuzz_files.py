@@ -207,8 +207,9 @@ def every_reader_refuses(tmp_path, change, says):
 def test_a_control_sequence_in_a_file_or_its_name_reaches_the_terminal_escaped(tmp_path, capsys):
     path = tmp_path / "odd.h5"
     shutil.copy(good_file(), path)
-    with h5py.File(path, "r+") as f:
+    with h5py.File(path, "r+") as f:  # the model's name where the file names it (its settings name the same)
         f.attrs["model"] = "mlp\x1b[2J\x1b]0;owned\x07"
+        f.attrs["config"] = json.dumps({**json.loads(f.attrs["config"]), "model": f.attrs["model"]})
     (tmp_path / "\x1b[31mred.h5").write_text("not a result")
     assert main(["report", str(tmp_path), "--wide"]) == 0
     out, err = capsys.readouterr()
@@ -228,7 +229,8 @@ def test_bidi_controls_in_a_file_name_or_an_attribute_reach_the_terminal_escaped
     shutil.copy(good_file(), odd)
     shutil.copy(good_file(), fine)
     with h5py.File(odd, "r+") as f:  # a setting that tells the two runs apart, so every table names it
-        f.attrs["config"] = json.dumps({**json.loads(f.attrs["config"]), "model": f"mlp{BIDI}lanoitan"})
+        f.attrs["model"] = f"mlp{BIDI}lanoitan"
+        f.attrs["config"] = json.dumps({**json.loads(f.attrs["config"]), "model": f.attrs["model"]})
     (tmp_path / f"junk{BIDI}.h5").write_text("not a result")
     (tmp_path / "ref.toml").write_text("[ga-asgd.2]\nsamples_per_s = [1e12, 1e13]\n")  # every run misses it
     main([a.format(dir=tmp_path, fine=fine, odd=odd, ref=tmp_path / "ref.toml") for a in argv])

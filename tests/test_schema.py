@@ -110,3 +110,10 @@ def test_the_family_of_a_run_is_read_from_the_tables_it_kept():
     assert schema.family_of({"updates": {}, "late": {}}) == "server"
     assert schema.family_of({"updates": {}}) == "" and schema.family_of({"final_models": {}}) == ""
     assert schema.family_of({}) == ""
+
+
+def test_a_file_may_be_of_every_algorithm_hpcbench_has_and_of_no_other():
+    from hpcbench.algorithms import ALGORITHMS
+    from hpcbench.results.schema import ALGORITHM_NAMES
+
+    assert set(ALGORITHMS.names()) <= set(ALGORITHM_NAMES)  # a new algorithm's files are read (names never go)

@@ -134,6 +134,9 @@ ATTR_TYPES = {"schema_version": int, "hpcbench_version": str, "mode": str, "algo
               "workers": int, "model": str, "dataset": str, "seed": int, "status": str, "error": str,
               "created_utc": str}
 MODES = ("mpi", "sim")
+# The algorithms a file may be of: every one hpcbench has had (tests/test_schema.py holds it to the registry).
+ALGORITHM_NAMES = ("allreduce", "asgd", "sa-asgd", "ga-asgd", "dana", "dana-ga", "dc-asgd", "easgd", "easgd-sync",
+                   "gossip", "sgp", "osgp", "local-sgd")
 # Resolved configuration keys (where a file has them): numbers at least this large.
 CONFIG_LEAST = {"steps_per_worker": 0, "budget_samples": 0, "eval_every": 1, "parameters": 0, "train_size": 0,
                 "val_size": 0, "batch_size": 1, "evals": 1, "eval_samples": 1, "seed": 0, "lr": 0.0,

@@ -14,6 +14,7 @@ from hpcbench.memory import memory_bytes
 from hpcbench.results.paths import mib
 from hpcbench.results.schema import (
     ACCURACIES,
+    ALGORITHM_NAMES,
     ATTR_TYPES,
     CONFIG_LEAST,
     COUNTS,
@@ -100,7 +101,8 @@ def numeric(column: Any) -> bool:
 
 def malformed(rec: RunRecord) -> str:
     """What in ``rec`` a reader could not rely on, in a few words ("" when it is well-formed): the
-    types, modes and statuses of ``results/schema.py``, counts that add up (workers and ranks, every
+    types, modes and statuses of ``results/schema.py``, an algorithm hpcbench has and the settings of the
+    file's own algorithm, model and data set, counts that add up (workers and ranks, every
     per-rank list), numbers where readers do arithmetic, columns of numbers of one length each, one-dimensional.
     What the values mean is ``impossible``'s to check."""
     a = rec.attrs
@@ -109,6 +111,11 @@ def malformed(rec: RunRecord) -> str:
             return f"attribute {key} = {a[key]!r} is not a {kind.__name__}"
     if a["mode"] not in MODES:
         return f"mode {a['mode']!r} is not one of {', '.join(MODES)}"
+    if a["algorithm"] not in ALGORITHM_NAMES:
+        return f"algorithm {a['algorithm']!r} is not one of {', '.join(ALGORITHM_NAMES)}"
+    for key, attr in (("algo", "algorithm"), ("model", "model"), ("dataset", "dataset")):
+        if key in a["config"] and a["config"][key] != a[attr]:
+            return f"config {key} = {a['config'][key]!r} is not the file's {attr} {a[attr]!r}"
     if a["status"] not in STATUSES + OLD_STATUSES:
         return f"status {a['status']!r} is not one of {', '.join(STATUSES)}"
     if a["workers"] < 1 or a["world_size"] != a["workers"] + 1:
