@@ -84,7 +84,11 @@ def settings(steps: int, kill_at: float | None, seed: int) -> list[str]:
 def recovery(rec: RunRecord, algo: str) -> float:
     """A run's recovery as the families are compared: seconds for those whose survivors wait for the failure,
     else in units of the run's own wait for its next update (``cadence_wait``)."""
-    return rec.summary["recovery_s"] / (1.0 if algo in WAITING else cadence_wait(rec))
+    value = rec.summary["recovery_s"] / (1.0 if algo in WAITING else cadence_wait(rec))
+    if not np.isfinite(value):  # a gate that compared NaN would pass the cell without a word
+        raise SystemExit(f"{algo}: a {rec.attrs['mode']} run with a kill recorded no recovery "
+                         f"(recovery_s {rec.summary['recovery_s']}, status {rec.attrs['status']})")
+    return value
 
 
 def marks(rec: RunRecord, algo: str) -> np.ndarray:

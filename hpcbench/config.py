@@ -429,10 +429,12 @@ def from_sources(config_path: str | None, flags: Mapping[str, Any], sets: list[s
     tables = option_tables()
     run, options = merge_sources(toml, flags, sets, list(tables))
     algo = run.get("algo")
+    for name in [t for t in options if t in toml and tables[t].algorithm]:  # every one the file gives is checked:
+        tables[name].build(options[name])  # a typo in one is said whichever runs (a tune's recipe copies them all)
     if algo:  # a file may hold a study's every algorithm's table: a run of one takes its own, and leaves the rest
         named = {item.partition("=")[0].partition(".")[0] for item in sets}  # (another's in --set is refused)
         for name in [t for t in options if t != algo and t in toml and t not in named and tables[t].algorithm]:
-            tables[name].build(options.pop(name))  # checked all the same: its typo is said now, not at its run
+            del options[name]
     sim = options.pop("sim", {})
     overridden = {item.partition("=")[0][len("sim."):] for item in sets if item.startswith("sim.")}
     sim.update({k: v for k, v in sim_flags.items() if k not in overridden})

@@ -88,9 +88,10 @@ def test_a_config_file_may_hold_other_algorithms_tables_and_the_chosen_one_appli
         plan.validate(cfg)
     # the others are left, not unread: a typo or an impossible value in one is said whichever algorithm runs
     path.write_text('[dana-ga]\nhistory = 64\n[easgd]\ntua = 8\n')
-    with pytest.raises(UsageError, match=r"unknown option 'easgd\.tua'; valid: easgd\.alpha, easgd\.tau; did you "
-                                         r"mean 'easgd\.tau'\?"):
-        from_sources(str(path), {"algo": "dana-ga"}, [], {})
+    for flags in ({"algo": "dana-ga"}, {}):  # a run of another, and a study's, sweep's or tune's read of it
+        with pytest.raises(UsageError, match=r"unknown option 'easgd\.tua'; valid: easgd\.alpha, easgd\.tau; did "
+                                             r"you mean 'easgd\.tau'\?"):
+            from_sources(str(path), flags, [], {})
     path.write_text('[dana-ga]\nhistory = 64\n[easgd]\ntau = -8\n')
     with pytest.raises(UsageError, match=r"^easgd\.tau must be >= 1 local steps, got -8$"):
         from_sources(str(path), {"algo": "dana-ga"}, [], {})

@@ -112,7 +112,7 @@ def malformed(rec: RunRecord) -> str:
     if a["mode"] not in MODES:
         return f"mode {a['mode']!r} is not one of {', '.join(MODES)}"
     if a["algorithm"] not in ALGORITHM_NAMES:
-        return f"algorithm {a['algorithm']!r} is not one of {', '.join(ALGORITHM_NAMES)}"
+        return f"algorithm {a['algorithm']!r} is not one of {', '.join(ALGORITHM_NAMES)} (a newer hpcbench's?)"
     for key, attr in (("algo", "algorithm"), ("model", "model"), ("dataset", "dataset")):
         if key in a["config"] and a["config"][key] != a[attr]:
             return f"config {key} = {a['config'][key]!r} is not the file's {attr} {a[attr]!r}"
