@@ -155,7 +155,7 @@ def outside(ratio: float) -> bool:
 def beyond_gate(got: list[float], sim: list[float]) -> bool:
     """The kills show the ratio beyond GATE either way: the mean of the paired ``sim - GATE x real`` (or
     ``real - GATE x sim``) above twice its standard error. Not 'beyond GATE and the means apart by two
-    errors', which a ratio of 1.3 with the phase families' noise passes one benchmark in five."""
+    errors', which fires for one cell in five to eight at a ratio of 1.3 with the phase families' noise."""
     for over, under in ((sim, got), (got, sim)):
         excess = [o - GATE * u for o, u in zip(over, under)]
         if statistics.fmean(excess) > 2 * statistics.stdev(excess) / len(excess) ** 0.5:
