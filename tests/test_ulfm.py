@@ -156,13 +156,16 @@ def test_a_worker_killed_from_outside_at_a_random_moment_is_outlived(tmp_path, a
 
 # Open MPI's launcher, asked to leave the ranks' notices off its stderr: the README's ULFM command has it.
 QUIET = ("--pmixmca", "plog", "^stdfd")
+# Open MPI 5.0's launcher itself, after a rank was killed, in about 1 run in 50 here (CI once; 1 of 48 in a loop,
+# untagged under --output tag, so not a rank's line): its event loop warns of the dead rank's pipe it had closed.
+LAUNCHER_EPOLL = re.compile(r"\[warn\] Epoll [A-Z]+\(\d+\) on fd \d+ failed\. .*: Bad file descriptor$")
 
 
 def test_a_run_that_outlives_a_worker_says_only_its_own_lines_on_stderr(tmp_path):
     """Under ULFM Open MPI frames a warning that its one-sided component is not tested after a failure at every
     window (and counts the ranks that sent it), which the launcher leaves out with QUIET; its nonblocking
     collectives print a line for each schedule a failure cut short, which the ranks leave out. What remains on
-    stderr is hpcbench's."""
+    stderr is hpcbench's, and now and then one line of the launcher's own (LAUNCHER_EPOLL)."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     assert f"mpirun --with-ft ulfm {' '.join(QUIET)} -n 5 python -m mpi4py -m hpcbench run" in readme
     out = tmp_path / "allreduce.h5"  # a collective: the survivors' all-reduce is cut short by the kill
@@ -172,7 +175,8 @@ def test_a_run_that_outlives_a_worker_says_only_its_own_lines_on_stderr(tmp_path
     proc = subprocess.run(cmd, env=launch_env(WORKERS + 1), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     said = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert said and all(re.match(r"hpcbench: |\[\d+ s\] allreduce, ", line) for line in said), proc.stderr
+    assert said and all(re.match(r"hpcbench: |\[\d+ s\] allreduce, ", line) or LAUNCHER_EPOLL.match(line)
+                        for line in said), proc.stderr
     assert read_run(out).summary["workers_lost"] == 1
 
 
