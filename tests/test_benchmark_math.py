@@ -60,8 +60,7 @@ def test_the_failure_gate_fires_where_the_kills_show_a_ratio_beyond_it_not_where
 
     # a simulation 1.3x the real phase (asgd at 3 workers came out 1.21 over 18 kills) fails CI seldom;
     # 'outside 1.5x and the means two errors apart' fired 0.19 of the time here, 0.13 after the 4-kill screen
-    # CI applies first (it failed a CI run: asgd
-    # 0.64 real, 1.04 simulated over 12 kills)
+    # CI applies first (it failed a CI run: asgd 0.64 real, 1.04 simulated over 12 kills)
     assert fired(1.3, 12, phase=True) < 0.03
     assert fired(1 / 1.3, 12, phase=True) < 0.03
     assert fired(3.0, 12, phase=True) > 0.75 and fired(1 / 3.0, 12, phase=True) > 0.75  # 0.84 here
